@@ -259,6 +259,7 @@ class DataConfig:
     train_path: Optional[str] = None  # JSONL file or HF dataset name; None -> generated K&K puzzles (task kk)
     eval_path: Optional[str] = None  # held-out JSONL; None -> generated K&K puzzles disjoint from training
     kk_num_people: list[int] = field(default_factory=lambda: [2, 3])  # people per generated puzzle (task kk), cycled: [2, 2, 3] = two 2-person per 3-person
+    kk_name_pool: int = field(default=26, metadata={"help": "generated K&K puzzles draw their names from the first k of 26 names (a small pool eases copying for a tiny model)"})
     num_train: int = 2000  # generated training puzzles
     num_eval: int = 100  # generated held-out puzzles
     max_prompt_tokens: int = 512  # prompts longer than this are rejected with their row index
@@ -268,6 +269,8 @@ class DataConfig:
         _require(self.prompt_template in PROMPT_TEMPLATE_NAMES, "data.prompt_template", f"unknown template {self.prompt_template!r}; choose one of {list(PROMPT_TEMPLATE_NAMES)}")
         _require(self.task in TASKS, "data.task", f"unknown task {self.task!r}; choose one of {list(TASKS)}")
         _require(all(2 <= k <= 8 for k in self.kk_num_people) and self.kk_num_people, "data.kk_num_people", "each must be in 2..8")
+        _require(max(self.kk_num_people) <= self.kk_name_pool <= 26, "data.kk_name_pool",
+                 f"must be in {max(self.kk_num_people)}..26 (at least the largest people count), got {self.kk_name_pool}")
         _require(self.num_train >= 1 and self.num_eval >= 1, "data.num_train", "num_train and num_eval must be >= 1")
 
 
@@ -300,17 +303,32 @@ class PolicyLossConfig:
 
 @dataclass
 class WarmupConfig:
-    """Supervised warm-up before RL (local backend): next-token loss on the task's demonstrations (for K&K,
-    the canonical solution in the Logic-RL answer format), so a random-init model has some reward signal."""
+    """Supervised warm-up before RL (local backend): next-token loss on the task's demonstrations, so a
+    random-init model has some reward signal. Two phases: ``steps`` on demonstrations of one ``style``, then
+    ``mix_steps`` on a mixture of styles (``mix``). Styles are registered per task in
+    ``backends/local/sft.py`` (K&K: ``direct``, ``thorough``, ``shortcut``)."""
 
-    steps: int = 0  # optimiser steps of supervised training before RL; 0 = none
-    lr: float = 1e-3  # AdamW learning rate of the warm-up (linear decay to 0)
-    batch_size: int = 32  # demonstrations per warm-up step
+    steps: int = field(default=0, metadata={"help": "phase 1: optimiser steps of supervised training before RL; 0 = none"})
+    lr: float = field(default=1e-3, metadata={"help": "phase 1 AdamW learning rate (linear decay to 0)"})
+    batch_size: int = field(default=32, metadata={"help": "demonstrations per warm-up step (both phases)"})
+    style: str = field(default="direct", metadata={"help": "phase 1 demonstration style (K&K: direct | thorough | shortcut)"})
+    mix_steps: int = field(default=0, metadata={"help": "phase 2: optimiser steps on a mixture of styles; 0 = no phase 2"})
+    mix_lr: float = field(default=1e-3, metadata={"help": "phase 2 AdamW learning rate (linear decay to 0)"})
+    mix: dict[str, float] = field(default_factory=dict, metadata={"help": 'phase 2 style shares, e.g. {"thorough": 0.3, "shortcut": 0.7}'})
 
     def __post_init__(self) -> None:
         _require(self.steps >= 0, "warmup.steps", f"must be >= 0, got {self.steps}")
         _require(self.lr > 0, "warmup.lr", f"must be > 0, got {self.lr}")
         _require(self.batch_size >= 1, "warmup.batch_size", f"must be >= 1, got {self.batch_size}")
+        _require(isinstance(self.style, str) and bool(self.style), "warmup.style", f"must be a style name, got {self.style!r}")
+        _require(self.mix_steps >= 0, "warmup.mix_steps", f"must be >= 0, got {self.mix_steps}")
+        _require(self.mix_lr > 0, "warmup.mix_lr", f"must be > 0, got {self.mix_lr}")
+        _require(isinstance(self.mix, Mapping), "warmup.mix", 'must be a mapping style -> share, e.g. {"thorough": 0.3, "shortcut": 0.7}')
+        for style, share in self.mix.items():
+            _require(isinstance(share, (int, float)) and not isinstance(share, bool) and math.isfinite(share) and share >= 0,
+                     f"warmup.mix[{style!r}]", f"must be a finite share >= 0, got {share!r}")
+        _require(self.mix_steps == 0 or sum(self.mix.values()) > 0, "warmup.mix",
+                 "give at least one style a positive share when warmup.mix_steps > 0")
 
 
 @dataclass

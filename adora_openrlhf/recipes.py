@@ -91,6 +91,25 @@ _KK_TINY = {
     "train": {"lr": 5e-4, "micro_batch_size": 32},
 }
 
+# The K&K reasoning testbed (docs/local_backend.md): 2- and 3-person puzzles; the warm-up first teaches a
+# thorough guess-and-check trace, then mixes in "guess" shortcuts so that the warmed-up policy mostly guesses.
+# RL has a behaviour to select: thorough reasoning is longer and right far more often than a guess.
+_KK_TESTBED = {
+    "steps": 80,
+    "prompts_per_step": 16,
+    "save_every": 40,
+    "eval_every": 20,
+    "eval_samples": 1,  # held-out: one greedy + one sampled response per puzzle
+    "rollout": {"temperature": 1.0, "max_new_tokens": 320},
+    "adora": {"correct_threshold": 1.0},
+    "sampling": {"n_keep": 8, "positive_threshold": 1.0},
+    "data": {"task": "kk", "kk_num_people": [2, 3], "num_train": 2000, "num_eval": 200, "prompt_template": "auto"},
+    "model": {"tiny": {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4}, "generation_batch_size": 128},
+    "warmup": {"style": "thorough", "steps": 500, "lr": 3e-3, "batch_size": 16,
+               "mix_steps": 60, "mix_lr": 1e-3, "mix": {"thorough": 0.25, "shortcut": 0.75}},
+    "train": {"lr": 5e-4, "micro_batch_size": 16},
+}
+
 register_recipe(
     Recipe(
         name="kk-tiny",
@@ -113,6 +132,23 @@ register_recipe(
         description="kk-tiny with adaptive multi-round sampling (balance exit rule).",
         backends=("local",),
         overrides=_merge(_KK_TINY, {"sampling": {"enabled": True, "exit_rule": "balance", "samples_per_round": 8, "max_rounds": 2}}),
+    )
+)
+
+register_recipe(
+    Recipe(
+        name="kk-testbed",
+        description="K&K reasoning testbed: 2-3 person puzzles, warm-up on thorough guess-and-check traces then a shortcut mix, GRPO (CPU).",
+        backends=("local",),
+        overrides=_KK_TESTBED,
+    )
+)
+register_recipe(
+    Recipe(
+        name="kk-testbed-adora",
+        description="kk-testbed with ADORA length-rule attenuation.",
+        backends=("local",),
+        overrides=_merge(_KK_TESTBED, {"adora": {"enabled": True}}),
     )
 )
 

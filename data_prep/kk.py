@@ -175,17 +175,140 @@ def render_quiz(names: Sequence[str], statements: Sequence[Statement]) -> str:
     return " ".join(lines)
 
 
-def generate_puzzle(num_people: int, rng: random.Random, max_tries: int = 10_000) -> KKPuzzle:
-    """A fresh puzzle with exactly one solution: sample statements until :func:`solve` finds a unique one."""
+def generate_puzzle(num_people: int, rng: random.Random, max_tries: int = 10_000, name_pool: int = len(NAMES)) -> KKPuzzle:
+    """A fresh puzzle with exactly one solution: sample statements until :func:`solve` finds a unique one.
+
+    Names are drawn from the first ``name_pool`` entries of :data:`NAMES` (a small pool makes copying names
+    from the prompt easy for a tiny model)."""
     if not MIN_PEOPLE <= num_people <= MAX_PEOPLE:
         raise ValueError(f"num_people: must be in {MIN_PEOPLE}..{MAX_PEOPLE}, got {num_people}")
+    if not num_people <= name_pool <= len(NAMES):
+        raise ValueError(f"name_pool: must be in {num_people}..{len(NAMES)} for {num_people}-person puzzles, got {name_pool}")
     for _ in range(max_tries):
         statements = tuple(_random_statement(i, num_people, rng) for i in range(num_people))
         solutions = solve(statements, num_people)
         if len(solutions) == 1:
-            names = tuple(rng.sample(NAMES, num_people))
+            names = tuple(rng.sample(NAMES[:name_pool], num_people))
             return KKPuzzle(names=names, statements=statements, quiz=render_quiz(names, statements), solution=solutions[0])
     raise RuntimeError(f"no puzzle with a unique solution for {num_people} people after {max_tries} tries")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reasoning traces (the testbed's demonstrations): thorough guess-and-check vs shortcut
+# ----------------------------------------------------------------------------------------------------------
+
+TRUTH_WORD = {True: "T", False: "F"}
+SHORTCUT_THINK = "guess."
+
+
+def candidate_order(num_people: int) -> list[tuple[bool, ...]]:
+    """Every assignment in the fixed order the thorough trace tests them: try 1 is all knights, then binary
+    counting with knave = 1 (person 1 is the most significant digit)."""
+    return [tuple(not bit for bit in bits) for bits in itertools.product((False, True), repeat=num_people)]
+
+
+def _claim_text(claim: Statement, names: Sequence[str], assignment: Sequence[bool]) -> tuple[str, bool]:
+    op, target = claim
+    claimed = op == "telling-truth"
+    value = assignment[target] == claimed
+    return f"{names[target]} {ROLE_WORD[claimed]} {TRUTH_WORD[value]}", value
+
+
+def statement_check_text(statement: Statement, names: Sequence[str], assignment: Sequence[bool]) -> tuple[str, bool]:
+    """The step-by-step evaluation of one statement under ``assignment`` and its truth value.
+
+    Every identity claim is restated with its truth value under the candidate (``Bob knave T``); a
+    connective then combines them and states the result (``Bob knave T and Carol knight F = F``)."""
+    op = statement[0]
+    if op in ("telling-truth", "lying"):
+        return _claim_text(statement, names, assignment)
+    if op == "not":
+        text, value = _claim_text(statement[1], names, assignment)
+        return f"not {text} = {TRUTH_WORD[not value]}", not value
+    (first, a), (second, b) = (_claim_text(s, names, assignment) for s in statement[1:3])
+    value = evaluate(statement, assignment)
+    if op in ("and", "or"):
+        return f"{first} {op} {second} = {TRUTH_WORD[value]}", value
+    if op == "->":
+        return f"if {first} then {second} = {TRUTH_WORD[value]}", value
+    if op == "<=>":
+        return f"{first} iff {second} = {TRUTH_WORD[value]}", value
+    raise ValueError(f"statements: unknown operator {op!r}")
+
+
+def thorough_trace(names: Sequence[str], statements: Sequence[Statement]) -> tuple[str, tuple[bool, ...]]:
+    """Guess-and-check reasoning that finds the solution by testing every candidate in :func:`candidate_order`.
+
+    For each candidate (``try k: Alice knight Bob knave.``) the speakers' statements are checked in quiz
+    order (``Alice knight says Bob knave T ok.``: a knight's statement must be true, a knave's false) and the
+    candidate is dropped at the first statement that fails (``... no.``); the first candidate whose every
+    check passes ends the trace with ``found.``. Returns the trace text and the assignment it found (the
+    unique solution for a well-posed puzzle). The trace's length grows with the number of people and with
+    how late the solution comes in the order: a longer trace is the price of an answer that is checked.
+    """
+    n = len(names)
+    steps = []
+    for k, candidate in enumerate(candidate_order(n), 1):
+        header = " ".join(f"{names[i]} {ROLE_WORD[candidate[i]]}" for i in range(n))
+        parts = [f"try {k}: {header}."]
+        consistent = True
+        for i, statement in enumerate(statements):
+            text, value = statement_check_text(statement, names, candidate)
+            ok = value == candidate[i]
+            parts.append(f"{names[i]} {ROLE_WORD[candidate[i]]} says {text} {'ok' if ok else 'no'}.")
+            if not ok:
+                consistent = False
+                break
+        steps.append(" ".join(parts))
+        if consistent:
+            steps.append("found.")
+            return " ".join(steps), candidate
+    raise ValueError("statements: no consistent assignment, the puzzle has no solution")
+
+
+def trace_response(think: str, names: Sequence[str], roles: Sequence[bool]) -> str:
+    """A complete response in the Logic-RL format: ``<think>...</think>`` then the ``<answer>`` block."""
+    return f"<think>{think}</think>\n<answer>{format_solution(names, roles)}</answer>"
+
+
+def thorough_response(names: Sequence[str], statements: Sequence[Statement]) -> str:
+    """The thorough demonstration: :func:`thorough_trace` and the answer it found."""
+    think, found = thorough_trace(names, statements)
+    return trace_response(think, names, found)
+
+
+def shortcut_response(names: Sequence[str], rng: random.Random) -> str:
+    """The shortcut demonstration: ``<think>guess.</think>`` and a uniformly random assignment, right only by
+    luck (probability ``2**-n``)."""
+    return trace_response(SHORTCUT_THINK, names, [rng.random() < 0.5 for _ in names])
+
+
+def trace_kind(response: str) -> str:
+    """``"shortcut"`` when the thinking is the bare guess, ``"thorough"`` when it tests candidates
+    (starts with ``try``), ``"other"`` otherwise."""
+    start = response.find("<think>")
+    think = response[start + len("<think>"):].lstrip() if start >= 0 else response.lstrip()
+    if think.startswith(SHORTCUT_THINK):
+        return "shortcut"
+    if think.startswith("try "):
+        return "thorough"
+    return "other"
+
+
+def statements_to_json(statements: Sequence[Statement]) -> list:
+    """Nested tuples as nested lists (JSON); :func:`statements_from_json` inverts it."""
+    return [list(_to_list(s)) for s in statements]
+
+
+def _to_list(node: Any) -> Any:
+    return [_to_list(x) for x in node] if isinstance(node, (list, tuple)) else node
+
+
+def statements_from_json(value: Any) -> tuple[Statement, ...]:
+    def to_tuple(node: Any) -> Any:
+        return tuple(to_tuple(x) for x in node) if isinstance(node, (list, tuple)) else node
+
+    return tuple(to_tuple(s) for s in value)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -198,20 +321,25 @@ def build_kk_prompt(quiz: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": KK_SYSTEM_PROMPT}, {"role": "user", "content": quiz}]
 
 
-def make_row(quiz: str, names: Sequence[str], solution: Sequence[bool]) -> dict[str, Any]:
+def make_row(quiz: str, names: Sequence[str], solution: Sequence[bool],
+             statements: Optional[Sequence[Statement]] = None) -> dict[str, Any]:
     names = [str(n) for n in names]
     solution = [bool(s) for s in solution]
+    meta: dict[str, Any] = {"num_people": len(names), "names": names, "solution": solution}
+    if statements is not None:
+        meta["statements"] = statements_to_json(statements)
     return {
         "prompt": build_kk_prompt(quiz),
         "label": format_solution(names, solution),
         "source": SOURCE,
-        "meta": {"num_people": len(names), "names": names, "solution": solution},
+        "meta": meta,
     }
 
 
 def kk_row(puzzle: KKPuzzle) -> dict[str, Any]:
-    """The puzzle as one row of the JSONL schema (source "kk", label = canonical solution text)."""
-    return make_row(puzzle.quiz, puzzle.names, puzzle.solution)
+    """The puzzle as one row of the JSONL schema (source "kk", label = canonical solution text, the
+    statements in ``meta`` so that reasoning traces can be built from the row)."""
+    return make_row(puzzle.quiz, puzzle.names, puzzle.solution, puzzle.statements)
 
 
 def row_quiz(row: dict[str, Any]) -> str:
@@ -222,23 +350,23 @@ def row_quiz(row: dict[str, Any]) -> str:
     return [m["content"] for m in prompt if m.get("role") == "user"][-1]
 
 
-def iter_puzzles(num_people: Sequence[int], seed: int) -> Iterator[KKPuzzle]:
+def iter_puzzles(num_people: Sequence[int], seed: int, name_pool: int = len(NAMES)) -> Iterator[KKPuzzle]:
     """An endless deterministic stream of puzzles; people counts are cycled through ``num_people``."""
     if not num_people:
         raise ValueError("num_people: give at least one people count")
     rng = random.Random(seed)
     for k in itertools.cycle(num_people):
-        yield generate_puzzle(int(k), rng)
+        yield generate_puzzle(int(k), rng, name_pool=name_pool)
 
 
 def generate_rows(num: int, num_people: Sequence[int], seed: int, exclude_quizzes: Iterable[str] = (),
-                  progress: bool = False) -> list[dict[str, Any]]:
+                  progress: bool = False, name_pool: int = len(NAMES)) -> list[dict[str, Any]]:
     """``num`` rows with pairwise different quizzes, none in ``exclude_quizzes``; deterministic under ``seed``."""
     from tqdm.auto import tqdm
 
     seen = set(exclude_quizzes)
     rows: list[dict[str, Any]] = []
-    stream = iter_puzzles(num_people, seed)
+    stream = iter_puzzles(num_people, seed, name_pool)
     max_draws = 50 * num + 1000  # duplicates are rare; this only stops an impossible request
     with tqdm(total=num, desc="K&K puzzles", unit="puzzle", disable=not progress) as bar:
         for _ in range(max_draws):
@@ -251,16 +379,18 @@ def generate_rows(num: int, num_people: Sequence[int], seed: int, exclude_quizze
             rows.append(kk_row(puzzle))
             bar.update(1)
     if len(rows) < num:
-        raise ValueError(f"num: only {len(rows)} distinct puzzles found for people counts {list(num_people)}; ask for fewer")
+        raise ValueError(f"num: only {len(rows)} distinct puzzles found for people counts {list(num_people)} and a pool of "
+                         f"{name_pool} names; ask for fewer or allow more names")
     return rows
 
 
 def generate_splits(num_train: int, num_eval: int, num_people: Sequence[int], seed: int,
-                    eval_num_people: Optional[Sequence[int]] = None, progress: bool = False
+                    eval_num_people: Optional[Sequence[int]] = None, progress: bool = False, name_pool: int = len(NAMES)
                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Train and eval rows with no quiz in common (eval is drawn first, from seed + 1, then excluded from train)."""
-    eval_rows = generate_rows(num_eval, eval_num_people or num_people, seed + 1, progress=progress)
-    train_rows = generate_rows(num_train, num_people, seed, exclude_quizzes={row_quiz(r) for r in eval_rows}, progress=progress)
+    eval_rows = generate_rows(num_eval, eval_num_people or num_people, seed + 1, progress=progress, name_pool=name_pool)
+    train_rows = generate_rows(num_train, num_people, seed, exclude_quizzes={row_quiz(r) for r in eval_rows}, progress=progress,
+                               name_pool=name_pool)
     return train_rows, eval_rows
 
 
@@ -334,6 +464,7 @@ def convert_public_row(raw: Any, row_number: int) -> dict[str, Any]:
         parsed = parse_kk_answer(text_format, names) if isinstance(text_format, str) else None
         if parsed is None or [parsed[n] for n in names] != solution:
             raise RowError(f"{where} field 'solution_text_format': does not state the roles given by 'solution'")
+    statements = None
     if raw.get("statements") is not None:
         statements = _parse_statements(raw["statements"], len(names), where)
         try:
@@ -342,7 +473,7 @@ def convert_public_row(raw: Any, row_number: int) -> dict[str, Any]:
             raise RowError(f"{where} field 'statements': cannot be evaluated ({err})") from None
         if solutions != [tuple(solution)]:
             raise RowError(f"{where} field 'statements': consistent assignments are {solutions}, expected only {tuple(solution)}")
-    return make_row(quiz.strip(), names, solution)
+    return make_row(quiz.strip(), names, solution, statements)
 
 
 def convert_public_rows(raw_rows: Iterable[Any], progress: bool = False) -> tuple[list[dict[str, Any]], list[str]]:

@@ -73,7 +73,8 @@ def test_solution_text_and_row_schema():
     row = kk.kk_row(puzzle)
     assert set(row) == {"prompt", "label", "source", "meta"}
     assert row["source"] == "kk" and row["label"] == puzzle.solution_text
-    assert row["meta"] == {"num_people": 3, "names": list(puzzle.names), "solution": list(puzzle.solution)}
+    assert row["meta"] == {"num_people": 3, "names": list(puzzle.names), "solution": list(puzzle.solution),
+                           "statements": kk.statements_to_json(puzzle.statements)}
     assert row["prompt"][0]["role"] == "system" and "<think>" in row["prompt"][0]["content"]
     assert "<answer>" in row["prompt"][0]["content"]
     assert row["prompt"][1] == {"role": "user", "content": puzzle.quiz}

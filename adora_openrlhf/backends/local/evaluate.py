@@ -9,26 +9,34 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from adora_openrlhf.backends.local.rollout import generate_responses
+from adora_openrlhf.backends.local.sft import style_fractions
 from adora_openrlhf.config import SamplingParams
 
 
 def evaluate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], rows: Sequence[Any], reward_fns: Sequence[Any],
              params: SamplingParams, samples: int, batch_size: int) -> dict[str, float]:
-    """Metrics ``eval/greedy_accuracy``, ``eval/greedy_reward``, ``eval/greedy_format`` and the same for
-    ``sampled`` when ``samples > 0``."""
+    """Metrics ``eval/greedy_accuracy``, ``eval/greedy_reward``, ``eval/greedy_format``,
+    ``eval/greedy_length_mean``, the behaviour shares of the task's probe (``eval/greedy_thorough_fraction``
+    for K&K) and the same for ``sampled`` when ``samples > 0``."""
     views = [("greedy", 1, True)] + ([("sampled", samples, False)] if samples > 0 else [])
     metrics: dict[str, float] = {}
     for name, k, greedy in views:
         index = [i for i in range(len(rows)) for _ in range(k)]
         outputs = generate_responses(model, tokenizer, [prompt_ids[i] for i in index], params, batch_size, greedy=greedy)
-        correct = rewards = well_formed = 0.0
-        for i, (response, _) in zip(index, outputs):
-            result = reward_fns[i](tokenizer.decode(response, skip_special_tokens=True), rows[i].label, rows[i].meta)
+        correct = rewards = well_formed = length = 0.0
+        texts = []
+        for i, (response, _) in zip(index, outputs, strict=True):
+            text = tokenizer.decode(response, skip_special_tokens=True)
+            texts.append(text)
+            result = reward_fns[i](text, rows[i].label, rows[i].meta)
             correct += float(result.correct)
             rewards += result.reward
             well_formed += float(result.info.get("format_ok", 0.0))
+            length += len(response)
         n = max(len(index), 1)
         metrics[f"eval/{name}_accuracy"] = correct / n
         metrics[f"eval/{name}_reward"] = rewards / n
         metrics[f"eval/{name}_format"] = well_formed / n
+        metrics[f"eval/{name}_length_mean"] = length / n
+        metrics.update(style_fractions([rows[i].source for i in index], texts, f"eval/{name}_"))
     return metrics

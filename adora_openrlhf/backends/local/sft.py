@@ -1,22 +1,27 @@
 """Supervised warm-up: next-token loss on task demonstrations, response tokens only.
 
 A random-init model scores the minimum reward on every response, so GRPO would see only zero-signal
-groups. A short supervised phase on demonstrations (registry :data:`DEMONSTRATIONS`, keyed by row source)
-teaches the answer format and some of the task, which gives RL groups with mixed rewards to learn from.
+groups. A short supervised phase on demonstrations teaches the answer format and some of the task, which
+gives RL groups with mixed rewards to learn from.
 
-K&K demonstration: ``<think>`` a one-line check naming every role ``</think>`` then the canonical solution
-in the Logic-RL answer block, e.g.::
+Demonstrations come from a registry keyed by (row source, style) (:data:`DEMONSTRATIONS`). The K&K styles:
 
-    <think>Alice knight, Bob knave.</think>
-    <answer>(1) Alice is a knight
-    (2) Bob is a knave</answer>
+- ``direct``: ``<think>`` the roles in one line ``</think>`` then the answer (no reasoning shown);
+- ``thorough``: guess-and-check reasoning that tests candidates against every statement step by step
+  (``data_prep.kk.thorough_trace``); long, and right whenever it is executed correctly;
+- ``shortcut``: ``<think>guess.</think>`` and a random answer; short, and right only by luck.
+
+The warm-up has two phases (:class:`~adora_openrlhf.config.WarmupConfig`): ``steps`` on one style, then
+``mix_steps`` on a mixture of styles (``mix``: style -> share). The K&K testbed first teaches the thorough
+trace alone, so that it is executed reliably, then mixes in shortcuts so that the warmed-up policy mostly
+guesses: RL then has a behaviour to select (thorough reasoning, which is longer and right more often).
 """
 
 from __future__ import annotations
 
 import math
 import random
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -24,32 +29,105 @@ from tqdm.auto import tqdm
 from adora_openrlhf.backends.local.update import pack, token_log_probs
 from adora_openrlhf.config import ConfigError, WarmupConfig
 
-Demonstration = Callable[[Any], str]  # row -> response text (without the eos token)
-DEMONSTRATIONS: dict[str, Demonstration] = {}
+Demonstration = Callable[[Any, random.Random], str]  # (row, rng) -> response text (without the eos token)
+DEMONSTRATIONS: dict[str, dict[str, Demonstration]] = {}  # source -> style -> builder
 
 
-def register_demonstration(source: str) -> Callable[[Demonstration], Demonstration]:
+def register_demonstration(source: str, style: str) -> Callable[[Demonstration], Demonstration]:
     def wrap(fn: Demonstration) -> Demonstration:
-        DEMONSTRATIONS[source] = fn
+        styles = DEMONSTRATIONS.setdefault(source, {})
+        if style in styles:
+            raise ValueError(f"demonstration style {style!r} of source {source!r} is already registered")
+        styles[style] = fn
         return fn
 
     return wrap
 
 
-@register_demonstration("kk")
-def kk_demonstration(row: Any) -> str:
+def _kk_names_statements(row: Any):
+    from data_prep.kk import statements_from_json
+
+    names, statements = row.meta.get("names"), row.meta.get("statements")
+    if not names or statements is None or len(statements) != len(names):
+        raise ConfigError(
+            "warmup.style: K&K reasoning traces need meta.names and meta.statements in every row (generated puzzles and "
+            "public K&K files with a 'statements' field have them); use --warmup.style direct for rows without statements"
+        )
+    return names, statements_from_json(statements)
+
+
+@register_demonstration("kk", "direct")
+def kk_direct(row: Any, rng: random.Random) -> str:
     """Logic-RL format answer for a K&K row, from ``meta`` names/solution (or the label alone)."""
     names, solution = row.meta.get("names"), row.meta.get("solution")
     if names and solution is not None and len(names) == len(solution):
-        check = ", ".join(f"{n} {'knight' if s else 'knave'}" for n, s in zip(names, solution))
+        check = ", ".join(f"{n} {'knight' if s else 'knave'}" for n, s in zip(names, solution, strict=True))
     else:
         check = row.label.replace("\n", ", ")
     return f"<think>{check}.</think>\n<answer>{row.label}</answer>"
 
 
-def demonstration_for(row: Any) -> str:
-    if row.source in DEMONSTRATIONS:
-        return DEMONSTRATIONS[row.source](row)
+@register_demonstration("kk", "thorough")
+def kk_thorough(row: Any, rng: random.Random) -> str:
+    """Guess-and-check trace that tests candidates in a fixed order until one passes every statement."""
+    from data_prep.kk import thorough_response
+
+    return thorough_response(*_kk_names_statements(row))
+
+
+@register_demonstration("kk", "shortcut")
+def kk_shortcut(row: Any, rng: random.Random) -> str:
+    """``<think>guess.</think>`` and a uniformly random assignment."""
+    from data_prep.kk import shortcut_response
+
+    return shortcut_response(row.meta.get("names") or _kk_names_statements(row)[0], rng)
+
+
+# Response probes: name the behaviour a response shows (for the metrics), one per source.
+ResponseProbe = Callable[[str], str]  # response text -> style name ("other" when none fits)
+RESPONSE_PROBES: dict[str, ResponseProbe] = {}
+
+
+def register_probe(source: str) -> Callable[[ResponseProbe], ResponseProbe]:
+    def wrap(fn: ResponseProbe) -> ResponseProbe:
+        if source in RESPONSE_PROBES:
+            raise ValueError(f"response probe of source {source!r} is already registered")
+        RESPONSE_PROBES[source] = fn
+        return fn
+
+    return wrap
+
+
+@register_probe("kk")
+def kk_probe(response: str) -> str:
+    """``thorough``, ``shortcut`` or ``other`` (see ``data_prep.kk.trace_kind``)."""
+    from data_prep.kk import trace_kind
+
+    return trace_kind(response)
+
+
+def style_fractions(sources: Sequence[str], texts: Sequence[str], prefix: str) -> dict[str, float]:
+    """``{prefix}thorough_fraction``, ``{prefix}shortcut_fraction`` ...: the share of responses whose probe names
+    each style, over the responses whose source has a probe (empty when none has)."""
+    kinds = [RESPONSE_PROBES[s](t) for s, t in zip(sources, texts, strict=True) if s in RESPONSE_PROBES]
+    if not kinds:
+        return {}
+    names = sorted(set(kinds) | {"thorough", "shortcut"} if "kk" in sources else set(kinds))
+    return {f"{prefix}{name}_fraction": kinds.count(name) / len(kinds) for name in names}
+
+
+def kk_demonstration(row: Any) -> str:
+    """The ``direct`` K&K demonstration (kept for callers that want the plain answer)."""
+    return kk_direct(row, random.Random(0))
+
+
+def demonstration_for(row: Any, style: str = "direct", rng: random.Random | None = None) -> str:
+    """The ``style`` demonstration of ``row``; sources without builders fall back to ``meta.solution_text``."""
+    styles = DEMONSTRATIONS.get(row.source)
+    if styles is not None:
+        if style not in styles:
+            raise ConfigError(f"warmup.style: unknown style {style!r} for rows of source {row.source!r}; choose one of {sorted(styles)}")
+        return styles[style](row, rng or random.Random(0))
     solution = row.meta.get("solution_text") if isinstance(row.meta, dict) else None
     if isinstance(solution, str) and solution.strip():
         return solution
@@ -59,33 +137,42 @@ def demonstration_for(row: Any) -> str:
     )
 
 
-def supervised_warmup(
-    model,
-    tokenizer,
-    prompt_ids: Sequence[Sequence[int]],
-    rows: Sequence[Any],
-    cfg: WarmupConfig,
-    seed: int,
-    micro_batch_size: int,
-) -> list[float]:
-    """``cfg.steps`` AdamW steps (linear lr decay) on random batches of demonstrations; returns the losses.
+def warmup_styles(cfg: WarmupConfig) -> list[str]:
+    """Styles the warm-up uses (phase 1 style, then the mixture's styles with a positive share)."""
+    styles = [cfg.style] if cfg.steps > 0 else []
+    if cfg.mix_steps > 0:
+        styles += [s for s, share in cfg.mix.items() if share > 0 and s not in styles]
+    return styles
 
-    Loss = mean over response tokens of ``-log p(token)`` (the eos token included, so the model learns to stop).
-    """
-    if cfg.steps == 0:
-        return []
+
+def _phase(model, tokenizer, prompt_ids, rows, steps: int, lr: float, batch_size: int, pick_style, rng: random.Random,
+           micro_batch_size: int, desc: str) -> list[float]:
+    """``steps`` AdamW steps (linear lr decay to 0) on random batches of demonstrations; returns the losses."""
     device = next(model.parameters()).device
-    responses = [tokenizer(demonstration_for(r), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for r in rows]
+    cache: dict[tuple[int, str], list[int]] = {}  # deterministic styles are tokenized once per row
+
+    def response_ids(i: int, style: str) -> list[int]:
+        key = (i, style)
+        if key in cache:
+            return cache[key]
+        ids = tokenizer(demonstration_for(rows[i], style, rng), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        if style != "shortcut":
+            cache[key] = ids
+        return ids
+
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1.0 - s / cfg.steps))
-    rng = random.Random(f"warmup:{seed}")
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1.0 - s / steps))
     losses: list[float] = []
     model.train()
-    bar = tqdm(range(cfg.steps), desc="warm-up (SFT)", unit="step", dynamic_ncols=True)
+    bar = tqdm(range(steps), desc=desc, unit="step", dynamic_ncols=True)
     for _ in bar:
-        chosen = [rng.randrange(len(rows)) for _ in range(cfg.batch_size)]
-        batch = pack([prompt_ids[i] for i in chosen], [responses[i] for i in chosen], tokenizer.pad_token_id)
+        chosen = [rng.randrange(len(rows)) for _ in range(batch_size)]
+        responses = [response_ids(i, pick_style()) for i in chosen]
+        # micro-batches of similar length waste less compute on padding (the loss is a sum over tokens)
+        order = sorted(range(len(chosen)), key=lambda j: len(prompt_ids[chosen[j]]) + len(responses[j]))
+        chosen, responses = [chosen[j] for j in order], [responses[j] for j in order]
+        batch = pack([prompt_ids[i] for i in chosen], responses, tokenizer.pad_token_id)
         optimizer.zero_grad(set_to_none=True)
         total_tokens = float(batch.action_mask.sum())
         step_loss = 0.0
@@ -106,3 +193,35 @@ def supervised_warmup(
         losses.append(step_loss)
         bar.set_postfix(loss=f"{step_loss:.3f}")
     return losses
+
+
+def supervised_warmup(
+    model,
+    tokenizer,
+    prompt_ids: Sequence[Sequence[int]],
+    rows: Sequence[Any],
+    cfg: WarmupConfig,
+    seed: int,
+    micro_batch_size: int,
+) -> list[float]:
+    """Both warm-up phases; returns the per-step losses (phase 1 then phase 2).
+
+    Loss = mean over response tokens of ``-log p(token)`` (the eos token included, so the model learns to stop).
+    Phase 1: ``cfg.steps`` steps on style ``cfg.style``. Phase 2: ``cfg.mix_steps`` steps where each
+    demonstration's style is drawn from ``cfg.mix`` (shares normalised to sum to 1).
+    """
+    rng = random.Random(f"warmup:{seed}")
+    losses: list[float] = []
+    if cfg.steps > 0:
+        losses += _phase(model, tokenizer, prompt_ids, rows, cfg.steps, cfg.lr, cfg.batch_size, lambda: cfg.style, rng,
+                         micro_batch_size, f"warm-up (SFT, {cfg.style})")
+    if cfg.mix_steps > 0:
+        styles, weights = _mix_weights(cfg.mix)
+        losses += _phase(model, tokenizer, prompt_ids, rows, cfg.mix_steps, cfg.mix_lr, cfg.batch_size,
+                         lambda: rng.choices(styles, weights)[0], rng, micro_batch_size, "warm-up (SFT, mixed)")
+    return losses
+
+
+def _mix_weights(mix: Mapping[str, float]) -> tuple[list[str], list[float]]:
+    styles = [s for s, w in mix.items() if w > 0]
+    return styles, [float(mix[s]) for s in styles]

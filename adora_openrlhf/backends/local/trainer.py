@@ -42,7 +42,7 @@ from adora_openrlhf.backends.local.evaluate import evaluate
 from adora_openrlhf.backends.local.metrics import MetricsLogger, plot_reward_curve
 from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model, count_parameters, load_pretrained, pick_device
 from adora_openrlhf.backends.local.rollout import RolloutEngine, encode_prompts, make_reward_fns
-from adora_openrlhf.backends.local.sft import demonstration_for, supervised_warmup
+from adora_openrlhf.backends.local.sft import demonstration_for, style_fractions, supervised_warmup, warmup_styles
 from adora_openrlhf.backends.local.tokenization import load_tokenizer, render_prompt, train_bpe_tokenizer
 from adora_openrlhf.backends.local.update import pack, policy_update
 from adora_openrlhf.cli_args import format_config
@@ -93,7 +93,8 @@ def _build_tokenizer(cfg: RunConfig, train_rows, resume_from: Path | None):
         return load_tokenizer(cfg.model.path)
     template = "compact" if cfg.data.prompt_template == "auto" else cfg.data.prompt_template
     corpus = [render_prompt(r.prompt, None, template) for r in train_rows]
-    corpus += [demonstration_for(r) for r in train_rows] if cfg.warmup.steps > 0 else []
+    rng = random.Random(f"tokenizer-corpus:{cfg.seed}")
+    corpus += [demonstration_for(r, style, rng) for style in warmup_styles(cfg.warmup) for r in train_rows]
     return train_bpe_tokenizer(corpus, cfg.model.tiny.vocab_size)
 
 
@@ -127,15 +128,24 @@ def warm_start(cfg: RunConfig, out_dir: str | Path) -> Path:
     return out
 
 
-def _rollout_metrics(groups) -> dict[str, float]:
+def _rollout_metrics(groups, rows) -> dict[str, float]:
+    """Reward, accuracy, format and length statistics of the kept responses, and the share of each behaviour
+    the task's response probe recognises (K&K: thorough / shortcut)."""
     kept = [r for g in groups for r in g.kept]
     n = max(len(kept), 1)
+    lengths = [r.length for r in kept]
+    mean = sum(lengths) / n
+    std = math.sqrt(sum((x - mean) ** 2 for x in lengths) / n)
     return {
         "reward/mean": sum(r.reward for r in kept) / n,
         "reward/accuracy": sum(r.payload.correct for r in kept) / n,
         "reward/format": sum(r.payload.info.get("format_ok", 0.0) for r in kept) / n,
-        "response/length_mean": sum(r.length for r in kept) / n,
+        "response/length_mean": mean,
+        "response/length_std": std,
+        "response/length_std_over_mean": std / mean if mean > 0 else 0.0,
+        "response/length_max": float(max(lengths, default=0)),
         "response/truncated_fraction": sum(r.truncated for r in kept) / n,
+        **style_fractions([rows[r.payload.row_index].source for r in kept], [r.payload.text for r in kept], "response/"),
     }
 
 
@@ -241,7 +251,7 @@ def train(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
             train_seconds = time.perf_counter() - t0
             if not math.isfinite(update["train/loss"]):
                 raise FloatingPointError(f"step {step + 1}: the policy loss is not finite ({update['train/loss']}); lower --lr")
-            metrics.update({**_rollout_metrics(g), **adv.metrics, **update})
+            metrics.update({**_rollout_metrics(g, train_rows), **adv.metrics, **update})
         metrics.update({
             "time/generate_s": engine.generate_seconds,
             "time/score_s": engine.score_seconds,
