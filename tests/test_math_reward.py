@@ -320,3 +320,47 @@ def test_any_pair_equal_reraises_only_when_every_pair_fails():
     assert not mr.any_pair_equal([sympy.zoo, "12:00"], [sympy.Integer(3), "3"])
     with pytest.raises(ValueError):
         mr.any_pair_equal([sympy.zoo], [sympy.zoo])
+
+
+@pytest.mark.parametrize(
+    "line, label, reward",
+    [  # forms verl's math_dapo.py accepts
+        ("Answer: x = 42", "42", 1.0),
+        ("Answer: n=42", "42", 1.0),
+        ("Answer: $x = 42$", "42", 1.0),
+        ("Answer: 42 degrees", "42", 1.0),
+        ("Answer: 42^\\circ", "42", 1.0),
+        ("Answer: $42^{\\circ}$", "42", 1.0),
+        ("Answer: 42 square units", "42", 1.0),
+        ("Answer: $42\\text{ cm}^2$", "42", 1.0),
+        ("Answer: 1{,}000", "1000", 1.0),
+        ("Answer: 1 000", "1000", 1.0),
+        ("Answer: $1\\,000$", "1000", 1.0),
+        ("Answer: \\overline{42}", "42", 1.0),
+        # kept where the reference is wrong or stricter
+        ("Answer: 42.", "42", 1.0),
+        ("Answer: 042", "42", 1.0),
+        ("Answer: +42", "42", 1.0),
+        ("Answer: 2, 1", "21", -1.0),  # no comma collapse
+        ("Answer: 42 or 43", "42", -1.0),
+        ("Answer: 42x", "42", -1.0),
+        ("Answer: x = 41", "42", -1.0),
+        ("Answer: 0.5", "\\frac{1}{2}", 1.0),  # non-integer label: math-verify
+    ],
+)
+def test_dapo_reference_forms(line, label, reward):
+    assert mr.score_math(f"work\n{line}", label, DAPO).reward == reward
+
+
+def test_dapo_answer_scope():
+    """after_think (default): the Answer: line after </think>; whole: the last 300 characters (verl)."""
+    response = "<think>Answer: 7</think>" + "x" * 10 + "\nAnswer: 8"
+    assert mr.math_reward(response, "8", {"reward_style": "dapo"}).reward == 1.0
+    assert mr.math_reward(response, "7", {"reward_style": "dapo", "answer_scope": "whole"}).reward == -1.0
+    only_in_think = "<think>Answer: 7\n</think>The end."
+    assert mr.math_reward(only_in_think, "7", {"reward_style": "dapo"}).reward == -1.0
+    assert mr.math_reward(only_in_think, "7", {"reward_style": "dapo", "answer_scope": "whole"}).reward == 1.0
+    long_tail = "<think>Answer: 7</think>" + "y" * 400
+    assert mr.math_reward(long_tail, "7", {"reward_style": "dapo", "answer_scope": "whole"}).reward == -1.0
+    with pytest.raises(ValueError, match="answer_scope"):
+        mr.config_for({"answer_scope": "tail"})

@@ -6,10 +6,14 @@ Two reward styles, chosen per row by ``meta["reward_style"]`` (default ``"math_v
   ``math_verify.parse`` (``\\boxed{}`` first, then "final answer" anchors, then the last LaTeX or plain
   expression; fractions, LaTeX, units, sets and intervals are normalised) and compared with
   ``math_verify.verify``. Reward: ``correct_reward`` (1) if equal, else ``wrong_reward`` (0).
-* ``dapo`` -- DAPO-Math-17k's rule: the answer is the last ``Answer: ...`` line of the response; after
-  stripping ``$``, ``\\boxed{}``, ``\\text{}``, thousands separators and a final period it is compared as an
+* ``dapo`` -- DAPO-Math-17k's rule: the answer is the last ``Answer: ...`` line in the last 300
+  characters; after stripping ``$``, ``\\boxed{}``, ``\\text{}``, ``\\overline{}``, thousands separators and a
+  final period, the text after its last ``=`` without degree signs and unit words is compared as an
   integer with the label (math-verify is used only when the label is not an integer). Reward: +1 if
   equal, else -1.
+
+Both read the text after the last ``</think>`` (``meta["answer_scope"] = "after_think"``, the default);
+``"whole"`` reads the whole response, as verl's ``math_dapo.py`` does.
 
 Grading never raises and never hangs a training step: each call returns within its wall-clock limit
 (``timeout_s``) from any thread, the main one included. The call is sent to a pool of grading
@@ -71,6 +75,7 @@ class MathRewardConfig:
 
 
 REWARD_STYLES_NAMES = ("math_verify", "dapo")
+ANSWER_SCOPES = {"after_think": True, "whole": False}  # meta["answer_scope"] -> MathRewardConfig.answer_after_think
 REWARD_STYLES: dict[str, MathRewardConfig] = {
     "math_verify": MathRewardConfig(),
     "dapo": MathRewardConfig(style="dapo", wrong_reward=-1.0),
@@ -112,12 +117,16 @@ def extract_answer_line(response: str, tail_chars: int = 300) -> Optional[str]:
 
 
 def normalize_answer_line(answer: str) -> str:
-    """Strip ``$``, ``\\boxed{}``, ``\\text{}``, ``\\(\\)``, thousands separators and trailing punctuation."""
+    """Strip ``$``, ``\\boxed{}``, ``\\text{}``, ``\\overline{}``, ``\\(\\)``, thousands separators and trailing punctuation.
+
+    Thousands separators are ``,``, ``{,}`` and ``\\,`` between a digit and a group of three digits
+    (``1{,}000`` -> ``1000``); ``2, 1`` is kept as it is.
+    """
     text = answer.strip()
-    for command in ("boxed", "text", "textbf", "mathrm"):
+    for command in ("boxed", "text", "textbf", "mathrm", "mbox", "overline"):
         text = _unwrap(text, command)
     text = text.replace("$", "").replace("\\(", "").replace("\\)", "").replace("\\!", "").strip()
-    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
+    text = re.sub(r"(?<=\d)(?:,|\{,\}|\\,)(?=\d{3}\b)", "", text)
     return text.rstrip(".").strip()
 
 
@@ -125,6 +134,27 @@ def parse_int(text: str) -> Optional[int]:
     """``"042"`` -> 42, ``"-7"`` -> -7, ``"3.0"`` -> 3; anything else -> None."""
     match = re.fullmatch(r"\s*([+-]?\d+)(?:\.0+)?\s*", text)
     return int(match.group(1)) if match else None
+
+
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|°")
+_SPACE_THOUSANDS = re.compile(r"(?<=\d)(?:\s|\\ |\\;|~)(?=\d{3}(?!\d))")
+_NUMBER_WITH_UNIT = re.compile(r"\s*([+-]?\d+)(?:\.0+)?\s*(?:[A-Za-z]{2,}\.?\s*)+(?:\^\{?\d\}?)?\s*")
+
+
+def answer_integer(answer: str) -> Optional[int]:
+    """The integer a normalized ``Answer:`` line states, or None.
+
+    Beyond :func:`parse_int` (which keeps ``042``, ``+42``, ``42.0``): the text after the last ``=``
+    (``x = 42``, ``n=42``), without a degree sign (``42^\\circ``, ``42^{\\circ}``), with spaces as thousands
+    separators (``1 000``), and followed by unit words (``42 degrees``, ``42 square units``).
+    """
+    text = answer.rsplit("=", 1)[-1]
+    text = _SPACE_THOUSANDS.sub("", _DEGREES.sub("", text)).strip()
+    value = parse_int(text)
+    if value is None:
+        match = _NUMBER_WITH_UNIT.fullmatch(text)
+        value = int(match.group(1)) if match else None
+    return value
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -202,7 +232,7 @@ def grade_response(response: str, label: str, style: str, answer_after_think: bo
         if line is None:
             return False, None
         answer = normalize_answer_line(line)
-        gold_int, pred_int = parse_int(normalize_answer_line(label)), parse_int(answer)
+        gold_int, pred_int = parse_int(normalize_answer_line(label)), answer_integer(answer)
         if gold_int is not None:
             return pred_int == gold_int, answer
         equal, _ = math_verify_equal(label, f"${answer}$", float_rounding)
@@ -492,7 +522,7 @@ def score_math(response: str, label: str, config: MathRewardConfig, grade_fn: Gr
 
 
 def config_for(meta: Optional[Mapping[str, Any]]) -> MathRewardConfig:
-    """The style's config, with optional per-row ``meta["grader_timeout_s"]``."""
+    """The style's config, with optional per-row ``meta["grader_timeout_s"]`` and ``meta["answer_scope"]``."""
     meta = meta if isinstance(meta, Mapping) else {}
     style = str(meta.get("reward_style", "math_verify"))
     if style not in REWARD_STYLES:
@@ -500,6 +530,11 @@ def config_for(meta: Optional[Mapping[str, Any]]) -> MathRewardConfig:
     config = REWARD_STYLES[style]
     if "grader_timeout_s" in meta:
         config = replace(config, timeout_s=float(meta["grader_timeout_s"]))
+    scope = meta.get("answer_scope", "after_think")
+    if scope not in ANSWER_SCOPES:
+        raise ValueError(f"meta.answer_scope: unknown scope {scope!r}; choose one of {list(ANSWER_SCOPES)}")
+    if ANSWER_SCOPES[scope] != config.answer_after_think:
+        config = replace(config, answer_after_think=ANSWER_SCOPES[scope])
     return config
 
 
