@@ -239,3 +239,21 @@ def test_parser_choice_from_meta_and_environment(monkeypatch):
     assert kk_reward(lenient_only, LABEL, dict(META, kk_parser="lenient")).reward == 3.0
     with pytest.raises(ValueError, match="kk_parser"):
         kk_reward(lenient_only, LABEL, dict(META, kk_parser="strict"))
+
+
+def test_recipes_choose_the_parser():
+    from adora_openrlhf.recipes import build_run_config
+
+    assert build_run_config("kk-tiny").data.kk_parser == "lenient"
+    assert build_run_config("kk-qwen2.5-7b-adora").data.kk_parser == "logic_rl"
+    assert build_run_config("kk-qwen2.5-7b-grpo").data.kk_parser == "logic_rl"
+
+
+def test_config_parser_reaches_local_rows_and_is_validated():
+    from adora_openrlhf.backends.local.data import load_rows
+    from adora_openrlhf.config import ConfigError, DataConfig
+
+    train, held = load_rows(DataConfig(kk_parser="logic_rl", num_train=3, num_eval=2, kk_num_people=[2]), 0)
+    assert {row.meta["kk_parser"] for row in (*train, *held)} == {"logic_rl"}
+    with pytest.raises(ConfigError, match="data.kk_parser"):
+        DataConfig(kk_parser="strict")
