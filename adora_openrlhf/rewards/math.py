@@ -433,6 +433,8 @@ class ProcessGrader:
                 worker.kill()
                 worker = None
                 return "timeout", False, None, f"grading worker gave no answer within {timeout_s}s and was killed"
+            if reply["status"] == "timeout":
+                return "timeout", False, None, f"grading overran {timeout_s}s ({reply['message']})"
             return reply["status"], bool(reply["correct"]), reply["extracted"], reply["message"]
         except Exception as err:  # noqa: BLE001 - never raise into the training step
             if worker is not None:
