@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adora_openrlhf.rewards.base import get_reward_fn
-from adora_openrlhf.rewards.kk import KKRewardConfig, format_ok, kk_reward, make_kk_reward, parse_kk_answer
+from adora_openrlhf.rewards.kk import (
+    KKRewardConfig,
+    format_ok,
+    kk_reward,
+    make_kk_reward,
+    parse_kk_answer,
+    parse_kk_answer_logic_rl,
+)
 from data_prep import kk
 
 NAMES = ["Alice", "Bob", "Carol"]
@@ -257,3 +264,23 @@ def test_config_parser_reaches_local_rows_and_is_validated():
     assert {row.meta["kk_parser"] for row in (*train, *held)} == {"logic_rl"}
     with pytest.raises(ConfigError, match="data.kk_parser"):
         DataConfig(kk_parser="strict")
+
+
+_HEDGES = st.sampled_from([" or a {other}", " (or maybe a {other})", " and a {other}", ", or possibly a {other}", " / {other}"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(roles=st.lists(st.booleans(), min_size=2, max_size=6), data=st.data())
+def test_property_a_second_role_makes_the_answer_unparsable(roles, data):
+    names = list(kk.NAMES[: len(roles)])
+    hedged = data.draw(st.integers(0, len(roles) - 1))
+    lines = []
+    for i, (name, knight) in enumerate(zip(names, roles)):
+        role, other = ("knight", "knave") if knight else ("knave", "knight")
+        line = f"({i + 1}) {name} is a {role}"
+        if i == hedged:
+            line += data.draw(_HEDGES).format(other=other)
+        lines.append(line)
+    text = "\n".join(lines)
+    assert parse_kk_answer(text, names) is None
+    assert parse_kk_answer_logic_rl(text, names) is None
