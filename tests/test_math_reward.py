@@ -143,6 +143,12 @@ def blocked_grade(*args):
     return True, "never"
 
 
+def napping_grade(*args):
+    """A call that takes 2 s, so that concurrent callers overlap."""
+    time.sleep(2.0)
+    return False, None
+
+
 def swallowing_grade(*args):
     """Catches the timeout and answers anyway, as a broad ``except`` inside a grading library would."""
     try:
@@ -242,8 +248,8 @@ def test_concurrent_callers_do_not_queue(grader):
     def call(config, fn, out):
         out.append(timed(mr.safe_grade, "x", "1", config, grade_fn=fn, process_grader=grader))
 
-    warm: list = []
-    threads = [threading.Thread(target=call, args=(MV, mr.grade_response, warm)) for _ in range(4)]
+    warm: list = []  # four overlapping calls: each needs its own worker (idle ones are reused)
+    threads = [threading.Thread(target=call, args=(MV, napping_grade, warm)) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:

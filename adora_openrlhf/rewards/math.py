@@ -339,7 +339,9 @@ class _Worker:
     def request(self, payload: dict[str, Any], wait_s: float) -> Optional[dict[str, Any]]:
         """Send one request; the reply, or None when none came within ``wait_s`` seconds or the worker died."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(payload).encode() + b"\n")
+        data = memoryview(json.dumps(payload).encode() + b"\n")
+        while data:  # an unbuffered pipe write may be partial
+            data = data[os.write(self.proc.stdin.fileno(), data):]
         return self.read_line(wait_s)
 
     def kill(self) -> None:
