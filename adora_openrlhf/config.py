@@ -264,6 +264,11 @@ class DataConfig:
     num_eval: int = 100  # generated held-out puzzles
     max_prompt_tokens: int = 512  # prompts longer than this are rejected with their row index
     prompt_template: str = "auto"  # local backend: "auto" (chat template if the tokenizer has one, else "compact") | "chat" | "compact"
+    kk_parser: str = field(
+        default="lenient",
+        metadata={"help": "K&K answer parser: 'lenient' (phrasing variants such as 'Name: knight') or 'logic_rl' "
+                          "(Logic-RL's role-count rule and 'Name is a knight' statements exactly); a row's meta.kk_parser wins"},
+    )
 
     def __post_init__(self) -> None:
         _require(self.prompt_template in PROMPT_TEMPLATE_NAMES, "data.prompt_template", f"unknown template {self.prompt_template!r}; choose one of {list(PROMPT_TEMPLATE_NAMES)}")
@@ -272,6 +277,7 @@ class DataConfig:
         _require(max(self.kk_num_people) <= self.kk_name_pool <= 26, "data.kk_name_pool",
                  f"must be in {max(self.kk_num_people)}..26 (at least the largest people count), got {self.kk_name_pool}")
         _require(self.num_train >= 1 and self.num_eval >= 1, "data.num_train", "num_train and num_eval must be >= 1")
+        _require(self.kk_parser in ("lenient", "logic_rl"), "data.kk_parser", f"unknown K&K answer parser {self.kk_parser!r}; choose lenient or logic_rl")
 
 
 @dataclass

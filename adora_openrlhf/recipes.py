@@ -180,7 +180,8 @@ _KK_7B = {
     "adora": {"rule": "length", "mode": "attenuate", "lambda_att": 0.1, "correct_threshold": 1.0},
     "sampling": {"n_keep": 16, "positive_threshold": 0.5},
     "model": {"path": "Qwen/Qwen2.5-7B-Instruct-1M", "dtype": "bfloat16"},
-    "data": {"task": "kk", "train_path": "data/kk/train.jsonl", "eval_path": "data/kk/test.jsonl", "max_prompt_tokens": 400},
+    "data": {"task": "kk", "train_path": "data/kk/train.jsonl", "eval_path": "data/kk/test.jsonl", "max_prompt_tokens": 400,
+             "kk_parser": "logic_rl"},  # Logic-RL's own answer rule: the reward the ADORA K&K results were trained with
     "train": {"lr": 3e-7, "kl_coef": 0.001, "micro_batch_size": 4, "clip_eps_low": 0.2, "clip_eps_high": 0.2},
     "extra": {
         "openrlhf": {

@@ -123,3 +123,43 @@ def test_property_rounded_value_is_correct(value, precision):
     label = f"{round(value, precision):.{precision}f}"
     meta = {"question_type": "free_form", "answer_type": "float", "precision": precision}
     assert geometry_reward(think(label), label, meta).correct
+
+
+PID_302 = {  # MathVista testmini pid 302
+    "question_type": "multi_choice",
+    "answer_type": "text",
+    "choices": ["a polynomial", "a trigonometric function", "an exponential function", "a logarithmic function"],
+}
+SUMS = {"question_type": "multi_choice", "answer_type": "text", "choices": ["d + e = f + j", "b + c = f", "a + d = e", "b + e = j"]}
+
+
+@pytest.mark.parametrize(
+    "meta, label, answer, reward",
+    [
+        (PID_302, "a logarithmic function", "D", 1.0),
+        (PID_302, "a logarithmic function", "A", 0.1),
+        (PID_302, "a logarithmic function", "a logarithmic function", 1.0),
+        (PID_302, "a logarithmic function", "a polynomial", 0.1),
+        (SUMS, "d + e = f + j", "A", 1.0),
+        (SUMS, "d + e = f + j", "D", 0.1),
+        (SUMS, "d + e = f + j", "(A)", 1.0),
+    ],
+)
+def test_options_starting_with_a_letter(meta, label, answer, reward):
+    """Option texts are matched before letters, for the label and for the response."""
+    result = geometry_reward(think(answer), label, meta)
+    assert result.reward == pytest.approx(reward)
+
+
+def test_choice_index_text_before_letter():
+    choices = PID_302["choices"]
+    assert choice_index("a logarithmic function", choices) == 3
+    assert choice_index("(D)", choices) == 3 and choice_index("Option B", choices) == 1
+    assert choice_index("(b)", ["(c)", "(b)", "(a)"]) == 1  # the option text "(b)" is the second option
+    assert choice_index("E", choices) is None
+
+
+def test_free_form_label_with_escaped_dollar():
+    meta = {"question_type": "free_form", "answer_type": "text"}
+    result = geometry_reward(think("36"), "\\$36", meta)
+    assert result.correct and result.info["grader_error"] == 0.0

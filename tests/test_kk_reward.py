@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adora_openrlhf.rewards.base import get_reward_fn
-from adora_openrlhf.rewards.kk import KKRewardConfig, format_ok, kk_reward, make_kk_reward, parse_kk_answer
+from adora_openrlhf.rewards.kk import (
+    KKRewardConfig,
+    format_ok,
+    kk_reward,
+    make_kk_reward,
+    parse_kk_answer,
+    parse_kk_answer_logic_rl,
+)
 from data_prep import kk
 
 NAMES = ["Alice", "Bob", "Carol"]
@@ -176,3 +183,104 @@ def test_property_never_raises_on_model_output(text):
     result = kk_reward(text, LABEL, META)
     assert result.reward in (3.0, -0.5, -1.0, -3.0)
     assert result.correct == (result.reward == 3.0)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Zoey is a knight (or maybe a knave)",
+        "Zoey is a knight and a knave",
+        "Zoey is a knight, or possibly a knave",
+        "Zoey is a knight or a knave",
+        "Zoey: knight/knave",
+    ],
+)
+def test_hedged_or_contradictory_roles_are_unparsable(answer):
+    """Logic-RL gives -1 (well formed, unparsable) for these; the first role used to decide."""
+    names, label = ["Zoey", "Ethan"], "(1) Zoey is a knight\n(2) Ethan is a knave"
+    text = f"{answer}\nEthan is a knave"
+    assert parse_kk_answer(text, names) is None
+    assert kk_reward(wrap(text), label, {"names": names}).reward == -1.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Zoey is a knight, and Ethan is a knave",
+        "Zoey is not a knave but a knight\nEthan is a knave",
+        "Zoey is a knight, not a knave. Ethan is a knave",
+    ],
+)
+def test_one_role_per_clause(text):
+    assert parse_kk_answer(text, ["Zoey", "Ethan"]) == {"Zoey": True, "Ethan": False}
+
+
+LOGIC_RL = make_kk_reward(KKRewardConfig(parser="logic_rl"))
+
+
+@pytest.mark.parametrize(
+    "answer, reward",
+    [
+        (LABEL, 3.0),
+        ("Carol is a knight, Alice is a knight and Bob is a knave", 3.0),  # any order, one line
+        ("(1) Alice is a knight\n(2) Bob is a knight\n(3) Carol is a knight", -0.5),
+        ("Alice: knight\nBob: knave\nCarol: knight", -1.0),  # no "is a" statement
+        ("**Alice** is a knight\nBob is a knave\nCarol is a knight", -1.0),  # bold name: "** is" breaks \b...\s+is
+        ("Alice is an knight\nBob is a knave\nCarol is a knight", -1.0),  # "an"
+        ("Alice is a knight\nBob is a knave\nCarol is a knight\nSo: 2 knights, 1 knave.", -1.0),  # role count 5 != 3
+        ("Alice is a knight\nBob is not a knight\nCarol is a knight", -1.0),  # negation: no statement for Bob
+        ("Alice is a knight or a knave\nBob is a knave\nCarol is a knight", -1.0),  # hedge: role count 4
+        ("Alice is a Knight\nBOB IS A KNAVE\ncarol is a knight", 3.0),  # case-insensitive
+    ],
+)
+def test_logic_rl_parser_reproduces_the_reference_rule(answer, reward):
+    assert LOGIC_RL(wrap(answer), LABEL, META).reward == reward
+
+
+def test_parser_choice_from_meta_and_environment(monkeypatch):
+    lenient_only = wrap("Alice: knight\nBob: knave\nCarol: knight")
+    assert kk_reward(lenient_only, LABEL, META).reward == 3.0
+    assert kk_reward(lenient_only, LABEL, dict(META, kk_parser="logic_rl")).reward == -1.0
+    monkeypatch.setenv("ADORA_KK_PARSER", "logic_rl")
+    assert kk_reward(lenient_only, LABEL, META).reward == -1.0
+    assert kk_reward(lenient_only, LABEL, dict(META, kk_parser="lenient")).reward == 3.0
+    with pytest.raises(ValueError, match="kk_parser"):
+        kk_reward(lenient_only, LABEL, dict(META, kk_parser="strict"))
+
+
+def test_recipes_choose_the_parser():
+    from adora_openrlhf.recipes import build_run_config
+
+    assert build_run_config("kk-tiny").data.kk_parser == "lenient"
+    assert build_run_config("kk-qwen2.5-7b-adora").data.kk_parser == "logic_rl"
+    assert build_run_config("kk-qwen2.5-7b-grpo").data.kk_parser == "logic_rl"
+
+
+def test_config_parser_reaches_local_rows_and_is_validated():
+    from adora_openrlhf.backends.local.data import load_rows
+    from adora_openrlhf.config import ConfigError, DataConfig
+
+    train, held = load_rows(DataConfig(kk_parser="logic_rl", num_train=3, num_eval=2, kk_num_people=[2]), 0)
+    assert {row.meta["kk_parser"] for row in (*train, *held)} == {"logic_rl"}
+    with pytest.raises(ConfigError, match="data.kk_parser"):
+        DataConfig(kk_parser="strict")
+
+
+_HEDGES = st.sampled_from([" or a {other}", " (or maybe a {other})", " and a {other}", ", or possibly a {other}", " / {other}"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(roles=st.lists(st.booleans(), min_size=2, max_size=6), data=st.data())
+def test_property_a_second_role_makes_the_answer_unparsable(roles, data):
+    names = list(kk.NAMES[: len(roles)])
+    hedged = data.draw(st.integers(0, len(roles) - 1))
+    lines = []
+    for i, (name, knight) in enumerate(zip(names, roles)):
+        role, other = ("knight", "knave") if knight else ("knave", "knight")
+        line = f"({i + 1}) {name} is a {role}"
+        if i == hedged:
+            line += data.draw(_HEDGES).format(other=other)
+        lines.append(line)
+    text = "\n".join(lines)
+    assert parse_kk_answer(text, names) is None
+    assert parse_kk_answer_logic_rl(text, names) is None

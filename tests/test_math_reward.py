@@ -134,39 +134,151 @@ def test_crash_yields_error_reward():
     assert result.reward == 0.0 and result.info["grader_error"] == 1.0 and not result.correct
 
 
-def test_from_worker_thread_grades_and_times_out():
-    grader = mr.ProcessGrader(processes=1, grace_s=20.0)
+def blocked_grade(*args):
+    """Stands in for C-level work that no signal interrupts (a big-integer power): SIGALRM is blocked."""
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    time.sleep(30)
+    return True, "never"
+
+
+def napping_grade(*args):
+    """A call that takes 2 s, so that concurrent callers overlap."""
+    time.sleep(2.0)
+    return False, None
+
+
+def swallowing_grade(*args):
+    """Catches the timeout and answers anyway, as a broad ``except`` inside a grading library would."""
+    try:
+        time.sleep(30)
+    except BaseException:  # noqa: BLE001
+        pass
+    return True, "swallowed"
+
+
+@pytest.fixture(scope="module")
+def grader():
+    """One pool for the module: its workers are started once (each start-up imports math-verify)."""
+    pool = mr.ProcessGrader(max_processes=4)
+    yield pool
+    pool.close()
+
+
+def timed(fn, *args, **kwargs):
+    start = time.monotonic()
+    out = fn(*args, **kwargs)
+    return out, time.monotonic() - start
+
+
+def test_from_worker_thread_grades_and_times_out(grader):
     results = {}
 
     def work():
         config = replace(MV, timeout_s=1.0)
         results["ok"] = mr.safe_grade("\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", config, process_grader=grader)
-        results["slow"] = mr.safe_grade("x", "1", config, grade_fn=slow_grade, process_grader=grader)
+        results["slow"] = timed(mr.safe_grade, "x", "1", config, grade_fn=slow_grade, process_grader=grader)
         results["after"] = mr.safe_grade("\\boxed{3}", "3", config, process_grader=grader)
 
-    try:
-        thread = threading.Thread(target=work)
-        start = time.monotonic()
-        thread.start()
-        thread.join(60)
-        assert not thread.is_alive()
-        assert time.monotonic() - start < 45
-    finally:
-        grader.close()
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(150)  # the first call starts a worker (imports); its limit counts from when it is ready
+    assert not thread.is_alive()
     assert results["ok"][:2] == ("ok", True)
-    assert results["slow"][0] == "timeout"
+    (status, *_), seconds = results["slow"]
+    assert status == "timeout" and seconds < 1.5
     assert results["after"][:2] == ("ok", True)
 
 
-def test_hung_worker_is_killed_and_replaced():
-    grader = mr.ProcessGrader(processes=1, grace_s=0.0)  # no grace: the worker's own alarm cannot win the race
+def test_start_up_is_not_counted_against_the_limit():
+    # a cold worker takes far longer than 0.5 s to import math-verify; the call still grades
+    pool = mr.ProcessGrader(max_processes=1)
     try:
-        outcome = grader.run(slow_grade, (), timeout_s=0.3)
-        assert outcome[0] == "timeout"
-        grader_fresh = grader.run(mr.grade_response, ("\\boxed{2}", "2", "math_verify", True, 300, 6), timeout_s=30)
-        assert grader_fresh[:2] == ("ok", True)
+        outcome = mr.safe_grade("\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", replace(MV, timeout_s=0.5), process_grader=pool)
     finally:
-        grader.close()
+        pool.close()
+    assert outcome[:2] == ("ok", True)
+
+
+@pytest.mark.parametrize("response, label", [("\\boxed{10^{10^{10}}}", "5"), ("\\boxed{9^{9^{9^{9}}}}", "1"), ("\\boxed{1}", "10^{10^{10}}")])
+def test_huge_powers_time_out_in_the_main_thread(grader, response, label):
+    """Before: these ran past 40 s in the main thread (the alarm was swallowed inside math-verify)."""
+    mr.safe_grade("\\boxed{1}", "1", MV, process_grader=grader)  # start the worker first
+    (status, correct, *_), seconds = timed(mr.safe_grade, response, label, replace(MV, timeout_s=1.0), process_grader=grader)
+    assert status == "timeout" and not correct and seconds < 1.5
+    inline = replace(MV, timeout_s=1.0, mode="inline")
+    (status, *_), seconds = timed(mr.safe_grade, response, label, inline)
+    assert status == "timeout" and seconds < 1.5
+
+
+def test_default_config_grades_in_a_worker_from_the_main_thread(monkeypatch, grader):
+    monkeypatch.setattr(mr, "_PROCESS_GRADER", grader)
+    assert threading.current_thread() is threading.main_thread()
+    assert mr.score_math("\\boxed{2}", "2", MV).correct
+    assert grader.size >= 1
+
+
+def test_uninterruptible_call_is_killed_at_the_limit(grader):
+    mr.safe_grade("\\boxed{1}", "1", MV, process_grader=grader)
+    outcome, seconds = timed(grader.run, blocked_grade, (), 1.0)
+    assert outcome[0] == "timeout" and "killed" in outcome[3] and seconds < 1.5
+    assert grader.run(mr.grade_response, ("\\boxed{2}", "2", "math_verify", True, 300, 6), 30)[:2] == ("ok", True)
+
+
+def test_swallowed_timeout_counts_as_timeout():
+    outcome, seconds = timed(mr.run_with_alarm, swallowing_grade, (), 0.3)
+    assert outcome[0] == "timeout" and seconds < 2
+
+
+def test_timeout_inside_math_verify_is_not_swallowed(monkeypatch):
+    """math-verify wraps sympy's simplify in ``except Exception``; a timeout there must stay a timeout."""
+    import math_verify.grader
+
+    def slow_simplify(*args, **kwargs):
+        time.sleep(30)
+
+    monkeypatch.setattr(math_verify.grader, "simplify", slow_simplify)
+    outcome, seconds = timed(mr.run_with_alarm, mr.grade_response, ("\\boxed{x^2+2x+1}", "(x+1)^2", "math_verify"), 0.5)
+    assert outcome[0] == "timeout" and seconds < 3
+
+
+def test_concurrent_callers_do_not_queue(grader):
+    """Four callers at once each get a worker: every call returns within its own limit."""
+    def call(config, fn, out):
+        out.append(timed(mr.safe_grade, "x", "1", config, grade_fn=fn, process_grader=grader))
+
+    warm: list = []  # four overlapping calls: each needs its own worker (idle ones are reused)
+    threads = [threading.Thread(target=call, args=(MV, napping_grade, warm)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(150)
+    assert grader.size == 4 and all(o[:2] == ("ok", False) for o, _ in warm)
+    slow: list = []
+    threads = [threading.Thread(target=call, args=(replace(MV, timeout_s=1.0), slow_grade, slow)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert [o[0] for o, _ in slow] == ["timeout"] * 4
+    assert max(seconds for _, seconds in slow) < 1.8
+
+
+def test_full_pool_wait_is_bounded():
+    pool = mr.ProcessGrader(max_processes=1)
+    try:
+        mr.safe_grade("\\boxed{1}", "1", MV, process_grader=pool)
+        out: list = []
+        worker = threading.Thread(target=lambda: out.append(pool.run(slow_grade, (), 3.0)))
+        worker.start()
+        time.sleep(0.2)
+        outcome, seconds = timed(pool.run, mr.grade_response, ("\\boxed{1}", "1", "math_verify"), 0.5)
+        assert outcome[0] == "timeout" and "no grading worker became free" in outcome[3] and seconds < 1.0
+        worker.join(10)
+        assert out[0][0] == "timeout"
+    finally:
+        pool.close()
 
 
 @settings(max_examples=60, deadline=None)
@@ -181,3 +293,80 @@ def test_property_dapo_never_raises(text):
 def test_property_integer_answer_line_roundtrip(value):
     assert mr.score_math(f"work\nAnswer: {value}", str(value), DAPO).reward == 1.0
     assert mr.score_math(f"work\nAnswer: {value + 1}", str(value), DAPO).reward == -1.0
+
+
+@pytest.mark.parametrize(
+    "response, label, correct",
+    [  # MATH500 answers with an escaped dollar sign (3 of 500 rows)
+        ("<think>x</think>\\boxed{36}", "\\$36", True),
+        ("\\boxed{\\$36}", "\\$36", True),
+        ("\\boxed{18.90}", "\\$18.90", True),
+        ("\\boxed{32348}", "\\$32,\\!348", True),
+        ("\\boxed{35}", "\\$36", False),
+        ("$\\frac{1}{2}$", "$\\frac12$", True),  # a label already in math delimiters is kept as is
+    ],
+)
+def test_escaped_dollar_labels(response, label, correct):
+    result = mr.score_math(response, label, MV)
+    assert result.correct is correct and result.info["grader_error"] == 0.0
+    assert mr.math_reward(response, label, {}).reward == float(correct)
+
+
+@pytest.mark.parametrize("response, label", [("$12:00$", "$12:00$"), ("The time is $12:00$", "12:00"), ("\\boxed{12:00}", "12:00")])
+def test_identical_answer_whose_numeric_pair_raises(response, label):
+    """``12:00`` parses to [zoo, "12:00"]: the zoo pair raises, the string pair is equal."""
+    result = mr.score_math(response, label, MV)
+    assert result.correct and result.reward == 1.0 and result.info["grader_error"] == 0.0
+
+
+def test_any_pair_equal_reraises_only_when_every_pair_fails():
+    import sympy
+
+    assert mr.any_pair_equal([sympy.zoo, "12:00"], [sympy.zoo, "12:00"])
+    assert not mr.any_pair_equal([sympy.zoo, "12:00"], [sympy.Integer(3), "3"])
+    with pytest.raises(ValueError):
+        mr.any_pair_equal([sympy.zoo], [sympy.zoo])
+
+
+@pytest.mark.parametrize(
+    "line, label, reward",
+    [  # forms verl's math_dapo.py accepts
+        ("Answer: x = 42", "42", 1.0),
+        ("Answer: n=42", "42", 1.0),
+        ("Answer: $x = 42$", "42", 1.0),
+        ("Answer: 42 degrees", "42", 1.0),
+        ("Answer: 42^\\circ", "42", 1.0),
+        ("Answer: $42^{\\circ}$", "42", 1.0),
+        ("Answer: 42 square units", "42", 1.0),
+        ("Answer: $42\\text{ cm}^2$", "42", 1.0),
+        ("Answer: 1{,}000", "1000", 1.0),
+        ("Answer: 1 000", "1000", 1.0),
+        ("Answer: $1\\,000$", "1000", 1.0),
+        ("Answer: \\overline{42}", "42", 1.0),
+        # kept where the reference is wrong or stricter
+        ("Answer: 42.", "42", 1.0),
+        ("Answer: 042", "42", 1.0),
+        ("Answer: +42", "42", 1.0),
+        ("Answer: 2, 1", "21", -1.0),  # no comma collapse
+        ("Answer: 42 or 43", "42", -1.0),
+        ("Answer: 42x", "42", -1.0),
+        ("Answer: x = 41", "42", -1.0),
+        ("Answer: 0.5", "\\frac{1}{2}", 1.0),  # non-integer label: math-verify
+    ],
+)
+def test_dapo_reference_forms(line, label, reward):
+    assert mr.score_math(f"work\n{line}", label, DAPO).reward == reward
+
+
+def test_dapo_answer_scope():
+    """after_think (default): the Answer: line after </think>; whole: the last 300 characters (verl)."""
+    response = "<think>Answer: 7</think>" + "x" * 10 + "\nAnswer: 8"
+    assert mr.math_reward(response, "8", {"reward_style": "dapo"}).reward == 1.0
+    assert mr.math_reward(response, "7", {"reward_style": "dapo", "answer_scope": "whole"}).reward == -1.0
+    only_in_think = "<think>Answer: 7\n</think>The end."
+    assert mr.math_reward(only_in_think, "7", {"reward_style": "dapo"}).reward == -1.0
+    assert mr.math_reward(only_in_think, "7", {"reward_style": "dapo", "answer_scope": "whole"}).reward == 1.0
+    long_tail = "<think>Answer: 7</think>" + "y" * 400
+    assert mr.math_reward(long_tail, "7", {"reward_style": "dapo", "answer_scope": "whole"}).reward == -1.0
+    with pytest.raises(ValueError, match="answer_scope"):
+        mr.config_for({"answer_scope": "tail"})

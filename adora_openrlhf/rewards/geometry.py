@@ -3,8 +3,8 @@
 The answer is read from the text after the last ``</think>``: the last ``<answer>...</answer>`` block,
 else the last ``\\boxed{}``, else the last line (after "answer is" / "Answer:" when present). It is graded by the row's ``meta``:
 
-* ``multi_choice`` (``meta["choices"]``): the answer names an option by letter ("B", "(B)", "Option B")
-  or by its text; correct when that option is the label.
+* ``multi_choice`` (``meta["choices"]``): the answer names an option by its text or, failing that, by
+  letter ("B", "(B)", "Option B"); correct when that option is the one the label names the same way.
 * ``answer_type`` ``integer`` / ``float``: the first number in the answer, rounded to ``precision``
   decimals (MathVista's rule; integers: 0), equals the label rounded the same way.
 * otherwise (free form, Geometry3K): the math grader (``math-verify``, never raises, time-limited); when
@@ -80,16 +80,20 @@ def format_ok(response: str, config: GeometryRewardConfig) -> bool:
 
 
 def choice_index(answer: str, choices: Sequence[str]) -> Optional[int]:
-    """Index of the option an answer names: by letter ("B", "(B)", "Option B") or by its exact text."""
+    """Index of the option an answer names: its exact text first, else a letter ("B", "(B)", "Option B").
+
+    Texts come first because an option may itself start with a lone letter ("a logarithmic function",
+    "(b)", "d + e = f + j"); read as a letter it would name the wrong option.
+    """
     text = normalize_answer_line(answer)
+    normalized = [normalize_answer_line(c).lower() for c in choices]
+    if text.lower() in normalized:
+        return normalized.index(text.lower())
     match = _LETTER.match(text)
     if match:
         index = ord(match.group(1).upper()) - ord("A")
         if 0 <= index < len(choices):
             return index
-    normalized = [normalize_answer_line(c).lower() for c in choices]
-    if text.lower() in normalized:
-        return normalized.index(text.lower())
     return None
 
 

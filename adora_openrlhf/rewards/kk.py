@@ -8,6 +8,11 @@
   ``+2`` when every person's role matches the label, ``-1.5`` when the answer parses but some role is
   wrong, ``-2`` when it cannot be parsed (a name missing, or a name given both roles).
 
+Two answer parsers (``KKRewardConfig.parser``, or per row ``meta["kk_parser"]``, or run-wide the
+``ADORA_KK_PARSER`` environment variable): ``lenient`` (:func:`parse_kk_answer`, accepts phrasing
+variants) and ``logic_rl`` (:func:`parse_kk_answer_logic_rl`, Logic-RL's role-count rule and
+"Name is a knight" statements exactly, the training signal the ADORA K&K results were trained with).
+
 So a correct, well-formed response scores 3.0, a well-formed wrong one -0.5, a well-formed unparsable
 one -1, and any malformed response -3. ``correct`` is True exactly when the answer was graded and every
 role matches.
@@ -15,9 +20,10 @@ role matches.
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from adora_openrlhf.rewards.base import RewardResult, register_reward
 
@@ -34,9 +40,12 @@ class KKRewardConfig:
     answer_unparsable: float = -2.0  # no answer block, a name missing, contradictory roles, or format failed
     grade_only_if_format_ok: bool = True  # Logic-RL: a malformed response gets answer_unparsable without grading
     think_opened_in_prompt: bool = False  # the prompt template already ends with "<think>"; the response lacks it
+    parser: str = "lenient"  # answer parser: "lenient" (phrasing variants) | "logic_rl" (Logic-RL's rule exactly)
 
+    def __post_init__(self) -> None:
+        if self.parser not in KK_PARSERS:
+            raise ValueError(f"kk_parser: unknown K&K answer parser {self.parser!r}; choose one of {sorted(KK_PARSERS)}")
 
-DEFAULT_KK_REWARD_CONFIG = KKRewardConfig()
 
 _LABEL_LINE = re.compile(r"^\s*\(?\s*\d+\s*\)?[.:]?\s*(?P<name>.+?)\s+is\s+an?\s+(?P<role>knight|knave)\b", re.IGNORECASE)
 
@@ -61,33 +70,79 @@ def _name_pattern(name: str) -> re.Pattern[str]:
     # "<Name> is a knight", "<Name>: Knave.", "<Name> - knight", "<Name> is not a knave", with any spacing/case.
     return re.compile(
         rf"(?<![A-Za-z]){re.escape(name)}(?![A-Za-z])[\s\*_]*(?:is|was|:|=|-|—)?\s*"
-        r"(?P<neg>not\s+)?(?:an?\s+)?\**(?P<role>knight|knave)s?\b"
-        r"(?:\s*(?:or|/)\s*(?:an?\s+)?(?P<alt>knight|knave))?",
+        r"(?P<neg>not\s+)?(?:an?\s+)?\**(?P<role>knight|knave)s?\b",
         re.IGNORECASE,
     )
+
+
+_ROLE_WORD = re.compile(r"(?P<neg>\bnot\s+)?(?:\ban?\s+)?(?P<role>knight|knave)", re.IGNORECASE)
+
+
+def _any_name(names: Sequence[str]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    return re.compile(rf"(?<![A-Za-z])(?:{alternatives})(?![A-Za-z])", re.IGNORECASE)
+
+
+def _is_knight(match: re.Match[str]) -> bool:
+    return (match.group("role").lower() == "knight") != bool(match.group("neg"))
 
 
 def parse_kk_answer(text: Optional[str], names: Sequence[str]) -> Optional[dict[str, bool]]:
     """Roles stated in ``text`` for every name (True = knight), or None when any name has no role or two roles.
 
-    Accepts "(k) Name is a knight" lines in any order, with or without numbers, any case, extra spaces
-    and punctuation ("Knight.", "knave;"), "Name: knave", and "Name is not a knight" (read as a knave).
-    A hedge such as "Name is a knight or a knave" counts as two roles.
+    The lenient parser. Accepts "(k) Name is a knight" lines in any order, with or without numbers, any
+    case, extra spaces and punctuation ("Knight.", "knave;"), "Name: knave", bold names, and "Name is not
+    a knight" (read as a knave). Every role word in the rest of a statement's clause (up to the next
+    person's name or line break) is a role given to that person too, so a hedge or a contradiction ("a
+    knight (or maybe a knave)", "a knight and a knave", "a knight, or possibly a knave") gives two roles.
     """
     if not text or not names:
         return None
+    mentions = _any_name(names)
     roles: dict[str, bool] = {}
     for name in names:
         found = set()
         for match in _name_pattern(name).finditer(text):
-            is_knight = match.group("role").lower() == "knight"
-            found.add(is_knight != bool(match.group("neg")))
-            if match.group("alt"):  # "a knight or a knave" hedges both roles
-                found.add((match.group("alt").lower() == "knight") != bool(match.group("neg")))
+            found.add(_is_knight(match))
+            line_end = text.find("\n", match.end())
+            end = len(text) if line_end < 0 else line_end
+            next_name = mentions.search(text, match.end(), end)
+            end = next_name.start() if next_name else end
+            found.update(_is_knight(extra) for extra in _ROLE_WORD.finditer(text, match.end(), end))
         if len(found) != 1:
             return None
         roles[name] = found.pop()
     return roles
+
+
+def parse_kk_answer_logic_rl(text: Optional[str], names: Sequence[str]) -> Optional[dict[str, bool]]:
+    """Roles under Logic-RL's own answer rule (True = knight), or None when it does not parse.
+
+    Two conditions, both case-insensitive: the substrings "knight" and "knave" together occur exactly
+    once per person in the whole text ("knights" counts; so does a summary line), and every name has a
+    "<Name> is a knight|knave" statement (whole words, whitespace between them); the first such statement
+    gives the role. "Name: knight", "Name is an knight" or "**Name** is a knight" do not parse.
+    """
+    if not text or not names:
+        return None
+    lowered = text.lower()
+    if lowered.count("knight") + lowered.count("knave") != len(names):
+        return None
+    roles: dict[str, bool] = {}
+    for name in names:
+        match = re.search(rf"\b{re.escape(name)}\b\s+is\s+a\s+\b(knight|knave)\b", text, re.IGNORECASE)
+        if match is None:
+            return None
+        roles[name] = match.group(1).lower() == "knight"
+    return roles
+
+
+KK_PARSERS: dict[str, Callable[[Optional[str], Sequence[str]], Optional[dict[str, bool]]]] = {
+    "lenient": parse_kk_answer,
+    "logic_rl": parse_kk_answer_logic_rl,
+}
+KK_PARSER_ENV = "ADORA_KK_PARSER"  # run-wide parser choice when a row's meta names none
+DEFAULT_KK_REWARD_CONFIG = KKRewardConfig()
 
 
 def parse_kk_label(label: str, names: Optional[Sequence[str]] = None) -> dict[str, bool]:
@@ -116,7 +171,8 @@ def score_kk(response: str, label: str, meta: Mapping[str, Any], config: KKRewar
     well_formed = format_ok(response, config.think_opened_in_prompt)
     format_score = config.format_reward if well_formed else -abs(config.format_reward)
     answer = extract_answer_block(response)
-    predicted = parse_kk_answer(answer, list(truth)) if (well_formed or not config.grade_only_if_format_ok) else None
+    parse = KK_PARSERS[config.parser]
+    predicted = parse(answer, list(truth)) if (well_formed or not config.grade_only_if_format_ok) else None
     if predicted is None:
         answer_score, correct = config.answer_unparsable, False
     elif predicted == truth:
@@ -141,13 +197,22 @@ def make_kk_reward(config: KKRewardConfig):
     return reward
 
 
+def config_for(meta: Mapping[str, Any], config: KKRewardConfig) -> KKRewardConfig:
+    """``config`` with the row's overrides: ``meta["think_opened_in_prompt"]`` and the answer parser
+    (``meta["kk_parser"]``, else the ``ADORA_KK_PARSER`` environment variable, else ``config.parser``)."""
+    changes: dict[str, Any] = {}
+    if "think_opened_in_prompt" in meta:
+        changes["think_opened_in_prompt"] = bool(meta["think_opened_in_prompt"])
+    parser = meta.get("kk_parser") or os.environ.get(KK_PARSER_ENV)
+    if parser:
+        changes["parser"] = str(parser)
+    return replace(config, **changes) if changes else config
+
+
 @register_reward("kk")
 def kk_reward(
     response: str, label: str, meta: Mapping[str, Any], config: KKRewardConfig = DEFAULT_KK_REWARD_CONFIG
 ) -> RewardResult:
-    """K&K reward with Logic-RL's constants; ``meta["think_opened_in_prompt"]`` overrides the config flag."""
-    if isinstance(meta, Mapping) and "think_opened_in_prompt" in meta:
-        from dataclasses import replace
-
-        config = replace(config, think_opened_in_prompt=bool(meta["think_opened_in_prompt"]))
-    return score_kk(response, label, meta or {}, config)
+    """K&K reward with Logic-RL's constants; the row's meta may override the parser and the think flag."""
+    meta = meta if isinstance(meta, Mapping) else {}
+    return score_kk(response, label, meta, config_for(meta, config))

@@ -62,7 +62,15 @@ def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str
 
 
 def load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
-    """(train rows, held-out rows) for ``cfg``."""
+    """(train rows, held-out rows) for ``cfg``; K&K rows get ``meta["kk_parser"] = cfg.kk_parser`` unless they name one."""
+    train, held = _load_rows(cfg, seed)
+    for row in (*train, *held):
+        if row.source == "kk":
+            row.meta.setdefault("kk_parser", cfg.kk_parser)
+    return train, held
+
+
+def _load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
     if cfg.task == "geometry":
         raise ConfigError("data.task: 'geometry' needs a vision-language model and GPU engine; use --backend openrlhf with the geo3k recipe")
     if cfg.train_path is None:
