@@ -260,6 +260,7 @@ class DataConfig:
     eval_path: Optional[str] = None  # held-out JSONL; None -> generated K&K puzzles disjoint from training
     kk_num_people: list[int] = field(default_factory=lambda: [2, 3])  # people per generated puzzle (task kk), cycled: [2, 2, 3] = two 2-person per 3-person
     kk_name_pool: int = field(default=26, metadata={"help": "generated K&K puzzles draw their names from the first k of 26 names (a small pool eases copying for a tiny model)"})
+    kk_name_order: str = field(default="random", metadata={"help": "generated K&K puzzles list their names in random order or in pool order ('pool': Alice before Bob before Carol)"})
     num_train: int = 2000  # generated training puzzles
     num_eval: int = 100  # generated held-out puzzles
     max_prompt_tokens: int = 512  # prompts longer than this are rejected with their row index
@@ -274,6 +275,7 @@ class DataConfig:
         _require(self.prompt_template in PROMPT_TEMPLATE_NAMES, "data.prompt_template", f"unknown template {self.prompt_template!r}; choose one of {list(PROMPT_TEMPLATE_NAMES)}")
         _require(self.task in TASKS, "data.task", f"unknown task {self.task!r}; choose one of {list(TASKS)}")
         _require(all(2 <= k <= 8 for k in self.kk_num_people) and self.kk_num_people, "data.kk_num_people", "each must be in 2..8")
+        _require(self.kk_name_order in ("random", "pool"), "data.kk_name_order", f"must be 'random' or 'pool', got {self.kk_name_order!r}")
         _require(max(self.kk_num_people) <= self.kk_name_pool <= 26, "data.kk_name_pool",
                  f"must be in {max(self.kk_num_people)}..26 (at least the largest people count), got {self.kk_name_pool}")
         _require(self.num_train >= 1 and self.num_eval >= 1, "data.num_train", "num_train and num_eval must be >= 1")

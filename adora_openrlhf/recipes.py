@@ -103,7 +103,9 @@ _KK_TESTBED = {
     "rollout": {"temperature": 1.0, "max_new_tokens": 320},
     "adora": {"correct_threshold": 1.0},
     "sampling": {"n_keep": 8, "positive_threshold": 1.0},
-    "data": {"task": "kk", "kk_num_people": [2, 3], "num_train": 2000, "num_eval": 200, "prompt_template": "auto"},
+    # names from a pool of 3 listed in pool order: the tiny model's capacity goes to the logic, not to copying names
+    "data": {"task": "kk", "kk_num_people": [2, 3], "kk_name_pool": 3, "kk_name_order": "pool", "num_train": 2000, "num_eval": 200,
+             "prompt_template": "auto"},
     "model": {"tiny": {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4}, "generation_batch_size": 128},
     "warmup": {"style": "thorough", "steps": 500, "lr": 3e-3, "batch_size": 16,
                "mix_steps": 60, "mix_lr": 1e-3, "mix": {"thorough": 0.25, "shortcut": 0.75}},

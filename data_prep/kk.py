@@ -175,11 +175,18 @@ def render_quiz(names: Sequence[str], statements: Sequence[Statement]) -> str:
     return " ".join(lines)
 
 
-def generate_puzzle(num_people: int, rng: random.Random, max_tries: int = 10_000, name_pool: int = len(NAMES)) -> KKPuzzle:
+NAME_ORDERS = ("random", "pool")
+
+
+def generate_puzzle(num_people: int, rng: random.Random, max_tries: int = 10_000, name_pool: int = len(NAMES),
+                    name_order: str = "random") -> KKPuzzle:
     """A fresh puzzle with exactly one solution: sample statements until :func:`solve` finds a unique one.
 
-    Names are drawn from the first ``name_pool`` entries of :data:`NAMES` (a small pool makes copying names
-    from the prompt easy for a tiny model)."""
+    Names are drawn from the first ``name_pool`` entries of :data:`NAMES`; with ``name_order="pool"`` the
+    inhabitants are listed in pool order (Alice before Bob before Carol). A small pool in pool order spares a
+    tiny model most of the copying of names from the prompt, so its capacity goes to the logic."""
+    if name_order not in NAME_ORDERS:
+        raise ValueError(f"name_order: must be one of {list(NAME_ORDERS)}, got {name_order!r}")
     if not MIN_PEOPLE <= num_people <= MAX_PEOPLE:
         raise ValueError(f"num_people: must be in {MIN_PEOPLE}..{MAX_PEOPLE}, got {num_people}")
     if not num_people <= name_pool <= len(NAMES):
@@ -189,6 +196,8 @@ def generate_puzzle(num_people: int, rng: random.Random, max_tries: int = 10_000
         solutions = solve(statements, num_people)
         if len(solutions) == 1:
             names = tuple(rng.sample(NAMES[:name_pool], num_people))
+            if name_order == "pool":
+                names = tuple(sorted(names, key=NAMES.index))
             return KKPuzzle(names=names, statements=statements, quiz=render_quiz(names, statements), solution=solutions[0])
     raise RuntimeError(f"no puzzle with a unique solution for {num_people} people after {max_tries} tries")
 
@@ -350,23 +359,23 @@ def row_quiz(row: dict[str, Any]) -> str:
     return [m["content"] for m in prompt if m.get("role") == "user"][-1]
 
 
-def iter_puzzles(num_people: Sequence[int], seed: int, name_pool: int = len(NAMES)) -> Iterator[KKPuzzle]:
+def iter_puzzles(num_people: Sequence[int], seed: int, name_pool: int = len(NAMES), name_order: str = "random") -> Iterator[KKPuzzle]:
     """An endless deterministic stream of puzzles; people counts are cycled through ``num_people``."""
     if not num_people:
         raise ValueError("num_people: give at least one people count")
     rng = random.Random(seed)
     for k in itertools.cycle(num_people):
-        yield generate_puzzle(int(k), rng, name_pool=name_pool)
+        yield generate_puzzle(int(k), rng, name_pool=name_pool, name_order=name_order)
 
 
 def generate_rows(num: int, num_people: Sequence[int], seed: int, exclude_quizzes: Iterable[str] = (),
-                  progress: bool = False, name_pool: int = len(NAMES)) -> list[dict[str, Any]]:
+                  progress: bool = False, name_pool: int = len(NAMES), name_order: str = "random") -> list[dict[str, Any]]:
     """``num`` rows with pairwise different quizzes, none in ``exclude_quizzes``; deterministic under ``seed``."""
     from tqdm.auto import tqdm
 
     seen = set(exclude_quizzes)
     rows: list[dict[str, Any]] = []
-    stream = iter_puzzles(num_people, seed, name_pool)
+    stream = iter_puzzles(num_people, seed, name_pool, name_order)
     max_draws = 50 * num + 1000  # duplicates are rare; this only stops an impossible request
     with tqdm(total=num, desc="K&K puzzles", unit="puzzle", disable=not progress) as bar:
         for _ in range(max_draws):
@@ -385,12 +394,13 @@ def generate_rows(num: int, num_people: Sequence[int], seed: int, exclude_quizze
 
 
 def generate_splits(num_train: int, num_eval: int, num_people: Sequence[int], seed: int,
-                    eval_num_people: Optional[Sequence[int]] = None, progress: bool = False, name_pool: int = len(NAMES)
-                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                    eval_num_people: Optional[Sequence[int]] = None, progress: bool = False, name_pool: int = len(NAMES),
+                    name_order: str = "random") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Train and eval rows with no quiz in common (eval is drawn first, from seed + 1, then excluded from train)."""
-    eval_rows = generate_rows(num_eval, eval_num_people or num_people, seed + 1, progress=progress, name_pool=name_pool)
+    eval_rows = generate_rows(num_eval, eval_num_people or num_people, seed + 1, progress=progress, name_pool=name_pool,
+                              name_order=name_order)
     train_rows = generate_rows(num_train, num_people, seed, exclude_quizzes={row_quiz(r) for r in eval_rows}, progress=progress,
-                               name_pool=name_pool)
+                               name_pool=name_pool, name_order=name_order)
     return train_rows, eval_rows
 
 

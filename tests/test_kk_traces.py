@@ -146,3 +146,23 @@ def test_warmup_config_phases_are_validated():
         WarmupConfig(mix_steps=5, mix={})
     with pytest.raises(ConfigError, match="warmup.mix_steps"):
         WarmupConfig(mix_steps=-1)
+
+
+def test_name_pool_and_order():
+    rows = kk.generate_rows(30, [2, 3], seed=2, name_pool=3, name_order="pool")
+    for row in rows:
+        names = row["meta"]["names"]
+        assert set(names) <= {"Alice", "Bob", "Carol"} and names == sorted(names, key=kk.NAMES.index)
+        statements = kk.statements_from_json(row["meta"]["statements"])
+        assert kk.solve(statements, len(names)) == [tuple(row["meta"]["solution"])]
+    assert any(r["meta"]["names"] != sorted(r["meta"]["names"], key=kk.NAMES.index) for r in kk.generate_rows(30, [3], seed=2))
+    with pytest.raises(ValueError, match="name_pool"):
+        kk.generate_puzzle(3, random.Random(0), name_pool=2)
+    with pytest.raises(ValueError, match="name_order"):
+        kk.generate_puzzle(2, random.Random(0), name_order="alphabetical")
+    from adora_openrlhf.config import DataConfig
+
+    with pytest.raises(ConfigError, match="data.kk_name_pool"):
+        DataConfig(kk_num_people=[2, 3], kk_name_pool=2)
+    with pytest.raises(ConfigError, match="data.kk_name_order"):
+        DataConfig(kk_name_order="sorted")

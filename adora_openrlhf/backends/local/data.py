@@ -78,7 +78,8 @@ def _load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
             raise ConfigError(f"data.train_path: task {cfg.task!r} has no generator; give a JSONL file (see data_prep/)")
         from data_prep.kk import generate_splits
 
-        train_raw, eval_raw = generate_splits(cfg.num_train, cfg.num_eval, cfg.kk_num_people, seed, name_pool=cfg.kk_name_pool)
+        train_raw, eval_raw = generate_splits(cfg.num_train, cfg.num_eval, cfg.kk_num_people, seed, name_pool=cfg.kk_name_pool,
+                                              name_order=cfg.kk_name_order)
         if cfg.eval_path is not None:
             eval_raw = _load_path(cfg.eval_path)
         return validate_rows(train_raw, "generated train", cfg.task), validate_rows(eval_raw, "data.eval_path" if cfg.eval_path else "generated eval", cfg.task)
