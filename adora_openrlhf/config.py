@@ -335,6 +335,13 @@ class RunConfig:
     warmup: WarmupConfig = field(default_factory=WarmupConfig)  # local backend: supervised warm-up before RL
     eval_samples: int = 1  # held-out evaluation: sampled responses per puzzle (rollout parameters) besides the greedy one; 0 = greedy only
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific options (e.g. OpenRLHF pass-through flags)
+    max_missing_reward_fraction: float = field(
+        default=0.01,
+        metadata={
+            "help": "openrlhf backend: rollouts of a batch that OpenRLHF's executor returns without a reward are "
+            "scored 0 and counted (info 'reward_missing'); the run fails when their fraction exceeds this"
+        },
+    )
 
     def __post_init__(self) -> None:
         _require(self.backend in BACKENDS, "backend", f"unknown backend {self.backend!r}; choose one of {list(BACKENDS)}")
@@ -342,6 +349,7 @@ class RunConfig:
         _require(self.prompts_per_step >= 1, "prompts_per_step", f"must be >= 1, got {self.prompts_per_step}")
         _require(self.save_every >= 0 and self.eval_every >= 0, "save_every", "save_every and eval_every must be >= 0")
         _require(self.eval_samples >= 0, "eval_samples", f"must be >= 0, got {self.eval_samples}")
+        _require(0 <= self.max_missing_reward_fraction <= 1, "max_missing_reward_fraction", f"must be in [0, 1], got {self.max_missing_reward_fraction}")
 
     @property
     def n_samples_per_prompt(self) -> int:

@@ -95,6 +95,8 @@ def test_unknown_flag_is_refused_by_openrlhfs_parser(capsys):
         ("geo3k-qwen2.5vl-7b-adora", ["--sampling.enabled", "true", "--vllm.num_engines", "0"], "sampling.enabled: the sampler generates with vLLM; set --vllm.num_engines >= 1"),
         ("dapo-math-adora", ["--actor.num_gpus_per_node", "2048"], "OpenRLHF rejected the arguments: The number of sample batches"),
         ("dapo-math-adora", ["--train.loss_agg", "seq_mean_token_sum_norm"], "train.loss_agg: 'seq_mean_token_sum_norm' has no OpenRLHF 0.11 equivalent"),
+        ("dapo-math-adora", ["--sampling.drop_unfinished", "true"], "sampling.drop_unfinished: the openrlhf backend needs rollout.batch_size groups per step"),
+        ("dapo-math-adora", ["--rollout.max_new_tokens", "512"], "reward.overlong_buffer_len: 1024 is longer than the response limit (512 tokens)"),
     ],
 )
 def test_unsupported_combinations_are_clear_errors(capsys, recipe, extra, message):
@@ -124,6 +126,14 @@ def test_run_config_travels_on_the_namespace():
     del args.adora_run_config
     with pytest.raises(ConfigError, match="carries no adora_openrlhf config"):
         flags.run_config_from_args(args)
+
+
+def test_dry_run_prints_which_signal_each_threshold_reads(capsys):
+    report = dry_run(capsys, "--recipe", "kk-qwen2.5-7b-adora", "--sampling.enabled", "true", "--vllm.num_engines", "4")
+    assert report["signals"] == [
+        "ADORA correct: raw reward (reward source 'rewards', before length penalties) > adora.correct_threshold=1.0",
+        "sampler positive: raw reward (reward source 'rewards', before length penalties) > sampling.positive_threshold=0.5",
+    ]
 
 
 def test_resume_turns_on_openrlhf_checkpoint_loading(capsys):
