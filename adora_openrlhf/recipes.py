@@ -141,7 +141,9 @@ _KK_7B = {
     "eval_every": 10,
     "rollout": {"temperature": 1.0, "max_new_tokens": 2048},
     "advantage": {"estimator": "group_norm"},
-    "adora": {"rule": "length", "mode": "attenuate", "lambda_att": 0.1, "correct_threshold": 1.0},
+    # edge groups as the LLM reference (verl code); its 3900-of-4096 truncation cut is not carried over to the
+    # 2048-token limit here: the engine's length flag marks truncated responses
+    "adora": {"rule": "length", "mode": "attenuate", "lambda_att": 0.1, "correct_threshold": 1.0, "edge_policy": "llm"},
     "sampling": {"n_keep": 16, "positive_threshold": 0.5},
     "model": {"path": "Qwen/Qwen2.5-7B-Instruct-1M", "dtype": "bfloat16"},
     "data": {"task": "kk", "train_path": "data/kk/train.jsonl", "eval_path": "data/kk/test.jsonl", "max_prompt_tokens": 400},
@@ -195,7 +197,8 @@ _DAPO = {
     "eval_every": 50,
     "rollout": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 4096},
     "advantage": {"estimator": "dr_grpo"},
-    "adora": {"rule": "length", "mode": "attenuate", "lambda_att": 0.1, "correct_threshold": 0.5},
+    # edge groups and truncation cut (3900 of 4096 tokens) as the LLM reference (verl code)
+    "adora": {"rule": "length", "mode": "attenuate", "lambda_att": 0.1, "correct_threshold": 0.5, "edge_policy": "llm", "truncation_length": 3900},
     "sampling": {
         "n_keep": 4,
         "exit_rule": "balance",
@@ -257,7 +260,8 @@ _GEO3K = {
     "eval_every": 25,
     "rollout": {"temperature": 1.0, "max_new_tokens": 4096},
     "advantage": {"estimator": "group_norm"},
-    "adora": {"rule": "difficulty", "mode": "attenuate", "lambda_att": 0.1, "tau": 0.5, "correct_threshold": 0.5},
+    # edge_policy "vlm" (the VLM reference) matters only if --adora.rule length is chosen
+    "adora": {"rule": "difficulty", "mode": "attenuate", "lambda_att": 0.1, "tau": 0.5, "correct_threshold": 0.5, "edge_policy": "vlm"},
     "sampling": {"n_keep": 8, "positive_threshold": 0.5},
     "model": {"path": "Qwen/Qwen2.5-VL-7B-Instruct", "dtype": "bfloat16"},
     "data": {"task": "geometry", "train_path": "data/geometry3k/train.jsonl", "eval_path": "data/geometry3k/test.jsonl", "max_prompt_tokens": 4096},
