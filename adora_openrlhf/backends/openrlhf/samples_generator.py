@@ -182,36 +182,14 @@ class AdoraSamplesGenerator(SamplesGenerator):
         self._reward_counts[0] += int(missing)
         self._reward_counts[1] += 1
         return experience
+
     def generate_eval_samples(self, **generate_kwargs) -> list[Experience]:
         self._evaluating = True
         try:
             return super().generate_eval_samples(**generate_kwargs)
         finally:
             self._evaluating = False
-        self._reward_counts = [0, 0]  # (missing, total) rewards of the current batch
 
-    # -- checkpointing (saved with OpenRLHF's checkpoints by the trainer) -----------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """The sampler's cross-step state: step counter (escalation trigger, per-step seeds) and reward history."""
-        return {"sampling_step": self.sampling_step, "sampler": self.sampler.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.sampling_step = int(state["sampling_step"])
-        self.sampler.load_state_dict(state["sampler"])
-
-    def _process_response_into_experience(self, response, **generate_kwargs) -> Experience:
-        """OpenRLHF's conversion, plus the raw reward and a 0 reward (``reward_missing = 1``) when the executor
-        could not score the rollout."""
-        missing = response.get("reward") is None and bool(self.args.reward.remote_url)
-        if missing:
-            response = {**response, "reward": 0.0, "scores": 0.0}
-        experience = super()._process_response_into_experience(response, **generate_kwargs)
-        experience.info[REWARD_MISSING] = torch.tensor([float(missing)])
-        if experience.rewards is not None:
-            experience.info[RAW_REWARD] = experience.rewards.clone().float()
-        self._reward_counts[0] += int(missing)
-        self._reward_counts[1] += 1
-        return experience
     def _generate_vllm(self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs):
         self._reward_counts = [0, 0]
         if self._evaluating or not self.run_config.sampling.enabled:
