@@ -118,7 +118,7 @@ class AdoraConfig:
     """ADORA advantage reweighting (see ``algorithms/adora.py``).
 
     Every prompt group is classed as temporarily advantageous (TAS), disadvantageous (TDS) or neutral (the
-    length rule's groups with no correct response). ``attenuate`` multiplies TDS advantages by
+    length rule's groups with no correct response under ``edge_policy="vlm"``). ``attenuate`` multiplies TDS advantages by
     ``lambda_att``; ``amplify`` multiplies TAS advantages by ``lambda_amp``. Neutral groups keep weight 1.
     """
 
@@ -130,13 +130,26 @@ class AdoraConfig:
     tau: float = 0.5  # difficulty rule: TAS when 0 < group accuracy <= tau
     correct_threshold: float = 0.5  # a response is correct when reward > this (1.0 for the Logic-RL K&K reward)
     drop_truncated_negatives: bool = True  # length rule: incorrect responses that hit the limit are not counted
+    edge_policy: str = field(
+        default="vlm",
+        metadata={
+            "help": "length rule edge groups, one of algorithms.adora.EDGE_POLICIES: 'vlm' (no correct -> weight 1, "
+            "correct but no counted incorrect -> TDS) or 'llm' (no correct -> TDS, correct but no counted incorrect -> TAS)"
+        },
+    )
+    truncation_length: Optional[int] = field(
+        default=None,
+        metadata={"help": "length rule: a response of at least this many tokens counts as truncated (the LLM reference: 3900 of 4096); None = only the engine's flag"},
+    )
     length_shaping: bool = False  # reference LLM option: shift correct rewards by length before normalising
     shaping_beta: float = 0.5  # length shaping magnitude: shift = +-beta * (2u - 1)
     shaping_p: float = 0.5  # length shaping: hard group if #correct < n*p, easy if #correct >= n*(1-p)
 
     def __post_init__(self) -> None:
-        from adora_openrlhf.algorithms.adora import GROUP_RULES
+        from adora_openrlhf.algorithms.adora import EDGE_POLICIES, GROUP_RULES
 
+        _require(self.edge_policy in EDGE_POLICIES, "adora.edge_policy", f"unknown edge policy {self.edge_policy!r}; choose one of {sorted(EDGE_POLICIES)}")
+        _require(self.truncation_length is None or self.truncation_length >= 1, "adora.truncation_length", f"must be None or >= 1, got {self.truncation_length}")
         _require(self.rule in GROUP_RULES, "adora.rule", f"unknown rule {self.rule!r}; choose one of {sorted(GROUP_RULES)}")
         _require(self.mode in ADORA_MODES, "adora.mode", f"unknown mode {self.mode!r}; choose one of {list(ADORA_MODES)}")
         _require(0 < self.lambda_att <= 1, "adora.lambda_att", f"must be in (0, 1] so weights only scale, got {self.lambda_att}")
@@ -361,6 +374,13 @@ class RunConfig:
     warmup: WarmupConfig = field(default_factory=WarmupConfig)  # local backend: supervised warm-up before RL
     eval_samples: int = 1  # held-out evaluation: sampled responses per puzzle (rollout parameters) besides the greedy one; 0 = greedy only
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific options (e.g. OpenRLHF pass-through flags)
+    max_missing_reward_fraction: float = field(
+        default=0.01,
+        metadata={
+            "help": "openrlhf backend: rollouts of a batch that OpenRLHF's executor returns without a reward are "
+            "scored 0 and counted (info 'reward_missing'); the run fails when their fraction exceeds this"
+        },
+    )
 
     def __post_init__(self) -> None:
         _require(self.backend in BACKENDS, "backend", f"unknown backend {self.backend!r}; choose one of {list(BACKENDS)}")
@@ -368,6 +388,7 @@ class RunConfig:
         _require(self.prompts_per_step >= 1, "prompts_per_step", f"must be >= 1, got {self.prompts_per_step}")
         _require(self.save_every >= 0 and self.eval_every >= 0, "save_every", "save_every and eval_every must be >= 0")
         _require(self.eval_samples >= 0, "eval_samples", f"must be >= 0, got {self.eval_samples}")
+        _require(0 <= self.max_missing_reward_fraction <= 1, "max_missing_reward_fraction", f"must be in [0, 1], got {self.max_missing_reward_fraction}")
 
     @property
     def n_samples_per_prompt(self) -> int:

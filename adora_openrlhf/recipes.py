@@ -179,7 +179,9 @@ _KK_7B = {
     "eval_every": 10,
     "rollout": {"temperature": 1.0, "max_new_tokens": 2048},
     "advantage": {"estimator": "group_norm"},
-    "adora": {"rule": "length", "mode": "attenuate", "lambda_att": 0.1, "correct_threshold": 1.0},
+    # edge groups as the LLM reference (verl code); its 3900-of-4096 truncation cut is not carried over to the
+    # 2048-token limit here: the engine's length flag marks truncated responses
+    "adora": {"rule": "length", "mode": "attenuate", "lambda_att": 0.1, "correct_threshold": 1.0, "edge_policy": "llm"},
     "sampling": {"n_keep": 16, "positive_threshold": 0.5},
     "model": {"path": "Qwen/Qwen2.5-7B-Instruct-1M", "dtype": "bfloat16"},
     "data": {"task": "kk", "train_path": "data/kk/train.jsonl", "eval_path": "data/kk/test.jsonl", "max_prompt_tokens": 400,
@@ -204,6 +206,8 @@ _KK_7B = {
             "train.batch_size": 512,  # PPO mini-batch: 32 prompts x 16 responses (two updates per step)
             "rollout.micro_batch_size": 16,
             "actor.lr_warmup_ratio": 0.0,
+            "actor.lr_scheduler": "constant",  # verl's default (ADORA.sh sets no schedule); OpenRLHF's is cosine
+            "actor.adam.betas": [0.9, 0.999],  # torch/verl default; OpenRLHF's is (0.9, 0.95)
             "train.num_episodes": 5,
             "ckpt.save_hf": True,
         }
@@ -234,7 +238,8 @@ _DAPO = {
     "eval_every": 50,
     "rollout": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 4096},
     "advantage": {"estimator": "dr_grpo"},
-    "adora": {"rule": "length", "mode": "attenuate", "lambda_att": 0.1, "correct_threshold": 0.5},
+    # edge groups and truncation cut (3900 of 4096 tokens) as the LLM reference (verl code)
+    "adora": {"rule": "length", "mode": "attenuate", "lambda_att": 0.1, "correct_threshold": 0.5, "edge_policy": "llm", "truncation_length": 3900},
     "sampling": {
         "n_keep": 4,
         "exit_rule": "balance",
@@ -264,7 +269,11 @@ _DAPO = {
             "rollout.micro_batch_size": 16,
             "reward.overlong_buffer_len": 1024,  # DAPO overlong shaping over the last 1024 tokens
             "reward.overlong_penalty_factor": 1.0,
-            "eval.n_samples_per_prompt": 4,
+            "actor.lr_scheduler": "constant_with_warmup",  # Reinforce-Ada: constant lr after 10 warm-up steps
+            "actor.lr_warmup_ratio": 0.025,  # ~20 optimiser steps (10 rollout steps x 2 updates) of ~815
+            "actor.adam.betas": [0.9, 0.999],  # verl default; OpenRLHF's is (0.9, 0.95)
+            "eval.temperature": 0.0,  # Reinforce-Ada validates greedily: one greedy response per problem
+            "eval.n_samples_per_prompt": 1,
             "train.num_episodes": 6,  # ~400 steps: 6 passes over ~17K prompts at 256 per step
             "ckpt.save_hf": True,
         }
@@ -277,11 +286,24 @@ _cluster_recipe(
     _DAPO,
     {"adora": {"enabled": True}, "sampling": {"enabled": True}},
 )
+# The baseline and the two ablations differ from dapo-math-adora only by the method: same estimator
+# (dr_grpo), settings and budget of kept responses; adaptive sampling and ADORA switched off one at a time.
 _cluster_recipe(
     "dapo-math-grpo",
-    "GRPO baseline of dapo-math-adora: one round of n = 4 responses, group_norm, ADORA off, 8 GPUs.",
+    "Baseline of dapo-math-adora: dr_grpo with one round of n = 4 responses, ADORA off, 8 GPUs.",
     _DAPO,
-    {"advantage": {"estimator": "group_norm"}},
+)
+_cluster_recipe(
+    "dapo-math-ada",
+    "Ablation of dapo-math-adora: adaptive multi-round sampling (balance) alone, ADORA off, 8 GPUs.",
+    _DAPO,
+    {"sampling": {"enabled": True}},
+)
+_cluster_recipe(
+    "dapo-math-adora-only",
+    "Ablation of dapo-math-adora: ADORA alone on one round of n = 4 responses (dr_grpo), 8 GPUs.",
+    _DAPO,
+    {"adora": {"enabled": True}},
 )
 
 # Geometry3K with Qwen2.5-VL-7B-Instruct, settings of the ADORA VLM script (ShadeCloak/ADORA,
@@ -296,7 +318,8 @@ _GEO3K = {
     "eval_every": 25,
     "rollout": {"temperature": 1.0, "max_new_tokens": 4096},
     "advantage": {"estimator": "group_norm"},
-    "adora": {"rule": "difficulty", "mode": "attenuate", "lambda_att": 0.1, "tau": 0.5, "correct_threshold": 0.5},
+    # edge_policy "vlm" (the VLM reference) matters only if --adora.rule length is chosen
+    "adora": {"rule": "difficulty", "mode": "attenuate", "lambda_att": 0.1, "tau": 0.5, "correct_threshold": 0.5, "edge_policy": "vlm"},
     "sampling": {"n_keep": 8, "positive_threshold": 0.5},
     "model": {"path": "Qwen/Qwen2.5-VL-7B-Instruct", "dtype": "bfloat16"},
     "data": {"task": "geometry", "train_path": "data/geometry3k/train.jsonl", "eval_path": "data/geometry3k/test.jsonl", "max_prompt_tokens": 4096},

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GRPO baseline of dapo_math_adora.sh: one round of 4 responses per prompt, group_norm, ADORA off.
+# Baseline of dapo_math_adora.sh: dr_grpo with one round of 4 responses per prompt, ADORA off.
 # Needs 8 GPUs. Data: see dapo_math_adora.sh.
 #
 # Data (data_prep outputs under $DATA_DIR): dapo_math/train.jsonl (train), math_eval/math500.jsonl (held-out).

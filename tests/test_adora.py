@@ -70,6 +70,63 @@ def test_truncated_negatives_are_dropped_from_the_statistic():
     assert adora_weights(rewards, lengths, KK, truncated=all_trunc).group_class.tolist() == [TDS]
 
 
+def reference_llm_length_weight(rewards, lengths, truncated, threshold=1.0, lam=0.1):
+    """Hand transcription of the verl LLM reference for one group: -inf for an empty side."""
+    pos = [l for r, l in zip(rewards, lengths) if r > threshold]
+    neg = [l for r, l, t in zip(rewards, lengths, truncated) if r <= threshold and not t]
+    max_pos = max(pos) if pos else float("-inf")
+    mean_neg = sum(neg) / len(neg) if neg else float("-inf")
+    return 1.0 if max_pos > mean_neg else lam
+
+
+def test_edge_policies_on_the_reference_table():
+    rewards = torch.tensor(
+        [
+            [-1.0, -1.0, -3.0, 0.0],  # no correct response
+            [3.0, 3.0, 3.0, 3.0],  # all correct
+            [3.0, -1.0, -1.0, 3.0],  # correct ones, every wrong one truncated
+            [3.0, -1.0, 3.0, -0.5],  # common case: max 10 > mean 6 -> TAS in both
+        ]
+    )
+    lengths = torch.tensor([[3, 3, 3, 3], [9, 9, 9, 9], [4, 20, 20, 5], [10, 5, 8, 7]])
+    truncated = torch.tensor([[False] * 4, [False] * 4, [False, True, True, False], [False] * 4])
+    vlm = adora_weights(rewards, lengths, KK, truncated=truncated)
+    llm = adora_weights(rewards, lengths, dataclasses.replace(KK, edge_policy="llm"), truncated=truncated)
+    assert vlm.group_class.tolist() == [NEUTRAL, TDS, TDS, TAS] and vlm.weights.tolist() == pytest.approx([1.0, 0.1, 0.1, 1.0])
+    assert llm.group_class.tolist() == [TDS, TAS, TAS, TAS] and llm.weights.tolist() == pytest.approx([0.1, 1.0, 1.0, 1.0])
+    amplify = adora_weights(rewards, lengths, dataclasses.replace(KK, edge_policy="llm", mode="amplify", lambda_amp=2.0), truncated=truncated)
+    assert amplify.weights.tolist() == pytest.approx([1.0, 2.0, 2.0, 2.0])
+
+
+def test_truncation_length_counts_long_responses_as_truncated():
+    """The LLM reference treats length >= 3900 (of 4096) as truncated, whatever the engine reported."""
+    rewards, lengths = torch.tensor([[3.0, -1.0, -1.0]]), torch.tensor([[5, 3900, 4000]])
+    cfg = dataclasses.replace(KK, edge_policy="llm")
+    assert adora_weights(rewards, lengths, cfg).group_class.tolist() == [TDS]  # mean wrong 3950 >= 5
+    assert adora_weights(rewards, lengths, dataclasses.replace(cfg, truncation_length=3900)).group_class.tolist() == [TAS]
+    assert adora_weights(rewards, lengths, dataclasses.replace(cfg, truncation_length=3901)).group_class.tolist() == [TDS]
+    with pytest.raises(ConfigError, match="adora.truncation_length"):
+        AdoraConfig(truncation_length=0)
+    with pytest.raises(ConfigError, match="adora.edge_policy"):
+        AdoraConfig(edge_policy="verl")
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 6), g=st.integers(1, 5), data=st.data())
+def test_both_policies_match_their_reference_transcriptions(n, g, data):
+    response = st.tuples(st.sampled_from([-3.0, -1.0, -0.5, 0.0, 1.0, 3.0]), st.integers(1, 12), st.booleans())
+    groups = data.draw(st.lists(st.lists(response, min_size=n, max_size=n), min_size=g, max_size=g))
+    rewards = torch.tensor([[r for r, _, _ in g] for g in groups])
+    lengths = torch.tensor([[l for _, l, _ in g] for g in groups])
+    truncated = torch.tensor([[t for _, _, t in g] for g in groups])
+    vlm = adora_weights(rewards, lengths, KK, truncated=truncated).weights.tolist()
+    llm = adora_weights(rewards, lengths, dataclasses.replace(KK, edge_policy="llm"), truncated=truncated).weights.tolist()
+    for g, group in enumerate(groups):
+        r, l, t = zip(*group)
+        assert vlm[g] == pytest.approx(reference_length_weight(r, l, t))
+        assert llm[g] == pytest.approx(reference_llm_length_weight(r, l, t))
+
+
 def test_correct_mask_overrides_threshold():
     rewards = torch.tensor([[0.3, 0.2]])
     lengths = torch.tensor([[9, 2]])
@@ -118,12 +175,15 @@ def test_reference_path_after_group_norm():
 
 def test_length_shaping_hand_case():
     cfg = dataclasses.replace(KK, length_shaping=True, shaping_beta=0.5, shaping_p=0.5)
-    # hard TAS group: 1 of 4 correct (< 4*0.5) -> single correct: u = 1/2 -> no shift
+    # hard TAS group: 1 of 4 correct (< 4*0.5) -> single correct: u = 0 / clamp(0, 1e-6) = 0 -> +0.5*(2*0-1) = -0.5
     # easy TAS group: 3 correct lengths 2, 6, 10 (u 0, .5, 1), wrong length 1 -> shift -0.5*(2u-1) = +.5, 0, -.5
     rewards = torch.tensor([[3.0, -1.0, -1.0, -1.0], [3.0, 3.0, 3.0, -1.0]])
     lengths = torch.tensor([[9, 2, 2, 2], [2, 6, 10, 1]])
     shaped = length_shaped_rewards(rewards, lengths, cfg)
-    assert torch.allclose(shaped, torch.tensor([[3.0, -1.0, -1.0, -1.0], [3.5, 3.0, 2.5, -1.0]]))
+    assert torch.allclose(shaped, torch.tensor([[2.5, -1.0, -1.0, -1.0], [3.5, 3.0, 2.5, -1.0]]))
+    # easy TAS group whose correct responses all have one length: u = 0 -> -0.5*(2*0-1) = +0.5 each
+    rewards = torch.tensor([[3.0, 3.0, 3.0, -1.0]])
+    assert torch.allclose(length_shaped_rewards(rewards, torch.tensor([[6, 6, 6, 1]]), cfg), torch.tensor([[3.5, 3.5, 3.5, -1.0]]))
     # hard group with two correct of five: lengths 4 and 8 -> u 0, 1 -> +0.5*(2u-1) = -.5, +.5
     rewards = torch.tensor([[3.0, 3.0, -1.0, -1.0, -1.0]])
     lengths = torch.tensor([[4, 8, 1, 1, 1]])

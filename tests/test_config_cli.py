@@ -22,6 +22,18 @@ def test_every_recipe_builds():
         assert cfg.recipe == name and cfg.backend == RECIPES[name].backends[0]
 
 
+def test_cluster_recipes_follow_their_reference_edge_policy():
+    """K&K and DAPO follow the LLM reference's ADORA edge groups, Geometry3K the VLM reference's."""
+    policies = {name: (build_run_config(name).adora.edge_policy, build_run_config(name).adora.truncation_length) for name in RECIPES if "openrlhf" in RECIPES[name].backends}
+    for name, (policy, cut) in policies.items():
+        if name.startswith("kk-"):
+            assert (policy, cut) == ("llm", None), name
+        elif name.startswith("dapo-"):
+            assert (policy, cut) == ("llm", 3900), name
+        else:
+            assert name.startswith("geo3k-") and (policy, cut) == ("vlm", None), name
+
+
 def test_nest():
     assert nest({"a.b": 1, "a.c": 2, "d": 3}) == {"a": {"b": 1, "c": 2}, "d": 3}
 

@@ -71,6 +71,31 @@ def test_pack_hand_case():
     assert b.action_mask.tolist() == [[0, 1, 1, 1], [1, 0, 0, 0]]
 
 
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
+def test_gradient_does_not_depend_on_micro_batch_size(tok, loss_agg):
+    """One SGD step (lr 1, no clipping) moves the weights by minus the gradient: the same for micro-batches of one
+    sequence and for the whole batch, in every aggregation mode (responses of 1, 3 and 7 tokens, so a per
+    micro-batch token mean would weigh the short response 7x too much)."""
+    import copy
+
+    from adora_openrlhf.backends.local.update import policy_update
+    from adora_openrlhf.config import PolicyLossConfig
+
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    responses = [[20], [21, 22, 23], [24, 25, 26, 27, 28, 29, 30]]
+    batch = pack(prompts, responses, pad_id=0)
+    advantages = torch.tensor([1.0, -0.5, 0.25])
+    base = build_tiny_model(TINY, tok, seed=0).double()
+    deltas = []
+    for micro in (1, 3):
+        model = copy.deepcopy(base)
+        cfg = PolicyLossConfig(lr=1.0, loss_agg=loss_agg, micro_batch_size=micro, max_grad_norm=1e9)
+        policy_update(model, torch.optim.SGD(model.parameters(), lr=1.0), batch, advantages, cfg, norm_length=8)
+        deltas.append(torch.cat([(p - q).flatten() for p, q in zip(model.parameters(), base.parameters())]))
+    assert deltas[1].abs().max() > 0
+    assert torch.allclose(deltas[0], deltas[1], rtol=1e-5, atol=1e-7)  # log-probs are computed in float32
+
+
 def test_rollout_log_probs_match_training_forward(tok, model):
     """Left-padded generation and right-padded training see the same positions: log-probs agree exactly."""
     prompts = [tok("Alice says: Bob is a knave.").input_ids, tok("Bob").input_ids]

@@ -29,6 +29,8 @@ SCRIPTS = {
     "kk_qwen2.5_7b_grpo.sh": "kk-qwen2.5-7b-grpo",
     "dapo_math_adora.sh": "dapo-math-adora",
     "dapo_math_grpo.sh": "dapo-math-grpo",
+    "dapo_math_ada.sh": "dapo-math-ada",
+    "dapo_math_adora_only.sh": "dapo-math-adora-only",
     "geo3k_qwen2.5vl_7b_adora.sh": "geo3k-qwen2.5vl-7b-adora",
     "geo3k_qwen2.5vl_7b_grpo.sh": "geo3k-qwen2.5vl-7b-grpo",
 }
@@ -64,9 +66,30 @@ def test_recipe_builds_a_valid_openrlhf_namespace(capsys, name):
         for part in key.split("."):
             node = node[part]
         assert node == value, key
-    assert cfg["adora"]["enabled"] == name.endswith("adora") and report["command"].startswith("python -m openrlhf.cli.train_ppo_ray ")
+    assert cfg["adora"]["enabled"] == ("adora" in name) and report["command"].startswith("python -m openrlhf.cli.train_ppo_ray ")
     if recipe_cfg.data.task == "geometry":
         assert args["data"]["max_images_per_prompt"] == 1
+
+
+def test_dapo_baseline_and_ablations_differ_from_the_method_only_by_the_method():
+    method = build_run_config("dapo-math-adora").to_dict()
+    switches = {"dapo-math-grpo": (False, False), "dapo-math-ada": (False, True), "dapo-math-adora-only": (True, False)}
+    for name, (adora, sampling) in switches.items():
+        variant = build_run_config(name).to_dict()
+        assert (variant["adora"]["enabled"], variant["sampling"]["enabled"]) == (adora, sampling)
+        for values in (variant, method):
+            values.update(recipe=None, output_dir=None)
+            values["adora"]["enabled"] = values["sampling"]["enabled"] = None
+        assert variant == method, name
+
+
+def test_recipes_carry_the_reference_optimiser_and_evaluation_settings(capsys):
+    """Where OpenRLHF's defaults differ from the reference scripts (docs/openrlhf_backend.md lists each one)."""
+    kk = dry_run(capsys, "--recipe", "kk-qwen2.5-7b-adora")["openrlhf_args"]
+    assert (kk["actor"]["lr_scheduler"], kk["actor"]["lr_warmup_ratio"], kk["actor"]["adam"]["betas"]) == ("constant", 0.0, [0.9, 0.999])
+    dapo = dry_run(capsys, "--recipe", "dapo-math-grpo")["openrlhf_args"]
+    assert (dapo["actor"]["lr_scheduler"], dapo["actor"]["lr_warmup_ratio"], dapo["actor"]["adam"]["betas"]) == ("constant_with_warmup", 0.025, [0.9, 0.999])
+    assert (dapo["eval"]["temperature"], dapo["eval"]["n_samples_per_prompt"]) == (0.0, 1)
 
 
 def test_openrlhf_flags_pass_through_and_win(capsys):
@@ -95,6 +118,8 @@ def test_unknown_flag_is_refused_by_openrlhfs_parser(capsys):
         ("geo3k-qwen2.5vl-7b-adora", ["--sampling.enabled", "true", "--vllm.num_engines", "0"], "sampling.enabled: the sampler generates with vLLM; set --vllm.num_engines >= 1"),
         ("dapo-math-adora", ["--actor.num_gpus_per_node", "2048"], "OpenRLHF rejected the arguments: The number of sample batches"),
         ("dapo-math-adora", ["--train.loss_agg", "seq_mean_token_sum_norm"], "train.loss_agg: 'seq_mean_token_sum_norm' has no OpenRLHF 0.11 equivalent"),
+        ("dapo-math-adora", ["--sampling.drop_unfinished", "true"], "sampling.drop_unfinished: the openrlhf backend needs rollout.batch_size groups per step"),
+        ("dapo-math-adora", ["--rollout.max_new_tokens", "512"], "reward.overlong_buffer_len: 1024 is longer than the response limit (512 tokens)"),
     ],
 )
 def test_unsupported_combinations_are_clear_errors(capsys, recipe, extra, message):
@@ -124,6 +149,14 @@ def test_run_config_travels_on_the_namespace():
     del args.adora_run_config
     with pytest.raises(ConfigError, match="carries no adora_openrlhf config"):
         flags.run_config_from_args(args)
+
+
+def test_dry_run_prints_which_signal_each_threshold_reads(capsys):
+    report = dry_run(capsys, "--recipe", "kk-qwen2.5-7b-adora", "--sampling.enabled", "true", "--vllm.num_engines", "4")
+    assert report["signals"] == [
+        "ADORA correct: raw reward (reward source 'rewards', before length penalties) > adora.correct_threshold=1.0",
+        "sampler positive: raw reward (reward source 'rewards', before length penalties) > sampling.positive_threshold=0.5",
+    ]
 
 
 def test_resume_turns_on_openrlhf_checkpoint_loading(capsys):

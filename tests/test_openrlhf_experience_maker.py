@@ -30,7 +30,8 @@ from adora_openrlhf.recipes import build_run_config  # noqa: E402
 
 
 def run_config(**overrides):
-    return build_run_config("kk-tiny", overrides)
+    """kk-tiny with the correctness threshold of the 0/1 rewards used in these rollouts."""
+    return build_run_config("kk-tiny", {"adora.correct_threshold": 0.5, **overrides})
 
 
 def advantages_by_sample(batches) -> list[torch.Tensor]:
@@ -228,3 +229,49 @@ def test_adora_advantages_do_not_depend_on_micro_batching(micro, rule, mode):
     plain = scalar_by_sample(both_paths(openrlhf_args(n=4, micro_batch=micro), responses_for(GROUPS), run_config())[0])
     assert all(abs(a) <= abs(p) * (cfg.adora.lambda_amp if mode == "amplify" else 1) + 1e-9 for a, p in zip(reference, plain))
     assert all((a > 0) == (p > 0) and (a < 0) == (p < 0) for a, p in zip(reference, plain))  # weights never flip signs
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Correctness signal, length penalties, gamma
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_adora_reads_the_configured_threshold_on_the_raw_reward():
+    """K&K-scale rewards from a source without scores (OpenRLHF copies rewards into scores): 3.0 is correct, the
+    well-formed wrong answers score 0.8 <= correct_threshold 1.0. max correct length 10 > mean wrong length 6 -> TAS."""
+    group = [(10, 3.0, None, False), (4, 0.8, None, False), (6, 0.8, None, False), (8, 0.8, None, False)]
+    responses = [response_dict(prompt_len=3, response_len=n, reward=r, score=s, truncated=t, prompt="q") for n, r, s, t in group]
+    args = openrlhf_args(n=4, estimator="dr_grpo", micro_batch=4)
+    cfg = build_run_config("kk-tiny", {"adora.enabled": True, "adora.correct_threshold": 1.0, "advantage.estimator": "dr_grpo"})
+    maker = openrlhf_maker(args, ours.AdoraExperienceMaker, run_config=cfg)
+    batches = maker.compute_advantages_and_returns(ready_for_advantages(maker, rollout_experiences(args, responses)))
+    assert float(batches[0].info["adora/tas_fraction"][0]) == 1.0
+    assert scalar_by_sample(batches) == pytest.approx([1.65, -0.55, -0.55, -0.55])  # weight 1: r - 1.35
+
+
+def test_length_penalties_applied_by_the_generator_are_not_applied_again():
+    args = openrlhf_args("--rollout.max_new_tokens", "10", "--reward.overlong_buffer_len", "5", n=2, estimator="dr_grpo", micro_batch=2)
+    cfg = run_config(**{"advantage.estimator": "dr_grpo"})
+    responses = [response_dict(prompt_len=3, response_len=9, reward=1.0, prompt="q"), response_dict(prompt_len=3, response_len=4, reward=0.0, prompt="q")]
+
+    fresh = openrlhf_maker(args, ours.AdoraExperienceMaker, run_config=cfg)  # no mark: penalised here, 9 tokens -> -4/5
+    batches = fresh.compute_advantages_and_returns(ready_for_advantages(fresh, rollout_experiences(args, responses)))
+    assert scalar_by_sample(batches) == pytest.approx([(0.2 - 0.0) / 2, -(0.2 - 0.0) / 2])
+    assert [float(r) for r in batches[0].info["adora/raw_reward"]] == [1.0, 0.0]
+
+    marked = rollout_experiences(args, responses)
+    for e in marked:
+        e.info[ours.LENGTH_PENALIZED] = torch.ones(1)
+    maker = openrlhf_maker(args, ours.AdoraExperienceMaker, run_config=cfg)
+    batches = maker.compute_advantages_and_returns(ready_for_advantages(maker, marked))
+    assert scalar_by_sample(batches) == pytest.approx([0.5, -0.5])
+
+
+def test_gamma_override_is_warned(caplog):
+    args = openrlhf_args("--algo.advantage.gamma", "0.9", n=4, micro_batch=4)
+    maker = openrlhf_maker(args, ours.AdoraExperienceMaker, run_config=run_config())
+    with caplog.at_level("WARNING", logger=ours.__name__):
+        maker.compute_advantages_and_returns(ready_for_advantages(maker, rollout_experiences(args, responses_for(GROUPS[:1]))))
+    assert args.algo.advantage.gamma == 1.0
+    assert "algo.advantage.gamma=0.9 is set to 1.0" in caplog.text
+

@@ -27,7 +27,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "openrlhf"
 sys.path.insert(0, str(FIXTURES))
 
 from gpu_stubs import import_openrlhf  # noqa: E402
-from orl_testkit import openrlhf_args, openrlhf_maker, plain_generator, ready_for_advantages, tiny_tokenizer  # noqa: E402
+from orl_testkit import openrlhf_args, openrlhf_maker, plain_generator, ready_for_advantages, response_dict, tiny_tokenizer  # noqa: E402
 
 ray = pytest.importorskip("ray")
 (gen_mod, maker_mod, flags_mod) = import_openrlhf(
@@ -63,10 +63,10 @@ def ray_cluster():
     ray.shutdown()
 
 
-def make_engine():
+def make_engine(reward_file=None):
     from fake_engine import ScriptedRolloutEngine
 
-    return ray.remote(ScriptedRolloutEngine).options(num_cpus=0).remote(flags_mod.reward_file_path(), tiny_tokenizer())
+    return ray.remote(ScriptedRolloutEngine).options(num_cpus=0).remote(reward_file or flags_mod.reward_file_path(), tiny_tokenizer())
 
 
 def prompt_batches(prompts):
@@ -158,7 +158,7 @@ def test_sampler_off_keeps_openrlhf_dynamic_filtering(ray_cluster):
     experiences, consumed, exhausted = gen._generate_vllm(prompt_batches(prompts), 1, True, **GENERATE_KWARGS)
     assert consumed == 3 and exhausted is False
     assert [e.prompts[0] for e in experiences] == [PROMPTS[0]] * 4
-    assert not any(key.startswith(("adora/", "sampling/")) for e in experiences for key in e.info)
+    assert not any(key.startswith(("adora/pool", "sampling/")) for e in experiences for key in e.info)  # no sampler ran
     requests = ray.get(engine.logged_requests.remote())
     assert [r["num_samples"] for r in requests] == [4, 4, 4]
 
@@ -171,6 +171,98 @@ def test_evaluation_uses_openrlhf_generation(ray_cluster):
     samples = gen.generate_eval_samples(**{**GENERATE_KWARGS, "n_samples_per_prompt": 2})
     assert len(samples) == 2 and not any("adora/pool_count" in e.info for e in samples)
     assert gen.sampling_step == 0 and not gen._evaluating
+
+
+def test_overlong_penalty_is_inside_the_pool_baseline(ray_cluster):
+    """DAPO's overlong penalty is applied before the pool statistics: dr_grpo advantages sum to 0 over a pool
+    (here pool = kept: the [mixed] prompt retires after one round of n = 4)."""
+    engine = make_engine()
+    args = openrlhf_args(
+        "--vllm.num_engines", "1", "--rollout.max_new_tokens", "128", "--reward.overlong_buffer_len", "100",
+        n=4, estimator="dr_grpo", micro_batch=4,
+    )
+    cfg = sampler_config(**{"sampling.samples_per_round": 4})
+    experiences, _, _ = generator(args, [engine], cfg)._generate_vllm(prompt_batches(PROMPTS[:1]), 1, False, **GENERATE_KWARGS)
+    assert len(experiences) == 4 and float(experiences[0].info["adora/pool_count"]) == 4
+    # responses of 52 (correct) and 53 (wrong) tokens exceed 128 - 100 = 28 by 24 and 25: penalty -24/100, -25/100
+    raw = sorted(float(e.info["adora/raw_reward"]) for e in experiences)
+    penalised = sorted(float(e.rewards) for e in experiences)
+    assert raw == [-0.5, -0.5, 3.0, 3.0] and penalised == pytest.approx([-0.75, -0.75, 2.76, 2.76])
+    assert float(experiences[0].info["adora/pool_mean"]) == pytest.approx((2 * 2.76 - 2 * 0.75) / 4)
+
+    maker = openrlhf_maker(args, maker_mod.AdoraExperienceMaker, run_config=cfg)
+    batches = maker.compute_advantages_and_returns(ready_for_advantages(maker, experiences))
+    advantages = [float(b.advantages[row][b.action_mask[row].bool()][0]) for b in batches for row in range(len(b.index))]
+    assert sum(advantages) == pytest.approx(0.0, abs=1e-6)  # not penalised twice, baseline centred
+    assert sorted(advantages) == pytest.approx([-1.755, -1.755, 1.755, 1.755])
+    assert sorted(float(r) for b in batches for r in b.info["reward"]) == pytest.approx([-0.75, -0.75, 2.76, 2.76])
+
+
+def test_rollouts_without_reward_are_counted_and_fail_past_the_limit(ray_cluster, tmp_path):
+    """OpenRLHF's executor returns reward None when the reward call fails: scored 0, counted, fatal past the limit."""
+    failing = tmp_path / "failing_reward.py"
+    failing.write_text("def reward_func(queries, prompts, labels):\n    raise RuntimeError('reward server down')\n")
+    engine = make_engine(str(failing))
+    args = openrlhf_args("--vllm.num_engines", "1", n=4, micro_batch=4)
+    gen = generator(args, [engine], build_run_config("kk-tiny", {"max_missing_reward_fraction": 1.0}))
+    experiences, consumed, _ = gen._generate_vllm(prompt_batches(PROMPTS[:1]), 1, False, **GENERATE_KWARGS)
+    assert consumed == 1 and len(experiences) == 4
+    assert [float(e.rewards) for e in experiences] == [0.0] * 4
+    assert [float(e.info["reward_missing"]) for e in experiences] == [1.0] * 4
+
+    gen = generator(args, [engine], build_run_config("kk-tiny", {"max_missing_reward_fraction": 0.5}))
+    with pytest.raises(RuntimeError, match=r"rewards: 4 of 4 rollouts of this batch came back without a reward .* max_missing_reward_fraction=0.5"):
+        gen._generate_vllm(prompt_batches(PROMPTS[:1]), 1, False, **GENERATE_KWARGS)
+
+
+def test_rewarded_and_unrewarded_samples_share_info_keys():
+    args = openrlhf_args(n=2)
+    gen = generator(args, [], build_run_config("kk-tiny", {}))
+    scored = gen._process_response_into_experience(response_dict(3, 4, 1.0, extra_logs={"correct": 1.0}))
+    missing = gen._process_response_into_experience(response_dict(3, 4, None))
+    assert float(missing.rewards) == 0.0 and float(missing.info["reward_missing"]) == 1.0 and float(scored.info["reward_missing"]) == 0.0
+    gen_mod.align_info_keys([scored, missing])
+    assert set(scored.info) == set(missing.info) and float(missing.info["correct"]) == 0.0
+
+
+def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_cluster, tmp_path):
+    """AdoraPPOTrainer puts the generator's state in OpenRLHF's checkpoint client_states and restores it on resume
+    (OpenRLHF's own save_logs_and_checkpoints / init_checkpoint_states; the actor group keeps the states in memory)."""
+    (trainer_mod,) = import_openrlhf("adora_openrlhf.backends.openrlhf.trainer")
+
+    class MemoryActorGroup:  # the DeepSpeed checkpoint of the actor group: client_states in, client_states out
+        def __init__(self):
+            self.saved = None
+
+        def async_run_method(self, method_name, **kwargs):
+            if method_name == "save_checkpoint":
+                self.saved = kwargs["client_states"]
+                return [ray.put(None)]
+            assert method_name == "get_checkpoint_states"
+            return [ray.put(self.saved)]
+
+    args = openrlhf_args("--ckpt.path", str(tmp_path), "--ckpt.save_steps", "1", "--ckpt.load_enable", n=4)
+    cfg = sampler_config(**{"sampling.pool_scope": "history"})
+
+    def trainer():
+        t = trainer_mod.AdoraPPOTrainer.__new__(trainer_mod.AdoraPPOTrainer)
+        t.args, t.samples_generator, t.critic_model_group = args, generator(args, [], cfg), None
+        t.wandb_logger = t.tensorboard_logger = None
+        t.best_eval_metric_key, t.best_eval_metric_value, t._latest_eval_metric_value = "", None, None
+        return t
+
+    first = trainer()
+    first.actor_model_group = MemoryActorGroup()
+    first.samples_generator.sampling_step = 7
+    first.samples_generator.sampler.load_state_dict({"history": {"'q'": ("q", 3, 2.0, 2.0)}})
+    first.save_logs_and_checkpoints(7, {}, {"episode": 0, "global_step": 7, "total_consumed_prompts": 28, "data_loader_state_dict": {}})
+
+    (tmp_path / "_actor").mkdir()
+    resumed = trainer()
+    resumed.actor_model_group = first.actor_model_group
+    states = resumed.init_checkpoint_states()
+    assert states["global_step"] == 7 and resumed.samples_generator.sampling_step == 7
+    assert resumed.samples_generator.state_dict() == first.samples_generator.state_dict()
 
 
 def test_missing_reward_is_a_clear_error():
@@ -217,7 +309,7 @@ def test_trainer_actor_builds_our_classes_in_its_own_process(ray_cluster, tmp_pa
          "prompts_per_step": 3, "sampling.max_rounds": 3, "sampling.samples_per_round": 4,
          "sampling.escalation": [{"temperature": 1.3}], "rollout.max_new_tokens": 128, "data.max_prompt_tokens": 128},
     )
-    argv, args, cfg = launcher.prepare(cfg, ["--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1", "--rollout.micro_batch_size", "4", "--train.batch_size", "12"])
+    argv, args, cfg = launcher.prepare(cfg, ["--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1", "--rollout.micro_batch_size", "4", "--train.batch_size", "12", "--reward.overlong_buffer_len", "64"])
     strategy = utils_mod.get_strategy(args)
     engine = make_engine()
     actor = trainer_mod.RemoteAdoraPPOTrainer.options(num_cpus=0).remote(

@@ -141,3 +141,36 @@ def test_math_rows_from_worker_threads(tmp_path):
                                [r["reward_label"] for r in rows])
     assert [i["reward"].item() for i in infos] == [1.0, 0.0]
     assert [i["grader_timeout"].item() + i["grader_error"].item() for i in infos] == [0.0, 0.0]
+
+
+def test_reward_file_that_cannot_import_the_package_fails_at_load(tmp_path):
+    """Loaded the way OpenRLHF's executor loads it, in a process where adora_openrlhf is not importable: the load
+    fails with the install hint instead of every rollout scoring 0."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        f"""
+        import importlib.abc, importlib.util, sys
+
+        class NoPackage(importlib.abc.MetaPathFinder):  # a node without the package installed
+            def find_spec(self, name, path=None, target=None):
+                if name == "adora_openrlhf" or name.startswith("adora_openrlhf."):
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+                return None
+
+        sys.meta_path.insert(0, NoPackage())
+        spec = importlib.util.spec_from_file_location("reward_func", {str(HOOK_FILE)!r})
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except ImportError as err:
+            print("LOAD FAILED:", err)
+            sys.exit(3)
+        print("LOADED; reward of a correct K&K answer:", module.reward_func(["x"], [""], ['{{"source": "kk", "label": "a", "meta": {{}}}}'])["rewards"].tolist())
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "the reward file cannot import adora_openrlhf" in done.stdout and "pip install -e <repo>" in done.stdout

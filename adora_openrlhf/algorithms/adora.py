@@ -12,17 +12,23 @@ Then A_i <- w_g * A_i for every response of the group. Weights are positive, so 
 Rules (registry :data:`GROUP_RULES`):
 
 ``length`` (the reference implementation): correct_i = r_i > correct_threshold; counted incorrect
-responses are the incorrect ones that were not truncated (when ``drop_truncated_negatives``).
-max_pos = max length of correct responses, mean_neg = mean length of counted incorrect responses
-(+inf when none). No correct response -> neutral; max_pos > mean_neg -> TAS; otherwise TDS (an
-all-correct group is TDS since mean_neg = +inf).
+responses are the incorrect ones that were not truncated (when ``drop_truncated_negatives``; a response is
+truncated when the engine says so or, with ``truncation_length`` set, when L_i >= truncation_length).
+max_pos = max length of correct responses, mean_neg = mean length of counted incorrect responses.
+With both present: max_pos > mean_neg -> TAS, otherwise TDS. The two reference codes differ on the edge
+groups; ``edge_policy`` (registry :data:`EDGE_POLICIES`) picks one:
+
+    group                                   ``vlm`` (OpenRLHF VLM code)   ``llm`` (verl LLM code)
+    no correct response                     neutral (weight 1)            TDS (max_pos = -inf)
+    correct, no counted incorrect response  TDS (mean_neg = +inf)         TAS (mean_neg = -inf)
 
 ``difficulty``: p = fraction of correct responses; TAS when 0 < p <= tau, TDS otherwise.
 
 Optional ``length_shaping`` (reference LLM code, off by default) shifts rewards before normalisation:
-in TAS groups each correct response gets r += s * beta * (2u - 1), u = its min-max normalised length among
-the group's correct responses (u = 1/2 when they all have one length), s = +1 in hard groups
-(#correct < n*p), s = -1 in easy groups (#correct >= n*(1-p)), no shift otherwise.
+in TAS groups each correct response gets r += s * beta * (2u - 1), u = (L - min) / max(max - min, 1e-6)
+over the group's correct responses (as the reference: u = 0 when they all have one length, so the shift is
+-beta in hard groups and +beta in easy ones), s = +1 in hard groups (#correct < n*p), s = -1 in easy groups
+(#correct >= n*(1-p)), no shift otherwise.
 """
 
 from __future__ import annotations
@@ -53,17 +59,27 @@ def register_rule(name: str) -> Callable[[GroupRule], GroupRule]:
     return wrap
 
 
+# name -> fn(has_correct [G] bool, has_counted_negative [G] bool, common-case class [G] long) -> class [G] long
+EdgePolicy = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+EDGE_POLICIES: dict[str, EdgePolicy] = {
+    # OpenRLHF-based VLM reference: no correct -> neutral; correct without counted incorrect -> TDS
+    "vlm": lambda has_pos, has_neg, common: torch.where(has_pos, torch.where(has_neg, common, TDS), NEUTRAL),
+    # verl-based LLM reference: no correct -> TDS; correct without counted incorrect -> TAS
+    "llm": lambda has_pos, has_neg, common: torch.where(has_pos, torch.where(has_neg, common, TAS), TDS),
+}
+
+
 @register_rule("length")
 def length_rule(correct, lengths, counted_negative, valid, cfg) -> torch.Tensor:
-    """TAS when max length of correct responses > mean length of counted incorrect ones."""
+    """TAS when max length of correct responses > mean length of counted incorrect ones; edge groups by
+    ``cfg.edge_policy``."""
     neg_inf = torch.full_like(lengths, float("-inf"))
     max_pos = torch.where(correct & valid, lengths, neg_inf).max(-1).values
     neg = (counted_negative & valid).to(lengths.dtype)
     neg_count = neg.sum(-1)
-    mean_neg = torch.where(neg_count > 0, (lengths * neg).sum(-1) / neg_count.clamp(min=1), torch.full_like(neg_count, float("inf")))
-    has_correct = (correct & valid).any(-1)
-    classes = torch.where(max_pos > mean_neg, TAS, TDS)
-    return torch.where(has_correct, classes, NEUTRAL).long()
+    mean_neg = (lengths * neg).sum(-1) / neg_count.clamp(min=1)
+    common = torch.where(max_pos > mean_neg, TAS, TDS)
+    return EDGE_POLICIES[cfg.edge_policy]((correct & valid).any(-1), neg_count > 0, common).long()
 
 
 @register_rule("difficulty")
@@ -126,6 +142,8 @@ def classify_groups(
     valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
     correct = (rewards > cfg.correct_threshold) if correct is None else correct.bool()
     truncated = torch.zeros_like(correct) if truncated is None else truncated.bool()
+    if cfg.truncation_length is not None:
+        truncated = truncated | (lengths >= cfg.truncation_length)
     counted_negative = ~correct & (~truncated if cfg.drop_truncated_negatives else torch.ones_like(correct))
     classes = GROUP_RULES[cfg.rule](correct, lengths.to(torch.float64), counted_negative, valid, cfg)
     return classes, (correct & valid).sum(-1)
@@ -180,7 +198,7 @@ def length_shaped_rewards(
     lo = torch.where(correct, lengths_f, inf).min(-1, keepdim=True).values
     hi = torch.where(correct, lengths_f, -inf).max(-1, keepdim=True).values
     span = hi - lo
-    u = torch.where(span > 0, (lengths_f - lo) / span.clamp(min=1e-12), torch.full_like(lengths_f, 0.5))
+    u = (lengths_f - lo) / span.clamp(min=1e-6)  # the reference's clamp: 0 when the correct lengths are equal
     hard = num_correct.to(torch.float64) < n * cfg.shaping_p
     easy = num_correct.to(torch.float64) >= n * (1 - cfg.shaping_p)
     sign = torch.where(hard, 1.0, torch.where(easy, -1.0, 0.0)).to(lengths_f.dtype)

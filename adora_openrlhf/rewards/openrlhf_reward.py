@@ -16,6 +16,11 @@ Rows name their task through the label: the converters write a ``reward_label`` 
 ``{"source", "label", "meta"}`` as JSON (see :func:`encode_reward_label`), so the launcher passes
 ``--data.label_key reward_label``. A plain-text label also works when the environment variable
 ``ADORA_REWARD_SOURCE`` names the source for the whole run.
+
+Loading the file imports the package and its task rewards (:func:`check_package`): on a node where
+``adora_openrlhf`` cannot be imported, OpenRLHF's loader fails when the engines start, with the install hint,
+instead of every rollout scoring 0. Per-row failures (a bad label, a grader crash) still score 0 and are
+counted in ``reward_error``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,26 @@ import os
 from typing import Any, Mapping, Optional, Sequence
 
 logger = logging.getLogger(__name__)
+
+INSTALL_HINT = (
+    "install the package on every node that runs vLLM engines (pip install -e <repo>), or submit the Ray job "
+    "with --working-dir <repo> / py_modules so that the engine processes can import it"
+)
+
+
+def check_package() -> None:
+    """Import the package and its task rewards now; raise ImportError with the install hint if that fails."""
+    try:
+        from adora_openrlhf.rewards import base
+
+        base._load_builtin_rewards()
+    except ImportError as err:
+        raise ImportError(
+            f"{__file__}: the reward file cannot import adora_openrlhf ({err}); every rollout would score 0. {INSTALL_HINT}"
+        ) from err
+
+
+check_package()  # at load time: OpenRLHF loads this file when its rollout engines start
 
 REWARD_LABEL_KEY = "reward_label"  # the column the converters add, for --data.label_key
 SOURCE_ENV = "ADORA_REWARD_SOURCE"

@@ -6,9 +6,12 @@ Sequences are ``prompt + response`` right-padded into ``[B, L]``; ``action_mask[
 
 Old log-probs: with one PPO epoch the rollout policy equals the current one, so ``old = log_probs.detach()``
 (ratio 1, the plain policy gradient, no extra forward pass); with more epochs they come from a no-grad pass
-before the first update. The loss of each micro-batch is weighted by its share of the sequences, and the
-gradients of all micro-batches are accumulated into one optimiser step per epoch, after clipping their
-global norm to ``max_grad_norm``.
+before the first update. The loss of each micro-batch is weighted by its share of the step
+(:data:`MICRO_BATCH_SHARES`): for ``token_mean`` its response tokens over the step's response tokens, so the
+accumulated loss is DAPO's token mean over the whole step; for the per-sequence modes its sequences over the
+step's sequences. The gradient therefore does not depend on ``micro_batch_size``. The gradients of all
+micro-batches are accumulated into one optimiser step per epoch, after clipping their global norm to
+``max_grad_norm``.
 """
 
 from __future__ import annotations
@@ -59,6 +62,14 @@ def _slice(batch: PackedBatch, rows: slice, device) -> PackedBatch:
     return PackedBatch(ids[:, :width].to(device), batch.attention_mask[rows, :width].to(device), batch.action_mask[rows, : width - 1].to(device))
 
 
+# loss_agg -> share of one micro-batch in the step: fn(rows, total rows, response tokens, total response tokens)
+MICRO_BATCH_SHARES: dict[str, Any] = {
+    "token_mean": lambda rows, total_rows, tokens, total_tokens: tokens / max(total_tokens, 1.0),
+    "seq_mean_token_mean": lambda rows, total_rows, tokens, total_tokens: rows / total_rows,
+    "seq_mean_token_sum_norm": lambda rows, total_rows, tokens, total_tokens: rows / total_rows,
+}
+
+
 def reference_context(ref_model, policy):
     """Context in which ``model`` computes reference log-probs: a frozen copy, or the LoRA base (adapters off)."""
     if ref_model is not None:
@@ -93,13 +104,15 @@ def policy_update(
                     ref_lp[i] = token_log_probs(ref, mb)
             if cfg.ppo_epochs > 1:
                 old_lp[i] = token_log_probs(model, mb)
+    share_of = MICRO_BATCH_SHARES[cfg.loss_agg]
+    total_tokens = float(batch.action_mask.sum())
     sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "grad_norm": 0.0}
     model.train()
     for _ in range(cfg.ppo_epochs):
         optimizer.zero_grad(set_to_none=True)
         for i, rows in enumerate(slices):
             mb = _slice(batch, rows, device)
-            share = (rows.stop - rows.start) / size
+            share = share_of(rows.stop - rows.start, size, float(batch.action_mask[rows].sum()), total_tokens)
             lp = token_log_probs(model, mb)
             out = policy_loss(
                 lp,

@@ -14,6 +14,16 @@ batch whitening OpenRLHF applies to ``reinforce_baseline``). With ADORA off and 
 advantages are exactly OpenRLHF's own (tested). Estimators that are not group baselines of this package
 (``gae``, ``reinforce``, ``flash_reinforce``) are left entirely to OpenRLHF.
 
+Length penalties (DAPO overlong, stop-properly) are OpenRLHF's ``apply_length_penalties``. When the adaptive
+sampler ran, the samples generator has already applied them to every pooled response before the pool
+statistics were taken (marked by ``adora/length_penalized``), so they are not applied twice and the pool
+baseline centres the penalised rewards. Without the sampler they are applied here, as OpenRLHF does.
+
+Correctness signal: a response is correct for ADORA when its raw reward (the reward source's ``rewards``
+before length penalties, ``adora/raw_reward``) exceeds ``adora.correct_threshold``; the sampler's positive
+class reads the same raw reward against ``sampling.positive_threshold``. OpenRLHF's ``scores`` are not used
+(a source without scores gets its rewards copied there, which would silently change their meaning).
+
 Sample layout (as OpenRLHF's): ``rollout_samples`` hold the n responses of a prompt next to each other;
 ``split_rollout_samples`` records each sample's position in ``Experience.index``; micro-batches may be
 re-ordered (dynamic batching), so grouping always goes through that index.
@@ -29,6 +39,7 @@ the step value. The samples generator puts the pool statistics (``adora/pool_cou
 from __future__ import annotations
 
 import itertools
+import logging
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -43,8 +54,11 @@ from adora_openrlhf.algorithms.advantages import ADVANTAGE_ESTIMATORS, PoolStats
 from adora_openrlhf.algorithms.pipeline import AdvantageOutput, GroupBatch, compute_step_advantages
 from adora_openrlhf.config import AdvantageConfig, RunConfig
 
+logger = logging.getLogger(__name__)
+
 POOL_COUNT, POOL_MEAN, POOL_STD = "adora/pool_count", "adora/pool_mean", "adora/pool_std"
-SCORE_CORRECT_THRESHOLD = 0.5  # the reward file's `scores` are 0/1 correctness
+RAW_REWARD = "adora/raw_reward"  # the reward source's reward before OpenRLHF's length penalties
+LENGTH_PENALIZED = "adora/length_penalized"  # present: the samples generator already applied the length penalties
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,7 @@ class FlatRollout:
     """Per-sample tensors of one rollout batch in prompt order (position = ``Experience.index``)."""
 
     rewards: torch.Tensor  # [N] float
+    raw_rewards: torch.Tensor  # [N] float, before length penalties (the correctness signal)
     lengths: torch.Tensor  # [N] response tokens
     truncated: torch.Tensor  # [N] bool
     scores: Optional[torch.Tensor]  # [N] float, None when any sample has no score
@@ -84,6 +99,7 @@ def flatten_rollout(experiences: Sequence[Experience]) -> FlatRollout:
     rewards = ordered(_cat(experiences, lambda e: e.rewards))
     if rewards is None:
         raise ValueError("Experience.rewards: every sample needs a reward before advantages are computed")
+    raw_rewards = ordered(_cat(experiences, lambda e: e.info.get(RAW_REWARD)))
     lengths = ordered(_cat(experiences, lambda e: e.response_length))
     truncated = ordered(_cat(experiences, lambda e: e.truncated))
     scores = ordered(_cat(experiences, lambda e: e.scores))
@@ -93,6 +109,7 @@ def flatten_rollout(experiences: Sequence[Experience]) -> FlatRollout:
         pool = PoolStats(count=pool_parts[0].long(), mean=pool_parts[1].float(), std=pool_parts[2].float())
     return FlatRollout(
         rewards=rewards,
+        raw_rewards=raw_rewards.float() if raw_rewards is not None else rewards,
         lengths=lengths if lengths is not None else torch.zeros_like(rewards),
         truncated=truncated.bool() if truncated is not None else torch.zeros_like(rewards, dtype=torch.bool),
         scores=scores,
@@ -108,7 +125,7 @@ def group_advantages(flat: FlatRollout, n: int, cfg: RunConfig, estimator: str) 
     if n < 1 or total % n:
         raise ValueError(f"rollout.n_samples_per_prompt: {total} samples do not form groups of {n}")
     shape = (total // n, n)
-    correct = (flat.scores > SCORE_CORRECT_THRESHOLD).reshape(shape) if flat.scores is not None else None
+    correct = (flat.raw_rewards > cfg.adora.correct_threshold).reshape(shape)
     batch = GroupBatch(
         rewards=flat.rewards.reshape(shape),
         lengths=flat.lengths.reshape(shape).float(),
@@ -156,7 +173,12 @@ class AdoraExperienceMaker(RemoteExperienceMaker):
         args = self.args
         for experience in experiences:
             experience.rewards = experience.rewards.to(torch.promote_types(experience.rewards.dtype, torch.float32))
-        apply_length_penalties(experiences, args)  # DAPO overlong / stop-properly penalties, as OpenRLHF
+            experience.info.setdefault(RAW_REWARD, experience.rewards.clone())
+        penalized = [LENGTH_PENALIZED in e.info for e in experiences]
+        if any(penalized) and not all(penalized):
+            raise ValueError(f"Experience.info[{LENGTH_PENALIZED!r}]: only some samples of the rollout carry the generator's length penalties")
+        if not any(penalized):
+            apply_length_penalties(experiences, args)  # DAPO overlong / stop-properly penalties, as OpenRLHF
 
         n = args.rollout.n_samples_per_prompt
         flat = flatten_rollout(experiences)
@@ -171,6 +193,11 @@ class AdoraExperienceMaker(RemoteExperienceMaker):
         info_split = {key: value[flat.order].split(flat.split_sizes) for key, value in info.items()}
 
         if args.algo.advantage.gamma != 1.0:  # group estimators use undiscounted returns, as in OpenRLHF
+            logger.warning(  # once: the namespace keeps 1.0 from here on
+                "algo.advantage.gamma=%s is set to 1.0: the group estimator %r uses undiscounted returns (as OpenRLHF does)",
+                args.algo.advantage.gamma,
+                args.algo.advantage.estimator,
+            )
             args.algo.advantage.gamma = 1.0
         for i, (experience, advantage) in enumerate(zip(experiences, scalar)):
             for key, parts in info_split.items():

@@ -152,6 +152,17 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
             raise ConfigError("sampling.enabled: the sampler needs rewards at rollout time; set --reward.remote_url (the reward file)")
         if not args.vllm.num_engines:
             raise ConfigError("sampling.enabled: the sampler generates with vLLM; set --vllm.num_engines >= 1")
+        if cfg.sampling.drop_unfinished:
+            raise ConfigError(
+                "sampling.drop_unfinished: the openrlhf backend needs rollout.batch_size groups per step (OpenRLHF "
+                "splits them evenly across ranks); keep unfinished prompts (--sampling.drop_unfinished false) or use "
+                "--algo.dynamic_filtering_enable without the sampler"
+            )
+    buffer, max_new = args.reward.overlong_buffer_len, args.rollout.max_new_tokens or args.data.max_len
+    if buffer is not None and buffer > max_new:
+        raise ConfigError(
+            f"reward.overlong_buffer_len: {buffer:g} is longer than the response limit ({max_new} tokens); lower it or raise --rollout.max_new_tokens"
+        )
     values = cfg.to_dict()
     values["sampling"]["n_keep"] = int(args.rollout.n_samples_per_prompt)
     if ours:
@@ -161,6 +172,19 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
     if args.rollout.max_new_tokens is not None:
         values["rollout"]["max_new_tokens"] = int(args.rollout.max_new_tokens)
     return RunConfig.from_dict(values)
+
+
+def signal_description(cfg: RunConfig) -> list[str]:
+    """One line per consumer of the correctness signal: what it reads and its threshold."""
+    lines = [
+        f"ADORA correct: raw reward (reward source 'rewards', before length penalties) > adora.correct_threshold={cfg.adora.correct_threshold}"
+        + ("" if cfg.adora.enabled else " (ADORA off: classes are logged only)"),
+    ]
+    if cfg.sampling.enabled:
+        lines.append(
+            f"sampler positive: raw reward (reward source 'rewards', before length penalties) > sampling.positive_threshold={cfg.sampling.positive_threshold}"
+        )
+    return lines
 
 
 def attach_run_config(args: SimpleNamespace, cfg: RunConfig) -> None:

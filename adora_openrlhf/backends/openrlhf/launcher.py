@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from adora_openrlhf.config import ConfigError, RunConfig
 from adora_openrlhf.backends.openrlhf.entry import ENTRY_MODULE, parse_openrlhf_args, run_openrlhf_train
-from adora_openrlhf.backends.openrlhf.flags import attach_run_config, build_argv, namespace_to_dict, reconcile
+from adora_openrlhf.backends.openrlhf.flags import attach_run_config, build_argv, namespace_to_dict, reconcile, signal_description
 
 
 def prepare(cfg: RunConfig, passthrough: Sequence[str] = (), resume: bool = False) -> tuple[list[str], Any, RunConfig]:
@@ -39,6 +39,7 @@ def dry_run_report(argv: list[str], args: Any, cfg: RunConfig) -> dict[str, Any]
         "openrlhf_argv": argv,
         "openrlhf_args": resolved,
         "run_config": cfg.to_dict(),
+        "signals": signal_description(cfg),
     }
 
 

@@ -12,13 +12,23 @@ On, one call runs :meth:`adora_openrlhf.algorithms.sampling.AdaptiveSampler.samp
   ``engine.generate_responses.remote(prompt=, label=, sampling_params=, max_length=, hf_tokenizer=,
   num_samples=, images=)``, with vLLM ``SamplingParams`` built from the round's parameters (round 0: the
   rollout defaults; later rounds: the escalation table applied on top);
-- each response dict is turned into an ``Experience`` by OpenRLHF's ``_process_response_into_experience``
-  and scored: reward = the reward file's ``rewards``; positive = its ``scores`` > ``positive_threshold``
-  (the 0/1 correctness of :mod:`adora_openrlhf.rewards.openrlhf_reward`; the reward when no score);
+- each response dict is turned into an ``Experience`` by OpenRLHF's ``_process_response_into_experience``;
+  once the round is complete, OpenRLHF's ``apply_length_penalties`` (DAPO overlong, stop-properly) runs on
+  the round's Experiences, so every reward term that reaches the advantage is in the pool statistics;
+  reward = the penalised reward; positive = the raw reward (before penalties, ``adora/raw_reward``) >
+  ``sampling.positive_threshold``;
 - the sampler retires prompts by its exit rule, down-samples each pool to ``n_samples_per_prompt`` and
   returns pool statistics, which are written on every kept Experience's ``info`` (``adora/pool_count``,
   ``adora/pool_mean``, ``adora/pool_std``) for :class:`~.experience_maker.AdoraExperienceMaker`, together
   with the step's sampler metrics (``sampling/...``) and the round that produced the sample.
+
+Missing rewards (both paths): when OpenRLHF's executor could not score a rollout (its reward call failed),
+the response comes back with ``reward = None``. Such a sample gets reward 0 and ``reward_missing = 1`` in
+its ``info`` (0 on every other sample); a warning reports the count, and the batch fails with a clear error
+once the missing fraction exceeds ``max_missing_reward_fraction``.
+
+``sampling.drop_unfinished`` is refused for this backend at config time (see ``flags.reconcile``): a batch
+must keep ``rollout.batch_size`` groups for OpenRLHF's even split across ranks.
 
 Kept samples are returned prompt by prompt, n per prompt, which is the layout OpenRLHF's experience maker
 expects. ``max_rounds * samples_per_round`` responses per prompt are the most one step can cost.
@@ -28,20 +38,59 @@ from __future__ import annotations
 
 import heapq
 import json
+import logging
 from typing import Any, Hashable, Sequence
 
 import ray
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
+from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _collect_prompt_batch
 from openrlhf.trainer.ppo_utils.samples_generator import SamplingParams as VllmSamplingParams  # the class OpenRLHF sends
 from tqdm import tqdm
 
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, GenerationRequest, SamplingResult, ScoredResponse
 from adora_openrlhf.config import RunConfig, SamplingParams
-from adora_openrlhf.backends.openrlhf.experience_maker import POOL_COUNT, POOL_MEAN, POOL_STD
+from adora_openrlhf.backends.openrlhf.experience_maker import LENGTH_PENALIZED, POOL_COUNT, POOL_MEAN, POOL_STD, RAW_REWARD
+
+logger = logging.getLogger(__name__)
 
 ROUND_KEY = "sampling/response_round"
+REWARD_MISSING = "reward_missing"  # 1 when OpenRLHF's executor returned no reward for the sample (scored 0)
+
+
+def check_missing_rewards(missing: int, total: int, max_fraction: float) -> None:
+    """Warn about rollouts without a reward; raise once their fraction exceeds ``max_fraction``."""
+    if not missing:
+        return
+    logger.warning("rewards: %d of %d rollouts of this batch came back without a reward and were scored 0", missing, total)
+    if missing > max_fraction * total:
+        raise RuntimeError(
+            f"rewards: {missing} of {total} rollouts of this batch came back without a reward (OpenRLHF's executor "
+            f"could not call the reward source; see 'Failed to fetch reward' in the engine logs), more than "
+            f"max_missing_reward_fraction={max_fraction}; fix the reward source or raise --max_missing_reward_fraction"
+        )
+
+
+def penalise_round(experiences: Sequence[Experience], args: Any) -> None:
+    """OpenRLHF's length penalties on one round's Experiences (before the sampler sees the rewards), marked
+    so that the experience maker does not apply them again."""
+    experiences = [e for e in experiences if e.rewards is not None]  # unscored: scored_response explains
+    for experience in experiences:
+        experience.rewards = experience.rewards.to(torch.promote_types(experience.rewards.dtype, torch.float32))
+    apply_length_penalties(experiences, args)
+    for experience in experiences:
+        experience.info[LENGTH_PENALIZED] = torch.ones(len(experience.rewards))
+
+
+def align_info_keys(experiences: Sequence[Experience]) -> None:
+    """Give every Experience every ``info`` key of the batch (0 where absent): OpenRLHF concatenates ``info``
+    key by key, so a key missing on one sample would shift the values of the others."""
+    keys = {key for e in experiences for key in e.info}
+    for experience in experiences:
+        size = len(experience.sequences)
+        for key in keys - set(experience.info):
+            experience.info[key] = torch.zeros(size)
 
 
 def vllm_sampling_params(params: SamplingParams, generate_kwargs: dict[str, Any], logprobs: bool) -> Any:
@@ -67,10 +116,11 @@ def scored_response(experience: Experience, positive_threshold: float) -> Scored
             "time, so pass --reward.remote_url (the reward file) or an agent with rewards"
         )
     reward = float(torch.as_tensor(experience.rewards).reshape(-1)[0])
-    score = float(torch.as_tensor(experience.scores).reshape(-1)[0]) if experience.scores is not None else reward
+    raw = experience.info.get(RAW_REWARD)
+    raw_reward = float(torch.as_tensor(raw).reshape(-1)[0]) if raw is not None else reward
     return ScoredResponse(
         reward=reward,
-        positive=score > positive_threshold,
+        positive=raw_reward > positive_threshold,
         length=int(torch.as_tensor(experience.response_length).reshape(-1)[0]) if experience.response_length is not None else 0,
         truncated=bool(torch.as_tensor(experience.truncated).reshape(-1)[0]) if experience.truncated is not None else False,
         payload=experience,
@@ -108,6 +158,30 @@ class AdoraSamplesGenerator(SamplesGenerator):
         self.sampler = AdaptiveSampler(run_config.sampling, run_config.rollout, seed=run_config.seed)
         self.sampling_step = 0  # training batches sampled so far (escalation trigger, sampler seed)
         self._evaluating = False
+        self._reward_counts = [0, 0]  # (missing, total) rewards of the current batch
+
+    # -- checkpointing (saved with OpenRLHF's checkpoints by the trainer) -----------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's cross-step state: step counter (escalation trigger, per-step seeds) and reward history."""
+        return {"sampling_step": self.sampling_step, "sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampling_step = int(state["sampling_step"])
+        self.sampler.load_state_dict(state["sampler"])
+
+    def _process_response_into_experience(self, response, **generate_kwargs) -> Experience:
+        """OpenRLHF's conversion, plus the raw reward and a 0 reward (``reward_missing = 1``) when the executor
+        could not score the rollout."""
+        missing = response.get("reward") is None and bool(self.args.reward.remote_url)
+        if missing:
+            response = {**response, "reward": 0.0, "scores": 0.0}
+        experience = super()._process_response_into_experience(response, **generate_kwargs)
+        experience.info[REWARD_MISSING] = torch.tensor([float(missing)])
+        if experience.rewards is not None:
+            experience.info[RAW_REWARD] = experience.rewards.clone().float()
+        self._reward_counts[0] += int(missing)
+        self._reward_counts[1] += 1
+        return experience
 
     def generate_eval_samples(self, **generate_kwargs) -> list[Experience]:
         self._evaluating = True
@@ -117,8 +191,16 @@ class AdoraSamplesGenerator(SamplesGenerator):
             self._evaluating = False
 
     def _generate_vllm(self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs):
+        self._reward_counts = [0, 0]
         if self._evaluating or not self.run_config.sampling.enabled:
-            return super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
+            out = super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
+        else:
+            out = self._generate_adaptive(dataloader_iter, num_prompts, **generate_kwargs)
+        check_missing_rewards(*self._reward_counts, self.run_config.max_missing_reward_fraction)
+        align_info_keys(out[0])
+        return out
+
+    def _generate_adaptive(self, dataloader_iter, num_prompts: int, **generate_kwargs):
         prompts, labels, images, exhausted = _collect_prompt_batch(dataloader_iter, num_prompts)
         if not prompts:
             return [], 0, True
@@ -175,17 +257,14 @@ class AdoraSamplesGenerator(SamplesGenerator):
             )
         round_index = requests[0].round if requests else 0
         position = {ref: i for i, ref in enumerate(refs)}
-        outputs: list[list[ScoredResponse]] = [[] for _ in refs]
+        outputs: list[list[Experience]] = [[] for _ in refs]
         threshold = self.run_config.sampling.positive_threshold
         pending = list(refs)
         with tqdm(total=len(refs), desc=f"Adaptive sampling round {round_index}", disable=not refs) as bar:
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1, timeout=10.0)
                 for ref in ready:
-                    responses = ray.get(ref)
-                    outputs[position[ref]] = [
-                        scored_response(self._process_response_into_experience(response, **generate_kwargs), threshold)
-                        for response in responses
-                    ]
+                    outputs[position[ref]] = [self._process_response_into_experience(r, **generate_kwargs) for r in ray.get(ref)]
                     bar.update()
-        return outputs
+        penalise_round([e for experiences in outputs for e in experiences], self.args)
+        return [[scored_response(e, threshold) for e in experiences] for experiences in outputs]

@@ -7,6 +7,12 @@ maker are rebuilt as :class:`~.samples_generator.AdoraSamplesGenerator` and
 :class:`~.experience_maker.AdoraExperienceMaker` from the same objects. ``fit``, ``train_step``, PPO
 updates, checkpoints and evaluation are OpenRLHF's.
 
+Checkpoints: the samples generator's state (the sampler's step counter, which drives the escalation trigger
+and the per-step seeds, and the ``pool_scope="history"`` reward pool) is added to OpenRLHF's checkpoint
+``client_states`` under :data:`SAMPLER_STATE_KEY` and restored from them on ``--resume``
+(``--ckpt.load_enable``). A checkpoint without that entry resumes the step counter at its ``global_step``
+with an empty history, and says so.
+
 The run's config arrives with OpenRLHF's own args namespace (``strategy.args.adora_run_config``, set by the
 launcher), and both classes are constructed in ``__init__``, i.e. in the actor's process: nothing depends
 on state of the driver process. :data:`RemoteAdoraPPOTrainer` is the Ray actor class the launcher hands to
@@ -16,14 +22,19 @@ OpenRLHF's ``train(args)``; Ray ships it by reference to this module, so every n
 
 from __future__ import annotations
 
+import logging
+
 import ray
 from openrlhf.trainer.ppo_trainer import PPOTrainer as _OpenRLHFRemotePPOTrainer
 
 from adora_openrlhf.backends.openrlhf.experience_maker import AdoraExperienceMaker
-from adora_openrlhf.backends.openrlhf.flags import run_config_from_args
+from adora_openrlhf.backends.openrlhf.flags import run_config_from_args, signal_description
 from adora_openrlhf.backends.openrlhf.samples_generator import AdoraSamplesGenerator
 
 OpenRLHFPPOTrainer = _OpenRLHFRemotePPOTrainer.__ray_actor_class__  # the class under OpenRLHF's @ray.remote
+SAMPLER_STATE_KEY = "adora_samples_generator"  # entry of OpenRLHF's checkpoint client_states
+
+logger = logging.getLogger(__name__)
 
 
 class AdoraPPOTrainer(OpenRLHFPPOTrainer):
@@ -70,6 +81,29 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
             self.tokenizer,
             run_config=run_config,
         )
+        for line in signal_description(run_config):
+            print(f"[adora_openrlhf] {line}")
+
+    def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
+        """OpenRLHF's logging and checkpointing, with the samples generator's state in ``client_states``."""
+        client_states = {} if client_states is None else client_states
+        client_states[SAMPLER_STATE_KEY] = self.samples_generator.state_dict()
+        super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
+
+    def init_checkpoint_states(self) -> dict:
+        """OpenRLHF's resume states; restores the samples generator's state from them."""
+        states = super().init_checkpoint_states()
+        saved = states.get(SAMPLER_STATE_KEY)
+        if saved is not None:
+            self.samples_generator.load_state_dict(saved)
+        elif states.get("global_step", 0) > 0:
+            self.samples_generator.sampling_step = int(states["global_step"])
+            logger.warning(
+                "resume: the checkpoint has no adaptive-sampler state; its step counter resumes at global_step=%d and "
+                "the history pool starts empty",
+                self.samples_generator.sampling_step,
+            )
+        return states
 
     def component_classes(self) -> dict[str, str]:
         """Qualified class names of the generator and experience maker (checked after start-up)."""
