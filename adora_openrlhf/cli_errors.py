@@ -71,3 +71,22 @@ def run_cli(body: Callable[[], int], argv: Optional[Sequence[str]] = None,
         text = " ".join(str(err).split()) or type(err).__name__
         print(f"error: {text}", file=sys.stderr)
         return 2 if isinstance(err, ValueError) else 1
+
+
+def check_output_dir(path: str | os.PathLike, option: str) -> None:
+    """ConfigError naming ``option`` unless ``path`` is a directory, or can be created as one, that this user
+    may write (checked before anything is written)."""
+    from pathlib import Path
+
+    from adora_openrlhf.config import ConfigError
+
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{option}: {str(out)!r} is a file, not a directory; choose another {option}")
+    probe = out
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"{option}: cannot create {str(out)!r}: {str(probe)!r} is a file; choose another {option}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option}: cannot write in {str(probe)!r} (permission denied); choose another {option}")

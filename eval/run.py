@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from tqdm.auto import tqdm
 
-from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli
+from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
 from eval.benchmarks import Benchmark, get_benchmark, load_located_rows, row_file
 from eval.generation import GENERATORS, EvalSampling, Generator, pick_engine
 from eval.metrics import markdown_table, score_records
@@ -90,18 +90,6 @@ def check_eval_config(out_dir: Path, wanted: Mapping[str, Any]) -> None:
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {wanted.get(k)!r}" for k in changed)
         raise ValueError(f"--out: {out_dir} holds samples generated with other settings ({details}); "
                          "use a new --out for this model and these settings")
-
-
-def check_out_dir(out_dir: Path) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"--out: {out_dir} is a file, not a directory")
-    probe = out_dir
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ValueError(f"--out: cannot create {out_dir}: {probe} is a file")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ValueError(f"--out: cannot write in {probe} (permission denied)")
 
 
 def grade(source: str, response: str, row: Mapping[str, Any]) -> dict[str, Any]:
@@ -286,7 +274,7 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     engine = pick_engine(args.engine)
     out_dir = Path(args.out)
     out["dir"] = str(out_dir)
-    check_out_dir(out_dir)
+    check_output_dir(out_dir, "--out")
     sampling = EvalSampling(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed)
     settings = {**model_identity(args.model), "engine": engine, "seeding": SEEDING, **asdict(sampling)}
     check_eval_config(out_dir, settings)

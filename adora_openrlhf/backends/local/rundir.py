@@ -36,17 +36,9 @@ LOCK_FILE = ".lock"
 
 def check_output_dir(out: Path) -> None:
     """ConfigError unless ``out`` is a directory, or can be created as one, that this user may write."""
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"output_dir: {str(out)!r} is a file, not a directory; choose another --output-dir")
-    probe = out
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ConfigError(f"output_dir: cannot create {str(out)!r}: {str(probe)!r} is a file; choose another --output-dir")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"output_dir: cannot write in {str(probe)!r} (permission denied); choose another --output-dir")
+    from adora_openrlhf.cli_errors import check_output_dir as check
+
+    check(out, "output_dir")
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
