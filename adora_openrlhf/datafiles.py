@@ -50,7 +50,7 @@ def _jsonl_lines(p: Path) -> Iterator[tuple[int, Any, Optional[str]]]:
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
+                value = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as err:
                 yield number, None, f"{p}:{number}: not valid JSON ({err.msg} at column {err.colno})"
                 continue
@@ -123,4 +123,6 @@ def read_rows_lenient(path: str | Path, what: str = "data file") -> tuple[list[t
             bad.append(error)
         else:
             rows.append((number, value))
+    if not rows and not bad:
+        raise DataFileError(f"{path}: {what} holds no rows (only blank lines)")
     return rows, bad

@@ -72,6 +72,8 @@ def _main(argv: Sequence[str], state: dict[str, str]) -> int:
         if cfg.backend == "local" and unknown:
             raise ConfigError(f"unknown flag(s) {unknown}; run with --help for the list (OpenRLHF flags need --backend openrlhf)")
     except ConfigError as err:
+        if args.debug:
+            raise
         parser.exit(2, f"error: {err}\n")
     if args.print_config:
         print(format_config(cfg))
@@ -83,6 +85,8 @@ def _main(argv: Sequence[str], state: dict[str, str]) -> int:
         try:
             train(cfg, resume=args.resume, overwrite=args.overwrite)
         except ConfigError as err:
+            if args.debug:
+                raise
             parser.exit(2, f"error: {err}\n")
         return 0
     from adora_openrlhf.backends.openrlhf.launcher import launch
