@@ -48,8 +48,11 @@ class HFGenerator:
         from adora_openrlhf.backends.local.tokenization import load_tokenizer
 
         device = pick_device()
-        self.tokenizer = load_tokenizer(model_path)
-        self.model = load_pretrained(model_path, "bfloat16" if device.type == "cuda" else "float32").to(device).eval()
+        try:
+            self.tokenizer = load_tokenizer(model_path)
+            self.model = load_pretrained(model_path, "bfloat16" if device.type == "cuda" else "float32").to(device).eval()
+        except (OSError, ValueError) as err:  # not a loadable model: name it, one line
+            raise ValueError(f"--model: cannot load {model_path} ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
         self.sampling = sampling
         self.batch_size = batch_size
 

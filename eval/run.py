@@ -272,21 +272,27 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     if unknown:
         raise ValueError(f"--bench-file: {unknown} not among --bench {args.bench}")
     engine = pick_engine(args.engine)
+    if Path(args.model).is_dir() and not (Path(args.model) / "config.json").exists():
+        raise ValueError(f"--model: {args.model} has no config.json; give a model directory in Hugging Face format")
     out_dir = Path(args.out)
     out["dir"] = str(out_dir)
     check_output_dir(out_dir, "--out")
     sampling = EvalSampling(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed)
     settings = {**model_identity(args.model), "engine": engine, "seeding": SEEDING, **asdict(sampling)}
     check_eval_config(out_dir, settings)
-    # rows from files first (read-only, so a bad file writes nothing), then the loaders that convert into out_dir
+    # read-only first (rows from files, the model), so that a bad file or model writes nothing; then the
+    # benchmark loaders that convert hub datasets into out_dir/data
     located: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     by_file = [b for b in benches if row_file(b, files.get(b.name), args.data_dir) is not None]
-    for bench in by_file + [b for b in benches if b not in by_file]:
+    for bench in by_file:
         located[bench.name] = load_located_rows(bench, files.get(bench.name), args.data_dir, args.seed, args.limit, cache_dir=out_dir / "data")
         check_unique_ids(bench, located[bench.name])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / CONFIG_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
     generator = GENERATORS[engine](args.model, sampling) if engine == "vllm" else GENERATORS[engine](args.model, sampling, batch_size=args.batch_size * args.k)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for bench in [b for b in benches if b not in by_file]:
+        located[bench.name] = load_located_rows(bench, None, args.data_dir, args.seed, args.limit, cache_dir=out_dir / "data")
+        check_unique_ids(bench, located[bench.name])
+    (out_dir / CONFIG_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
     for bench in benches:
         rows = [row for _, row in located[bench.name]]
         evaluate_benchmark(bench, rows, generator, args.k, out_dir / SAMPLES_FILE, batch_problems=args.batch_size, seed=args.seed)

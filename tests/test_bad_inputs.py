@@ -190,6 +190,7 @@ def test_train_ctrl_c_and_full_disk_give_one_line(tmp_path, capsys, monkeypatch)
 def _eval_argv(tmp_path, bench_file, *extra):
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")  # a directory that looks like a model but does not load
     return ["--model", str(model), "--bench", "kk", "--bench-file", f"kk={bench_file}", "--k", "2", "--engine", "hf",
             "--out", str(tmp_path / "eval"), *extra]
 
@@ -200,7 +201,7 @@ def test_eval_bad_bench_files(tmp_path, capsys, bad_files, kind):
     before = snapshot(tmp_path)
     assert call(eval_run.main, _eval_argv(tmp_path, path)) == 2
     assert_one_line(capsys.readouterr().err, needle if kind != "missing" else "--bench-file kk")
-    assert snapshot(tmp_path) == {**before, "model": (True, 0)}
+    assert snapshot(tmp_path) == {**before, "model": (True, 0), "model/config.json": (False, 2)}
 
 
 @pytest.mark.parametrize("extra, needle", [
@@ -232,6 +233,13 @@ def test_eval_bad_model_out_and_ids(tmp_path, capsys):
     argv[argv.index("--model") + 1] = "./no/such/model"
     assert call(eval_run.main, argv) == 2
     assert_one_line(capsys.readouterr().err, "--model: ./no/such/model")
+    assert call(eval_run.main, _eval_argv(tmp_path, good)) == 2  # --model: a directory that does not load
+    assert_one_line(capsys.readouterr().err, f"--model: cannot load {tmp_path / 'model'}")
+    argv = _eval_argv(tmp_path, good)
+    (tmp_path / "model" / "config.json").unlink()
+    assert call(eval_run.main, argv) == 2
+    assert_one_line(capsys.readouterr().err, "has no config.json")
+    assert not (tmp_path / "eval").exists()
     (tmp_path / "eval").write_text("a file")
     assert call(eval_run.main, _eval_argv(tmp_path, good)) == 2
     assert_one_line(capsys.readouterr().err, "--out: ")
