@@ -156,12 +156,12 @@ class AdoraConfig:
 
         _require(self.rule in GROUP_RULES, "adora.rule", f"unknown rule {self.rule!r}; choose one of {sorted(GROUP_RULES)}")
         _require(self.mode in ADORA_MODES, "adora.mode", f"unknown mode {self.mode!r}; choose one of {list(ADORA_MODES)}")
-        _require(0 < self.lambda_att <= 1, "adora.lambda_att", f"must be in (0, 1] so weights only scale, got {self.lambda_att}")
-        _require(self.lambda_amp >= 1 and math.isfinite(self.lambda_amp), "adora.lambda_amp", f"must be a finite value >= 1, got {self.lambda_amp}")
-        _require(0 < self.tau <= 1, "adora.tau", f"must be in (0, 1], got {self.tau}")
+        _number(self.lambda_att, "adora.lambda_att", gt=0, le=1)  # weights only scale, never flip
+        _number(self.lambda_amp, "adora.lambda_amp", ge=1)
+        _number(self.tau, "adora.tau", gt=0, le=1)
         _number(self.correct_threshold, "adora.correct_threshold")
         _number(self.shaping_beta, "adora.shaping_beta", ge=0)
-        _require(0 < self.shaping_p <= 1, "adora.shaping_p", f"must be in (0, 1], got {self.shaping_p}")
+        _number(self.shaping_p, "adora.shaping_p", gt=0, le=1)
 
 
 # ---------------------------------------------------------------------------------------------------------
