@@ -12,6 +12,7 @@ exit status, with no traceback (``--debug`` or ``ADORA_DEBUG=1`` re-raises to sh
 | ``OSError`` (permissions, full disk...) | 1    | ``error: cannot write|read PATH: <reason>``            |
 | ``KeyboardInterrupt`` (Ctrl-C)          | 130  | ``interrupted; <how to resume>``                       |
 | ``FloatingPointError`` (diverged run)   | 1    | ``error: <message>``                                   |
+| any other exception                     | 1    | ``error: <type>: <message> (run again with --debug...)`` |
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ def run_cli(body: Callable[[], int], argv: Optional[Sequence[str]] = None,
         text = " ".join(str(err).split()) or type(err).__name__
         print(f"error: {text}", file=sys.stderr)
         return 2 if isinstance(err, ValueError) else 1
+    except Exception as err:  # noqa: BLE001 - anything else: still one line, the traceback behind --debug
+        text = " ".join(str(err).split())[:300]
+        print(f"error: {type(err).__name__}: {text} (run again with --debug for the traceback)", file=sys.stderr)
+        return 1
 
 
 def check_output_dir(path: str | os.PathLike, option: str) -> None:

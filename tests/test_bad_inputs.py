@@ -182,6 +182,42 @@ def test_train_ctrl_c_and_full_disk_give_one_line(tmp_path, capsys, monkeypatch)
     assert_one_line(capsys.readouterr().err, "step_000004.tmp: No space left on device (free some space)")
 
 
+def test_train_bad_model_and_checkpoint(tmp_path, capsys):
+    not_a_model = tmp_path / "empty_model"
+    not_a_model.mkdir()
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(b"\0" * 10)
+    for path in (not_a_model, weights):
+        assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--model", str(path), *FAST]) == 2
+        assert_one_line(capsys.readouterr().err, f"model.path: '{path}' cannot be loaded")
+    broken = tmp_path / "run" / "checkpoints" / "step_000001"
+    broken.mkdir(parents=True)
+    (broken / "model.pt").write_bytes(b"torn")
+    before = snapshot(tmp_path)
+    assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--resume", *FAST]) == 2
+    assert_one_line(capsys.readouterr().err, f"--resume: checkpoint '{broken}' cannot be loaded")
+    assert snapshot(tmp_path) == before
+
+
+def test_train_chat_prompt_rows_are_checked(tmp_path, capsys):
+    data = write_rows(tmp_path / "train.jsonl", [kk_row(0), {"prompt": [{"role": "user"}], "label": KK_LABEL}])
+    assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--data.train_path", str(data), *FAST]) == 2
+    assert_one_line(capsys.readouterr().err, f"{data}:2: field 'prompt': a list prompt must hold chat messages")
+
+
+def test_unexpected_errors_are_one_line_too(tmp_path, capsys, monkeypatch):
+    from adora_openrlhf.backends.local import trainer
+
+    def bug(cfg, resume=False, overwrite=False):
+        raise TypeError("unsupported operand")
+
+    monkeypatch.setattr(trainer, "train", bug)
+    assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), *FAST]) == 1
+    assert_one_line(capsys.readouterr().err, "error: TypeError: unsupported operand (run again with --debug for the traceback)")
+    with pytest.raises(TypeError):
+        train_cli.main(["--output-dir", str(tmp_path / "run"), "--debug", *FAST])
+
+
 # ---------------------------------------------------------------------------------------------------------
 # eval.run
 # ---------------------------------------------------------------------------------------------------------

@@ -82,6 +82,8 @@ def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str
         prompt = r.get("prompt")
         if not (isinstance(prompt, str) and prompt.strip()) and not (isinstance(prompt, list) and prompt):
             raise ConfigError(f"{at}: field 'prompt': missing or empty (a string or a list of chat messages)")
+        if isinstance(prompt, list) and not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt):
+            raise ConfigError(f"{at}: field 'prompt': a list prompt must hold chat messages {{\"role\": text, \"content\": text}}")
         label = r.get("label")
         if label is None or isinstance(label, (dict, list, bool)) or str(label).strip() == "":
             raise ConfigError(f"{at}: field 'label': missing, empty or not text (the ground-truth answer)")

@@ -136,8 +136,14 @@ def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict
 
     # ---- data, tokenizer, model (read-only: nothing is written yet) -------------------------------------
     train_rows, eval_rows = load_rows(cfg.data, cfg.seed)
-    tokenizer = _build_tokenizer(cfg, train_rows, resume_from)
-    model = _build_model(cfg, tokenizer, device)
+    try:
+        tokenizer = _build_tokenizer(cfg, train_rows, resume_from)
+        model = _build_model(cfg, tokenizer, device)
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as err:  # not a loadable model or tokenizer: name the option, one line
+        what = f"--resume: checkpoint {str(resume_from)!r}" if resume_from is not None and cfg.model.path is None else f"model.path: {cfg.model.path!r}"
+        raise ConfigError(f"{what} cannot be loaded ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
     train_ids, eval_ids = _encode(cfg, tokenizer, train_rows, "train"), _encode(cfg, tokenizer, eval_rows, "eval")
     rewards = make_reward_fns(train_rows), make_reward_fns(eval_rows)
     with rundir.RunDirLock(out):
@@ -175,7 +181,11 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
 
     # ---- warm-up or resume ------------------------------------------------------------------------------
     if resume_from is not None:
-        state = ckpt.load_checkpoint(resume_from, model, optimizer)
+        try:
+            state = ckpt.load_checkpoint(resume_from, model, optimizer)
+        except (OSError, RuntimeError, EOFError, KeyError, ValueError) as err:
+            raise ConfigError(f"--resume: checkpoint {str(resume_from)!r} is unreadable ({type(err).__name__}: "
+                              f"{' '.join(str(err).split())[:160]}); move it away to resume from the one before") from None
         sampler.load_state_dict(state.sampler)
         ckpt.restore_rng(state.rng)
         start_step, position = state.step, state.data_position
