@@ -225,3 +225,14 @@ def test_duplicates_are_reported_and_held_out_prompts_never_train(tmp_path, caps
     eval_file.write_text(json.dumps({"prompt": "C", "label": label}) + "\n")
     with pytest.raises(ConfigError, match="data.eval_path: every held-out row's prompt is also a training prompt"):
         load_rows(DataConfig(task="kk", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
+
+
+def test_impossible_generation_request_names_the_option(monkeypatch):
+    import data_prep.kk as kk
+
+    def too_many(num_train, num_eval, people, seed):
+        raise ValueError(f"num: only 12 distinct puzzles found for people counts {list(people)}; ask for fewer")
+
+    monkeypatch.setattr(kk, "generate_splits", too_many)
+    with pytest.raises(ConfigError, match=r"^data.num_train: cannot generate 50 \+ 5 puzzles for kk_num_people \[2\] \(num: only 12"):
+        load_rows(DataConfig(num_train=50, num_eval=5, kk_num_people=[2]), seed=0)

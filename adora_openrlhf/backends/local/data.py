@@ -149,7 +149,11 @@ def load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
             raise ConfigError(f"data.train_path: task {cfg.task!r} has no generator; give a JSONL file (see data_prep/)")
         from data_prep.kk import generate_splits
 
-        train_raw, eval_raw = generate_splits(cfg.num_train, cfg.num_eval, cfg.kk_num_people, seed)
+        try:
+            train_raw, eval_raw = generate_splits(cfg.num_train, cfg.num_eval, cfg.kk_num_people, seed)
+        except (ValueError, RuntimeError) as err:  # e.g. more puzzles asked for than exist for these people counts
+            raise ConfigError(f"data.num_train: cannot generate {cfg.num_train} + {cfg.num_eval} puzzles for "
+                              f"kk_num_people {cfg.kk_num_people} ({err})") from None
         train = validate_rows(train_raw, "generated train", cfg.task)
         if held is None:
             return train, validate_rows(eval_raw, "generated eval", cfg.task)
