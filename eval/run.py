@@ -52,10 +52,20 @@ def problem_seed(seed: int, benchmark: str, pid: str) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def check_unique_ids(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
-    """ValueError ``file:line: problem id X repeats file:line`` when two rows of ``bench`` share an id."""
+def check_rows(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+    """ValueError ``file:line: ...`` when two rows of ``bench`` share a problem id, or when the benchmark's reward
+    cannot parse a row's label (the local backend's load-time label checks)."""
+    from adora_openrlhf.backends.local.data import LABEL_CHECKS
+
+    check_label = LABEL_CHECKS.get(bench.source)
     first: dict[str, str] = {}
     for index, (where, row) in enumerate(located):
+        if check_label is not None:
+            meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
+            try:
+                check_label(str(row["label"]), meta)
+            except ValueError as err:
+                raise ValueError(f"{where}: field 'label': the {bench.source!r} reward cannot parse it ({err})") from None
         pid = problem_id(row, index)
         if pid in first:
             raise ValueError(f"{where}: problem id {pid!r} of --bench {bench.name} repeats {first[pid]}; give every "
@@ -286,12 +296,12 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     by_file = [b for b in benches if row_file(b, files.get(b.name), args.data_dir) is not None]
     for bench in by_file:
         located[bench.name] = load_located_rows(bench, files.get(bench.name), args.data_dir, args.seed, args.limit, cache_dir=out_dir / "data")
-        check_unique_ids(bench, located[bench.name])
+        check_rows(bench, located[bench.name])
     generator = GENERATORS[engine](args.model, sampling) if engine == "vllm" else GENERATORS[engine](args.model, sampling, batch_size=args.batch_size * args.k)
     out_dir.mkdir(parents=True, exist_ok=True)
     for bench in [b for b in benches if b not in by_file]:
         located[bench.name] = load_located_rows(bench, None, args.data_dir, args.seed, args.limit, cache_dir=out_dir / "data")
-        check_unique_ids(bench, located[bench.name])
+        check_rows(bench, located[bench.name])
     (out_dir / CONFIG_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
     for bench in benches:
         rows = [row for _, row in located[bench.name]]

@@ -264,6 +264,9 @@ def test_eval_bad_model_out_and_ids(tmp_path, capsys):
     bench = write_rows(tmp_path / "kk.jsonl", [kk_row(0), kk_row(1), kk_row(0)])
     assert call(eval_run.main, _eval_argv(tmp_path, bench)) == 2
     assert_one_line(capsys.readouterr().err, f"{bench}:3: problem id '0' of --bench kk repeats {bench}:1")
+    unparsable = write_rows(tmp_path / "label.jsonl", [kk_row(0), {**kk_row(1), "label": "Alice is honest"}])
+    assert call(eval_run.main, _eval_argv(tmp_path, unparsable)) == 2
+    assert_one_line(capsys.readouterr().err, f"{unparsable}:2: field 'label': the 'kk' reward cannot parse it")
     good = write_rows(tmp_path / "good.jsonl", [kk_row(0)])
     argv = _eval_argv(tmp_path, good)
     argv[argv.index("--model") + 1] = "./no/such/model"
