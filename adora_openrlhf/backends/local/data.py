@@ -55,7 +55,7 @@ def _load_path(path: str, option: str) -> tuple[list[dict[str, Any]], list[int],
         raise ConfigError(f"{option}: {path!r} is not a file here and cannot be loaded as a dataset ({type(err).__name__}: "
                           f"{str(err)[:160]}); give a .jsonl file (see data_prep/)") from None
     rows = [dict(r) for r in ds]
-    return rows, list(range(1, len(rows) + 1)), f"{option} {path!r} row"
+    return rows, list(range(1, len(rows) + 1)), path  # hub rows: "NAME:ROW", rows numbered from 1
 
 
 def _kk_label_ok(label: str, meta: dict[str, Any]) -> None:
