@@ -25,6 +25,23 @@ def _require(condition: bool, field_path: str, message: str) -> None:
         raise ConfigError(f"{field_path}: {message}")
 
 
+def _number(value: Any, field_path: str, *, integer: bool = False, gt: Optional[float] = None, ge: Optional[float] = None,
+            lt: Optional[float] = None, le: Optional[float] = None, also: tuple = ()) -> None:
+    """One check per numeric field: the type (an integer, or any real number; never a bool or a string), a finite
+    value, and the range ``gt < v``, ``ge <= v``, ``v < lt``, ``v <= le``. Values in ``also`` (e.g. -1 = off) pass."""
+    if any(value is a or (type(value) is type(a) and value == a) for a in also):
+        return
+    bounds = [f"> {gt}" if gt is not None else "", f">= {ge}" if ge is not None else "",
+              f"< {lt}" if lt is not None else "", f"<= {le}" if le is not None else ""]
+    wanted = (("an integer" if integer else "a finite number") + " " + " and ".join(b for b in bounds if b)).strip()
+    wanted += "".join(f" or {a}" for a in also)
+    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
+    ok = ok and math.isfinite(value)
+    ok = ok and (gt is None or value > gt) and (ge is None or value >= ge) and (lt is None or value < lt) and (le is None or value <= le)
+    if not ok:
+        raise ConfigError(f"{field_path}: must be {wanted}, got {value!r}")
+
+
 T = TypeVar("T")
 
 
@@ -68,12 +85,12 @@ class SamplingParams:
     max_new_tokens: int = 512  # generation limit per response; a response that hits it is "truncated"
 
     def __post_init__(self) -> None:
-        _require(self.temperature > 0, "sampling.temperature", f"must be > 0, got {self.temperature}")
-        _require(0 < self.top_p <= 1, "sampling.top_p", f"must be in (0, 1], got {self.top_p}")
-        _require(self.top_k == -1 or self.top_k >= 1, "sampling.top_k", f"must be -1 (off) or >= 1, got {self.top_k}")
-        _require(0 <= self.min_p < 1, "sampling.min_p", f"must be in [0, 1), got {self.min_p}")
-        _require(self.repetition_penalty > 0, "sampling.repetition_penalty", f"must be > 0, got {self.repetition_penalty}")
-        _require(self.max_new_tokens >= 1, "sampling.max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
+        _number(self.temperature, "rollout.temperature", gt=0)
+        _number(self.top_p, "rollout.top_p", gt=0, le=1)
+        _number(self.top_k, "rollout.top_k", integer=True, ge=1, also=(-1,))
+        _number(self.min_p, "rollout.min_p", ge=0, lt=1)
+        _number(self.repetition_penalty, "rollout.repetition_penalty", gt=0)
+        _number(self.max_new_tokens, "rollout.max_new_tokens", integer=True, ge=1)
 
     def override(self, changes: Mapping[str, Any]) -> "SamplingParams":
         """Return a copy with ``changes`` applied; unknown parameter names are an error."""
@@ -103,7 +120,7 @@ class AdvantageConfig:
             "advantage.estimator",
             f"unknown estimator {self.estimator!r}; choose one of {sorted(ADVANTAGE_ESTIMATORS)}",
         )
-        _require(self.eps >= 0, "advantage.eps", f"must be >= 0, got {self.eps}")
+        _number(self.eps, "advantage.eps", ge=0)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -149,14 +166,16 @@ class AdoraConfig:
         from adora_openrlhf.algorithms.adora import EDGE_POLICIES, GROUP_RULES
 
         _require(self.edge_policy in EDGE_POLICIES, "adora.edge_policy", f"unknown edge policy {self.edge_policy!r}; choose one of {sorted(EDGE_POLICIES)}")
-        _require(self.truncation_length is None or self.truncation_length >= 1, "adora.truncation_length", f"must be None or >= 1, got {self.truncation_length}")
+        if self.truncation_length is not None:
+            _number(self.truncation_length, "adora.truncation_length", integer=True, ge=1)
         _require(self.rule in GROUP_RULES, "adora.rule", f"unknown rule {self.rule!r}; choose one of {sorted(GROUP_RULES)}")
         _require(self.mode in ADORA_MODES, "adora.mode", f"unknown mode {self.mode!r}; choose one of {list(ADORA_MODES)}")
-        _require(0 < self.lambda_att <= 1, "adora.lambda_att", f"must be in (0, 1] so weights only scale, got {self.lambda_att}")
-        _require(self.lambda_amp >= 1 and math.isfinite(self.lambda_amp), "adora.lambda_amp", f"must be a finite value >= 1, got {self.lambda_amp}")
-        _require(0 < self.tau <= 1, "adora.tau", f"must be in (0, 1], got {self.tau}")
-        _require(self.shaping_beta >= 0, "adora.shaping_beta", f"must be >= 0, got {self.shaping_beta}")
-        _require(0 < self.shaping_p <= 1, "adora.shaping_p", f"must be in (0, 1], got {self.shaping_p}")
+        _number(self.lambda_att, "adora.lambda_att", gt=0, le=1)  # weights only scale, never flip
+        _number(self.lambda_amp, "adora.lambda_amp", ge=1)
+        _number(self.tau, "adora.tau", gt=0, le=1)
+        _number(self.correct_threshold, "adora.correct_threshold")
+        _number(self.shaping_beta, "adora.shaping_beta", ge=0)
+        _number(self.shaping_p, "adora.shaping_p", gt=0, le=1)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -190,11 +209,13 @@ class AdaptiveSamplingConfig:
         from adora_openrlhf.algorithms.sampling import EXIT_RULES
 
         _require(self.exit_rule in EXIT_RULES, "sampling.exit_rule", f"unknown exit rule {self.exit_rule!r}; choose one of {sorted(EXIT_RULES)}")
-        _require(self.n_keep >= 1, "sampling.n_keep", f"must be >= 1, got {self.n_keep}")
-        _require(self.samples_per_round >= 1, "sampling.samples_per_round", f"must be >= 1, got {self.samples_per_round}")
-        _require(self.max_rounds >= 1, "sampling.max_rounds", f"must be >= 1, got {self.max_rounds}")
+        _number(self.positive_threshold, "sampling.positive_threshold")
+        _number(self.n_keep, "sampling.n_keep", integer=True, ge=1)
+        _number(self.samples_per_round, "sampling.samples_per_round", integer=True, ge=1)
+        _number(self.max_rounds, "sampling.max_rounds", integer=True, ge=1)
+        _number(self.max_responses_per_prompt, "sampling.max_responses_per_prompt", integer=True, ge=1, also=(None,))
         _require(self.pool_scope in POOL_SCOPES, "sampling.pool_scope", f"must be one of {list(POOL_SCOPES)}, got {self.pool_scope!r}")
-        _require(self.trigger_after_step >= 0, "sampling.trigger_after_step", f"must be >= 0, got {self.trigger_after_step}")
+        _number(self.trigger_after_step, "sampling.trigger_after_step", integer=True, ge=0)
         _require(
             isinstance(self.escalation, list) and all(isinstance(e, Mapping) for e in self.escalation),
             "sampling.escalation",
@@ -203,6 +224,10 @@ class AdaptiveSamplingConfig:
         for i, changes in enumerate(self.escalation):
             unknown = sorted(set(changes) - set(SAMPLING_PARAM_NAMES))
             _require(not unknown, f"sampling.escalation[{i}]", f"unknown sampling parameter(s) {unknown}; valid: {list(SAMPLING_PARAM_NAMES)}")
+            try:  # each entry's values get the rollout parameters' range checks now, not at the entry's first use
+                SamplingParams(**changes)
+            except ConfigError as err:
+                raise ConfigError(str(err).replace("rollout.", f"sampling.escalation[{i}].", 1)) from None
         if self.enabled:
             budget = self.response_budget
             _require(
@@ -241,9 +266,11 @@ class TinyModelConfig:
     max_position_embeddings: int = 1024
 
     def __post_init__(self) -> None:
+        for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
+            _number(getattr(self, name), f"model.tiny.{name}", integer=True, ge=1)
         _require(self.hidden_size % self.num_attention_heads == 0, "model.tiny.hidden_size", "must be divisible by num_attention_heads")
         _require(self.num_attention_heads % self.num_key_value_heads == 0, "model.tiny.num_key_value_heads", "must divide num_attention_heads")
-        _require(self.vocab_size >= 256, "model.tiny.vocab_size", f"must be >= 256 (byte alphabet), got {self.vocab_size}")
+        _number(self.vocab_size, "model.tiny.vocab_size", integer=True, ge=256)  # the byte alphabet
 
 
 @dataclass
@@ -259,8 +286,12 @@ class ModelConfig:
     generation_batch_size: int = 64  # local backend: sequences per model.generate call (memory bound)
 
     def __post_init__(self) -> None:
-        _require(self.generation_batch_size >= 1, "model.generation_batch_size", f"must be >= 1, got {self.generation_batch_size}")
-        _require(self.lora_rank >= 0, "model.lora_rank", f"must be >= 0, got {self.lora_rank}")
+        _number(self.generation_batch_size, "model.generation_batch_size", integer=True, ge=1)
+        _number(self.lora_rank, "model.lora_rank", integer=True, ge=0)
+        _number(self.lora_alpha, "model.lora_alpha", gt=0)
+        _require(self.path is None or (isinstance(self.path, str) and self.path.strip() != ""), "model.path", f"must be a directory or hub name (or unset for the tiny model), got {self.path!r}")
+        _require(isinstance(self.lora_target_modules, list) and all(isinstance(m, str) and m for m in self.lora_target_modules) and (self.lora_rank == 0 or len(self.lora_target_modules) > 0),
+                 "model.lora_target_modules", f"must be a non-empty list of module names such as [\"q_proj\", \"v_proj\"], got {self.lora_target_modules!r}")
         _require(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"must be float32, bfloat16 or float16, got {self.dtype!r}")
 
 
@@ -287,11 +318,17 @@ class DataConfig:
     def __post_init__(self) -> None:
         _require(self.prompt_template in PROMPT_TEMPLATE_NAMES, "data.prompt_template", f"unknown template {self.prompt_template!r}; choose one of {list(PROMPT_TEMPLATE_NAMES)}")
         _require(self.task in TASKS, "data.task", f"unknown task {self.task!r}; choose one of {list(TASKS)}")
-        _require(all(2 <= k <= 8 for k in self.kk_num_people) and self.kk_num_people, "data.kk_num_people", "each must be in 2..8")
+        _require(isinstance(self.kk_num_people, list) and len(self.kk_num_people) > 0, "data.kk_num_people", f"must be a non-empty list of people counts such as [2, 3], got {self.kk_num_people!r}")
+        for i, people in enumerate(self.kk_num_people):
+            _number(people, f"data.kk_num_people[{i}]", integer=True, ge=2, le=8)
         _require(self.kk_name_order in ("random", "pool"), "data.kk_name_order", f"must be 'random' or 'pool', got {self.kk_name_order!r}")
-        _require(max(self.kk_num_people) <= self.kk_name_pool <= 26, "data.kk_name_pool",
-                 f"must be in {max(self.kk_num_people)}..26 (at least the largest people count), got {self.kk_name_pool}")
-        _require(self.num_train >= 1 and self.num_eval >= 1, "data.num_train", "num_train and num_eval must be >= 1")
+        _number(self.kk_name_pool, "data.kk_name_pool", integer=True, ge=max(self.kk_num_people), le=26)
+        _number(self.num_train, "data.num_train", integer=True, ge=1)
+        _number(self.num_eval, "data.num_eval", integer=True, ge=1)
+        _number(self.max_prompt_tokens, "data.max_prompt_tokens", integer=True, ge=1)
+        for name in ("train_path", "eval_path"):
+            value = getattr(self, name)
+            _require(value is None or (isinstance(value, str) and value.strip() != ""), f"data.{name}", f"must be a file path or dataset name, got {value!r}")
         _require(self.kk_parser in ("lenient", "logic_rl"), "data.kk_parser", f"unknown K&K answer parser {self.kk_parser!r}; choose lenient or logic_rl")
 
 
@@ -310,11 +347,14 @@ class PolicyLossConfig:
     loss_agg: str = "token_mean"  # "token_mean" (DAPO) | "seq_mean_token_mean" (GRPO paper) | "seq_mean_token_sum_norm" (Dr. GRPO)
 
     def __post_init__(self) -> None:
-        _require(self.lr > 0, "train.lr", f"must be > 0, got {self.lr}")
-        _require(self.clip_eps_low > 0 and self.clip_eps_high > 0, "train.clip_eps_low", "clip ranges must be > 0")
-        _require(self.kl_coef >= 0, "train.kl_coef", f"must be >= 0, got {self.kl_coef}")
-        _require(self.ppo_epochs >= 1, "train.ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
-        _require(self.micro_batch_size >= 1, "train.micro_batch_size", f"must be >= 1, got {self.micro_batch_size}")
+        _number(self.lr, "train.lr", gt=0)
+        _number(self.weight_decay, "train.weight_decay", ge=0)
+        _number(self.clip_eps_low, "train.clip_eps_low", gt=0, lt=1)  # 1 - clip_eps_low must stay a positive ratio
+        _number(self.clip_eps_high, "train.clip_eps_high", gt=0)
+        _number(self.kl_coef, "train.kl_coef", ge=0)
+        _number(self.max_grad_norm, "train.max_grad_norm", gt=0)  # 0 would freeze every gradient, < 0 flip it
+        _number(self.ppo_epochs, "train.ppo_epochs", integer=True, ge=1)
+        _number(self.micro_batch_size, "train.micro_batch_size", integer=True, ge=1)
         _require(
             self.loss_agg in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
             "train.loss_agg",
@@ -338,16 +378,15 @@ class WarmupConfig:
     mix: dict[str, float] = field(default_factory=dict, metadata={"help": 'phase 2 style shares, e.g. {"thorough": 0.3, "shortcut": 0.7}'})
 
     def __post_init__(self) -> None:
-        _require(self.steps >= 0, "warmup.steps", f"must be >= 0, got {self.steps}")
-        _require(self.lr > 0, "warmup.lr", f"must be > 0, got {self.lr}")
-        _require(self.batch_size >= 1, "warmup.batch_size", f"must be >= 1, got {self.batch_size}")
+        _number(self.steps, "warmup.steps", integer=True, ge=0)
+        _number(self.lr, "warmup.lr", gt=0)
+        _number(self.batch_size, "warmup.batch_size", integer=True, ge=1)
         _require(isinstance(self.style, str) and bool(self.style), "warmup.style", f"must be a style name, got {self.style!r}")
-        _require(self.mix_steps >= 0, "warmup.mix_steps", f"must be >= 0, got {self.mix_steps}")
-        _require(self.mix_lr > 0, "warmup.mix_lr", f"must be > 0, got {self.mix_lr}")
+        _number(self.mix_steps, "warmup.mix_steps", integer=True, ge=0)
+        _number(self.mix_lr, "warmup.mix_lr", gt=0)
         _require(isinstance(self.mix, Mapping), "warmup.mix", 'must be a mapping style -> share, e.g. {"thorough": 0.3, "shortcut": 0.7}')
         for style, share in self.mix.items():
-            _require(isinstance(share, (int, float)) and not isinstance(share, bool) and math.isfinite(share) and share >= 0,
-                     f"warmup.mix[{style!r}]", f"must be a finite share >= 0, got {share!r}")
+            _number(share, f"warmup.mix[{style!r}]", ge=0)
         _require(self.mix_steps == 0 or sum(self.mix.values()) > 0, "warmup.mix",
                  "give at least one style a positive share when warmup.mix_steps > 0")
 
@@ -384,11 +423,14 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _require(self.backend in BACKENDS, "backend", f"unknown backend {self.backend!r}; choose one of {list(BACKENDS)}")
-        _require(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
-        _require(self.prompts_per_step >= 1, "prompts_per_step", f"must be >= 1, got {self.prompts_per_step}")
-        _require(self.save_every >= 0 and self.eval_every >= 0, "save_every", "save_every and eval_every must be >= 0")
-        _require(self.eval_samples >= 0, "eval_samples", f"must be >= 0, got {self.eval_samples}")
-        _require(0 <= self.max_missing_reward_fraction <= 1, "max_missing_reward_fraction", f"must be in [0, 1], got {self.max_missing_reward_fraction}")
+        _number(self.seed, "seed", integer=True, ge=0, lt=2**32)  # NumPy's seed range
+        _number(self.steps, "steps", integer=True, ge=1)
+        _number(self.prompts_per_step, "prompts_per_step", integer=True, ge=1)
+        _number(self.save_every, "save_every", integer=True, ge=0)
+        _number(self.eval_every, "eval_every", integer=True, ge=0)
+        _number(self.eval_samples, "eval_samples", integer=True, ge=0)
+        _number(self.max_missing_reward_fraction, "max_missing_reward_fraction", ge=0, le=1)
+        _require(isinstance(self.output_dir, str) and self.output_dir.strip() != "", "output_dir", f"must be a directory path, got {self.output_dir!r}")
 
     @property
     def n_samples_per_prompt(self) -> int:

@@ -8,7 +8,6 @@ metrics: responses generated, zero-signal groups, groups that retired, ADORA TAS
 
 from __future__ import annotations
 
-import argparse
 import random
 from typing import Sequence
 
@@ -18,6 +17,7 @@ from rich.table import Table
 
 from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_step_advantages
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, GenerationRequest, ScoredResponse
+from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli
 from adora_openrlhf.config import AdaptiveSamplingConfig, AdoraConfig, AdvantageConfig, SamplingParams
 
 
@@ -59,12 +59,19 @@ def run_variant(name: str, sampling: AdaptiveSamplingConfig, steps: int, prompts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m adora_openrlhf.demo", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m adora_openrlhf.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--n", type=int, default=8, help="training group size")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    add_debug_flag(parser)
+    return run_cli(lambda: _run(parser.parse_args(argv)), argv)
+
+
+def _run(args) -> int:
+    for flag, value, low in (("--steps", args.steps, 1), ("--prompts", args.prompts, 1), ("--n", args.n, 1), ("--seed", args.seed, 0)):
+        if value < low:
+            raise ValueError(f"{flag}: must be >= {low}, got {value}")
     n = args.n
     variants = {
         "GRPO (1 round of n)": AdaptiveSamplingConfig(enabled=False, n_keep=n),

@@ -14,12 +14,13 @@ import sys
 from typing import Optional, Sequence
 
 from adora_openrlhf.cli_args import add_config_flags, format_config, overrides_from_args
+from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli
 from adora_openrlhf.config import BACKENDS, ConfigError
 from adora_openrlhf.recipes import RECIPES, build_run_config, get_recipe
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m adora_openrlhf.train",
         description="GRPO/PPO with ADORA advantage reweighting and adaptive multi-round sampling.",
         allow_abbrev=False,
@@ -27,13 +28,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--recipe", default="kk-tiny", help=f"named preset; one of {sorted(RECIPES)}")
     parser.add_argument("--backend", default=None, choices=BACKENDS, help="engine (default: the recipe's first backend)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
+    parser.add_argument("--overwrite", action="store_true", help="start a new run in an output_dir that holds a previous run's checkpoints, replacing it")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument("--print-args", action="store_true", help="openrlhf backend: print the OpenRLHF command line and exit")
+    add_debug_flag(parser)
     add_config_flags(parser)
     return parser
 
 
+def _resume_hint(argv: Sequence[str], output_dir: str) -> str:
+    """How to continue an interrupted run: the same command with --resume (names the last checkpoint)."""
+    from adora_openrlhf.backends.local.checkpoint import list_checkpoints
+
+    found = list_checkpoints(output_dir)
+    if not found:
+        return f"no checkpoint was written in {output_dir}; start the run again"
+    args = [a for a in argv if a not in ("--resume", "--overwrite")]
+    return f"continue from step {found[-1][0]} with: python -m adora_openrlhf.train {' '.join(args)} --resume".replace("  ", " ")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    state: dict[str, str] = {}
+    return run_cli(lambda: _main(argv, state), argv,
+                   interrupted_hint=lambda: _resume_hint(argv, state["output_dir"]) if "output_dir" in state else "")
+
+
+def _main(argv: Sequence[str], state: dict[str, str]) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     try:
@@ -51,6 +72,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if cfg.backend == "local" and unknown:
             raise ConfigError(f"unknown flag(s) {unknown}; run with --help for the list (OpenRLHF flags need --backend openrlhf)")
     except ConfigError as err:
+        if args.debug:
+            raise
         parser.exit(2, f"error: {err}\n")
     if args.print_config:
         print(format_config(cfg))
@@ -58,9 +81,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if cfg.backend == "local":
         from adora_openrlhf.backends.local.trainer import train
 
+        state["output_dir"] = cfg.output_dir
         try:
-            train(cfg, resume=args.resume)
+            train(cfg, resume=args.resume, overwrite=args.overwrite)
         except ConfigError as err:
+            if args.debug:
+                raise
             parser.exit(2, f"error: {err}\n")
         return 0
     from adora_openrlhf.backends.openrlhf.launcher import launch

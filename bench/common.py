@@ -71,7 +71,8 @@ def run_training(spec: RunSpec) -> dict[str, Any]:
     from adora_openrlhf.backends.local.trainer import train
     from adora_openrlhf.recipes import build_run_config
 
-    train(build_run_config(spec.recipe, {**spec.overrides, "seed": spec.seed, "output_dir": spec.output_dir}))
+    # a benchmark rerun recomputes its runs: replace what an earlier invocation left in the run directory
+    train(build_run_config(spec.recipe, {**spec.overrides, "seed": spec.seed, "output_dir": spec.output_dir}), overwrite=True)
     return load_run(spec.variant, spec.seed, Path(spec.output_dir))
 
 

@@ -2,13 +2,17 @@
 
 Every converter maps a public dataset's rows into the one JSONL schema
 ``{"prompt", "label", "images" (VLM only), "source", "meta"}`` (plus ``reward_label`` in the files, for
-OpenRLHF); a malformed input row is skipped with a
-message naming its number (from 1) and the field, and the CLI prints a summary line.
+OpenRLHF); a malformed input row is skipped with a message naming it and the field (``FILE:LINE: field ...``
+for a local file, lines counted from 1; ``row N`` for a hub dataset), and the CLI prints a summary line. A line
+that is not JSON, not UTF-8 or not an object is skipped and counted the same way; a missing, empty or
+unreadable input file, or a conversion that leaves no row, is an error (exit status 2) and writes nothing.
+Output files are written atomically (a temporary file renamed when complete).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -20,6 +24,32 @@ LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv
 
 class RowError(ValueError):
     """A malformed input row; the message names the row number and the field."""
+
+
+@dataclass
+class NumberedRows:
+    """Input rows with their numbers (1-based file lines for a local JSONL file, positions otherwise), the
+    ``FILE:LINE: reason`` of each unreadable line, and the location prefix of messages (the file, or None)."""
+
+    rows: list[Any]
+    numbers: list[int]
+    bad: list[str] = field(default_factory=list)
+    where: Optional[str] = None
+
+
+def load_numbered(name_or_path: str, split: str, config: Optional[str] = None) -> NumberedRows:
+    """:func:`load_rows` with row numbers; local ``.jsonl``/``.json`` files are read line by line, bad lines
+    skipped and reported (:func:`adora_openrlhf.datafiles.read_rows_lenient`)."""
+    from adora_openrlhf.datafiles import check_file, read_rows_lenient
+
+    path = Path(name_or_path)
+    if path.suffix in (".jsonl", ".json") or (path.suffix in LOCAL_FORMATS and not path.exists()):
+        check_file(path, "--dataset file")
+    if path.is_file() and path.suffix in (".jsonl", ".json"):
+        pairs, bad = read_rows_lenient(path, "--dataset file")
+        return NumberedRows([r for _, r in pairs], [n for n, _ in pairs], bad, str(path))
+    rows = load_rows(name_or_path, split, config)
+    return NumberedRows(rows, list(range(1, len(rows) + 1)), [], str(path) if path.is_file() else None)
 
 
 def load_rows(name_or_path: str, split: str, config: Optional[str] = None) -> Any:
@@ -35,7 +65,14 @@ def load_rows(name_or_path: str, split: str, config: Optional[str] = None) -> An
         builder = LOCAL_FORMATS.get(path.suffix)
         if builder is None:
             raise ValueError(f"--dataset: unsupported file type {path.suffix!r}; use one of {sorted(LOCAL_FORMATS)}")
-        return datasets.load_dataset(builder, data_files=str(path), split="train")
+        if path.stat().st_size == 0:
+            raise ValueError(f"{path}: --dataset file is empty")
+        try:
+            return datasets.load_dataset(builder, data_files=str(path), split="train")
+        except Exception as err:  # noqa: BLE001 - a malformed file: name it, one line
+            raise ValueError(f"{path}: cannot read as {builder} ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
+    if path.suffix in LOCAL_FORMATS and not path.exists():
+        raise ValueError(f"{path}: --dataset file does not exist")
     try:
         return datasets.load_dataset(name_or_path, config, split=split)
     except Exception as err:  # noqa: BLE001 - hub, network and split errors all get the same advice
@@ -102,20 +139,32 @@ class ConversionReport:
                 f"dropped {self.duplicates} duplicates")
 
 
+def locate(message: str, where: Optional[str], number: int) -> str:
+    """``row 7: field ...`` -> ``FILE:7: field ...`` when the rows come from file ``where``."""
+    return re.sub(r"^row \d+:\s*", f"{where}:{number}: ", message) if where else message
+
+
 def convert_rows(raw_rows: Iterable[Mapping[str, Any]], convert: Callable[[Mapping[str, Any], int], dict[str, Any]],
                  desc: str, dedup_key: Optional[Callable[[dict[str, Any]], str]] = None, total: Optional[int] = None,
-                 progress: bool = True) -> tuple[list[dict[str, Any]], ConversionReport]:
-    """Apply ``convert(raw, row_number)`` to every row with a progress bar; collect rejects and duplicates."""
+                 progress: bool = True, numbered: Optional[NumberedRows] = None) -> tuple[list[dict[str, Any]], ConversionReport]:
+    """Apply ``convert(raw, row_number)`` to every row with a progress bar; collect rejects and duplicates.
+    With ``numbered`` (from :func:`load_numbered`) its rows are converted under their file line numbers,
+    its unreadable lines count as rejected, and messages name ``FILE:LINE``."""
     from tqdm.auto import tqdm
 
     rows: list[dict[str, Any]] = []
     report = ConversionReport()
     seen: set[str] = set()
-    for number, raw in enumerate(tqdm(raw_rows, desc=desc, unit="row", total=total, disable=not progress), 1):
+    numbers: Iterable[int] = range(1, 1 << 62)
+    where = None
+    if numbered is not None:
+        raw_rows, numbers, where, total = numbered.rows, numbered.numbers, numbered.where, len(numbered.rows)
+        report.rejected.extend(numbered.bad)
+    for number, raw in zip(numbers, tqdm(raw_rows, desc=desc, unit="row", total=total, disable=not progress)):
         try:
             row = convert(raw, number)
         except RowError as err:
-            report.rejected.append(str(err))
+            report.rejected.append(locate(str(err), where, number))
             continue
         if dedup_key is not None:
             key = dedup_key(row)
@@ -139,21 +188,39 @@ def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
-    with open(path, "w", encoding="utf-8") as handle:
-        for row in rows:
-            if REWARD_LABEL_KEY not in row and "source" in row and "label" in row:
-                row = with_reward_label(row)
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-            count += 1
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            for row in rows:
+                if REWARD_LABEL_KEY not in row and "source" in row and "label" in row:
+                    row = with_reward_label(row)
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+                count += 1
+        os.replace(tmp, path)  # a full disk or Ctrl-C never leaves a half-written output file
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return count
 
 
-def print_report(report: ConversionReport, name: str, out: Path, shown: int = 20) -> None:
+def write_converted(rows: Sequence[dict[str, Any]], report: ConversionReport, name: str, out: Path) -> int:
+    """Write ``rows`` to ``out`` and print the report; a conversion that leaves no row writes nothing and raises."""
+    if not rows:
+        print_report(report, name, out, summary=False)
+        raise ValueError(f"{name}: no rows to write to {out} ({len(report.rejected)} rejected as malformed, "
+                         f"{report.duplicates} duplicates); nothing was written")
+    report.written = write_jsonl(rows, out)
+    print_report(report, name, out)
+    return report.written
+
+
+def print_report(report: ConversionReport, name: str, out: Path, shown: int = 20, summary: bool = True) -> None:
     for message in report.rejected[:shown]:
         print(f"rejected {message}", file=sys.stderr)
     if len(report.rejected) > shown:
         print(f"... and {len(report.rejected) - shown} more rejected rows", file=sys.stderr)
-    print(report.summary(name, out))
+    if summary:
+        print(report.summary(name, out))
 
 
 def prompt_key(row: Mapping[str, Any]) -> str:
@@ -207,23 +274,23 @@ def run_image_converter(argv: Optional[Sequence[str]], *, prog: str, title: str,
     """CLI of a dataset with images: load ``--dataset``/``--split``, convert every row with
     ``convert_row(raw, row_number, image_dir, base_dir)`` (images saved under OUT/images/SPLIT/), write
     OUT/SPLIT.jsonl and print the summary. Returns the exit code (2 when the dataset cannot be loaded)."""
-    import argparse
+    from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
 
-    parser = argparse.ArgumentParser(prog=prog, description=f"{title} -> JSONL schema")
+    parser = OneLineParser(prog=prog, description=f"{title} -> JSONL schema")
     parser.add_argument("--out", required=True, help="output folder; writes <split>.jsonl and images/<split>/")
     parser.add_argument("--dataset", default=default_dataset, help="hub name, local folder, or .parquet/.jsonl file")
     parser.add_argument("--split", default=default_split, help=split_help)
-    args = parser.parse_args(argv)
-    out_dir = Path(args.out)
-    try:
-        raw = load_rows(args.dataset, args.split)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    base_dir = Path(args.dataset).parent if Path(args.dataset).is_file() else None
-    image_dir = (out_dir / "images" / args.split).resolve()
-    rows, report = convert_rows(raw, lambda r, n: convert_row(r, n, image_dir, base_dir), title, total=len(raw))
-    out = out_dir / f"{args.split}.jsonl"
-    report.written = write_jsonl(rows, out)
-    print_report(report, source, out)
-    return 0
+    add_debug_flag(parser)
+
+    def body() -> int:
+        args = parser.parse_args(argv)
+        out_dir = Path(args.out)
+        check_output_dir(out_dir, "--out")
+        numbered = load_numbered(args.dataset, args.split)
+        base_dir = Path(args.dataset).parent if Path(args.dataset).is_file() else None
+        image_dir = (out_dir / "images" / args.split).resolve()
+        rows, report = convert_rows(numbered.rows, lambda r, n: convert_row(r, n, image_dir, base_dir), title, numbered=numbered)
+        write_converted(rows, report, source, out_dir / f"{args.split}.jsonl")
+        return 0
+
+    return run_cli(body, argv, interrupted_hint="the output file was not written; run the command again")

@@ -16,12 +16,12 @@ CLI::
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from data_prep.common import RowError, answer_text, convert_rows, load_rows, print_report, prompt_key, write_jsonl
+from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
+from data_prep.common import RowError, answer_text, convert_rows, load_numbered, prompt_key, write_converted
 
 SOURCE = "dapo_math"
 DEFAULT_DATASET = "BytedTsinghua-SIA/DAPO-Math-17k"
@@ -66,7 +66,7 @@ def convert_dapo_row(raw: Mapping[str, Any], number: int, reward_style: str = "d
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m data_prep.dapo_math", description="DAPO-Math-17k -> JSONL schema")
+    parser = OneLineParser(prog="python -m data_prep.dapo_math", description="DAPO-Math-17k -> JSONL schema")
     parser.add_argument("--out", required=True, help="output folder; writes <split>.jsonl")
     parser.add_argument("--dataset", default=DEFAULT_DATASET, help="hub name, local folder, or .parquet/.jsonl file")
     parser.add_argument("--split", default="train")
@@ -74,20 +74,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="dapo: last 'Answer:' line, +1/-1; math_verify: boxed/last expression, 1/0")
     parser.add_argument("--max-rows", type=int, default=None, help="keep at most this many (after de-duplication)")
     parser.add_argument("--keep-duplicates", action="store_true", help="keep repeated prompts")
-    args = parser.parse_args(argv)
-    out = Path(args.out) / f"{args.split}.jsonl"
-    try:
-        raw = load_rows(args.dataset, args.split)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    rows, report = convert_rows(raw, lambda r, n: convert_dapo_row(r, n, args.reward_style), "DAPO-Math",
-                                dedup_key=None if args.keep_duplicates else prompt_key, total=len(raw))
-    if args.max_rows is not None:
-        rows = rows[: args.max_rows]
-    report.written = write_jsonl(rows, out)
-    print_report(report, SOURCE, out)
-    return 0
+    add_debug_flag(parser)
+
+    def body() -> int:
+        args = parser.parse_args(argv)
+        if args.max_rows is not None and args.max_rows < 1:
+            raise ValueError(f"--max-rows: must be >= 1, got {args.max_rows}")
+        check_output_dir(args.out, "--out")
+        numbered = load_numbered(args.dataset, args.split)
+        rows, report = convert_rows(numbered.rows, lambda r, n: convert_dapo_row(r, n, args.reward_style), "DAPO-Math",
+                                    dedup_key=None if args.keep_duplicates else prompt_key, numbered=numbered)
+        if args.max_rows is not None:
+            rows = rows[: args.max_rows]
+        write_converted(rows, report, SOURCE, Path(args.out) / f"{args.split}.jsonl")
+        return 0
+
+    return run_cli(body, argv, interrupted_hint="the output file was not written; run the command again")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import ast
 import itertools
 import json
 import random
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -486,52 +487,37 @@ def convert_public_row(raw: Any, row_number: int) -> dict[str, Any]:
     return make_row(quiz.strip(), names, solution, statements)
 
 
-def convert_public_rows(raw_rows: Iterable[Any], progress: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
-    """Convert every row; malformed ones are skipped and their messages returned. Rows are numbered from 1."""
+def convert_public_rows(raw_rows: Iterable[Any], progress: bool = False, numbers: Optional[Sequence[int]] = None,
+                        where: Optional[str] = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Convert every row; malformed ones are skipped and their messages returned. Rows are numbered by
+    ``numbers`` (their 1-based file lines) or from 1; with ``where`` (the file) messages read ``FILE:LINE: ...``."""
     from tqdm.auto import tqdm
 
+    from data_prep.common import locate
+
     rows, rejected = [], []
-    for number, raw in enumerate(tqdm(raw_rows, desc="K&K rows", unit="row", disable=not progress), 1):
-        if isinstance(raw, _BadLine):
-            rejected.append(str(raw))
-            continue
+    numbered = zip(numbers if numbers is not None else range(1, 1 << 62), tqdm(raw_rows, desc="K&K rows", unit="row", disable=not progress))
+    for number, raw in numbered:
         try:
             rows.append(convert_public_row(raw, number))
         except RowError as err:
-            rejected.append(str(err))
+            rejected.append(locate(str(err), where, number))
     return rows, rejected
 
 
-def read_jsonl(path: str | Path) -> Iterator[Any]:
-    """Rows of a JSONL file; a line that is not JSON becomes a ``RowError`` message via a sentinel string."""
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as err:
-                yield _BadLine(f"row {number}: not valid JSON ({err.msg} at column {err.colno})")
-
-
-class _BadLine(str):
-    """Marks a JSONL line that failed to parse; :func:`convert_public_row` reports it as malformed."""
-
-
 def convert_file(path: str | Path, progress: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
-    """Convert a public K&K ``.jsonl`` file (or ``.json`` list / ``.parquet``) into schema rows."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"--from-jsonl: file {str(path)!r} does not exist")
-    if path.suffix == ".parquet":
-        import datasets
+    """Convert a public K&K ``.jsonl`` file (or ``.json`` list / ``.parquet``) into schema rows; returns (rows,
+    ``FILE:LINE: reason`` of each skipped line or row). A missing, empty or unreadable file raises."""
+    from adora_openrlhf.datafiles import read_rows_lenient
 
-        raw_rows: Iterable[Any] = list(datasets.load_dataset("parquet", data_files=str(path), split="train"))
-    elif path.suffix == ".json":
-        raw_rows = json.loads(path.read_text(encoding="utf-8"))
-    else:
-        raw_rows = list(read_jsonl(path))
-    return convert_public_rows(raw_rows, progress=progress)
+    pairs, bad = read_rows_lenient(path, "K&K file")
+    rows, rejected = convert_public_rows([r for _, r in pairs], progress, [n for n, _ in pairs], str(path))
+    return rows, sorted(bad + rejected, key=_line_of)
+
+
+def _line_of(message: str) -> int:
+    match = re.match(r"^.*?:(\d+): ", message)
+    return int(match.group(1)) if match else 0
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -555,7 +541,9 @@ def parse_people(spec: str) -> list[int]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m data_prep.kk", description=__doc__.split("\n\n")[0])
+    from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli
+
+    parser = OneLineParser(prog="python -m data_prep.kk", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="output folder for train.jsonl and test.jsonl")
     parser.add_argument("--num-train", type=int, default=2000, help="generated training puzzles")
     parser.add_argument("--num-eval", type=int, default=100, help="generated held-out puzzles")
@@ -564,36 +552,46 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--from-jsonl", default=None, help="convert this public K&K file into train.jsonl instead of generating")
     parser.add_argument("--eval-jsonl", default=None, help="with --from-jsonl: convert this public file into test.jsonl")
-    args = parser.parse_args(argv)
-    out = Path(args.out)
+    add_debug_flag(parser)
+    return run_cli(lambda: _main(parser.parse_args(argv)), argv, interrupted_hint="no output file was written; run the command again")
 
-    try:
-        if args.from_jsonl:
-            train, rejected = convert_file(args.from_jsonl, progress=True)
-            evals: list[dict[str, Any]] = []
-            if args.eval_jsonl:
-                evals, eval_rejected = convert_file(args.eval_jsonl, progress=True)
-                rejected += [f"{args.eval_jsonl} {msg}" for msg in eval_rejected]
-            train, evals, dropped = split_disjoint(train, evals)
-            n_train = write_jsonl(train, out / "train.jsonl")
-            n_eval = write_jsonl(evals, out / "test.jsonl") if args.eval_jsonl else 0
-            for message in rejected[:20]:
-                print(f"rejected {message}", file=sys.stderr)
-            print(f"kk: wrote {n_train} train and {n_eval} test rows to {out}; rejected {len(rejected)} malformed rows; "
-                  f"dropped {dropped} duplicate or train/test-overlapping rows")
-        else:
-            if args.num_train < 0 or args.num_eval < 0:
-                raise ValueError("--num-train/--num-eval: must be >= 0")
-            people = parse_people(args.people)
-            eval_people = parse_people(args.eval_people) if args.eval_people else people
-            train, evals = generate_splits(args.num_train, args.num_eval, people, args.seed, eval_people, progress=True)
-            n_train = write_jsonl(train, out / "train.jsonl")
-            n_eval = write_jsonl(evals, out / "test.jsonl")
-            print(f"kk: wrote {n_train} train and {n_eval} test rows to {out} (people {people}, seed {args.seed}); "
-                  f"rejected 0 rows; train and test share no quiz")
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+
+def _main(args: argparse.Namespace) -> int:
+    from adora_openrlhf.cli_errors import check_output_dir
+
+    out = Path(args.out)
+    check_output_dir(out, "--out")
+    if args.eval_jsonl and not args.from_jsonl:
+        raise ValueError("--eval-jsonl: needs --from-jsonl (the generator makes its own held-out puzzles)")
+    if not args.from_jsonl:
+        if args.num_train < 1:
+            raise ValueError(f"--num-train: must be >= 1, got {args.num_train}")
+        if args.num_eval < 0:
+            raise ValueError(f"--num-eval: must be >= 0, got {args.num_eval}")
+        people = parse_people(args.people)
+        eval_people = parse_people(args.eval_people) if args.eval_people else people
+        train, evals = generate_splits(args.num_train, args.num_eval, people, args.seed, eval_people, progress=True)
+        n_train = write_jsonl(train, out / "train.jsonl")
+        n_eval = write_jsonl(evals, out / "test.jsonl")
+        print(f"kk: wrote {n_train} train and {n_eval} test rows to {out} (people {people}, seed {args.seed}); "
+              f"rejected 0 rows; train and test share no quiz")
+        return 0
+    train, rejected = convert_file(args.from_jsonl, progress=True)
+    evals: list[dict[str, Any]] = []
+    if args.eval_jsonl:
+        evals, eval_rejected = convert_file(args.eval_jsonl, progress=True)
+        rejected += eval_rejected
+    train, evals, dropped = split_disjoint(train, evals)
+    for message in rejected[:20]:
+        print(f"rejected {message}", file=sys.stderr)
+    if not train or (args.eval_jsonl and not evals):
+        empty = args.from_jsonl if not train else args.eval_jsonl
+        raise ValueError(f"{empty}: no usable K&K rows ({len(rejected)} rejected, {dropped} duplicate or "
+                         "train/test-overlapping); nothing was written")
+    n_train = write_jsonl(train, out / "train.jsonl")
+    n_eval = write_jsonl(evals, out / "test.jsonl") if args.eval_jsonl else 0
+    print(f"kk: wrote {n_train} train and {n_eval} test rows to {out}; rejected {len(rejected)} malformed rows; "
+          f"dropped {dropped} duplicate or train/test-overlapping rows")
     return 0
 
 

@@ -15,22 +15,21 @@ CLI::
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
 from data_prep.common import (
     RowError,
     answer_text,
     convert_rows,
     first_field,
     last_boxed,
-    load_rows,
-    print_report,
+    load_numbered,
     require_text,
-    write_jsonl,
+    write_converted,
 )
 
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -88,32 +87,30 @@ def convert_math_row(raw: Mapping[str, Any], number: int, source: str) -> dict[s
 
 def convert_benchmark(name: str, out_dir: Path, dataset: Optional[str] = None, split: Optional[str] = None) -> int:
     bench = BENCHMARKS[name]
-    raw = load_rows(dataset or bench.dataset, split or bench.split)
-    rows, report = convert_rows(raw, lambda r, n: convert_math_row(r, n, bench.source), name, total=len(raw))
-    out = out_dir / f"{name}.jsonl"
-    report.written = write_jsonl(rows, out)
-    print_report(report, name, out)
-    return report.written
+    numbered = load_numbered(dataset or bench.dataset, split or bench.split)
+    rows, report = convert_rows(numbered.rows, lambda r, n: convert_math_row(r, n, bench.source), name, numbered=numbered)
+    return write_converted(rows, report, name, out_dir / f"{name}.jsonl")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m data_prep.math_eval", description="math eval sets -> JSONL schema")
+    parser = OneLineParser(prog="python -m data_prep.math_eval", description="math eval sets -> JSONL schema")
     parser.add_argument("--out", required=True, help="output folder; writes <benchmark>.jsonl")
     parser.add_argument("--benchmark", default="all", choices=[*BENCHMARKS, "all"])
     parser.add_argument("--dataset", default=None, help="hub name, local folder or file (default: the benchmark's)")
     parser.add_argument("--split", default=None, help="split to read (default: the benchmark's)")
-    args = parser.parse_args(argv)
-    names = list(BENCHMARKS) if args.benchmark == "all" else [args.benchmark]
-    if args.dataset and len(names) > 1:
-        print("error: --dataset: give --benchmark too when converting a specific dataset", file=sys.stderr)
-        return 2
-    try:
+    add_debug_flag(parser)
+
+    def body() -> int:
+        args = parser.parse_args(argv)
+        names = list(BENCHMARKS) if args.benchmark == "all" else [args.benchmark]
+        if args.dataset and len(names) > 1:
+            raise ValueError("--dataset: give --benchmark too when converting a specific dataset")
+        check_output_dir(args.out, "--out")
         for name in names:
             convert_benchmark(name, Path(args.out), args.dataset, args.split)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+        return 0
+
+    return run_cli(body, argv, interrupted_hint="files already reported as written are complete; run the command again for the rest")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ Subsets reported besides "all":
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
@@ -31,22 +30,23 @@ class Benchmark:
     load: Optional[Callable[[int, Path], list[Row]]] = None  # (seed, cache dir) -> rows, when no file is given
 
 
+def read_located(path: str | Path) -> list[tuple[str, Row]]:
+    """(``path:line``, row) for every row of a JSONL file; a missing, empty or non-UTF-8 file, a line that is
+    not a JSON object or a row without prompt/label raises ``path:line: what is wrong``."""
+    from adora_openrlhf.datafiles import read_rows
+
+    located = []
+    for number, row in read_rows(path, "benchmark file"):
+        for key in ("prompt", "label"):
+            if key not in row:
+                raise ValueError(f"{path}:{number}: row has no {key!r} field (expected the schema prompt/label/images/source/meta)")
+        located.append((f"{path}:{number}", row))
+    return located
+
+
 def read_jsonl(path: str | Path) -> list[Row]:
-    """Rows of a JSONL file; a malformed line raises with its line number."""
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not valid JSON ({err.msg})") from None
-            for key in ("prompt", "label"):
-                if key not in row:
-                    raise ValueError(f"{path}:{number}: row has no {key!r} field (expected the schema prompt/label/images/source/meta)")
-            rows.append(row)
-    return rows
+    """Rows of a JSONL file (errors as :func:`read_located`)."""
+    return [row for _, row in read_located(path)]
 
 
 def _meta(row: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -124,18 +124,33 @@ def get_benchmark(name: str) -> Benchmark:
     return BENCHMARKS[name]
 
 
+def row_file(bench: Benchmark, explicit_file: Optional[str], data_dir: Optional[str]) -> Optional[Path]:
+    """The file ``bench`` reads its rows from, or None when its loader provides them."""
+    if explicit_file:
+        return Path(explicit_file)
+    if data_dir and (Path(data_dir) / f"{bench.name}.jsonl").exists():
+        return Path(data_dir) / f"{bench.name}.jsonl"
+    return None
+
+
+def load_located_rows(
+    bench: Benchmark, explicit_file: Optional[str], data_dir: Optional[str], seed: int, limit: Optional[int], cache_dir: Path
+) -> list[tuple[str, Row]]:
+    """(location, row) of ``bench``'s rows from the explicit file, DATA_DIR/NAME.jsonl or its loader (which may
+    write converted files under ``cache_dir``), cut to ``limit``. Locations are ``file:line`` or ``NAME row N``."""
+    path = row_file(bench, explicit_file, data_dir)
+    if path is not None:
+        located = read_located(path)
+    elif bench.load is not None:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        located = [(f"{bench.name} row {i}", row) for i, row in enumerate(bench.load(seed, cache_dir), 1)]
+    else:
+        raise ValueError(f"--bench {bench.name}: no data; pass --bench-file {bench.name}=PATH or --data-dir with {bench.name}.jsonl")
+    return located[:limit] if limit else located
+
+
 def load_rows(
     bench: Benchmark, explicit_file: Optional[str], data_dir: Optional[str], seed: int, limit: Optional[int], cache_dir: Path
 ) -> list[Row]:
-    """Rows of ``bench`` from the explicit file, DATA_DIR/NAME.jsonl or its loader (which may write converted
-    files under ``cache_dir``), cut to ``limit``."""
-    if explicit_file:
-        rows = read_jsonl(explicit_file)
-    elif data_dir and (Path(data_dir) / f"{bench.name}.jsonl").exists():
-        rows = read_jsonl(Path(data_dir) / f"{bench.name}.jsonl")
-    elif bench.load is not None:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        rows = bench.load(seed, cache_dir)
-    else:
-        raise ValueError(f"--bench {bench.name}: no data; pass --bench-file {bench.name}=PATH or --data-dir with {bench.name}.jsonl")
-    return rows[:limit] if limit else rows
+    """Rows of ``bench`` (see :func:`load_located_rows`)."""
+    return [row for _, row in load_located_rows(bench, explicit_file, data_dir, seed, limit, cache_dir)]

@@ -1,14 +1,16 @@
 """Response generators for evaluation: vLLM on GPU machines, `transformers` everywhere else.
 
-A generator maps a batch of rows (the JSONL schema) to ``k`` sampled responses each. ``pick_generator``
-uses vLLM when it is importable and a CUDA device is present, else `transformers`.
+A generator maps a batch of rows (the JSONL schema) to ``k`` sampled responses each. With ``seeds`` (one per
+row) each row's responses are drawn with its own seed, so they do not depend on the other rows of the batch
+(an interrupted batch is redone identically). ``pick_generator`` uses vLLM when it is importable and a CUDA
+device is present, else `transformers`.
 """
 
 from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 import torch
 
@@ -24,8 +26,8 @@ class EvalSampling:
 
 
 class Generator(Protocol):
-    def generate(self, rows: Sequence[Mapping[str, Any]], k: int) -> list[list[str]]:
-        """k responses for each row."""
+    def generate(self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Optional[Sequence[int]] = None) -> list[list[str]]:
+        """k responses for each row (row i sampled with ``seeds[i]`` when given)."""
 
 
 def render_prompt(tokenizer, prompt: Any, template: str = "auto") -> str:
@@ -46,12 +48,15 @@ class HFGenerator:
         from adora_openrlhf.backends.local.tokenization import load_tokenizer
 
         device = pick_device()
-        self.tokenizer = load_tokenizer(model_path)
-        self.model = load_pretrained(model_path, "bfloat16" if device.type == "cuda" else "float32").to(device).eval()
+        try:
+            self.tokenizer = load_tokenizer(model_path)
+            self.model = load_pretrained(model_path, "bfloat16" if device.type == "cuda" else "float32").to(device).eval()
+        except (OSError, ValueError) as err:  # not a loadable model: name it, one line
+            raise ValueError(f"--model: cannot load {model_path} ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
         self.sampling = sampling
         self.batch_size = batch_size
 
-    def generate(self, rows: Sequence[Mapping[str, Any]], k: int) -> list[list[str]]:
+    def generate(self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Optional[Sequence[int]] = None) -> list[list[str]]:
         from adora_openrlhf.backends.local.rollout import generate_responses
         from adora_openrlhf.config import SamplingParams
 
@@ -64,8 +69,14 @@ class HFGenerator:
             max_new_tokens=self.sampling.max_new_tokens,
         )
         prompts = [self.tokenizer(render_prompt(self.tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"] for row in rows]
-        torch.manual_seed(self.sampling.seed)
-        responses = generate_responses(self.model, self.tokenizer, [p for p in prompts for _ in range(k)], params, self.batch_size, greedy=greedy)
+        if seeds is None:  # one seed for the batch: samples depend on the batch's composition
+            torch.manual_seed(self.sampling.seed)
+            responses = generate_responses(self.model, self.tokenizer, [p for p in prompts for _ in range(k)], params, self.batch_size, greedy=greedy)
+        else:  # one generation call per row, under the row's own seed
+            responses = []
+            for prompt, seed in zip(prompts, seeds):
+                torch.manual_seed(seed)
+                responses += generate_responses(self.model, self.tokenizer, [prompt] * k, params, self.batch_size, greedy=greedy)
         texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in responses]
         return [texts[i * k : (i + 1) * k] for i in range(len(rows))]
 
@@ -78,11 +89,12 @@ class VLLMGenerator:  # pragma: no cover - needs a GPU and vllm
 
         self.llm = LLM(model=model_path, tensor_parallel_size=tensor_parallel_size, seed=sampling.seed, trust_remote_code=True)
         self.tokenizer = self.llm.get_tokenizer()
-        self.make_params = lambda k: SamplingParams(
-            n=k, temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_new_tokens, seed=sampling.seed
+        self.make_params = lambda k, seed: SamplingParams(
+            n=k, temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_new_tokens, seed=seed
         )
+        self.seed = sampling.seed
 
-    def generate(self, rows: Sequence[Mapping[str, Any]], k: int) -> list[list[str]]:
+    def generate(self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Optional[Sequence[int]] = None) -> list[list[str]]:
         from PIL import Image
 
         requests = []
@@ -92,7 +104,8 @@ class VLLMGenerator:  # pragma: no cover - needs a GPU and vllm
                 images = [Image.open(path).convert("RGB") for path in row["images"]]
                 request["multi_modal_data"] = {"image": images if len(images) > 1 else images[0]}
             requests.append(request)
-        outputs = self.llm.generate(requests, self.make_params(k))
+        params = [self.make_params(k, seed) for seed in (seeds if seeds is not None else [self.seed] * len(rows))]
+        outputs = self.llm.generate(requests, params)
         return [[choice.text for choice in out.outputs] for out in outputs]
 
 

@@ -67,7 +67,7 @@ def test_dapo_converter_parquet_dedup_and_rejects(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "wrote 2 rows" in captured.out and "rejected 2 malformed rows" in captured.out
     assert "dropped 1 duplicates" in captured.out
-    assert "row 4: field 'reward_model.ground_truth'" in captured.err and "row 5: field 'prompt'" in captured.err
+    assert f"{src}:4: field 'reward_model.ground_truth'" in captured.err and f"{src}:5: field 'prompt'" in captured.err
 
 
 def test_dapo_row_errors_name_row_and_field():
@@ -102,7 +102,7 @@ def test_math_eval_field_variants(tmp_path, capsys):
     assert out[0]["meta"]["subject"] == "Algebra" and out[0]["meta"]["unique_id"] == "u1"
     assert out[0]["prompt"][0]["content"].endswith(math_eval.BOXED_INSTRUCTION)
     err = capsys.readouterr().err
-    assert "row 4: field 'answer'" in err and "row 5: field 'problem'" in err
+    assert ":4: field 'answer'" in err and ":5: field 'problem'" in err
 
 
 def test_math_eval_benchmarks_registry():
@@ -151,7 +151,7 @@ def test_geometry3k_parquet_with_images(tmp_path, capsys):
     for row in out:
         assert len(row["images"]) == 1 and Path(row["images"][0]).is_file()
         assert Image.open(row["images"][0]).size == (8, 6)
-    assert "row 3: field 'images'" in capsys.readouterr().err
+    assert ":3: field 'images'" in capsys.readouterr().err
 
 
 def test_geometry3k_jsonl_relative_paths_and_bad_image(tmp_path):
@@ -207,7 +207,7 @@ def test_mathvista_jsonl(tmp_path, capsys):
     assert "Question" not in fl["prompt"][0]["content"] and "What is the length?" in fl["prompt"][0]["content"]
     assert all(Path(r["images"][0]).is_file() for r in out)
     err = capsys.readouterr().err
-    assert "row 3: field 'answer'" in err and "row 4: field 'answer_type'" in err and "row 5: field 'precision'" in err
+    assert ":3: field 'answer'" in err and ":4: field 'answer_type'" in err and ":5: field 'precision'" in err
 
     from adora_openrlhf.rewards.base import get_reward_fn
 

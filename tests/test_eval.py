@@ -48,7 +48,7 @@ class ScriptedGenerator:
     def __init__(self):
         self.calls = []
 
-    def generate(self, rows, k):
+    def generate(self, rows, k, seeds=None):
         self.calls.append(len(rows))
         out = []
         for row in rows:
@@ -149,14 +149,12 @@ def test_read_jsonl_names_bad_line(tmp_path):
     ],
 )
 def test_cli_errors(argv, message, tmp_path, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["--model", str(tmp_path), "--out", str(tmp_path / "o")] + argv)
-    assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert main(["--model", str(tmp_path), "--out", str(tmp_path / "o")] + argv) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_cli_missing_model(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        main(["--model", "no_such_dir", "--out", str(tmp_path)])
+    assert main(["--model", "no_such_dir", "--out", str(tmp_path)]) == 2
     assert "--model" in capsys.readouterr().err
 
 
@@ -185,7 +183,7 @@ def test_math_benchmark_from_data_dir_is_graded_by_math_verify(tmp_path):
     (data / "math500.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
 
     class Answers:
-        def generate(self, rows, k):
+        def generate(self, rows, k, seeds=None):
             return [["The answer is \\boxed{2}."] * k if r["meta"]["id"] == "a" else ["\\boxed{0.5}", "\\boxed{3}"] for r in rows]
 
     from eval.benchmarks import load_rows

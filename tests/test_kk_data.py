@@ -134,11 +134,11 @@ def test_converter_accepts_public_rows_and_rejects_malformed(tmp_path):
     assert [r["label"] for r in rows] == [g["solution_text_format"] for g in good]
     assert rows[0]["meta"]["names"] == good[0]["names"] and rows[0]["source"] == "kk"
     assert len(rejected) == 5
-    assert rejected[0].startswith("row 4:") and "'solution'" in rejected[0]
-    assert rejected[1].startswith("row 5:") and "'names'" in rejected[1]
-    assert rejected[2].startswith("row 6:") and "'quiz'" in rejected[2]
-    assert rejected[3].startswith("row 7:") and "'solution_text_format'" in rejected[3]
-    assert rejected[4].startswith("row 8:") and "JSON" in rejected[4]
+    assert rejected[0].startswith(f"{path}:4: ") and "'solution'" in rejected[0]  # FILE:LINE, lines from 1
+    assert rejected[1].startswith(f"{path}:5: ") and "'names'" in rejected[1]
+    assert rejected[2].startswith(f"{path}:6: ") and "'quiz'" in rejected[2]
+    assert rejected[3].startswith(f"{path}:7: ") and "'solution_text_format'" in rejected[3]
+    assert rejected[4].startswith(f"{path}:8: ") and "JSON" in rejected[4]
 
 
 def test_converter_checks_statements_against_solution():
@@ -173,7 +173,7 @@ def test_cli_generate_and_convert(tmp_path, capsys):
     out2 = tmp_path / "conv"
     assert kk.main(["--out", str(out2), "--from-jsonl", str(src)]) == 0
     captured = capsys.readouterr()
-    assert "rejected 1 malformed rows" in captured.out and "row 5: field 'quiz'" in captured.err
+    assert "rejected 1 malformed rows" in captured.out and f"{src}:5: field 'quiz'" in captured.err
     assert len((out2 / "train.jsonl").read_text().splitlines()) == 4
 
 

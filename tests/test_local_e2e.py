@@ -123,7 +123,10 @@ def test_resume_errors(tmp_path):
     with pytest.raises(ConfigError, match="no checkpoint"):
         train(_cfg(tmp_path), resume=True)
     train(_cfg(tmp_path, steps=2))
-    train(_cfg(tmp_path, steps=1))  # a fresh run in the same folder replaces the old run's checkpoints
+    with pytest.raises(ConfigError, match="holds a run with checkpoints .up to step 2.; continue it with --resume, replace it with --overwrite"):
+        train(_cfg(tmp_path, steps=1))  # a new run never replaces a run with checkpoints unasked
+    assert (tmp_path / "run" / "checkpoints" / "step_000002").exists()
+    train(_cfg(tmp_path, steps=1), overwrite=True)  # --overwrite replaces the old run's checkpoints
     assert [p.name for p in sorted((tmp_path / "run" / "checkpoints").iterdir())] == ["step_000000", "step_000001"]
     with pytest.raises(ConfigError, match="differs from the saved run.*train.lr"):
         train(_cfg(tmp_path, steps=2, **{"train.lr": 0.5}), resume=True)
@@ -135,7 +138,7 @@ def test_cli_bad_flags_and_recipes(tmp_path, capsys):
         (["--estimator", "bogus"], "unknown estimator 'bogus'"),
         (["--steps", "zero"], "--steps: cannot parse"),
         (["--frobnicate", "1"], "unknown flag"),
-        (["--warmup.steps", "-1"], "warmup.steps: must be >= 0"),
+        (["--warmup.steps", "-1"], "warmup.steps: must be an integer >= 0"),
         (["--data.prompt_template", "fancy", "--output-dir", str(tmp_path / "x")], "unknown template 'fancy'"),
     ):
         try:

@@ -178,10 +178,13 @@ def test_jsonl_rows_load_and_bad_rows_are_named(tmp_path):
     good.write_text("\n".join(json.dumps({"prompt": f"q{i}", "label": "(1) Alice is a knight", "meta": {"names": ["Alice"]}}) for i in range(6)) + "\n")
     train, held = load_rows(DataConfig(task="kk", train_path=str(good), num_eval=2), seed=0)
     assert len(train) == 4 and len(held) == 2 and train[0].source == "kk"
-    with pytest.raises(ConfigError, match="row 1 field 'label'"):
-        validate_rows([{"prompt": "a", "label": "x"}, {"prompt": "b"}], "train.jsonl", "kk")
-    with pytest.raises(ConfigError, match="row 0 field 'prompt'"):
-        validate_rows([{"label": "x"}], "train.jsonl", "kk")
+    ok = {"prompt": "a", "label": "(1) Alice is a knight"}
+    with pytest.raises(ConfigError, match="train.jsonl:2: field 'label': missing"):  # rows numbered from 1
+        validate_rows([ok, {"prompt": "b"}], "train.jsonl", "kk")
+    with pytest.raises(ConfigError, match="train.jsonl:7: field 'prompt'"):  # or by their file lines
+        validate_rows([ok, {"label": "x"}], "train.jsonl", "kk", lines=[3, 7])
+    with pytest.raises(ConfigError, match=r"train.jsonl:1: field 'label': the 'kk' reward cannot parse it"):
+        validate_rows([{"prompt": "a", "label": "x"}], "train.jsonl", "kk")
     gen_train, gen_eval = load_rows(DataConfig(num_train=10, num_eval=5, kk_num_people=[2]), seed=0)
     assert not {repr(r.prompt) for r in gen_train} & {repr(r.prompt) for r in gen_eval}
 
@@ -229,3 +232,32 @@ def test_lora_wraps_and_rejects_unknown_modules(tok):
     assert trainable and all("lora_" in n for n in trainable)
     with pytest.raises(ConfigError, match="lora_target_modules"):
         apply_lora(build_tiny_model(TINY, tok, seed=0), ModelConfig(lora_rank=4, lora_target_modules=["nope_proj"]))
+
+
+def test_duplicates_are_reported_and_held_out_prompts_never_train(tmp_path, capsys):
+    label = "(1) Alice is a knight"
+    rows = [{"prompt": p, "label": label} for p in ("A", "B", "C", "D", "A")]
+    train_file = tmp_path / "train.jsonl"
+    train_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    train, held = load_rows(DataConfig(task="kk", train_path=str(train_file), num_eval=2), seed=0)
+    assert [r.prompt for r in held] == ["D", "A"] and [r.prompt for r in train] == ["B", "C"]  # "A" (line 1) is held out too
+    assert f"warning: {train_file}:5: duplicate row (same prompt and label as {train_file}:1)" in capsys.readouterr().err
+    eval_file = tmp_path / "eval.jsonl"
+    eval_file.write_text(json.dumps({"prompt": "B", "label": label}) + "\n" + json.dumps({"prompt": "E", "label": label}) + "\n")
+    train, held = load_rows(DataConfig(task="kk", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
+    assert [r.prompt for r in held] == ["E"] and len(train) == 5
+    assert "data.eval_path: dropped 1 held-out rows whose prompt is also a training prompt" in capsys.readouterr().err
+    eval_file.write_text(json.dumps({"prompt": "C", "label": label}) + "\n")
+    with pytest.raises(ConfigError, match="data.eval_path: every held-out row's prompt is also a training prompt"):
+        load_rows(DataConfig(task="kk", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
+
+
+def test_impossible_generation_request_names_the_option(monkeypatch):
+    import data_prep.kk as kk
+
+    def too_many(num_train, num_eval, people, seed, **kwargs):
+        raise ValueError(f"num: only 12 distinct puzzles found for people counts {list(people)}; ask for fewer")
+
+    monkeypatch.setattr(kk, "generate_splits", too_many)
+    with pytest.raises(ConfigError, match=r"^data.num_train: cannot generate 50 \+ 5 puzzles for kk_num_people \[2\] \(num: only 12"):
+        load_rows(DataConfig(num_train=50, num_eval=5, kk_num_people=[2]), seed=0)

@@ -166,7 +166,7 @@ def test_config_errors():
         AdaptiveSamplingConfig(escalation=[{"temprature": 1.2}])
     with pytest.raises(ConfigError, match="sampling.pool_scope"):
         AdaptiveSamplingConfig(pool_scope="epoch")
-    with pytest.raises(ConfigError, match="sampling.temperature"):
+    with pytest.raises(ConfigError, match="rollout.temperature"):
         SamplingParams(temperature=0)
 
 

@@ -20,7 +20,7 @@ class MetricsLogger:
         if resume_step is None:
             self.path.write_text("")
         elif self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            kept = [json.dumps(r) for r in read_metrics(self.path) if r.get("step", 0) <= resume_step]
             self.path.write_text("".join(line + "\n" for line in kept))
         self.writer = None
         if tensorboard:
@@ -44,7 +44,17 @@ class MetricsLogger:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """Step records of ``metrics.jsonl``; a line that is not a JSON object (the torn last line of a killed run)
+    is dropped: its step is redone on resume."""
+    records = []
+    for line in Path(path).read_bytes().decode("utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 def plot_reward_curve(metrics_path: str | Path, out_path: str | Path, window: int = 5) -> Path:

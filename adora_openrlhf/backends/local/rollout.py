@@ -150,16 +150,19 @@ class RolloutEngine:
         return generate
 
 
-def encode_prompts(tokenizer, texts: Sequence[str], max_tokens: int, where: str) -> list[list[int]]:
-    """Token ids of each prompt text; a prompt over ``max_tokens`` raises naming its row."""
+def encode_prompts(tokenizer, texts: Sequence[str], max_tokens: int, where: str | Sequence[str]) -> list[list[int]]:
+    """Token ids of each prompt text; a prompt over ``max_tokens`` raises naming its row (``where``: one location
+    such as ``train.jsonl:7`` per text, or a name for all, then rows are numbered from 1)."""
     from adora_openrlhf.config import ConfigError
 
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     for i, p in enumerate(ids):
+        at = where if isinstance(where, str) and where else None
+        at = f"{at}:{i + 1}" if at is not None else where[i]
         if len(p) > max_tokens:
-            raise ConfigError(f"{where} row {i}: prompt has {len(p)} tokens, more than data.max_prompt_tokens={max_tokens}; raise it or shorten the prompt")
+            raise ConfigError(f"{at}: field 'prompt': {len(p)} tokens, more than data.max_prompt_tokens={max_tokens}; raise it or shorten the prompt")
         if not p:
-            raise ConfigError(f"{where} row {i}: prompt encodes to no tokens")
+            raise ConfigError(f"{at}: field 'prompt': encodes to no tokens")
     return ids
 
 

@@ -25,7 +25,6 @@ import copy
 import json
 import math
 import random
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from tqdm.auto import tqdm
 from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_step_advantages
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler
 from adora_openrlhf.backends.local import checkpoint as ckpt
+from adora_openrlhf.backends.local import rundir
 from adora_openrlhf.backends.local.data import batch_indices, load_rows, row_key
 from adora_openrlhf.backends.local.evaluate import evaluate
 from adora_openrlhf.backends.local.metrics import MetricsLogger, plot_reward_curve
@@ -47,8 +47,6 @@ from adora_openrlhf.backends.local.tokenization import load_tokenizer, render_pr
 from adora_openrlhf.backends.local.update import pack, policy_update
 from adora_openrlhf.cli_args import format_config
 from adora_openrlhf.config import ConfigError, RunConfig
-
-RESUMABLE_CHANGES = {"steps", "save_every", "eval_every"}  # options a resumed run may change
 
 
 def _check_runnable(cfg: RunConfig) -> None:
@@ -67,23 +65,6 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(_flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
-
-
-def _check_resume_config(saved_path: Path, cfg: RunConfig) -> None:
-    saved = _flatten(json.loads(saved_path.read_text()))
-    now = _flatten(cfg.to_dict())
-    changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k) and k not in RESUMABLE_CHANGES)
-    if changed:
-        details = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:8])
-        raise ConfigError(f"--resume: the config differs from the saved run in {details}; resume with the same options "
-                          f"(only {sorted(RESUMABLE_CHANGES)} may change) or use a new --output-dir")
 
 
 def _build_tokenizer(cfg: RunConfig, train_rows, resume_from: Path | None):
@@ -109,7 +90,7 @@ def _build_model(cfg: RunConfig, tokenizer, device):
 def _encode(cfg: RunConfig, tokenizer, rows, where: str) -> list[list[int]]:
     """Prompt token ids of ``rows`` under the run's prompt template (too-long prompts are an error naming the row)."""
     texts = [render_prompt(r.prompt, tokenizer, cfg.data.prompt_template) for r in rows]
-    return encode_prompts(tokenizer, texts, cfg.data.max_prompt_tokens, where)
+    return encode_prompts(tokenizer, texts, cfg.data.max_prompt_tokens, [r.where or f"{where}:{i + 1}" for i, r in enumerate(rows)])
 
 
 def warm_start(cfg: RunConfig, out_dir: str | Path) -> Path:
@@ -149,36 +130,52 @@ def _rollout_metrics(groups, rows) -> dict[str, float]:
     }
 
 
-def train(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
-    """Run the whole training described by ``cfg``; returns the summary also written to ``summary.json``."""
+def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
+    """Run the whole training described by ``cfg``; returns the summary also written to ``summary.json``.
+
+    Everything is checked and loaded (config, output location, previous run, data, tokenizer, model) before
+    ``output_dir`` is touched; then the directory is locked for the run (:mod:`.rundir`). A directory that
+    holds checkpoints is continued with ``resume`` or replaced with ``overwrite``, never silently."""
     _check_runnable(cfg)
     started = time.perf_counter()
     out = Path(cfg.output_dir)
-    resume_from = ckpt.latest_checkpoint(out) if resume else None
-    if resume and resume_from is None:
-        raise ConfigError(f"--resume: no checkpoint under {str(ckpt.checkpoint_dir(out))!r}; start the run without --resume")
-    if resume_from is not None and (out / "config.json").exists():
-        _check_resume_config(out / "config.json", cfg)
-    if not resume and ckpt.list_checkpoints(out):
-        print(f"starting a new run in {out}: removing the previous run's checkpoints (use --resume to continue it instead)")
-        shutil.rmtree(ckpt.checkpoint_dir(out))
-    out.mkdir(parents=True, exist_ok=True)
-    print(format_config(cfg))
-    (out / "config.json").write_text(format_config(cfg) + "\n")
+    rundir.check_output_dir(out)
+    resume_from = rundir.check_previous_run(out, cfg, resume, overwrite)
     _seed_everything(cfg.seed)
     device = pick_device()
 
-    # ---- data, tokenizer, model -------------------------------------------------------------------------
+    # ---- data, tokenizer, model (read-only: nothing is written yet) -------------------------------------
     train_rows, eval_rows = load_rows(cfg.data, cfg.seed)
-    tokenizer = _build_tokenizer(cfg, train_rows, resume_from)
+    try:
+        tokenizer = _build_tokenizer(cfg, train_rows, resume_from)
+        model = _build_model(cfg, tokenizer, device)
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as err:  # not a loadable model or tokenizer: name the option, one line
+        what = f"--resume: checkpoint {str(resume_from)!r}" if resume_from is not None and cfg.model.path is None else f"model.path: {cfg.model.path!r}"
+        raise ConfigError(f"{what} cannot be loaded ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
+    train_ids, eval_ids = _encode(cfg, tokenizer, train_rows, "train"), _encode(cfg, tokenizer, eval_rows, "eval")
+    rewards = make_reward_fns(train_rows), make_reward_fns(eval_rows)
+    with rundir.RunDirLock(out):
+        resume_from = rundir.check_previous_run(out, cfg, resume, overwrite)  # again, now that no other run can start
+        if resume_from is None:
+            if overwrite and ckpt.list_checkpoints(out):
+                print(f"starting a new run in {out}: --overwrite removes the previous run's checkpoints and metrics")
+            rundir.clear_previous_run(out)
+        return _train_in(cfg, out, started, device, resume_from, train_rows, eval_rows, tokenizer, model, train_ids, eval_ids, rewards)
+
+
+def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Path | None, train_rows, eval_rows,
+              tokenizer, model, train_ids, eval_ids, rewards) -> dict[str, Any]:
+    """The run itself, in the locked ``out``."""
+    print(format_config(cfg))
+    (out / "config.json").write_text(format_config(cfg) + "\n")
     if resume_from is None and cfg.model.path is None:
         tokenizer.save_pretrained(str(out / "tokenizer"))
-    model = _build_model(cfg, tokenizer, device)
     total, trainable = count_parameters(model)
     print(f"policy: {'tiny Qwen2-style (random init)' if cfg.model.path is None else cfg.model.path}, {total:,} parameters "
           f"({trainable:,} trainable), vocab {len(tokenizer)}, device {device}; {len(train_rows)} train / {len(eval_rows)} held-out prompts")
-    train_ids, eval_ids = _encode(cfg, tokenizer, train_rows, "train"), _encode(cfg, tokenizer, eval_rows, "eval")
-    train_rewards, eval_rewards = make_reward_fns(train_rows), make_reward_fns(eval_rows)
+    train_rewards, eval_rewards = rewards
 
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     sampler = AdaptiveSampler(cfg.sampling, cfg.rollout, seed=cfg.seed)
@@ -194,7 +191,11 @@ def train(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
 
     # ---- warm-up or resume ------------------------------------------------------------------------------
     if resume_from is not None:
-        state = ckpt.load_checkpoint(resume_from, model, optimizer)
+        try:
+            state = ckpt.load_checkpoint(resume_from, model, optimizer)
+        except (OSError, RuntimeError, EOFError, KeyError, ValueError) as err:
+            raise ConfigError(f"--resume: checkpoint {str(resume_from)!r} is unreadable ({type(err).__name__}: "
+                              f"{' '.join(str(err).split())[:160]}); move it away to resume from the one before") from None
         sampler.load_state_dict(state.sampler)
         ckpt.restore_rng(state.rng)
         start_step, position = state.step, state.data_position

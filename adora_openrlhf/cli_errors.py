@@ -1,0 +1,97 @@
+"""One line on stderr for every user error, at every entry point (``train``, ``eval.run``, ``demo``, ``data_prep``).
+
+:class:`OneLineParser` is an ``argparse.ArgumentParser`` whose usage errors are one line
+(``prog: error: argument --k: invalid int value: 'x' (see --help)``) instead of the usage block.
+
+:func:`run_cli` calls an entry point's body and turns what a user can cause into one line on stderr and an
+exit status, with no traceback (``--debug`` or ``ADORA_DEBUG=1`` re-raises to show it):
+
+| raised                                  | exit | line                                                  |
+|-----------------------------------------|------|-------------------------------------------------------|
+| ``ValueError`` (ConfigError, data file) | 2    | ``error: <field or file:line>: <what is wrong>``       |
+| ``OSError`` (permissions, full disk...) | 1    | ``error: cannot write|read PATH: <reason>``            |
+| ``KeyboardInterrupt`` (Ctrl-C)          | 130  | ``interrupted; <how to resume>``                       |
+| ``FloatingPointError`` (diverged run)   | 1    | ``error: <message>``                                   |
+| any other exception                     | 1    | ``error: <type>: <message> (run again with --debug...)`` |
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import sys
+from typing import Callable, Optional, Sequence, Union
+
+DEBUG_ENV = "ADORA_DEBUG"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """ArgumentParser whose usage errors are a single stderr line (exit status 2)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def add_debug_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error instead of one line")
+
+
+def wants_debug(argv: Optional[Sequence[str]]) -> bool:
+    args = sys.argv[1:] if argv is None else list(argv)
+    return "--debug" in args or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def os_error_line(err: OSError) -> str:
+    """``cannot write /x/y: No space left on device`` style text for an OSError."""
+    reason = os.strerror(err.errno) if err.errno else str(err)
+    if err.errno == errno.ENOSPC:
+        reason += " (free some space)"
+    elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        reason += " (choose a writable location)"
+    path = err.filename if err.filename is not None else ""
+    return f"{path}: {reason}" if path else reason
+
+
+def run_cli(body: Callable[[], int], argv: Optional[Sequence[str]] = None,
+            interrupted_hint: Union[str, Callable[[], str]] = "") -> int:
+    """Run ``body()`` and map user-caused exceptions to one stderr line and an exit status (table above).
+    ``interrupted_hint`` (text, or a function giving it at the time of the interrupt) says how to resume."""
+    if wants_debug(argv):
+        return body()
+    try:
+        return body()
+    except KeyboardInterrupt:
+        hint = interrupted_hint() if callable(interrupted_hint) else interrupted_hint
+        print(f"interrupted{'; ' + hint if hint else ''}", file=sys.stderr)
+        return 130
+    except OSError as err:
+        print(f"error: {os_error_line(err)}", file=sys.stderr)
+        return 1
+    except (ValueError, FloatingPointError) as err:
+        text = " ".join(str(err).split()) or type(err).__name__
+        print(f"error: {text}", file=sys.stderr)
+        return 2 if isinstance(err, ValueError) else 1
+    except Exception as err:  # noqa: BLE001 - anything else: still one line, the traceback behind --debug
+        text = " ".join(str(err).split())[:300]
+        print(f"error: {type(err).__name__}: {text} (run again with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+def check_output_dir(path: str | os.PathLike, option: str) -> None:
+    """ConfigError naming ``option`` unless ``path`` is a directory, or can be created as one, that this user
+    may write (checked before anything is written)."""
+    from pathlib import Path
+
+    from adora_openrlhf.config import ConfigError
+
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{option}: {str(out)!r} is a file, not a directory; choose another {option}")
+    probe = out
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"{option}: cannot create {str(out)!r}: {str(probe)!r} is a file; choose another {option}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option}: cannot write in {str(probe)!r} (permission denied); choose another {option}")

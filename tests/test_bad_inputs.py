@@ -1,0 +1,423 @@
+"""Every entry point with bad inputs of each class: bad values, bad data files, bad output locations, a
+previous run in the way, full disks, Ctrl-C. Each must exit non-zero with one line on stderr that names the
+field (or file:line), print no traceback, and write or delete nothing.
+
+Entry points are called in-process through their ``main(argv)`` (what ``python -m`` runs); a few subprocess
+checks confirm exit codes and the absence of tracebacks for real process starts."""
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from adora_openrlhf import demo
+from adora_openrlhf import train as train_cli
+from data_prep import dapo_math, geometry3k, kk, math_eval
+from eval import run as eval_run
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["--warmup.steps", "0", "--steps", "1", "--prompts_per_step", "1", "--sampling.n_keep", "2", "--data.num_train", "8",
+        "--data.num_eval", "2", "--data.kk_num_people", "[2]", "--rollout.max_new_tokens", "4", "--eval_samples", "0",
+        "--model.tiny.hidden_size", "16", "--model.tiny.intermediate_size", "32", "--model.tiny.num_hidden_layers", "1",
+        "--model.tiny.num_attention_heads", "2", "--model.tiny.num_key_value_heads", "1", "--model.tiny.vocab_size", "300"]
+KK_LABEL = "(1) Alice is a knight\n(2) Bob is a knave"
+
+
+def call(main, argv):
+    """(exit status, captured by the caller) of ``main(argv)`` as ``python -m`` would exit."""
+    try:
+        return main(argv)
+    except SystemExit as exit_:
+        return exit_.code
+
+
+def snapshot(root: Path):
+    return {str(p.relative_to(root)): (p.is_dir(), p.stat().st_size if p.is_file() else 0) for p in root.rglob("*")}
+
+
+def assert_one_line(err: str, *needles: str) -> str:
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def write_rows(path: Path, rows) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def kk_row(i: int = 0):
+    return {"prompt": f"Puzzle {i}: Alice and Bob.", "label": KK_LABEL, "source": "kk", "meta": {"names": ["Alice", "Bob"], "id": str(i)}}
+
+
+@pytest.fixture
+def bad_files(tmp_path):
+    """One data file per class of damage; value: (path, the text the error must contain)."""
+    d = tmp_path / "data"
+    d.mkdir()
+    files = {
+        "missing": (d / "nope.jsonl", "nope.jsonl: "),
+        "directory": (d / "adir.jsonl", "adir.jsonl: is a directory"),
+        "empty": (d / "empty.jsonl", "empty.jsonl: "),
+        "bad_json": (write_rows(d / "badjson.jsonl", [kk_row(0), '{"prompt": "x", "label"']), "badjson.jsonl:2: not valid JSON"),
+        "not_utf8": (d / "latin1.jsonl", "latin1.jsonl:2: not UTF-8"),
+        "not_object": (write_rows(d / "list.jsonl", [kk_row(0), "[1, 2]"]), "list.jsonl:2: expected a JSON object"),
+        "blank_only": (d / "blank.jsonl", "blank.jsonl: "),
+    }
+    (d / "adir.jsonl").mkdir()
+    (d / "empty.jsonl").write_text("")
+    (d / "blank.jsonl").write_text("\n\n")
+    (d / "latin1.jsonl").write_bytes((json.dumps(kk_row(0)) + "\n").encode() + b'{"prompt": "caf\xe9", "label": "1"}\n')
+    return files
+
+
+# ---------------------------------------------------------------------------------------------------------
+# train
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--train.max_grad_norm", "-1"], "train.max_grad_norm: must be a finite number > 0, got -1.0"),
+    (["--train.max_grad_norm", "0"], "train.max_grad_norm"),
+    (["--rollout.temperature", "nan"], "rollout.temperature"),
+    (["--train.lr", "inf"], "train.lr"),
+    (["--sampling.escalation", '[{"temperature": 1.2}, {"top_p": 1.5}]'], "sampling.escalation[1].top_p"),
+    (["--sampling.escalation", '[{"top_k": "x"}]'], "sampling.escalation[0].top_k"),
+    (["--data.kk_num_people", "[2, 9]"], "data.kk_num_people[1]"),
+    (["--model.tiny.num_attention_heads", "0"], "model.tiny.num_attention_heads"),
+    (["--seed", "-1"], "seed:"),
+    (["--steps", "1.5"], "--steps: cannot parse"),
+    (["--save_every", "-2"], "save_every"),
+    (["--train.clip_eps_low", "1.5"], "train.clip_eps_low"),
+    (["--sampling.max_responses_per_prompt", "0"], "sampling.max_responses_per_prompt"),
+    (["--recipe", "nope"], "unknown recipe"),
+    (["--frobnicate", "1"], "unknown flag"),
+    (["--resume", "--overwrite"], "--overwrite: cannot be combined with --resume"),
+])
+def test_train_bad_values(tmp_path, capsys, argv, needle):
+    code = call(train_cli.main, ["--output-dir", str(tmp_path / "run")] + argv)
+    assert code == 2
+    assert_one_line(capsys.readouterr().err, needle)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "empty", "bad_json", "not_utf8", "not_object", "blank_only"])
+@pytest.mark.parametrize("option", ["--data.train_path", "--data.eval_path"])
+def test_train_bad_data_files(tmp_path, capsys, bad_files, kind, option):
+    path, needle = bad_files[kind]
+    before = snapshot(tmp_path)
+    code = call(train_cli.main, ["--output-dir", str(tmp_path / "run"), option, str(path), *FAST])
+    assert code == 2
+    assert_one_line(capsys.readouterr().err, needle)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("row, needle", [
+    ({"prompt": "p", "label": "Alice is a knight"}, ":2: field 'label': the 'kk' reward cannot parse it"),
+    ({"prompt": "p", "label": "(1) Carol is a knight", "meta": {"names": ["Alice"]}}, ":2: field 'label'"),
+    ({"label": KK_LABEL}, ":2: field 'prompt'"),
+    ({"prompt": "p", "label": ""}, ":2: field 'label'"),
+    ({"prompt": "p", "label": KK_LABEL, "meta": [1]}, ":2: field 'meta'"),
+    ({"prompt": "p", "label": KK_LABEL, "source": "chess"}, ":2: field 'source'"),
+])
+def test_train_bad_rows_name_file_line_and_field(tmp_path, capsys, row, needle):
+    data = write_rows(tmp_path / "train.jsonl", [kk_row(0), row, kk_row(2)])
+    code = call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--data.train_path", str(data), *FAST])
+    assert code == 2
+    assert_one_line(capsys.readouterr().err, f"{data}{needle}")
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_refuses_output_locations(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("keep")
+    for out, needle in ((blocker, "output_dir: "), (blocker / "sub", "is a file")):
+        assert call(train_cli.main, ["--output-dir", str(out), *FAST]) == 2
+        assert_one_line(capsys.readouterr().err, needle)
+    assert blocker.read_text() == "keep"
+
+
+def test_train_never_deletes_a_previous_run_on_a_bad_start(tmp_path, capsys, bad_files):
+    out = tmp_path / "run"
+    (out / "checkpoints" / "step_000005").mkdir(parents=True)
+    (out / "metrics.jsonl").write_text('{"step": 5}\n')
+    (out / "config.json").write_text("{}")
+    before = snapshot(tmp_path)
+    assert call(train_cli.main, ["--output-dir", str(out), *FAST]) == 2  # no --overwrite
+    assert_one_line(capsys.readouterr().err, f"output_dir: '{out}' holds a run with checkpoints (up to step 5)", "--overwrite")
+    path, needle = bad_files["missing"]
+    assert call(train_cli.main, ["--output-dir", str(out), "--overwrite", "--data.train_path", str(path), *FAST]) == 2
+    assert_one_line(capsys.readouterr().err, needle)
+    assert call(train_cli.main, ["--output-dir", str(tmp_path / "fresh"), "--resume", *FAST]) == 2
+    assert_one_line(capsys.readouterr().err, "--resume: no checkpoint")
+    assert snapshot(tmp_path) == before
+
+
+def test_train_ctrl_c_and_full_disk_give_one_line(tmp_path, capsys, monkeypatch):
+    from adora_openrlhf.backends.local import trainer
+
+    out = tmp_path / "run"
+    (out / "checkpoints" / "step_000003").mkdir(parents=True)
+
+    def interrupted(cfg, resume=False, overwrite=False):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "train", interrupted)
+    assert call(train_cli.main, ["--output-dir", str(out), *FAST]) == 130
+    line = assert_one_line(capsys.readouterr().err, "interrupted; continue from step 3 with: python -m adora_openrlhf.train")
+    assert line.endswith("--resume") and f"--output-dir {out}" in line
+
+    def full(cfg, resume=False, overwrite=False):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out / "checkpoints" / "step_000004.tmp"))
+
+    monkeypatch.setattr(trainer, "train", full)
+    assert call(train_cli.main, ["--output-dir", str(out), *FAST]) == 1
+    assert_one_line(capsys.readouterr().err, "step_000004.tmp: No space left on device (free some space)")
+
+
+def test_train_bad_model_and_checkpoint(tmp_path, capsys):
+    not_a_model = tmp_path / "empty_model"
+    not_a_model.mkdir()
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(b"\0" * 10)
+    for path in (not_a_model, weights):
+        assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--model", str(path), *FAST]) == 2
+        assert_one_line(capsys.readouterr().err, f"model.path: '{path}' cannot be loaded")
+    broken = tmp_path / "run" / "checkpoints" / "step_000001"
+    broken.mkdir(parents=True)
+    (broken / "model.pt").write_bytes(b"torn")
+    before = snapshot(tmp_path)
+    assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--resume", *FAST]) == 2
+    assert_one_line(capsys.readouterr().err, f"--resume: checkpoint '{broken}' cannot be loaded")
+    assert snapshot(tmp_path) == before
+
+
+def test_train_chat_prompt_rows_are_checked(tmp_path, capsys):
+    data = write_rows(tmp_path / "train.jsonl", [kk_row(0), {"prompt": [{"role": "user"}], "label": KK_LABEL}])
+    assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--data.train_path", str(data), *FAST]) == 2
+    assert_one_line(capsys.readouterr().err, f"{data}:2: field 'prompt': a list prompt must hold chat messages")
+
+
+def test_unexpected_errors_are_one_line_too(tmp_path, capsys, monkeypatch):
+    from adora_openrlhf.backends.local import trainer
+
+    def bug(cfg, resume=False, overwrite=False):
+        raise TypeError("unsupported operand")
+
+    monkeypatch.setattr(trainer, "train", bug)
+    assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), *FAST]) == 1
+    assert_one_line(capsys.readouterr().err, "error: TypeError: unsupported operand (run again with --debug for the traceback)")
+    with pytest.raises(TypeError):
+        train_cli.main(["--output-dir", str(tmp_path / "run"), "--debug", *FAST])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# eval.run
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _eval_argv(tmp_path, bench_file, *extra):
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")  # a directory that looks like a model but does not load
+    return ["--model", str(model), "--bench", "kk", "--bench-file", f"kk={bench_file}", "--k", "2", "--engine", "hf",
+            "--out", str(tmp_path / "eval"), *extra]
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "empty", "bad_json", "not_utf8", "not_object", "blank_only"])
+def test_eval_bad_bench_files(tmp_path, capsys, bad_files, kind):
+    path, needle = bad_files[kind]
+    before = snapshot(tmp_path)
+    assert call(eval_run.main, _eval_argv(tmp_path, path)) == 2
+    assert_one_line(capsys.readouterr().err, needle if kind != "missing" else "--bench-file kk")
+    assert snapshot(tmp_path) == {**before, "model": (True, 0), "model/config.json": (False, 2)}
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--k", "0"], "--k: must be >= 1"),
+    (["--k", "two"], "argument --k: invalid int value"),
+    (["--top-p", "1.5"], "--top-p"),
+    (["--temperature", "-1"], "--temperature"),
+    (["--temperature", "nan"], "--temperature"),
+    (["--limit", "0"], "--limit"),
+    (["--batch-size", "0"], "--batch-size"),
+    (["--max-new-tokens", "0"], "--max-new-tokens"),
+    (["--bench", "kk,gsm9k"], "unknown benchmark 'gsm9k'"),
+    (["--engine", "tgi"], "--engine"),
+    (["--data-dir", "/no/such/dir"], "--data-dir"),
+])
+def test_eval_bad_arguments(tmp_path, capsys, extra, needle):
+    bench = write_rows(tmp_path / "kk.jsonl", [kk_row(0)])
+    assert call(eval_run.main, _eval_argv(tmp_path, bench, *extra)) == 2
+    assert_one_line(capsys.readouterr().err, needle)
+    assert not (tmp_path / "eval").exists()
+
+
+def test_eval_bad_model_out_and_ids(tmp_path, capsys):
+    bench = write_rows(tmp_path / "kk.jsonl", [kk_row(0), kk_row(1), kk_row(0)])
+    assert call(eval_run.main, _eval_argv(tmp_path, bench)) == 2
+    assert_one_line(capsys.readouterr().err, f"{bench}:3: problem id '0' of --bench kk repeats {bench}:1")
+    unparsable = write_rows(tmp_path / "label.jsonl", [kk_row(0), {**kk_row(1), "label": "Alice is honest"}])
+    assert call(eval_run.main, _eval_argv(tmp_path, unparsable)) == 2
+    assert_one_line(capsys.readouterr().err, f"{unparsable}:2: field 'label': the 'kk' reward cannot parse it")
+    good = write_rows(tmp_path / "good.jsonl", [kk_row(0)])
+    argv = _eval_argv(tmp_path, good)
+    argv[argv.index("--model") + 1] = "./no/such/model"
+    assert call(eval_run.main, argv) == 2
+    assert_one_line(capsys.readouterr().err, "--model: ./no/such/model")
+    assert call(eval_run.main, _eval_argv(tmp_path, good)) == 2  # --model: a directory that does not load
+    assert_one_line(capsys.readouterr().err, f"--model: cannot load {tmp_path / 'model'}")
+    argv = _eval_argv(tmp_path, good)
+    (tmp_path / "model" / "config.json").unlink()
+    assert call(eval_run.main, argv) == 2
+    assert_one_line(capsys.readouterr().err, "has no config.json")
+    assert not (tmp_path / "eval").exists()
+    (tmp_path / "eval").write_text("a file")
+    assert call(eval_run.main, _eval_argv(tmp_path, good)) == 2
+    assert_one_line(capsys.readouterr().err, "--out: ")
+    assert (tmp_path / "eval").read_text() == "a file"
+
+
+def test_eval_ctrl_c_hint(tmp_path, capsys, monkeypatch):
+    good = write_rows(tmp_path / "good.jsonl", [kk_row(0)])
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(eval_run, "GENERATORS", {"hf": interrupted})
+    assert call(eval_run.main, _eval_argv(tmp_path, good)) == 130
+    assert_one_line(capsys.readouterr().err, "interrupted; finished samples are kept in", "rerun the same command")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# demo and the data_prep converters
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, needle", [(["--n", "0"], "--n: must be >= 1"), (["--steps", "x"], "argument --steps"),
+                                          (["--prompts", "-3"], "--prompts"), (["--bogus"], "unrecognized arguments: --bogus")])
+def test_demo_bad_arguments(capsys, argv, needle):
+    assert call(demo.main, argv) == 2
+    assert_one_line(capsys.readouterr().err, needle)
+
+
+CONVERTERS = {
+    "kk": (kk.main, "--from-jsonl"),
+    "dapo_math": (dapo_math.main, "--dataset"),
+    "math_eval": (lambda argv: math_eval.main(["--benchmark", "aime24", *argv]), "--dataset"),
+    "geometry3k": (geometry3k.main, "--dataset"),
+}
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "empty", "blank_only"])
+@pytest.mark.parametrize("converter", sorted(CONVERTERS))
+def test_converters_refuse_unusable_inputs(tmp_path, capsys, bad_files, converter, kind):
+    main, flag = CONVERTERS[converter]
+    path, needle = bad_files[kind]
+    before = snapshot(tmp_path)
+    code = call(main, ["--out", str(tmp_path / "out"), flag, str(path)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(path) in err.splitlines()[-1]
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("converter", sorted(CONVERTERS))
+def test_converters_skip_bad_lines_and_fail_when_no_row_is_left(tmp_path, capsys, converter):
+    main, flag = CONVERTERS[converter]
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b'{"broken": \n' + b'[1]\n' + b'\xff\xfe\n')
+    before = snapshot(tmp_path)
+    assert call(main, ["--out", str(tmp_path / "out"), flag, str(src)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("rejected", "error"))]
+    assert err[:3] == [f"rejected {src}:1: not valid JSON (Expecting value at column 12)",
+                       f"rejected {src}:2: expected a JSON object per line, got list",
+                       f"rejected {src}:3: not UTF-8 text (byte 1 of the line); re-save the file as UTF-8"]
+    assert err[-1].startswith("error: ") and "nothing was written" in err[-1]
+    assert snapshot(tmp_path) == before
+
+
+def test_converter_keeps_good_lines_around_a_torn_one(tmp_path, capsys):
+    src = tmp_path / "aime.jsonl"
+    src.write_text('{"problem": "1+1?", "answer": "2"}\n\n{"problem": "2+2?", "ans\n{"problem": "3+3?", "answer": "6"}\n')
+    assert math_eval.main(["--benchmark", "aime24", "--out", str(tmp_path / "out"), "--dataset", str(src)]) == 0
+    assert [json.loads(line)["label"] for line in (tmp_path / "out" / "aime24.jsonl").read_text().splitlines()] == ["2", "6"]
+    captured = capsys.readouterr()
+    assert f"rejected {src}:3: not valid JSON" in captured.err and "rejected 1 malformed rows" in captured.out
+
+
+def test_converter_bad_arguments_and_output_locations(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("keep")
+    assert call(kk.main, ["--out", str(blocker), "--num-train", "4"]) == 2
+    assert_one_line(capsys.readouterr().err, "--out: ")
+    assert call(kk.main, ["--out", str(tmp_path / "o"), "--num-train", "0"]) == 2
+    assert_one_line(capsys.readouterr().err, "--num-train: must be >= 1")
+    assert call(kk.main, ["--out", str(tmp_path / "o"), "--people", "1-9"]) == 2
+    assert_one_line(capsys.readouterr().err, "--people")
+    assert call(math_eval.main, ["--out", str(tmp_path / "o"), "--benchmark", "aime99"]) == 2
+    assert_one_line(capsys.readouterr().err, "argument --benchmark: invalid choice")
+    assert call(dapo_math.main, ["--out", str(tmp_path / "o"), "--max-rows", "0"]) == 2
+    assert_one_line(capsys.readouterr().err, "--max-rows")
+    assert blocker.read_text() == "keep" and not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full to fill a disk")
+def test_converter_on_a_full_disk_leaves_no_partial_file(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train.jsonl.tmp").symlink_to("/dev/full")  # every write to the output fails: No space left on device
+    assert call(kk.main, ["--out", str(out), "--num-train", "300", "--num-eval", "2", "--people", "2"]) == 1
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith("error: ") and "No space left on device (free some space)" in err
+    assert sorted(p.name for p in out.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# real processes: exit codes and no tracebacks
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _run(module, *argv, **kwargs):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("ADORA_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", module, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, **kwargs)
+
+
+def test_processes_exit_with_one_line_and_debug_shows_the_traceback(tmp_path):
+    missing = tmp_path / "missing.jsonl"
+    result = _run("adora_openrlhf.train", "--output-dir", str(tmp_path / "run"), "--data.train_path", str(missing), "--train.max_grad_norm", "-1")
+    assert result.returncode == 2
+    assert_one_line(result.stderr, "train.max_grad_norm")
+    result = _run("adora_openrlhf.train", "--output-dir", str(tmp_path / "run"), "--data.train_path", str(missing), "--debug")
+    assert result.returncode != 0 and "Traceback" in result.stderr and str(missing) in result.stderr
+    result = _run("eval.run", "--model", str(tmp_path), "--out", str(tmp_path / "e"), "--bench-file", f"kk={missing}")
+    assert result.returncode == 2
+    assert_one_line(result.stderr, str(missing))
+    assert not (tmp_path / "run").exists() and not (tmp_path / "e").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_real_training_prints_how_to_resume(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    argv = [sys.executable, "-m", "adora_openrlhf.train", "--output-dir", str(out), *FAST, "--steps", "100000", "--save_every", "1"]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / "checkpoints" / "step_000001").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("interrupted; continue from step") and last.endswith("--resume") and "Traceback" not in err
