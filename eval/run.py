@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from tqdm.auto import tqdm
 
 from eval.benchmarks import Benchmark, get_benchmark, load_rows
-from eval.generation import GENERATORS, EvalSampling, Generator, pick_engine
+from eval.generation import DTYPES, GENERATORS, EvalSampling, Generator, parse_engine_args, pick_engine, resolve_dtype
 from eval.metrics import markdown_table, score_records
 
 SAMPLES_FILE = "samples.jsonl"
@@ -162,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-new-tokens", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=8, help="problems per generation call")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", default="auto", help=f"{' | '.join(DTYPES)}: weights' dtype for either engine (auto: float32 on CPU, bfloat16 with CUDA)")
+    parser.add_argument("--vllm-arg", action="append", metavar="KEY=VALUE",
+                        help="keyword argument of vllm.LLM (VALUE parsed as JSON when it is), e.g. max_model_len=4096, enforce_eager=true; repeatable")
     return parser
 
 
@@ -181,16 +184,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not Path(args.model).exists() and "/" not in args.model:
             raise ValueError(f"--model: {args.model} is neither a local directory nor a hub name (owner/name)")
         engine = pick_engine(args.engine)
+        resolve_dtype(args.dtype)
+        engine_args = parse_engine_args(args.vllm_arg)
+        if engine_args and engine != "vllm":
+            raise ValueError(f"--vllm-arg: only used by the vLLM engine, but the engine is {engine!r}; drop it or pass --engine vllm")
     except ValueError as err:
         parser.exit(2, f"error: {err}\n")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     sampling = EvalSampling(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed)
-    generator = GENERATORS[engine](args.model, sampling) if engine == "vllm" else GENERATORS[engine](args.model, sampling, batch_size=args.batch_size * args.k)
+    if engine == "vllm":
+        generator = GENERATORS[engine](args.model, sampling, dtype=args.dtype, **engine_args)
+    else:
+        generator = GENERATORS[engine](args.model, sampling, batch_size=args.batch_size * args.k, dtype=args.dtype)
     for bench in benches:
         rows = load_rows(bench, files.get(bench.name), args.data_dir, args.seed, args.limit, cache_dir=out_dir / "data")
         evaluate_benchmark(bench, rows, generator, args.k, out_dir / SAMPLES_FILE, batch_problems=args.batch_size)
-    settings = {"model": args.model, "engine": engine, "k": args.k, **asdict(sampling)}
+    settings = {"model": args.model, "engine": engine, "dtype": resolve_dtype(args.dtype), "k": args.k, **asdict(sampling)}
     print(write_report(out_dir, args.k, [b.name for b in benches], settings))
     return 0
 

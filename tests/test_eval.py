@@ -6,6 +6,7 @@ import math
 from itertools import combinations
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -146,12 +147,25 @@ def test_read_jsonl_names_bad_line(tmp_path):
         (["--temperature", "0", "--k", "4"], "greedy"),
         (["--bench-file", "kk"], "NAME=PATH"),
         (["--engine", "tgi"], "unknown engine"),
+        (["--dtype", "fp8"], "--dtype: unknown dtype 'fp8'"),
+        (["--engine", "hf", "--vllm-arg", "enforce_eager"], "--vllm-arg: expected KEY=VALUE"),
+        (["--engine", "hf", "--vllm-arg", "max_model_len=64"], "--vllm-arg: only used by the vLLM engine"),
     ],
 )
 def test_cli_errors(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--model", str(tmp_path), "--out", str(tmp_path / "o")] + argv)
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_engine_args_and_dtype():
+    from eval.generation import parse_engine_args, resolve_dtype
+
+    assert parse_engine_args(["max_model_len=4096", "enforce_eager=true", "limit_mm_per_prompt={\"image\": 2}", "quantization=fp8"]) == {
+        "max_model_len": 4096, "enforce_eager": True, "limit_mm_per_prompt": {"image": 2}, "quantization": "fp8"}
+    assert parse_engine_args(None) == {}
+    assert resolve_dtype("bfloat16") == "bfloat16"
+    assert resolve_dtype("auto") == ("bfloat16" if torch.cuda.is_available() else "float32")
 
 
 def test_cli_missing_model(tmp_path, capsys):
