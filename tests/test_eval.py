@@ -168,6 +168,16 @@ def test_engine_args_and_dtype():
     assert resolve_dtype("auto") == ("bfloat16" if torch.cuda.is_available() else "float32")
 
 
+def test_vllm_sampling_follows_the_documented_defaults():
+    from eval.generation import EvalSampling, vllm_sampling_kwargs
+    from eval.run import build_parser
+
+    args = build_parser().parse_args(["--model", "m", "--out", "o"])
+    sampling = EvalSampling(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    assert sampling == EvalSampling()
+    assert vllm_sampling_kwargs(sampling, 8) == {"n": 8, "temperature": 0.6, "top_p": 0.95, "max_tokens": 1024, "seed": 0}
+
+
 def test_cli_missing_model(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--model", "no_such_dir", "--out", str(tmp_path)])

@@ -74,6 +74,10 @@ def test_eval_run_with_vllm_writes_k_samples_and_resumes(model_dir, bench_rows, 
 
 
 def test_vllm_sampling_params_follow_the_command_line(model_dir):
+    from vllm import SamplingParams
+
+    from eval.generation import vllm_sampling_kwargs
+
     sampling = EvalSampling(temperature=0.7, top_p=0.8, max_new_tokens=5, seed=3)
     generator = VLLMGenerator(str(model_dir), sampling, enforce_eager=True, max_model_len=512)
     assert generator.llm.llm_engine.model_config.dtype == torch.float32  # dtype auto on CPU, as the hf engine
@@ -82,6 +86,9 @@ def test_vllm_sampling_params_follow_the_command_line(model_dir):
     out = generator.llm.generate([generator.request({"prompt": "Hello"})], params, use_tqdm=False)[0]
     assert len(out.outputs) == 4 and all(1 <= len(o.token_ids) <= 5 for o in out.outputs)
     assert any(o.finish_reason == "length" for o in out.outputs)
+    # the command line's defaults are valid vLLM sampling parameters (vLLM checks them when they are built)
+    defaults = SamplingParams(**vllm_sampling_kwargs(EvalSampling(), 8))
+    assert (defaults.n, defaults.temperature, defaults.top_p, defaults.max_tokens, defaults.seed) == (8, 0.6, 0.95, 1024, 0)
 
 
 GREEDY_TOKENS = 24
