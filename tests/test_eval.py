@@ -150,6 +150,7 @@ def test_read_jsonl_names_bad_line(tmp_path):
         (["--dtype", "fp8"], "--dtype: unknown dtype 'fp8'"),
         (["--engine", "hf", "--vllm-arg", "enforce_eager"], "--vllm-arg: expected KEY=VALUE"),
         (["--engine", "hf", "--vllm-arg", "max_model_len=64"], "--vllm-arg: only used by the vLLM engine"),
+        (["--vllm-arg", "dtype=half"], "--vllm-arg dtype: set by --dtype"),
     ],
 )
 def test_cli_errors(argv, message, tmp_path, capsys):
@@ -166,6 +167,16 @@ def test_engine_args_and_dtype():
     assert parse_engine_args(None) == {}
     assert resolve_dtype("bfloat16") == "bfloat16"
     assert resolve_dtype("auto") == ("bfloat16" if torch.cuda.is_available() else "float32")
+
+
+@given(
+    key=st.from_regex(r"[a-z_][a-z0-9_]{0,20}", fullmatch=True).filter(lambda k: k not in ("model", "seed", "dtype", "trust_remote_code")),
+    value=st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5), lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3), max_leaves=6),
+)
+def test_engine_args_round_trip_json_values(key, value):
+    from eval.generation import parse_engine_args
+
+    assert parse_engine_args([f"{key}={json.dumps(value)}"]) == {key: value}
 
 
 def test_vllm_sampling_follows_the_documented_defaults():
