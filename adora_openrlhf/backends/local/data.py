@@ -1,8 +1,8 @@
 """Training and held-out rows for the local backend, their reward functions, and the data order.
 
-Rows follow the project's JSONL schema ``{"prompt", "label", "source", "meta"}``. With no
-``data.train_path`` and task ``kk`` the rows are generated K&K puzzles (``data_prep.kk``), train and eval
-sharing no puzzle. A path is read with ``datasets.load_dataset`` ("json" for ``.jsonl``/``.json`` files,
+Rows follow the project's JSONL schema ``{"prompt", "label", "images", "source", "meta"}``. With no
+``data.train_path`` and task ``kk`` the rows are generated K&K puzzles (``data_prep.kk``), with task
+``geometry`` generated images (``data_prep.geo_synth``); train and eval share no puzzle or image. A path is read with ``datasets.load_dataset`` ("json" for ``.jsonl``/``.json`` files,
 "parquet" for ``.parquet``, otherwise a dataset name).
 
 The data order is a pure function of (seed, position): position ``i`` (the i-th prompt the run consumes)
@@ -26,6 +26,7 @@ class Row:
     label: str
     source: str
     meta: dict[str, Any]
+    images: tuple[Any, ...] = ()  # image file paths or PIL images, one per <image> tag of the prompt (vision rows)
 
 
 def _load_path(path: str) -> list[dict[str, Any]]:
@@ -55,7 +56,15 @@ def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str
         meta = r.get("meta") or {}
         if not isinstance(meta, dict):
             raise ConfigError(f"{where} row {i} field 'meta': expected an object, got {type(meta).__name__}")
-        rows.append(Row(prompt=prompt, label=str(label), source=str(r.get("source") or default_source), meta=meta))
+        images = r.get("images") or []
+        if not isinstance(images, (list, tuple)):
+            raise ConfigError(f"{where} row {i} field 'images': expected a list of image paths, got {type(images).__name__}")
+        for k, ref in enumerate(images):
+            if isinstance(ref, str) and not Path(ref).is_file():
+                raise ConfigError(f"{where} row {i} field 'images[{k}]': no image file at {ref!r}")
+            if not isinstance(ref, str) and not hasattr(ref, "convert"):
+                raise ConfigError(f"{where} row {i} field 'images[{k}]': expected a file path, got {type(ref).__name__}")
+        rows.append(Row(prompt=prompt, label=str(label), source=str(r.get("source") or default_source), meta=meta, images=tuple(images)))
     if not rows:
         raise ConfigError(f"{where}: no rows")
     return rows
@@ -63,8 +72,13 @@ def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str
 
 def load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
     """(train rows, held-out rows) for ``cfg``."""
-    if cfg.task == "geometry":
-        raise ConfigError("data.task: 'geometry' needs a vision-language model and GPU engine; use --backend openrlhf with the geo3k recipe")
+    if cfg.train_path is None and cfg.task == "geometry":
+        from data_prep.geo_synth import generate_splits as geo_splits
+
+        train_raw, eval_raw = geo_splits(cfg.num_train, cfg.num_eval, seed, cfg.geo_tasks, cfg.geo_levels)
+        if cfg.eval_path is not None:
+            eval_raw = _load_path(cfg.eval_path)
+        return validate_rows(train_raw, "generated train", cfg.task), validate_rows(eval_raw, "data.eval_path" if cfg.eval_path else "generated eval", cfg.task)
     if cfg.train_path is None:
         if cfg.task != "kk":
             raise ConfigError(f"data.train_path: task {cfg.task!r} has no generator; give a JSONL file (see data_prep/)")

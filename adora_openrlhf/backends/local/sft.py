@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -67,6 +67,7 @@ def supervised_warmup(
     cfg: WarmupConfig,
     seed: int,
     micro_batch_size: int,
+    extras: Optional[Sequence[Optional[dict[str, torch.Tensor]]]] = None,
 ) -> list[float]:
     """``cfg.steps`` AdamW steps (linear lr decay) on random batches of demonstrations; returns the losses.
 
@@ -85,7 +86,8 @@ def supervised_warmup(
     bar = tqdm(range(cfg.steps), desc="warm-up (SFT)", unit="step", dynamic_ncols=True)
     for _ in bar:
         chosen = [rng.randrange(len(rows)) for _ in range(cfg.batch_size)]
-        batch = pack([prompt_ids[i] for i in chosen], [responses[i] for i in chosen], tokenizer.pad_token_id)
+        batch = pack([prompt_ids[i] for i in chosen], [responses[i] for i in chosen], tokenizer.pad_token_id,
+                     [extras[i] for i in chosen] if extras is not None else None)
         optimizer.zero_grad(set_to_none=True)
         total_tokens = float(batch.action_mask.sum())
         step_loss = 0.0
@@ -93,7 +95,8 @@ def supervised_warmup(
             rows_slice = slice(start, start + micro_batch_size)
             mask = batch.action_mask[rows_slice].to(device)
             width = int(batch.attention_mask[rows_slice].sum(-1).max())
-            sub = type(batch)(batch.input_ids[rows_slice, :width].to(device), batch.attention_mask[rows_slice, :width].to(device), mask[:, : width - 1])
+            sub = type(batch)(batch.input_ids[rows_slice, :width].to(device), batch.attention_mask[rows_slice, :width].to(device), mask[:, : width - 1],
+                              batch.extras[rows_slice] if batch.extras is not None else None)
             lp = token_log_probs(model, sub)
             loss = -(lp * sub.action_mask).sum() / total_tokens
             loss.backward()
