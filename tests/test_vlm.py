@@ -298,3 +298,39 @@ def test_geometry_with_a_text_checkpoint_is_refused(tmp_path):
         train(cfg)
     with pytest.raises(ConfigError, match="model.tiny_vision.image_size: must be a positive multiple of"):
         build_run_config("geo-tiny", {"model.tiny_vision.image_size": 60})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation of a vision-language checkpoint: `python -m eval.run --engine hf`
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_eval_run_on_generated_images_and_mathvista_rows(tmp_path):
+    """A warm-started tiny Qwen2.5-VL evaluated on the generated task and on MathVista-format rows (converted
+    by data_prep.mathvista from records with images); each report equals a hand count on samples.jsonl."""
+    from adora_openrlhf.backends.local.trainer import warm_start
+    from data_prep.mathvista import convert_mathvista_row
+    from eval.run import SAMPLES_FILE, main, read_records
+
+    cfg = build_run_config("geo-tiny", {**GEO_TINY, "warmup.steps": 3, "output_dir": str(tmp_path / "run")})
+    model_dir = warm_start(cfg, tmp_path / "model")
+    images = [r["images"][0] for r in geo_synth.generate_rows(2, 9)]
+    raw = [
+        {"pid": "1", "question": "How many shapes?", "query": "Hint: answer with an integer.\nQuestion: How many shapes?", "answer": "3",
+         "question_type": "free_form", "answer_type": "integer", "decoded_image": images[0], "metadata": {"category": "math-targeted-vqa", "task": "counting"}},
+        {"pid": "2", "question": "Which colour?", "answer": "red", "choices": ["red", "blue"], "question_type": "multi_choice",
+         "answer_type": "text", "decoded_image": images[1], "metadata": {"category": "general-vqa", "task": "colour"}},
+    ]
+    mathvista = tmp_path / "mathvista.jsonl"
+    mathvista.write_text("".join(json.dumps(convert_mathvista_row(r, i + 1, tmp_path / "mv_images")) + "\n" for i, r in enumerate(raw)))
+    for bench, extra in (("geo_synth", ["--limit", "3"]), ("mathvista", ["--bench-file", f"mathvista={mathvista}"])):
+        out = tmp_path / f"eval_{bench}"
+        argv = ["--model", str(model_dir), "--bench", bench, "--k", "2", "--out", str(out), "--max-new-tokens", "6",
+                "--engine", "hf", "--temperature", "1.0", *extra]
+        assert main(argv) == 0
+        records = read_records(out / SAMPLES_FILE)
+        assert len(records) == (6 if bench == "geo_synth" else 4) and all(isinstance(r["response"], str) for r in records)
+        report = json.loads((out / "report.json").read_text())
+        rows = {r["subset"]: r for r in report["rows"]}
+        assert rows["all"]["avg_at_k"] == pytest.approx(sum(r["correct"] for r in records) / len(records))
+        assert ({"ID", "OOD"} if bench == "mathvista" else {"task=count", "level=1"}) <= set(rows)
