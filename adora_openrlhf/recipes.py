@@ -121,11 +121,11 @@ register_recipe(
 # saved with the run) on generated PIL images (data_prep/geo_synth.py), graded by the Geometry3K reward
 # (0.9 * correct + 0.1 * format, so correct_threshold 0.5), with ADORA's difficulty rule as in geo3k.
 _GEO_TINY = {
-    "steps": 60,
-    "prompts_per_step": 16,
-    "save_every": 30,
-    "eval_every": 30,
-    "eval_samples": 2,
+    "steps": 40,
+    "prompts_per_step": 8,
+    "save_every": 20,
+    "eval_every": 20,
+    "eval_samples": 1,
     "rollout": {"temperature": 1.0, "max_new_tokens": 32},
     "adora": {"rule": "difficulty", "mode": "attenuate", "lambda_att": 0.1, "tau": 0.5, "correct_threshold": 0.5},
     "sampling": {"n_keep": 8, "positive_threshold": 0.5},
