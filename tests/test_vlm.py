@@ -4,6 +4,7 @@ image inputs through rollout and update, a short RL run with resume, and ADORA's
 from __future__ import annotations
 
 import json
+import shutil
 from collections import deque
 
 import numpy as np
@@ -267,7 +268,7 @@ def _records(run):
 def test_geo_tiny_run_trains_saves_and_resumes(tmp_path):
     from adora_openrlhf.backends.local.trainer import train
 
-    full = build_run_config("geo-tiny-adora", {**GEO_TINY, "output_dir": str(tmp_path / "full")})
+    full = build_run_config("geo-tiny-adora", {**GEO_TINY, "save_every": 1, "output_dir": str(tmp_path / "full")})
     summary = train(full)
     records = _records(tmp_path / "full")
     assert [r["step"] for r in records] == [0, 1, 2, 3]
@@ -279,9 +280,12 @@ def test_geo_tiny_run_trains_saves_and_resumes(tmp_path):
     final = tmp_path / "full" / "final_model"
     assert vlm.is_vlm_checkpoint(str(final)) and vlm.load_processor(str(final)).image_processor is not None
 
-    part = build_run_config("geo-tiny-adora", {**GEO_TINY, "steps": 2, "output_dir": str(tmp_path / "part")})
-    train(part)
-    resumed = build_run_config("geo-tiny-adora", {**GEO_TINY, "output_dir": str(tmp_path / "part")})
+    # resume: a copy of the run cut back to its step-2 checkpoint redoes step 3 exactly
+    shutil.copytree(tmp_path / "full", tmp_path / "part")
+    shutil.rmtree(tmp_path / "part" / "checkpoints" / "step_000003")
+    saved = tmp_path / "part" / "config.json"
+    saved.write_text(saved.read_text().replace(str(tmp_path / "full"), str(tmp_path / "part")))
+    resumed = build_run_config("geo-tiny-adora", {**GEO_TINY, "save_every": 1, "output_dir": str(tmp_path / "part")})
     assert train(resumed, resume=True)["resumed_from_step"] == 2
     a, b = _records(tmp_path / "full"), _records(tmp_path / "part")
     assert b[-1]["train/loss"] == pytest.approx(a[-1]["train/loss"], rel=1e-4, abs=1e-6)
