@@ -274,11 +274,34 @@ class TinyModelConfig:
 
 
 @dataclass
+class TinyVisionConfig:
+    """Vision tower of the tiny random-init Qwen2.5-VL built for ``data.task geometry`` (local backend)."""
+
+    image_size: int = field(default=64, metadata={"help": "images are resized to image_size x image_size pixels; must be a multiple of patch_size * spatial_merge_size"})
+    patch_size: int = field(default=8, metadata={"help": "ViT patch side in pixels; (image_size / patch_size)^2 / spatial_merge_size^2 image tokens per image"})
+    spatial_merge_size: int = field(default=2, metadata={"help": "patches merged per side into one language-model token"})
+    depth: int = field(default=2, metadata={"help": "vision transformer blocks (the last one uses full attention)"})
+    hidden_size: int = field(default=64, metadata={"help": "vision transformer width"})
+    intermediate_size: int = field(default=128, metadata={"help": "vision MLP width"})
+    num_heads: int = field(default=2, metadata={"help": "vision attention heads; must divide hidden_size"})
+
+    def __post_init__(self) -> None:
+        for name in ("image_size", "patch_size", "spatial_merge_size", "depth", "hidden_size", "intermediate_size", "num_heads"):
+            _number(getattr(self, name), f"model.tiny_vision.{name}", integer=True, ge=1)
+        unit = self.patch_size * self.spatial_merge_size
+        _require(self.image_size >= unit and self.image_size % unit == 0, "model.tiny_vision.image_size",
+                 f"must be a positive multiple of patch_size * spatial_merge_size = {unit}, got {self.image_size}")
+        _require(self.depth >= 1, "model.tiny_vision.depth", f"must be >= 1, got {self.depth}")
+        _require(self.hidden_size % self.num_heads == 0, "model.tiny_vision.hidden_size", "must be divisible by num_heads")
+
+
+@dataclass
 class ModelConfig:
     """Policy model: a local Hugging Face checkpoint or the tiny model."""
 
     path: Optional[str] = None  # local HF causal-LM directory (or hub name on the cluster); None -> tiny model
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    tiny_vision: TinyVisionConfig = field(default_factory=TinyVisionConfig, metadata={"help": "vision tower of the tiny Qwen2.5-VL (data.task geometry, no model.path)"})
     lora_rank: int = 0  # > 0 trains LoRA adapters (peft) instead of all weights
     lora_alpha: int = 16
     lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
@@ -308,6 +331,8 @@ class DataConfig:
     num_train: int = 2000  # generated training puzzles
     num_eval: int = 100  # generated held-out puzzles
     max_prompt_tokens: int = 512  # prompts longer than this are rejected with their row index
+    geo_tasks: list[str] = field(default_factory=lambda: ["count", "most", "larger"], metadata={"help": "task geometry without train_path: question kinds of the generated images (data_prep.geo_synth.TASKS)"})
+    geo_levels: list[int] = field(default_factory=lambda: [1, 2, 3, 4], metadata={"help": "task geometry without train_path: difficulty levels 1..4 of the generated images (more shapes, distractors, closer sizes)"})
     prompt_template: str = "auto"  # local backend: "auto" (chat template if the tokenizer has one, else "compact") | "chat" | "compact"
     kk_parser: str = field(
         default="lenient",
@@ -330,6 +355,11 @@ class DataConfig:
             value = getattr(self, name)
             _require(value is None or (isinstance(value, str) and value.strip() != ""), f"data.{name}", f"must be a file path or dataset name, got {value!r}")
         _require(self.kk_parser in ("lenient", "logic_rl"), "data.kk_parser", f"unknown K&K answer parser {self.kk_parser!r}; choose lenient or logic_rl")
+        _require(isinstance(self.geo_tasks, list) and bool(self.geo_tasks) and all(t in ("count", "most", "larger") for t in self.geo_tasks),
+                 "data.geo_tasks", f"each must be one of count, most, larger, got {self.geo_tasks}")
+        _require(isinstance(self.geo_levels, list) and bool(self.geo_levels), "data.geo_levels", f"must be a non-empty list of levels 1..4, got {self.geo_levels!r}")
+        for i, level in enumerate(self.geo_levels):
+            _number(level, f"data.geo_levels[{i}]", integer=True, ge=1, le=4)
 
 
 @dataclass

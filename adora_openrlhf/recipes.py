@@ -155,6 +155,42 @@ register_recipe(
 )
 
 
+# The vision-language path on CPU: a tiny random-init Qwen2.5-VL (vision tower + language model, processor
+# saved with the run) on generated PIL images (data_prep/geo_synth.py), graded by the Geometry3K reward
+# (0.9 * correct + 0.1 * format, so correct_threshold 0.5), with ADORA's difficulty rule as in geo3k.
+_GEO_TINY = {
+    "steps": 40,
+    "prompts_per_step": 8,
+    "save_every": 20,
+    "eval_every": 20,
+    "eval_samples": 1,
+    "rollout": {"temperature": 1.0, "max_new_tokens": 32},
+    "adora": {"rule": "difficulty", "mode": "attenuate", "lambda_att": 0.1, "tau": 0.5, "correct_threshold": 0.5},
+    "sampling": {"n_keep": 8, "positive_threshold": 0.5},
+    "data": {"task": "geometry", "num_train": 2000, "num_eval": 200, "max_prompt_tokens": 128, "prompt_template": "auto"},
+    "model": {"tiny": {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4}},
+    "warmup": {"steps": 150, "lr": 3e-3, "batch_size": 32},
+    "train": {"lr": 5e-4, "micro_batch_size": 32},
+}
+
+register_recipe(
+    Recipe(
+        name="geo-tiny",
+        description="Vision-language path on CPU: tiny random-init Qwen2.5-VL, SFT warm-up, GRPO on generated shape images (count / most / larger).",
+        backends=("local",),
+        overrides=_GEO_TINY,
+    )
+)
+register_recipe(
+    Recipe(
+        name="geo-tiny-adora",
+        description="geo-tiny with ADORA's difficulty rule (TAS: 0 < group accuracy <= 0.5), attenuation 0.1.",
+        backends=("local",),
+        overrides=_merge(_GEO_TINY, {"adora": {"enabled": True}}),
+    )
+)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Cluster recipes (openrlhf backend). Each is run by a script in recipes/ (`ray job submit` ready); the
 # OpenRLHF-only flags live in extra["openrlhf"] (see backends/openrlhf/flags.py). Data paths are the

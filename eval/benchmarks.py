@@ -10,7 +10,8 @@ Subsets reported besides "all":
   ADORA Logic-RL table (its model was trained on puzzles of up to 5 people);
 - ``mathvista``: ``ID`` = math-targeted VQA, ``OOD`` = general VQA (MathVista's ``category`` metadata;
   the ADORA report does not publish its split, so this one is ours), and one subset per task;
-- ``math500``: ``level=L``.
+- ``math500``: ``level=L``;
+- ``geo_synth`` (the generated shape images of ``data_prep.geo_synth``): ``task=T`` and ``level=L``.
 """
 
 from __future__ import annotations
@@ -72,6 +73,19 @@ def _mathvista_subsets(row: Mapping[str, Any]) -> list[str]:
     return labels
 
 
+def _geo_synth_subsets(row: Mapping[str, Any]) -> list[str]:
+    meta = _meta(row)
+    return [f"task={meta['task']}", f"level={meta['difficulty']}"] if "task" in meta and "difficulty" in meta else []
+
+
+def _geo_synth_generated(seed: int, cache_dir: Path) -> list[Row]:
+    """200 generated shape images (``data_prep.geo_synth``) from a seed stream of their own, saved as PNG files."""
+    from data_prep import geo_synth
+
+    path = geo_synth.write_split(geo_synth.generate_rows(200, 20_000 + seed), cache_dir / "geo_synth", "eval")
+    return read_jsonl(path)
+
+
 def _math500_subsets(row: Mapping[str, Any]) -> list[str]:
     level = _meta(row).get("level")
     return [f"level={level}"] if level is not None else []
@@ -114,6 +128,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("amc23", "amc23", lambda row: [], _math_hub("amc23")),
         Benchmark("math500", "math500", _math500_subsets, _math_hub("math500")),
         Benchmark("mathvista", "mathvista", _mathvista_subsets, _mathvista_hub),
+        Benchmark("geo_synth", "geo_synth", _geo_synth_subsets, _geo_synth_generated),
     )
 }
 

