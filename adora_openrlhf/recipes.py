@@ -74,6 +74,11 @@ def build_run_config(name: str, overrides: Mapping[str, Any] | None = None) -> R
 # The recipes
 # ---------------------------------------------------------------------------------------------------------
 
+def _local_recipe(name: str, description: str, base: Mapping[str, Any], changes: Mapping[str, Any] | None = None) -> Recipe:
+    """Register a local-backend recipe: ``base`` settings with ``changes`` merged on top."""
+    return register_recipe(Recipe(name, description, ("local",), _merge(dict(base), changes or {})))
+
+
 _KK_TINY = {
     # Measured on 2 CPU cores: under 4 minutes end to end (docs/local_backend.md has the numbers).
     "steps": 100,
@@ -101,7 +106,7 @@ _KK_TESTBED = {
     "eval_every": 20,
     "eval_samples": 1,  # held-out: one greedy + one sampled response per puzzle
     "rollout": {"temperature": 1.0, "max_new_tokens": 320},
-    "adora": {"correct_threshold": 1.0},
+    "adora": {"correct_threshold": 1.0, "edge_policy": "llm"},  # the ADORA K&K (LLM) reference's edge cases
     "sampling": {"n_keep": 8, "positive_threshold": 1.0},
     # names from a pool of 3 listed in pool order: the tiny model's capacity goes to the logic, not to copying names
     "data": {"task": "kk", "kk_num_people": [2, 3], "kk_name_pool": 3, "kk_name_order": "pool", "num_train": 2000, "num_eval": 200,
@@ -112,47 +117,12 @@ _KK_TESTBED = {
     "train": {"lr": 5e-4, "micro_batch_size": 16},
 }
 
-register_recipe(
-    Recipe(
-        name="kk-tiny",
-        description="Embedded default: tiny random-init model and BPE tokenizer, SFT warm-up, GRPO on generated K&K puzzles (2-person by default; CPU).",
-        backends=("local",),
-        overrides=_KK_TINY,
-    )
-)
-register_recipe(
-    Recipe(
-        name="kk-tiny-adora",
-        description="kk-tiny with ADORA length-rule attenuation.",
-        backends=("local",),
-        overrides=_merge(_KK_TINY, {"adora": {"enabled": True}}),
-    )
-)
-register_recipe(
-    Recipe(
-        name="kk-tiny-ada",
-        description="kk-tiny with adaptive multi-round sampling (balance exit rule).",
-        backends=("local",),
-        overrides=_merge(_KK_TINY, {"sampling": {"enabled": True, "exit_rule": "balance", "samples_per_round": 8, "max_rounds": 2}}),
-    )
-)
+_local_recipe("kk-tiny", "Embedded default: tiny random-init model and BPE tokenizer, SFT warm-up, GRPO on generated K&K puzzles (2-person by default; CPU).", _KK_TINY)
+_local_recipe("kk-tiny-adora", "kk-tiny with ADORA length-rule attenuation.", _KK_TINY, {"adora": {"enabled": True}})
+_local_recipe("kk-tiny-ada", "kk-tiny with adaptive multi-round sampling (balance exit rule).", _KK_TINY, {"sampling": {"enabled": True, "exit_rule": "balance", "samples_per_round": 8, "max_rounds": 2}})
 
-register_recipe(
-    Recipe(
-        name="kk-testbed",
-        description="K&K reasoning testbed: 2-3 person puzzles, warm-up on thorough guess-and-check traces then a shortcut mix, GRPO (CPU).",
-        backends=("local",),
-        overrides=_KK_TESTBED,
-    )
-)
-register_recipe(
-    Recipe(
-        name="kk-testbed-adora",
-        description="kk-testbed with ADORA length-rule attenuation.",
-        backends=("local",),
-        overrides=_merge(_KK_TESTBED, {"adora": {"enabled": True}}),
-    )
-)
+_local_recipe("kk-testbed", "K&K reasoning testbed: 2-3 person puzzles, warm-up on thorough guess-and-check traces then a shortcut mix, GRPO (CPU).", _KK_TESTBED)
+_local_recipe("kk-testbed-adora", "kk-testbed with ADORA length-rule attenuation.", _KK_TESTBED, {"adora": {"enabled": True}})
 
 
 # The vision-language path on CPU: a tiny random-init Qwen2.5-VL (vision tower + language model, processor
@@ -173,22 +143,8 @@ _GEO_TINY = {
     "train": {"lr": 5e-4, "micro_batch_size": 32},
 }
 
-register_recipe(
-    Recipe(
-        name="geo-tiny",
-        description="Vision-language path on CPU: tiny random-init Qwen2.5-VL, SFT warm-up, GRPO on generated shape images (count / most / larger).",
-        backends=("local",),
-        overrides=_GEO_TINY,
-    )
-)
-register_recipe(
-    Recipe(
-        name="geo-tiny-adora",
-        description="geo-tiny with ADORA's difficulty rule (TAS: 0 < group accuracy <= 0.5), attenuation 0.1.",
-        backends=("local",),
-        overrides=_merge(_GEO_TINY, {"adora": {"enabled": True}}),
-    )
-)
+_local_recipe("geo-tiny", "Vision-language path on CPU: tiny random-init Qwen2.5-VL, SFT warm-up, GRPO on generated shape images (count / most / larger).", _GEO_TINY)
+_local_recipe("geo-tiny-adora", "geo-tiny with ADORA's difficulty rule (TAS: 0 < group accuracy <= 0.5), attenuation 0.1.", _GEO_TINY, {"adora": {"enabled": True}})
 
 
 # ---------------------------------------------------------------------------------------------------------
