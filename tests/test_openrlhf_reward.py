@@ -174,3 +174,17 @@ def test_reward_file_that_cannot_import_the_package_fails_at_load(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 3, done.stdout + done.stderr
     assert "the reward file cannot import adora_openrlhf" in done.stdout and "pip install -e <repo>" in done.stdout
+
+
+def test_end_of_turn_tokens_do_not_hide_the_answer():
+    # OpenRLHF decodes the query with special tokens kept: "Answer: 7<|im_end|>" must grade like "Answer: 7"
+    from adora_openrlhf.rewards.openrlhf_reward import encode_reward_label, score_one, split_response, strip_end_markers
+
+    assert strip_end_markers("Answer: 7<|im_end|><|endoftext|><|endoftext|>") == "Answer: 7"
+    assert strip_end_markers("x </s>\n") == "x "
+    assert strip_end_markers("no marker") == "no marker"
+    assert split_response("Q: 3+4?Answer: 7<|im_end|>", "Q: 3+4?") == "Answer: 7"
+    label = encode_reward_label("dapo_math", "7", {})
+    with_marker = score_one("Q: 3+4?<think>x</think>Answer: 7<|im_end|>", "Q: 3+4?", label)
+    without = score_one("Q: 3+4?<think>x</think>Answer: 7", "Q: 3+4?", label)
+    assert with_marker[0] == without[0] == 1.0

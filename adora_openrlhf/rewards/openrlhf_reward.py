@@ -102,15 +102,33 @@ def decode_reward_label(label: Any) -> tuple[str, str, dict[str, Any]]:
     return source, "" if label is None else str(label), {}
 
 
+# End-of-turn / end-of-sequence tokens that OpenRLHF's decoded query keeps (special tokens are not skipped)
+END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<｜end▁of▁sentence｜>")
+
+
+def strip_end_markers(response: str) -> str:
+    """``response`` without the end-of-turn / end-of-sequence tokens (and padding repeats of them) at its end,
+    so that rules reading the end of the text (DAPO's ``Answer:`` line) see what the model wrote."""
+    text = response
+    while True:
+        stripped = text.rstrip()
+        for marker in END_MARKERS:
+            if stripped.endswith(marker):
+                text = stripped[: -len(marker)]
+                break
+        else:
+            return text
+
+
 def split_response(query: str, prompt: str) -> str:
-    """The response part of ``query`` (= prompt + response as OpenRLHF decodes it)."""
+    """The response part of ``query`` (= prompt + response as OpenRLHF decodes it), end markers removed."""
     if prompt and query.startswith(prompt):
-        return query[len(prompt):]
+        return strip_end_markers(query[len(prompt):])
     for marker in ASSISTANT_MARKERS:  # re-decoded prompts can differ (e.g. expanded image tokens)
         position = query.rfind(marker)
         if position >= 0:
-            return query[position + len(marker):]
-    return query
+            return strip_end_markers(query[position + len(marker):])
+    return strip_end_markers(query)
 
 
 def score_one(query: str, prompt: str, label: Any) -> tuple[float, float, dict[str, float]]:
