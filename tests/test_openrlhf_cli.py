@@ -231,3 +231,18 @@ def test_recipe_script_submits_a_ray_job(tmp_path):
     assert entry_point[entry_point.index("--recipe") + 1] == "dapo-math-adora"
     assert entry_point[entry_point.index("--data.train_path") + 1] == "/shared/data/dapo_math/train.jsonl"
     assert entry_point[-2:] == ["--sampling.max_rounds", "3"]
+
+
+def test_kk_parser_reaches_the_ray_reward_workers(capsys, monkeypatch):
+    # the reward file runs in Ray workers that never see the run config: the launcher starts Ray with the run's
+    # K&K parser in the job's env_vars (rewards/kk.py reads ADORA_KK_PARSER when a row names no parser)
+    from adora_openrlhf.backends.openrlhf.launcher import ray_env_vars
+    from adora_openrlhf.rewards.kk import KK_PARSER_ENV
+
+    assert ray_env_vars(build_run_config("kk-qwen2.5-7b-adora"))[KK_PARSER_ENV] == "logic_rl"
+    assert ray_env_vars(build_run_config("kk-qwen2.5-7b-adora", {"data.kk_parser": "lenient"}))[KK_PARSER_ENV] == "lenient"
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")  # OpenRLHF's own env_vars keep the user's values
+    assert ray_env_vars(build_run_config("kk-qwen2.5-7b-grpo"))["NCCL_DEBUG"] == "INFO"
+    assert main(["--recipe", "kk-qwen2.5-7b-adora", "--print-args"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ray_env_vars"][KK_PARSER_ENV] == "logic_rl"

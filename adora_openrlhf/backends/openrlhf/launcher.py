@@ -11,6 +11,7 @@ our trainer actor (:func:`.entry.run_openrlhf_train`). Submit it to a Ray cluste
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -30,6 +31,21 @@ def prepare(cfg: RunConfig, passthrough: Sequence[str] = (), resume: bool = Fals
     return argv, args, cfg
 
 
+def ray_env_vars(cfg: RunConfig) -> dict[str, str]:
+    """``env_vars`` of the Ray job's runtime env: OpenRLHF 0.11's own (the values its ``train()`` would set,
+    from the environment or its defaults) plus what the reward file reads in every rollout worker, the run's
+    K&K answer parser (``data.kk_parser``; ``rewards/kk.py`` reads ``ADORA_KK_PARSER`` when a row names none).
+    The launcher starts Ray with them, so OpenRLHF's ``train()`` finds Ray initialised and keeps them."""
+    from adora_openrlhf.rewards.kk import KK_PARSER_ENV
+
+    return {
+        "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
+        "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
+        "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),
+        KK_PARSER_ENV: cfg.data.kk_parser,
+    }
+
+
 def dry_run_report(argv: list[str], args: Any, cfg: RunConfig) -> dict[str, Any]:
     """What ``--print-args`` prints: the command line, OpenRLHF's resolved namespace and our config."""
     resolved = namespace_to_dict(args)
@@ -40,6 +56,7 @@ def dry_run_report(argv: list[str], args: Any, cfg: RunConfig) -> dict[str, Any]
         "openrlhf_args": resolved,
         "run_config": cfg.to_dict(),
         "signals": signal_description(cfg),
+        "ray_env_vars": ray_env_vars(cfg),
     }
 
 
@@ -68,5 +85,9 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "run_config.json").write_text(json.dumps(cfg.to_dict(), indent=2), encoding="utf-8")
     (out_dir / "openrlhf_command.txt").write_text(dry_run_report(argv, args, cfg)["command"] + "\n", encoding="utf-8")
+    import ray
+
+    if not ray.is_initialized():  # a job-level runtime env (ray job submit) is merged with these env_vars
+        ray.init(runtime_env={"env_vars": ray_env_vars(cfg)})
     run_openrlhf_train(args, RemoteAdoraPPOTrainer)
     return 0
