@@ -22,11 +22,10 @@ def pick_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def build_tiny_model(cfg: TinyModelConfig, tokenizer, seed: int):
-    """A random-init Qwen2-style causal LM whose vocabulary matches ``tokenizer``."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
+def tiny_lm_settings(cfg: TinyModelConfig, tokenizer) -> dict:
+    """Settings of the tiny language model (sizes from ``cfg``, vocabulary and special tokens from
+    ``tokenizer``, tied embeddings), shared by the text model and the tiny Qwen2.5-VL's language model."""
+    return dict(
         vocab_size=len(tokenizer),
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
@@ -39,6 +38,13 @@ def build_tiny_model(cfg: TinyModelConfig, tokenizer, seed: int):
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+
+
+def build_tiny_model(cfg: TinyModelConfig, tokenizer, seed: int):
+    """A random-init Qwen2-style causal LM whose vocabulary matches ``tokenizer``."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(**tiny_lm_settings(cfg, tokenizer))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(config)

@@ -29,6 +29,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from adora_openrlhf.backends.local.model import tiny_lm_settings
 from adora_openrlhf.config import ConfigError
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
@@ -92,18 +93,8 @@ def build_tiny_vlm(text_cfg, vision_cfg, tokenizer, seed: int):
     section = [half - 2 * (half // 3), half // 3, half // 3]
     config = Qwen2_5_VLConfig(
         text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=text_cfg.hidden_size,
-            intermediate_size=text_cfg.intermediate_size,
-            num_hidden_layers=text_cfg.num_hidden_layers,
-            num_attention_heads=text_cfg.num_attention_heads,
-            num_key_value_heads=text_cfg.num_key_value_heads,
-            max_position_embeddings=text_cfg.max_position_embeddings,
+            **tiny_lm_settings(text_cfg, tokenizer),
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": section},
-            bos_token_id=tokenizer.eos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            tie_word_embeddings=True,
         ),
         vision_config=dict(
             depth=vision_cfg.depth,
