@@ -307,18 +307,20 @@ def trace_kind(response: str) -> str:
 
 def statements_to_json(statements: Sequence[Statement]) -> list:
     """Nested tuples as nested lists (JSON); :func:`statements_from_json` inverts it."""
-    return [list(_to_list(s)) for s in statements]
+    return [_to_list(s) for s in statements]
 
 
 def _to_list(node: Any) -> Any:
     return [_to_list(x) for x in node] if isinstance(node, (list, tuple)) else node
 
 
-def statements_from_json(value: Any) -> tuple[Statement, ...]:
-    def to_tuple(node: Any) -> Any:
-        return tuple(to_tuple(x) for x in node) if isinstance(node, (list, tuple)) else node
+def _to_tuple(node: Any) -> Any:
+    return tuple(_to_tuple(x) for x in node) if isinstance(node, (list, tuple)) else node
 
-    return tuple(to_tuple(s) for s in value)
+
+def statements_from_json(value: Any) -> tuple[Statement, ...]:
+    """Nested lists (JSON) back into the nested tuples :func:`solve` evaluates."""
+    return tuple(_to_tuple(s) for s in value)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -438,10 +440,7 @@ def _parse_statements(value: Any, num_people: int, where: str) -> tuple[Statemen
         except (ValueError, SyntaxError) as err:
             raise RowError(f"{where} field 'statements': not a Python tuple literal ({err})") from None
 
-    def to_tuple(node: Any) -> Any:
-        return tuple(to_tuple(x) for x in node) if isinstance(node, (list, tuple)) else node
-
-    statements = to_tuple(value)
+    statements = _to_tuple(value)
     if not isinstance(statements, tuple) or len(statements) != num_people:
         raise RowError(f"{where} field 'statements': expected one statement per name ({num_people})")
     return statements
