@@ -86,19 +86,21 @@ def kk_shortcut(row: Any, rng: random.Random) -> str:
 # Response probes: name the behaviour a response shows (for the metrics), one per source.
 ResponseProbe = Callable[[str], str]  # response text -> style name ("other" when none fits)
 RESPONSE_PROBES: dict[str, ResponseProbe] = {}
+PROBE_STYLES: dict[str, tuple[str, ...]] = {}  # source -> styles reported every time, seen or not
 
 
-def register_probe(source: str) -> Callable[[ResponseProbe], ResponseProbe]:
+def register_probe(source: str, styles: Sequence[str]) -> Callable[[ResponseProbe], ResponseProbe]:
     def wrap(fn: ResponseProbe) -> ResponseProbe:
         if source in RESPONSE_PROBES:
             raise ValueError(f"response probe of source {source!r} is already registered")
         RESPONSE_PROBES[source] = fn
+        PROBE_STYLES[source] = tuple(styles)
         return fn
 
     return wrap
 
 
-@register_probe("kk")
+@register_probe("kk", styles=("thorough", "shortcut"))
 def kk_probe(response: str) -> str:
     """``thorough``, ``shortcut`` or ``other`` (see ``data_prep.kk.trace_kind``)."""
     from data_prep.kk import trace_kind
@@ -108,11 +110,12 @@ def kk_probe(response: str) -> str:
 
 def style_fractions(sources: Sequence[str], texts: Sequence[str], prefix: str) -> dict[str, float]:
     """``{prefix}thorough_fraction``, ``{prefix}shortcut_fraction`` ...: the share of responses whose probe names
-    each style, over the responses whose source has a probe (empty when none has)."""
+    each style, over the responses whose source has a probe (empty when none has); the styles a probe was
+    registered with are reported even when no response shows them."""
     kinds = [RESPONSE_PROBES[s](t) for s, t in zip(sources, texts, strict=True) if s in RESPONSE_PROBES]
     if not kinds:
         return {}
-    names = sorted(set(kinds) | {"thorough", "shortcut"} if "kk" in sources else set(kinds))
+    names = sorted(set(kinds).union(*(PROBE_STYLES[s] for s in set(sources) if s in PROBE_STYLES)))
     return {f"{prefix}{name}_fraction": kinds.count(name) / len(kinds) for name in names}
 
 
