@@ -395,14 +395,19 @@ class PolicyLossConfig:
 @dataclass
 class WarmupConfig:
     """Supervised warm-up before RL (local backend): next-token loss on the task's demonstrations, so a
-    random-init model has some reward signal. Two phases: ``steps`` on demonstrations of one ``style``, then
-    ``mix_steps`` on a mixture of styles (``mix``). Styles are registered per task in
-    ``backends/local/sft.py`` (K&K: ``direct``, ``thorough``, ``shortcut``)."""
+    random-init model has some reward signal. Two phases: ``steps`` on demonstrations of one ``style`` (or of a
+    mixture, ``style_shares``), then ``mix_steps`` on a mixture of styles (``mix``). Styles are registered per
+    task in ``backends/local/sft.py`` (K&K: ``direct``, ``thorough``, ``shortcut``). Each phase's learning rate
+    rises linearly from 0 over the first ``lr_ramp`` fraction of its steps, then decays linearly to 0."""
 
     steps: int = field(default=0, metadata={"help": "phase 1: optimiser steps of supervised training before RL; 0 = none"})
     lr: float = field(default=1e-3, metadata={"help": "phase 1 AdamW learning rate (linear decay to 0)"})
     batch_size: int = field(default=32, metadata={"help": "demonstrations per warm-up step (both phases)"})
     style: str = field(default="direct", metadata={"help": "phase 1 demonstration style (K&K: direct | thorough | shortcut)"})
+    style_shares: dict[str, float] = field(default_factory=dict, metadata={
+        "help": 'phase 1 as a mixture of styles instead of warmup.style alone, e.g. {"thorough": 0.85, "shortcut": 0.15}; '
+                "{} = warmup.style only"})
+    lr_ramp: float = field(default=0.0, metadata={"help": "fraction of each phase's steps over which the lr rises linearly from 0 (0 = none)"})
     mix_steps: int = field(default=0, metadata={"help": "phase 2: optimiser steps on a mixture of styles; 0 = no phase 2"})
     mix_lr: float = field(default=1e-3, metadata={"help": "phase 2 AdamW learning rate (linear decay to 0)"})
     mix: dict[str, float] = field(default_factory=dict, metadata={"help": 'phase 2 style shares, e.g. {"thorough": 0.3, "shortcut": 0.7}'})
@@ -412,6 +417,13 @@ class WarmupConfig:
         _number(self.lr, "warmup.lr", gt=0)
         _number(self.batch_size, "warmup.batch_size", integer=True, ge=1)
         _require(isinstance(self.style, str) and bool(self.style), "warmup.style", f"must be a style name, got {self.style!r}")
+        _require(isinstance(self.style_shares, Mapping), "warmup.style_shares",
+                 'must be a mapping style -> share, e.g. {"thorough": 0.85, "shortcut": 0.15}')
+        for style, share in self.style_shares.items():
+            _number(share, f"warmup.style_shares[{style!r}]", ge=0)
+        _require(not self.style_shares or sum(self.style_shares.values()) > 0, "warmup.style_shares",
+                 "give at least one style a positive share, or {} for warmup.style alone")
+        _number(self.lr_ramp, "warmup.lr_ramp", ge=0, lt=1)
         _number(self.mix_steps, "warmup.mix_steps", integer=True, ge=0)
         _number(self.mix_lr, "warmup.mix_lr", gt=0)
         _require(isinstance(self.mix, Mapping), "warmup.mix", 'must be a mapping style -> share, e.g. {"thorough": 0.3, "shortcut": 0.7}')

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adora_openrlhf.backends.local.data import Row
-from adora_openrlhf.backends.local.sft import DEMONSTRATIONS, demonstration_for, style_fractions, warmup_styles
+from adora_openrlhf.backends.local.sft import DEMONSTRATIONS, demonstration_for, lr_factor, style_fractions, warmup_styles
 from adora_openrlhf.config import ConfigError, WarmupConfig
 from adora_openrlhf.rewards.kk import format_ok, kk_reward
 from data_prep import kk
@@ -146,6 +146,26 @@ def test_warmup_config_phases_are_validated():
         WarmupConfig(mix_steps=5, mix={})
     with pytest.raises(ConfigError, match="warmup.mix_steps"):
         WarmupConfig(mix_steps=-1)
+
+
+def test_phase_one_style_shares_and_lr_ramp_are_validated():
+    cfg = WarmupConfig(steps=10, style_shares={"thorough": 0.85, "shortcut": 0.15}, mix_steps=5, mix={"thorough": 0.25, "shortcut": 0.75})
+    assert warmup_styles(cfg) == ["thorough", "shortcut"]
+    assert warmup_styles(WarmupConfig(steps=10, style_shares={"shortcut": 1.0})) == ["shortcut"]
+    with pytest.raises(ConfigError, match=r"warmup.style_shares\['thorough'\]"):
+        WarmupConfig(style_shares={"thorough": -0.1})
+    with pytest.raises(ConfigError, match="warmup.style_shares"):
+        WarmupConfig(style_shares={"thorough": 0.0})
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ConfigError, match="warmup.lr_ramp"):
+            WarmupConfig(lr_ramp=bad)
+
+
+def test_lr_factor_rises_then_decays():
+    # 10 steps, ramp 0.2 -> r = 2: 1/2, 2/2, then (10 - s) / 8 for s = 2..9
+    assert [lr_factor(s, 10, 0.2) for s in range(10)] == [0.5, 1.0] + [(10 - s) / 8 for s in range(2, 10)]
+    assert [lr_factor(s, 4, 0.0) for s in range(4)] == [1.0, 0.75, 0.5, 0.25]
+    assert lr_factor(0, 1000, 0.03) == 1 / 30 and lr_factor(29, 1000, 0.03) == 1.0
 
 
 def test_name_pool_and_order():

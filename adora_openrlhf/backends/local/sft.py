@@ -142,16 +142,30 @@ def demonstration_for(row: Any, style: str = "direct", rng: random.Random | None
 
 def warmup_styles(cfg: WarmupConfig) -> list[str]:
     """Styles the warm-up uses (phase 1 style, then the mixture's styles with a positive share)."""
-    styles = [cfg.style] if cfg.steps > 0 else []
+    styles: list[str] = []
+    if cfg.steps > 0:
+        styles = _mix_weights(cfg.style_shares)[0] if cfg.style_shares else [cfg.style]
     if cfg.mix_steps > 0:
         styles += [s for s, share in cfg.mix.items() if share > 0 and s not in styles]
     return styles
 
 
+def lr_factor(step: int, steps: int, ramp: float) -> float:
+    """The learning-rate multiplier of optimiser step ``step`` (0-based) of ``steps``: a linear rise over the
+    first ``r = ceil(ramp * steps)`` steps, ``(step + 1) / r``, then a linear decay, ``(steps - step) / (steps - r)``,
+    reaching ``1 / (steps - r)`` at the last step (``r = 0``: the decay alone, ``1 - step / steps``)."""
+    rise = math.ceil(ramp * steps)
+    if step < rise:
+        return (step + 1) / rise
+    if rise == 0:
+        return max(0.0, 1.0 - step / steps)
+    return max(0.0, (steps - step) / (steps - rise))
+
+
 def _phase(model, tokenizer, prompt_ids, rows, steps: int, lr: float, batch_size: int, pick_style, rng: random.Random,
-           micro_batch_size: int, desc: str, extras: Optional[Sequence[Any]] = None) -> list[float]:
-    """``steps`` AdamW steps (linear lr decay to 0) on random batches of demonstrations; returns the losses.
-    ``extras`` holds each row's extra model inputs (images) or is None for text rows."""
+           micro_batch_size: int, desc: str, extras: Optional[Sequence[Any]] = None, ramp: float = 0.0) -> list[float]:
+    """``steps`` AdamW steps (lr schedule :func:`lr_factor`) on random batches of demonstrations; returns the
+    losses. ``extras`` holds each row's extra model inputs (images) or is None for text rows."""
     device = next(model.parameters()).device
     cache: dict[tuple[int, str], list[int]] = {}  # deterministic styles are tokenized once per row
 
@@ -166,7 +180,7 @@ def _phase(model, tokenizer, prompt_ids, rows, steps: int, lr: float, batch_size
 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1.0 - s / steps))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, steps, ramp))
     losses: list[float] = []
     model.train()
     bar = tqdm(range(steps), desc=desc, unit="step", dynamic_ncols=True)
@@ -214,18 +228,23 @@ def supervised_warmup(
     """Both warm-up phases; returns the per-step losses (phase 1 then phase 2).
 
     Loss = mean over response tokens of ``-log p(token)`` (the eos token included, so the model learns to stop).
-    Phase 1: ``cfg.steps`` steps on style ``cfg.style``. Phase 2: ``cfg.mix_steps`` steps where each
+    Phase 1: ``cfg.steps`` steps on style ``cfg.style`` (or styles drawn from ``cfg.style_shares``). Phase 2: ``cfg.mix_steps`` steps where each
     demonstration's style is drawn from ``cfg.mix`` (shares normalised to sum to 1).
     """
     rng = random.Random(f"warmup:{seed}")
     losses: list[float] = []
     if cfg.steps > 0:
-        losses += _phase(model, tokenizer, prompt_ids, rows, cfg.steps, cfg.lr, cfg.batch_size, lambda: cfg.style, rng,
-                         micro_batch_size, f"warm-up (SFT, {cfg.style})", extras)
+        if cfg.style_shares:
+            first, first_weights = _mix_weights(cfg.style_shares)
+            pick, name = (lambda: rng.choices(first, first_weights)[0]), "+".join(first)
+        else:
+            pick, name = (lambda: cfg.style), cfg.style
+        losses += _phase(model, tokenizer, prompt_ids, rows, cfg.steps, cfg.lr, cfg.batch_size, pick, rng,
+                         micro_batch_size, f"warm-up (SFT, {name})", extras, cfg.lr_ramp)
     if cfg.mix_steps > 0:
         styles, weights = _mix_weights(cfg.mix)
         losses += _phase(model, tokenizer, prompt_ids, rows, cfg.mix_steps, cfg.mix_lr, cfg.batch_size,
-                         lambda: rng.choices(styles, weights)[0], rng, micro_batch_size, "warm-up (SFT, mixed)", extras)
+                         lambda: rng.choices(styles, weights)[0], rng, micro_batch_size, "warm-up (SFT, mixed)", extras, cfg.lr_ramp)
     return losses
 
 
