@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from itertools import accumulate
@@ -104,8 +103,8 @@ def run_record(run: dict[str, Any], target: float, adora_on: bool) -> dict[str, 
     }
 
 
-def _ratio(value: float, reference: Optional[float]) -> str:
-    return f" ({value / reference:.2f}x)" if reference and not math.isnan(value) else ""
+def _ratio(value: Optional[float], reference: Optional[float]) -> str:
+    return f" ({value / reference:.2f}x)" if reference and value is not None else ""
 
 
 def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[str, Any]]:
@@ -123,7 +122,7 @@ def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[
     for variant, group in by_variant.items():
         group = [{**r, "gain": r["acc_final"] - r["acc_step0"]} for r in group]
         values = {k: [r[k] for r in group if r.get(k) is not None] for k in keys}
-        stats[variant] = {k: dict(zip(("mean", "ci95"), mean_ci(v)), n=len(v)) for k, v in values.items()}
+        stats[variant] = {k: dict(zip(("mean", "ci95"), mean_ci(v) if v else (None, None)), n=len(v)) for k, v in values.items()}
         stats[variant]["reached_target"] = f"{len(values['steps_to_target'])}/{len(group)}"
         responses, wall = stats[variant]["responses"]["mean"], stats[variant]["wall_s"]["mean"]
         rows.append([
