@@ -202,6 +202,18 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def base_overrides(recipe: str, quick: bool, flags: dict[str, Any], sets: dict[str, Any]) -> dict[str, Any]:
+    """Overrides shared by the warm start and every variant: checkpoints only at the end, greedy-only held-out
+    evaluation, then --quick's settings (warm-up phases never longer than the recipe's own), the flags, --set."""
+    from adora_openrlhf.recipes import build_run_config
+
+    base: dict[str, Any] = {"save_every": 0, "eval_samples": 0}
+    if quick:
+        warmup = build_run_config(recipe).warmup
+        base.update({**QUICK, "warmup.steps": min(QUICK["warmup.steps"], warmup.steps), "warmup.mix_steps": min(QUICK["warmup.mix_steps"], warmup.mix_steps)})
+    return {**base, **flags, **sets}
+
+
 def _adora_on(recipe: str, overrides: dict[str, Any]) -> bool:
     from adora_openrlhf.recipes import build_run_config
 
@@ -234,17 +246,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from adora_openrlhf.recipes import build_run_config
 
-    base: dict[str, Any] = {"save_every": 0, "eval_samples": 0, **(QUICK if args.quick else {})}
     flags = {"steps": args.steps, "eval_every": args.eval_every, "data.num_eval": args.num_eval}
-    base.update({k: v for k, v in flags.items() if v is not None})
-    base.update(_parse_set(args.set))
+    base = base_overrides(args.recipe, args.quick, {k: v for k, v in flags.items() if v is not None}, _parse_set(args.set))
     cfg = build_run_config(args.recipe, base)  # a bad recipe or override fails here, before any run
     if cfg.backend != "local":
         raise ValueError(f"--recipe: {args.recipe!r} runs on the {cfg.backend} backend; the benchmark needs a local recipe (kk-testbed, kk-tiny)")
-    if args.quick:  # a short warm-up never longer than the recipe's own
-        recipe_cfg = build_run_config(args.recipe)
-        base["warmup.steps"] = min(base["warmup.steps"], recipe_cfg.warmup.steps)
-        base["warmup.mix_steps"] = min(base["warmup.mix_steps"], recipe_cfg.warmup.mix_steps)
     choose_target([0.0], args.target_margin)  # validates the margin up front
     variants = {v: VARIANTS[v] for v in args.variants}
     adora_on = {v: _adora_on(args.recipe, {**base, **o}) for v, o in variants.items()}  # validates every variant too

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from bench.common import FROM_WARM_START, VARIANTS, first_step_reaching, mean_ci, mean_sd, t_quantile, trapezoid_auc
 from bench.overhead import component_table
-from bench.sample_efficiency import HEADER, band, choose_target, curves, main, plot, run_record, summarise
+from bench.sample_efficiency import HEADER, band, base_overrides, choose_target, curves, main, plot, run_record, summarise
 
 
 def fake_run(variant, seed, accs, responses_per_step, zero=0.5, eval_every=1, wall=10.0, tas=None):
@@ -133,6 +133,16 @@ def test_variants_change_only_the_method():
             assert cfg["adora"]["edge_policy"] == "llm"
     assert build_run_config("kk-testbed", VARIANTS["GRPO+ADORA-amp"]).adora.mode == "amplify"
     assert build_run_config("kk-testbed", VARIANTS["adaGRPO"]).sampling.escalation == [{"temperature": 1.3}]
+
+
+def test_quick_overrides_build_for_both_kk_recipes():
+    from adora_openrlhf.recipes import build_run_config
+
+    tiny = build_run_config("kk-tiny", base_overrides("kk-tiny", True, {}, {}))  # kk-tiny has no mixed warm-up phase
+    assert (tiny.warmup.steps, tiny.warmup.mix_steps, tiny.steps, tiny.eval_samples) == (40, 0, 10, 0)
+    testbed = build_run_config("kk-testbed", base_overrides("kk-testbed", True, {"steps": 4}, {"warmup.steps": 7}))
+    assert (testbed.warmup.steps, testbed.warmup.mix_steps, testbed.steps) == (7, 10, 4)
+    assert base_overrides("kk-testbed", False, {}, {}) == {"save_every": 0, "eval_samples": 0}
 
 
 def test_bad_input_is_one_error_line(capsys):
