@@ -8,7 +8,9 @@ sooner than one run on two threads).
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import statistics
 from concurrent.futures import ProcessPoolExecutor
@@ -16,16 +18,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
+# Every variant changes only the method; the rest (learning rate, batch, group size n, rollout parameters,
+# steps) is the recipe's, chosen for GRPO. Adaptive variants share one budget: rounds of 8 responses per
+# still-active prompt, at most 2 rounds, n_keep kept for training. ADORA runs use the K&K (LLM) reference's
+# edge cases (ALGORITHMS.md section 2): no correct response -> TDS, correct but no counted incorrect -> TAS.
+_ADORA_ATT = {"adora.enabled": True, "adora.mode": "attenuate", "adora.edge_policy": "llm"}
+_ADORA_AMP = {"adora.enabled": True, "adora.mode": "amplify", "adora.edge_policy": "llm"}
+_ADA = {"sampling.enabled": True, "sampling.samples_per_round": 8, "sampling.max_rounds": 2}
+
 VARIANTS: dict[str, dict[str, Any]] = {
     "GRPO": {},
-    "GRPO+ADORA": {"adora.enabled": True},
-    "Ada-pos": {"sampling.enabled": True, "sampling.exit_rule": "pos", "sampling.samples_per_round": 8, "sampling.max_rounds": 2},
-    "Ada-balance": {"sampling.enabled": True, "sampling.exit_rule": "balance", "sampling.samples_per_round": 8, "sampling.max_rounds": 2},
-    "Ada-balance+ADORA": {
-        "sampling.enabled": True, "sampling.exit_rule": "balance", "sampling.samples_per_round": 8, "sampling.max_rounds": 2,
-        "adora.enabled": True,
-    },
+    "GRPO+ADORA": _ADORA_ATT,  # attenuate: TDS advantages x lambda_att (0.1)
+    "GRPO+ADORA-amp": _ADORA_AMP,  # amplify: TAS advantages x lambda_amp (2.0)
+    "Ada-pos": {**_ADA, "sampling.exit_rule": "pos"},
+    "Ada-balance": {**_ADA, "sampling.exit_rule": "balance"},
+    "Ada-balance+ADORA": {**_ADA, "sampling.exit_rule": "balance", **_ADORA_ATT},
+    # adaGRPO: a prompt whose group has no correct answer (the judge) is retried with hotter sampling
+    # parameters; the pos exit rule is that judge, escalation[0] the retry's parameter set.
+    "adaGRPO": {**_ADA, "sampling.exit_rule": "pos", "sampling.escalation": [{"temperature": 1.3}]},
 }
+
+# Overrides that make a run start RL from a saved warm start (no supervised phase of either kind).
+FROM_WARM_START: dict[str, Any] = {"warmup.steps": 0, "warmup.mix_steps": 0}
 
 
 @dataclass(frozen=True)
@@ -45,14 +59,20 @@ def _init_worker(threads: int) -> None:
 
 
 def warm_start_dir(recipe: str, seed: int, overrides: Mapping[str, Any], out: Path) -> str:
-    """Run the recipe's supervised warm-up once for ``seed`` and save the policy (HF format) under ``out``."""
+    """Run the recipe's supervised warm-up once for ``seed`` and save the policy (HF format) under ``out``.
+
+    ``warm_start.json`` beside the model records the recipe and overrides it was built with; a folder built
+    with other settings is rebuilt, never silently reused."""
     from adora_openrlhf.backends.local.trainer import warm_start
     from adora_openrlhf.recipes import build_run_config
 
     target = out / f"warm_start_seed{seed}"
-    if not (target / "config.json").exists():
+    marker = target / "warm_start.json"
+    built_with = json.loads(json.dumps({"recipe": recipe, "seed": seed, "overrides": dict(overrides)}, default=str))
+    if not (target / "config.json").exists() or not marker.exists() or json.loads(marker.read_text()) != built_with:
         cfg = build_run_config(recipe, {**overrides, "seed": seed, "output_dir": str(target)})
         warm_start(cfg, target)
+        marker.write_text(json.dumps(built_with, indent=2) + "\n")
     return str(target)
 
 
@@ -92,9 +112,62 @@ def mean_sd(values: Iterable[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def fmt_mean_sd(values: Iterable[float], digits: int = 3) -> str:
-    m, s = mean_sd(values)
-    return "n/a" if m != m else f"{m:.{digits}f} ± {s:.{digits}f}"
+@functools.lru_cache(maxsize=None)
+def t_quantile(p: float, df: int) -> float:
+    """Quantile ``t`` of Student's t distribution with ``df`` degrees of freedom: P(T <= t) = p, for 0.5 <= p < 1.
+
+    With x = sqrt(df) tan(theta) the density f(x) = Gamma((df+1)/2) / (sqrt(df pi) Gamma(df/2)) (1 + x^2/df)^(-(df+1)/2)
+    becomes c(theta) = Gamma((df+1)/2) / (sqrt(pi) Gamma(df/2)) cos(theta)^(df-1), so
+    P(0 <= T <= t) = integral_0^atan(t/sqrt(df)) c(theta) dtheta (exact, by the recurrence of integral cos^k); theta is
+    found by bisection (e.g. t(0.975, 1) = 12.7062, t(0.975, 2) = 4.3027, t(0.975, 4) = 2.7764)."""
+    if not 0.5 <= p < 1 or df < 1:
+        raise ValueError(f"t_quantile: need 0.5 <= p < 1 and df >= 1, got p={p}, df={df}")
+    scale = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
+
+    def mass(theta: float) -> float:  # P(0 <= T <= sqrt(df) tan(theta)) = scale * J_{df-1}(theta)
+        # J_k = integral_0^theta cos^k: J_0 = theta, J_1 = sin(theta), J_k = cos^(k-1) sin / k + (k-1)/k J_{k-2}
+        c, s_ = math.cos(theta), math.sin(theta)
+        j = theta if (df - 1) % 2 == 0 else s_
+        for k in range(2 if (df - 1) % 2 == 0 else 3, df, 2):
+            j = c ** (k - 1) * s_ / k + (k - 1) / k * j
+        return scale * j
+
+    lo, hi = 0.0, math.pi / 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mass(mid) < p - 0.5 else (lo, mid)
+    return math.sqrt(df) * math.tan((lo + hi) / 2)
+
+
+def mean_ci(values: Iterable[Optional[float]], level: float = 0.95) -> tuple[float, float]:
+    """(mean, half-width) of the ``level`` confidence interval of the mean over the non-None values:
+    half-width = t_{(1+level)/2, n-1} * s / sqrt(n), s the sample standard deviation (n - 1 in the
+    denominator). One value: half-width 0 (no spread to estimate, shown as such); none: (nan, nan)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return float("nan"), float("nan")
+    if len(values) == 1:
+        return float(values[0]), 0.0
+    n = len(values)
+    return statistics.fmean(values), t_quantile((1 + level) / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
+
+
+def fmt_mean_ci(values: Iterable[Optional[float]], digits: int = 3) -> str:
+    """``mean ± half-width`` of :func:`mean_ci`, or ``n/a`` without values."""
+    m, h = mean_ci(values)
+    return "n/a" if math.isnan(m) else f"{m:.{digits}f} ± {h:.{digits}f}"
+
+
+def trapezoid_auc(curve: Sequence[tuple[float, float]]) -> Optional[float]:
+    """Area under ``curve`` [(x, y), ...] (x increasing) by the trapezoid rule, divided by the x range:
+    sum_i (x_{i+1} - x_i) (y_i + y_{i+1}) / 2 / (x_last - x_first), i.e. the curve's mean height. A single
+    point gives its y; an empty curve None."""
+    if not curve:
+        return None
+    if len(curve) == 1 or curve[-1][0] == curve[0][0]:
+        return float(curve[0][1])
+    area = sum((x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(curve, curve[1:]))
+    return area / (curve[-1][0] - curve[0][0])
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

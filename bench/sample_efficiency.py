@@ -1,165 +1,297 @@
-"""Sample efficiency on kk-tiny: GRPO vs GRPO+ADORA vs adaptive sampling (pos, balance) vs both.
+"""Sample efficiency: GRPO, ADORA (attenuate, amplify), adaptive sampling (pos, balance, balance + ADORA) and
+adaGRPO escalation on one local recipe (default ``kk-testbed``), over several seeds.
 
-``python -m bench.sample_efficiency [--quick] [--seeds 0 1 2] [--steps 60] [--workers 2] [--out DIR]``
+``python -m bench.sample_efficiency [--recipe kk-testbed] [--seeds 0 1 2 3 4] [--variants ...] [--workers 2]
+[--target-margin 0.05] [--set KEY=VALUE ...] [--quick] [--report-only] [--out DIR]``
 
-Same seeds, same data order and the same warmed-up initial policy for every variant of a seed. Reports,
-per variant (mean ± sd over seeds): held-out greedy accuracy at step 0 and at the end, steps and responses
-needed to reach the target (GRPO's mean final accuracy), total responses generated (and the ratio to
-GRPO), zero-signal group fraction and response length; writes ``results.json``, ``table.md`` and
-``curves.png`` (accuracy vs step, accuracy vs responses, zero-signal fraction and length per step).
+Every variant uses the recipe's hyper-parameters (chosen for GRPO) and changes only the method
+(``bench/common.py`` VARIANTS). Per seed the supervised warm-up runs once; every variant of that seed starts
+RL from the saved policy, with the same data order. Per variant, over seeds, the mean and a 95% confidence
+interval (mean ± t_{0.975, n-1} s / sqrt(n), Student t) of: held-out greedy accuracy at step 0 and at the
+end, the area under the accuracy-vs-step curve (trapezoid rule, divided by the step range), the steps and
+generated responses needed to reach a target that no run meets at step 0 (max step-0 accuracy +
+``--target-margin``; runs that never reach it are counted, "k/n reached"), responses generated, zero-signal
+group fraction, mean response length and wall time (ratios to GRPO). Writes ``table.md``, ``results.json``
+(one record per variant and seed, plus settings) and ``curves.png`` to ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from bench.common import (
+    FROM_WARM_START,
     VARIANTS,
     RunSpec,
-    load_run,
     first_step_reaching,
-    fmt_mean_sd,
+    fmt_mean_ci,
+    load_run,
     markdown_table,
-    mean_sd,
+    mean_ci,
     run_pool,
     run_training,
+    trapezoid_auc,
     warm_start_dir,
     write_json,
 )
 
-RECIPE = "kk-tiny"
+TAS_WINDOW = 20  # tas_fraction_first20: mean ADORA TAS fraction over the first this many RL steps
+QUICK = {"steps": 10, "eval_every": 5, "data.num_eval": 50, "warmup.steps": 40, "warmup.mix_steps": 10}  # --quick (smoke run)
 
 
-def curves(metrics: Sequence[dict[str, Any]]) -> dict[str, list]:
-    """Per-run series: eval accuracy vs step and vs cumulative responses, per-step zero-signal and length."""
+def curves(metrics: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per-run series from ``metrics.jsonl`` records: held-out greedy accuracy vs step and vs cumulative
+    generated responses, and per RL step the zero-signal fraction, mean length, length std/mean and TAS fraction."""
     steps = [m for m in metrics if "sampling/responses_generated" in m]
     cumulative = dict(zip([m["step"] for m in steps], accumulate(m["sampling/responses_generated"] for m in steps)))
     evals = [(m["step"], m["eval/greedy_accuracy"]) for m in metrics if "eval/greedy_accuracy" in m]
+
+    def per_step(key: str) -> list[tuple[int, float]]:
+        return [(m["step"], m[key]) for m in steps if key in m]
+
     return {
         "acc_vs_step": evals,
         "acc_vs_responses": [(cumulative.get(s, 0.0), acc) for s, acc in evals],
-        "zero_signal": [(m["step"], m.get("advantage/zero_signal_fraction", 0.0)) for m in steps],
-        "length": [(m["step"], m.get("response/length_mean", 0.0)) for m in steps],
+        "zero_signal": per_step("advantage/zero_signal_fraction"),
+        "length": per_step("response/length_mean"),
+        "length_std_over_mean": per_step("response/length_std_over_mean"),
+        "tas_fraction": per_step("adora/tas_fraction"),
         "total_responses": sum(m["sampling/responses_generated"] for m in steps),
     }
 
 
-def summarise(runs: list[dict[str, Any]]) -> tuple[list[list[str]], dict[str, Any]]:
+def choose_target(acc_step0: Sequence[float], margin: float) -> float:
+    """Target accuracy that no run meets at step 0: max over runs of the step-0 accuracy + ``margin`` (> 0)."""
+    if margin <= 0:
+        raise ValueError(f"--target-margin: must be > 0 so that no run meets the target at step 0, got {margin}")
+    return max(acc_step0) + margin
+
+
+def _mean(series: Sequence[tuple[Any, float]]) -> Optional[float]:
+    return sum(v for _, v in series) / len(series) if series else None
+
+
+def run_record(run: dict[str, Any], target: float, adora_on: bool) -> dict[str, Any]:
+    """The results.json record of one (variant, seed) run."""
+    c = curves(run["metrics"])
+    acc = c["acc_vs_step"]
+    tas = [(s, v) for s, v in c["tas_fraction"] if s <= TAS_WINDOW]
+    return {
+        "variant": run["variant"],
+        "seed": run["seed"],
+        "acc_step0": acc[0][1] if acc else None,
+        "acc_final": acc[-1][1] if acc else None,
+        "auc": trapezoid_auc(acc),
+        "acc_curve": [list(p) for p in acc],
+        "target": target,
+        "steps_to_target": first_step_reaching(acc, target),
+        "responses_to_target": first_step_reaching(c["acc_vs_responses"], target),
+        "responses": c["total_responses"],
+        "zero_signal": _mean(c["zero_signal"]),
+        "length_mean": _mean(c["length"]),
+        "length_first_step": c["length"][0][1] if c["length"] else None,
+        "length_final_step": c["length"][-1][1] if c["length"] else None,
+        "length_std_over_mean_step0": c["length_std_over_mean"][0][1] if c["length_std_over_mean"] else None,
+        "tas_fraction_first20": _mean(tas) if adora_on else None,
+        "wall_s": run["summary"]["wall_time_s"],
+    }
+
+
+def _ratio(value: Optional[float], reference: Optional[float]) -> str:
+    return f" ({value / reference:.2f}x)" if reference and value is not None else ""
+
+
+def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[str, Any]]:
+    """Table rows (variants in first-seen order) and per-variant statistics: {metric: {mean, ci95, n}} with the
+    95% Student-t interval over seeds; steps/responses to target only over the runs that reached it."""
     by_variant: dict[str, list[dict]] = {}
-    for run in runs:
-        by_variant.setdefault(run["variant"], []).append({**run, **curves(run["metrics"])})
-    target = mean_sd(r["acc_vs_step"][-1][1] for r in by_variant["GRPO"])[0]
-    grpo_responses = mean_sd(r["total_responses"] for r in by_variant["GRPO"])[0]
-    rows, stats = [], {"target_accuracy": target}
+    for rec in records:
+        by_variant.setdefault(rec["variant"], []).append(rec)
+    grpo = by_variant.get("GRPO", [])
+    ref_responses = mean_ci(r["responses"] for r in grpo)[0] if grpo else None
+    ref_wall = mean_ci(r["wall_s"] for r in grpo)[0] if grpo else None
+    keys = ("acc_step0", "acc_final", "gain", "auc", "steps_to_target", "responses_to_target", "responses", "zero_signal", "length_mean",
+            "length_first_step", "length_final_step", "length_std_over_mean_step0", "tas_fraction_first20", "wall_s")
+    rows, stats = [], {}
     for variant, group in by_variant.items():
-        start = [r["acc_vs_step"][0][1] for r in group]
-        final = [r["acc_vs_step"][-1][1] for r in group]
-        steps_to = [first_step_reaching(r["acc_vs_step"], target) for r in group]
-        resp_to = [first_step_reaching(r["acc_vs_responses"], target) for r in group]
-        reached = [s for s in steps_to if s is not None]
-        responses = [r["total_responses"] for r in group]
-        zero = [mean_sd(v for _, v in r["zero_signal"])[0] for r in group]
-        length = [mean_sd(v for _, v in r["length"])[0] for r in group]
-        wall = [r["summary"]["wall_time_s"] for r in group]
+        group = [{**r, "gain": r["acc_final"] - r["acc_step0"]} for r in group]
+        values = {k: [r[k] for r in group if r.get(k) is not None] for k in keys}
+        stats[variant] = {k: dict(zip(("mean", "ci95"), mean_ci(v) if v else (None, None)), n=len(v)) for k, v in values.items()}
+        stats[variant]["reached_target"] = f"{len(values['steps_to_target'])}/{len(group)}"
+        responses, wall = stats[variant]["responses"]["mean"], stats[variant]["wall_s"]["mean"]
         rows.append([
             variant,
-            fmt_mean_sd(start),
-            fmt_mean_sd(final),
-            fmt_mean_sd([f - s0 for f, s0 in zip(final, start)]),
-            f"{len(reached)}/{len(group)}: " + (fmt_mean_sd(reached, 1) if reached else "-"),
-            fmt_mean_sd([x for x in resp_to if x is not None], 0) if any(x is not None for x in resp_to) else "-",
-            f"{mean_sd(responses)[0]:.0f} ({mean_sd(responses)[0] / grpo_responses:.2f}x)",
-            fmt_mean_sd(zero),
-            fmt_mean_sd(length, 1),
-            f"{mean_sd(wall)[0]:.0f} ({mean_sd(wall)[0] / mean_sd(r['summary']['wall_time_s'] for r in by_variant['GRPO'])[0]:.2f}x)",
+            str(len(group)),
+            fmt_mean_ci(values["acc_step0"]),
+            fmt_mean_ci(values["acc_final"]),
+            fmt_mean_ci(values["gain"]),
+            fmt_mean_ci(values["auc"]),
+            stats[variant]["reached_target"],
+            fmt_mean_ci(values["steps_to_target"], 1),
+            fmt_mean_ci(values["responses_to_target"], 0),
+            fmt_mean_ci(values["responses"], 0) + _ratio(responses, ref_responses),
+            fmt_mean_ci(values["zero_signal"]),
+            fmt_mean_ci(values["length_mean"], 1),
+            fmt_mean_ci(values["tas_fraction_first20"]),
+            fmt_mean_ci(values["wall_s"], 0) + _ratio(wall, ref_wall),
         ])
-        stats[variant] = {"start": start, "final": final, "steps_to_target": steps_to, "responses_to_target": resp_to,
-                          "responses": responses, "zero_signal": zero, "length": length, "wall_s": wall}
     return rows, stats
 
 
-def plot(runs: list[dict[str, Any]], path: Path) -> None:
+HEADER = ["variant", "seeds", "acc step 0", "acc final", "gain", "AUC", "reached target", "steps to target", "responses to target",
+          "responses (vs GRPO)", "zero-signal frac", "resp. length", "TAS frac (first 20)", "wall s (vs GRPO)"]
+
+
+def band(series: Sequence[Sequence[tuple[float, float]]]) -> tuple[list[float], list[float], list[float]]:
+    """Mean x, mean y and the y's 95% CI half-width at each index, over runs (cut to the shortest series)."""
+    length = min((len(s) for s in series), default=0)
+    xs = [sum(s[i][0] for s in series) / len(series) for i in range(length)]
+    ys, hs = zip(*[mean_ci(s[i][1] for s in series) for i in range(length)]) if length else ((), ())
+    return xs, list(ys), list(hs)
+
+
+def plot(runs: Sequence[dict[str, Any]], variants: Sequence[str], path: Path, title: str) -> None:
+    """Accuracy vs steps and vs generated responses, zero-signal fraction and mean length per step: the mean
+    over seeds with a 95% CI band, one colour per variant."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
-    panels = [("acc_vs_step", "step", "held-out accuracy"), ("acc_vs_responses", "responses generated", "held-out accuracy"),
-              ("zero_signal", "step", "zero-signal group fraction"), ("length", "step", "response length (tokens)")]
-    colours = dict(zip(VARIANTS, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    panels = [("acc_vs_step", "RL step", "held-out greedy accuracy"), ("acc_vs_responses", "responses generated (mean over seeds)", "held-out greedy accuracy"),
+              ("zero_signal", "RL step", "zero-signal group fraction"), ("length", "RL step", "mean response length (tokens)")]
+    palette = plt.get_cmap("tab10").colors
+    per_run = [(r["variant"], curves(r["metrics"])) for r in runs]
     for ax, (key, xlabel, ylabel) in zip(axes.flat, panels):
-        for variant in VARIANTS:
-            series = [curves(r["metrics"])[key] for r in runs if r["variant"] == variant]
+        for i, variant in enumerate(variants):
+            series = [c[key] for v, c in per_run if v == variant and c[key]]
             if not series:
                 continue
-            length = min(len(s) for s in series)
-            xs = [sum(s[i][0] for s in series) / len(series) for i in range(length)]
-            ys = [sum(s[i][1] for s in series) / len(series) for i in range(length)]
-            ax.plot(xs, ys, label=variant, color=colours[variant])
+            xs, ys, hs = band(series)
+            colour = palette[i % len(palette)]
+            ax.plot(xs, ys, label=variant, color=colour, marker="o" if key.startswith("acc") else None, markersize=3)
+            ax.fill_between(xs, [y - h for y, h in zip(ys, hs)], [y + h for y, h in zip(ys, hs)], color=colour, alpha=0.15, linewidth=0)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    axes[0, 0].legend()
-    fig.suptitle(f"{RECIPE}: mean over seeds")
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def _parse_set(items: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; VALUE is read as JSON when it parses (numbers, true/false, lists), else as a string."""
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set: expected KEY=VALUE such as train.lr=1e-4, got {item!r}")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def base_overrides(recipe: str, quick: bool, flags: dict[str, Any], sets: dict[str, Any]) -> dict[str, Any]:
+    """Overrides shared by the warm start and every variant: checkpoints only at the end, greedy-only held-out
+    evaluation, then --quick's settings (warm-up phases never longer than the recipe's own), the flags, --set."""
+    from adora_openrlhf.recipes import build_run_config
+
+    base: dict[str, Any] = {"save_every": 0, "eval_samples": 0}
+    if quick:
+        warmup = build_run_config(recipe).warmup
+        base.update({**QUICK, "warmup.steps": min(QUICK["warmup.steps"], warmup.steps), "warmup.mix_steps": min(QUICK["warmup.mix_steps"], warmup.mix_steps)})
+    return {**base, **flags, **sets}
+
+
+def _adora_on(recipe: str, overrides: dict[str, Any]) -> bool:
+    from adora_openrlhf.recipes import build_run_config
+
+    return build_run_config(recipe, overrides).adora.enabled
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sample_efficiency", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=60, help="RL steps per run")
-    parser.add_argument("--eval-every", type=int, default=10)
-    parser.add_argument("--num-eval", type=int, default=200, help="held-out puzzles")
-    parser.add_argument("--workers", type=int, default=2, help="runs in parallel (one torch thread each)")
+    parser.add_argument("--recipe", default="kk-testbed", help="local-backend recipe whose hyper-parameters every variant uses")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--quick", action="store_true", help="a small check: 20 RL steps, 100 held-out puzzles")
+    parser.add_argument("--steps", type=int, help="RL steps per run (default: the recipe's)")
+    parser.add_argument("--eval-every", type=int, help="held-out evaluation every k RL steps (default: the recipe's)")
+    parser.add_argument("--num-eval", type=int, help="held-out puzzles (default: the recipe's)")
+    parser.add_argument("--target-margin", type=float, default=0.05, help="target = max step-0 accuracy over runs + this")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra dotted override for the warm start and every run, e.g. --set warmup.steps=100 (repeatable)")
+    parser.add_argument("--workers", type=int, default=2, help="runs in parallel (one torch thread each)")
+    parser.add_argument("--quick", action="store_true", help=f"a small smoke run: {QUICK} (flags and --set win)")
     parser.add_argument("--out", default="bench/results/sample_efficiency")
-    parser.add_argument("--report-only", action="store_true", help="rebuild table and plot from the runs already in --out")
+    parser.add_argument("--report-only", action="store_true", help="rebuild table, plot and results.json from the runs already in --out")
     args = parser.parse_args(argv)
-    if "GRPO" not in args.variants:
-        parser.error("--variants must include GRPO (its final accuracy is the target)")
-    steps, num_eval = (20, 100) if args.quick else (args.steps, args.num_eval)
-    base = {"steps": steps, "eval_every": max(1, min(args.eval_every, steps)), "save_every": 0, "eval_samples": 0, "data.num_eval": num_eval}
+    try:
+        return _run(args)
+    except ValueError as err:  # ConfigError is a ValueError: one line naming the field and the fix
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from adora_openrlhf.recipes import build_run_config
+
+    flags = {"steps": args.steps, "eval_every": args.eval_every, "data.num_eval": args.num_eval}
+    base = base_overrides(args.recipe, args.quick, {k: v for k, v in flags.items() if v is not None}, _parse_set(args.set))
+    cfg = build_run_config(args.recipe, base)  # a bad recipe or override fails here, before any run
+    if cfg.backend != "local":
+        raise ValueError(f"--recipe: {args.recipe!r} runs on the {cfg.backend} backend; the benchmark needs a local recipe (kk-testbed, kk-tiny)")
+    choose_target([0.0], args.target_margin)  # validates the margin up front
+    variants = {v: VARIANTS[v] for v in args.variants}
+    adora_on = {v: _adora_on(args.recipe, {**base, **o}) for v, o in variants.items()}  # validates every variant too
     out = Path(args.out)
     started = time.perf_counter()
     if args.report_only:
-        runs = [load_run(variant, seed, out / "runs" / f"{variant}_seed{seed}") for seed in args.seeds for variant in args.variants]
+        runs = [load_run(v, seed, out / "runs" / f"{v}_seed{seed}") for seed in args.seeds for v in variants]
     else:
-        inits = run_pool(_warm, [(seed, base, out) for seed in args.seeds], args.workers)
-        specs = [
-            RunSpec(variant, seed, RECIPE, {**base, **VARIANTS[variant], "model.path": init, "warmup.steps": 0}, str(out / "runs" / f"{variant}_seed{seed}"))
-            for seed, init in zip(args.seeds, inits)
-            for variant in args.variants
-        ]
+        inits = run_pool(_warm, [(args.recipe, seed, base, out) for seed in args.seeds], args.workers)
+        specs = [RunSpec(v, seed, args.recipe, {**base, **o, "model.path": init, **FROM_WARM_START}, str(out / "runs" / f"{v}_seed{seed}"))
+                 for seed, init in zip(args.seeds, inits) for v, o in variants.items()]
         runs = run_pool(run_training, specs, args.workers)
-    rows, stats = summarise(runs)
-    header = ["variant", "acc step 0", "acc final", "gain (final - step 0)", "reached target: steps", "responses to target", "responses (vs GRPO)",
-              "zero-signal frac", "resp. length", "wall s (vs GRPO)"]
-    table = markdown_table(header, rows)
-    settings = {"recipe": RECIPE, "seeds": args.seeds, **base, "workers": args.workers, "total_wall_s": round(time.perf_counter() - started)}
-    if args.report_only:
-        previous = json.loads((out / "results.json").read_text())["settings"] if (out / "results.json").exists() else {}
-        settings = {**settings, "total_wall_s": previous.get("total_wall_s")}
-    (out / "table.md").write_text(f"settings: {settings}\n\ntarget = GRPO mean final accuracy = {stats['target_accuracy']:.3f}\n\n{table}\n")
-    write_json(out / "results.json", {"settings": settings, "stats": stats, "runs": [{k: v for k, v in r.items() if k != "metrics"} for r in runs]})
-    plot(runs, out / "curves.png")
-    print(f"\n{RECIPE}, seeds {args.seeds}, {steps} RL steps; target = GRPO final accuracy {stats['target_accuracy']:.3f}\n")
-    print(table)
-    print(f"\nwrote {out / 'table.md'}, {out / 'results.json'}, {out / 'curves.png'} in {settings['total_wall_s']} s")
+    step0 = [c["acc_vs_step"][0][1] for c in (curves(r["metrics"]) for r in runs) if c["acc_vs_step"]]
+    if not step0:
+        raise ValueError(f"{out / 'runs'}: the runs hold no held-out evaluation (eval/greedy_accuracy)")
+    target = choose_target(step0, args.target_margin)
+    records = [run_record(r, target, adora_on[r["variant"]]) for r in runs]
+    rows, stats = summarise(records)
+    table = markdown_table(HEADER, rows)
+    settings = {
+        "recipe": args.recipe, "seeds": args.seeds, "steps": cfg.steps, "eval_every": cfg.eval_every, "num_eval": cfg.data.num_eval,
+        "prompts_per_step": cfg.prompts_per_step, "n_keep": cfg.sampling.n_keep, "lr": cfg.train.lr, "temperature": cfg.rollout.temperature,
+        "max_new_tokens": cfg.rollout.max_new_tokens, "overrides": base, "variants": variants, "quick": args.quick,
+        "target_margin": args.target_margin, "target_accuracy": target, "ci": "95%, Student t over seeds: mean ± t(0.975, n-1) * sd / sqrt(n)",
+        "workers": args.workers, "total_wall_s": round(time.perf_counter() - started),
+    }
+    if args.report_only and (out / "results.json").exists():
+        settings["total_wall_s"] = json.loads((out / "results.json").read_text()).get("settings", {}).get("total_wall_s")
+    intro = (f"{args.recipe}, seeds {args.seeds}, {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x {cfg.sampling.n_keep} kept responses, "
+             f"{cfg.data.num_eval} held-out puzzles (greedy). Mean ± 95% CI half-width over seeds (Student t). "
+             f"Target = max step-0 accuracy {max(step0):.3f} + {args.target_margin} = {target:.3f}; steps and responses to target over the runs that reached it.")
+    (out / "table.md").write_text(f"settings: {json.dumps(settings, default=str)}\n\n{intro}\n\n{table}\n")
+    write_json(out / "results.json", {"settings": settings, "summary": stats, "runs": records})
+    plot(runs, list(variants), out / "curves.png", f"{args.recipe}: mean over seeds {args.seeds} with 95% CI")
+    print(f"\n{intro}\n\n{table}\n\nwrote {out / 'table.md'}, {out / 'results.json'}, {out / 'curves.png'} in {settings['total_wall_s']} s")
     return 0
 
 
-def _warm(item: tuple[int, dict, Path]) -> str:
-    seed, base, out = item
-    return warm_start_dir(RECIPE, seed, base, out)
+def _warm(item: tuple[str, int, dict, Path]) -> str:
+    recipe, seed, base, out = item
+    return warm_start_dir(recipe, seed, base, out)
 
 
 if __name__ == "__main__":

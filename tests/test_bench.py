@@ -1,18 +1,27 @@
 """Benchmark bookkeeping on hand-made metrics (the benchmarks themselves are run by hand, not in CI)."""
 
+import math
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from bench.common import first_step_reaching, fmt_mean_sd, mean_sd
+from bench.common import FROM_WARM_START, VARIANTS, first_step_reaching, mean_ci, mean_sd, t_quantile, trapezoid_auc
 from bench.overhead import component_table
-from bench.sample_efficiency import curves, summarise
+from bench.sample_efficiency import HEADER, band, base_overrides, choose_target, curves, main, plot, run_record, summarise
 
 
-def fake_run(variant, seed, accs, responses_per_step, zero=0.5):
+def fake_run(variant, seed, accs, responses_per_step, zero=0.5, eval_every=1, wall=10.0, tas=None):
+    """metrics.jsonl records as the local trainer writes them: step 0 (warm-up + eval), then one per RL step."""
     metrics = [{"step": 0, "eval/greedy_accuracy": accs[0]}]
-    for step in range(1, len(accs)):
-        metrics.append({"step": step, "sampling/responses_generated": responses_per_step, "advantage/zero_signal_fraction": zero,
-                        "response/length_mean": 10.0 + step, "eval/greedy_accuracy": accs[step]})
-    return {"variant": variant, "seed": seed, "summary": {"wall_time_s": 10.0 * responses_per_step / 32}, "metrics": metrics}
+    for step in range(1, (len(accs) - 1) * eval_every + 1):
+        record = {"step": step, "sampling/responses_generated": responses_per_step, "advantage/zero_signal_fraction": zero,
+                  "response/length_mean": 10.0 + step, "response/length_std_over_mean": 0.1 * step,
+                  "adora/tas_fraction": tas(step) if tas else 0.0}
+        if step % eval_every == 0:
+            record["eval/greedy_accuracy"] = accs[step // eval_every]
+        metrics.append(record)
+    return {"variant": variant, "seed": seed, "summary": {"wall_time_s": wall}, "metrics": metrics}
 
 
 def test_curves_accumulate_responses():
@@ -22,23 +31,132 @@ def test_curves_accumulate_responses():
     assert c["total_responses"] == 64 and c["length"] == [(1, 11.0), (2, 12.0)]
 
 
-def test_summarise_targets_grpo_final_accuracy():
-    runs = [fake_run("GRPO", 0, [0.1, 0.2, 0.4], 32), fake_run("GRPO", 1, [0.1, 0.35, 0.2], 32),
-            fake_run("Ada-pos", 0, [0.1, 0.35, 0.5], 64), fake_run("Ada-pos", 1, [0.1, 0.1, 0.1], 64)]
-    rows, stats = summarise(runs)
-    assert stats["target_accuracy"] == pytest.approx(0.3)
-    assert stats["GRPO"]["steps_to_target"] == [2, 1]
-    assert stats["Ada-pos"]["steps_to_target"] == [1, None]
-    assert stats["Ada-pos"]["responses_to_target"] == [64, None]
-    ada = next(r for r in rows if r[0] == "Ada-pos")
-    assert ada[3] == "0.200 ± 0.283" and ada[4].startswith("1/2") and "(2.00x)" in ada[6]
+def test_t_quantile_matches_the_tables():
+    # two-sided 95% critical values of Student's t (any statistics table)
+    for df, t in [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (9, 2.2622), (30, 2.0423)]:
+        assert t_quantile(0.975, df) == pytest.approx(t, abs=1e-4)
+    assert t_quantile(0.5, 3) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError):
+        t_quantile(0.975, 0)
+
+
+def test_mean_ci_hand_computed():
+    # [1, 2, 3]: mean 2, s = 1, half-width = t(0.975, 2) * 1 / sqrt(3) = 4.302653 / 1.732051 = 2.484138
+    m, h = mean_ci([1.0, 2.0, 3.0])
+    assert m == 2.0 and h == pytest.approx(2.484138, abs=1e-6)
+    # [0.2, 0.4]: mean 0.3, s = 0.141421, half-width = 12.706205 * 0.141421 / sqrt(2) = 1.270620
+    m, h = mean_ci([0.2, None, 0.4])
+    assert m == pytest.approx(0.3) and h == pytest.approx(1.270620, abs=1e-6)
+    assert mean_ci([0.7]) == (0.7, 0.0)
+    assert all(math.isnan(x) for x in mean_ci([None]))
+
+
+def test_trapezoid_auc_hand_computed():
+    assert trapezoid_auc([(0, 0.2), (10, 0.4), (20, 0.4)]) == pytest.approx((10 * 0.3 + 10 * 0.4) / 20)  # 0.35
+    assert trapezoid_auc([(0, 0.0), (5, 1.0), (20, 1.0)]) == pytest.approx((5 * 0.5 + 15 * 1.0) / 20)  # uneven steps: 0.875
+    assert trapezoid_auc([(0, 0.3)]) == 0.3 and trapezoid_auc([]) is None
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=12), st.lists(st.integers(1, 20), min_size=11, max_size=11))
+def test_auc_is_a_mean_height(ys, gaps):
+    xs = [0] + [sum(gaps[:i]) for i in range(1, len(ys))]
+    auc = trapezoid_auc(list(zip(xs, ys)))
+    assert min(ys) - 1e-12 <= auc <= max(ys) + 1e-12
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(-10, 10), min_size=2, max_size=8))
+def test_ci_contains_the_mean_and_shrinks_with_more_confidence_in_t(values):
+    m, h = mean_ci(values)
+    assert h >= 0 and min(values) - 1e-9 <= m <= max(values) + 1e-9
+    assert h == pytest.approx(t_quantile(0.975, len(values) - 1) * mean_sd(values)[1] / math.sqrt(len(values)))
+
+
+def test_target_is_above_every_step0_accuracy():
+    assert choose_target([0.3, 0.45, 0.4], 0.05) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="target-margin"):
+        choose_target([0.3], 0.0)
+
+
+def test_run_record_fields():
+    tas = lambda step: 0.25 if step <= 20 else 1.0  # noqa: E731
+    run = fake_run("GRPO+ADORA", 3, [0.2, 0.3, 0.5, 0.6], 32, eval_every=10, wall=42.0, tas=tas)
+    rec = run_record(run, target=0.45, adora_on=True)
+    assert rec["variant"] == "GRPO+ADORA" and rec["seed"] == 3
+    assert rec["acc_step0"] == 0.2 and rec["acc_final"] == 0.6
+    assert rec["auc"] == pytest.approx((10 * 0.25 + 10 * 0.4 + 10 * 0.55) / 30)
+    assert rec["steps_to_target"] == 20 and rec["responses_to_target"] == 20 * 32
+    assert rec["responses"] == 30 * 32 and rec["wall_s"] == 42.0
+    assert rec["tas_fraction_first20"] == pytest.approx(0.25)  # steps 1..20 only
+    assert rec["length_std_over_mean_step0"] == pytest.approx(0.1)  # the first RL step's value
+    assert rec["length_first_step"] == 11.0 and rec["length_final_step"] == 40.0
+    assert rec["zero_signal"] == 0.5 and rec["length_mean"] == pytest.approx(sum(10.0 + s for s in range(1, 31)) / 30)
+    assert run_record(run, target=0.9, adora_on=False)["tas_fraction_first20"] is None
+    assert run_record(run, target=0.9, adora_on=False)["steps_to_target"] is None
+
+
+def test_summarise_means_cis_and_reached_counts():
+    runs = [fake_run("GRPO", 0, [0.1, 0.2, 0.4], 32, wall=10.0), fake_run("GRPO", 1, [0.1, 0.35, 0.2], 32, wall=20.0),
+            fake_run("Ada-pos", 0, [0.1, 0.35, 0.5], 64, wall=30.0), fake_run("Ada-pos", 1, [0.1, 0.1, 0.1], 64, wall=30.0)]
+    records = [run_record(r, target=0.3, adora_on=False) for r in runs]
+    rows, stats = summarise(records)
+    assert [r[0] for r in rows] == ["GRPO", "Ada-pos"] and all(len(r) == len(HEADER) for r in rows)
+    assert stats["GRPO"]["steps_to_target"]["mean"] == 1.5 and stats["GRPO"]["reached_target"] == "2/2"
+    assert stats["Ada-pos"]["reached_target"] == "1/2" and stats["Ada-pos"]["steps_to_target"] == {"mean": 1.0, "ci95": 0.0, "n": 1}
+    # GRPO final accuracy [0.4, 0.2]: mean 0.3, half-width 12.706205 * 0.141421 / sqrt(2) = 1.270620
+    assert stats["GRPO"]["acc_final"]["mean"] == pytest.approx(0.3) and stats["GRPO"]["acc_final"]["ci95"] == pytest.approx(1.270620, abs=1e-6)
+    ada = dict(zip(HEADER, rows[1]))
+    assert ada["reached target"] == "1/2" and ada["gain"] == "0.200 ± 2.541"
+    assert ada["responses (vs GRPO)"].endswith("(2.00x)") and ada["wall s (vs GRPO)"].endswith("(2.00x)")
+    assert ada["TAS frac (first 20)"] == "n/a"
+
+
+def test_band_and_plot(tmp_path):
+    xs, ys, hs = band([[(0, 0.1), (10, 0.3)], [(0, 0.3), (20, 0.5), (30, 0.9)]])
+    assert xs == [0, 15] and ys == pytest.approx([0.2, 0.4]) and hs[0] == pytest.approx(12.706205 * math.sqrt(0.02) / math.sqrt(2))
+    runs = [fake_run(v, s, [0.1, 0.2 + 0.1 * s, 0.4], 32) for v in ("GRPO", "adaGRPO") for s in (0, 1)]
+    plot(runs, ["GRPO", "adaGRPO"], tmp_path / "curves.png", "test")
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+
+
+def test_variants_change_only_the_method():
+    from adora_openrlhf.recipes import build_run_config
+
+    base = build_run_config("kk-testbed", FROM_WARM_START).to_dict()
+    assert base["warmup"]["steps"] == 0 and base["warmup"]["mix_steps"] == 0
+    for name, overrides in VARIANTS.items():
+        cfg = build_run_config("kk-testbed", {**FROM_WARM_START, **overrides}).to_dict()
+        changed = {k for k in cfg if cfg[k] != base[k]}
+        assert changed <= {"adora", "sampling"}, (name, changed)
+        if cfg["adora"]["enabled"]:
+            assert cfg["adora"]["edge_policy"] == "llm"
+    assert build_run_config("kk-testbed", VARIANTS["GRPO+ADORA-amp"]).adora.mode == "amplify"
+    assert build_run_config("kk-testbed", VARIANTS["adaGRPO"]).sampling.escalation == [{"temperature": 1.3}]
+
+
+def test_quick_overrides_build_for_both_kk_recipes():
+    from adora_openrlhf.recipes import build_run_config
+
+    tiny = build_run_config("kk-tiny", base_overrides("kk-tiny", True, {}, {}))  # kk-tiny has no mixed warm-up phase
+    assert (tiny.warmup.steps, tiny.warmup.mix_steps, tiny.steps, tiny.eval_samples) == (40, 0, 10, 0)
+    testbed = build_run_config("kk-testbed", base_overrides("kk-testbed", True, {"steps": 4}, {"warmup.steps": 7}))
+    assert (testbed.warmup.steps, testbed.warmup.mix_steps, testbed.steps) == (7, 10, 4)
+    assert base_overrides("kk-testbed", False, {}, {}) == {"save_every": 0, "eval_samples": 0}
+
+
+def test_bad_input_is_one_error_line(capsys):
+    assert main(["--recipe", "kk-tiny", "--set", "train.lrr=1", "--report-only"]) == 2
+    assert main(["--recipe", "kk-tiny", "--target-margin", "0", "--report-only"]) == 2
+    assert main(["--recipe", "kk-qwen2.5-7b-grpo", "--report-only"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and "train.lrr" not in err[0] and "lrr" in err[0] and "target-margin" in err[1] and "local recipe" in err[2]
 
 
 def test_helpers():
     assert first_step_reaching([(0, 0.1), (5, 0.3), (9, 0.5)], 0.3) == 5
     assert first_step_reaching([(0, 0.1)], 0.3) is None
     assert mean_sd([1.0, 3.0]) == (2.0, pytest.approx(2**0.5))
-    assert fmt_mean_sd([]) == "n/a"
 
 
 def test_component_fractions():
