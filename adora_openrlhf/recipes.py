@@ -102,10 +102,10 @@ _KK_TINY = {
 # the mixture to mostly shortcuts, so that the warmed-up policy mostly guesses (greedy decoding always does).
 # RL has a behaviour to select: thorough reasoning is longer and right far more often than a guess.
 _KK_TESTBED = {
-    "steps": 30,
+    "steps": 40,
     "prompts_per_step": 16,
-    "save_every": 10,
-    "eval_every": 10,
+    "save_every": 20,
+    "eval_every": 20,
     "eval_samples": 1,  # held-out: one greedy + one sampled response per puzzle
     "rollout": {"temperature": 1.0, "max_new_tokens": 192},
     "adora": {"correct_threshold": 1.0, "edge_policy": "llm"},  # the ADORA K&K (LLM) reference's edge cases
@@ -114,16 +114,16 @@ _KK_TESTBED = {
     "data": {"task": "kk", "kk_num_people": [2], "kk_name_pool": 3, "kk_name_order": "pool", "num_train": 600, "num_eval": 200,
              "prompt_template": "auto"},
     "model": {"tiny": {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4}, "generation_batch_size": 128},
-    "warmup": {"steps": 700, "lr": 3e-3, "lr_ramp": 0.03, "batch_size": 16, "style_shares": {"thorough": 0.85, "shortcut": 0.15},
+    "warmup": {"steps": 650, "lr": 3e-3, "lr_ramp": 0.03, "batch_size": 16, "style_shares": {"thorough": 0.85, "shortcut": 0.15},
                "mix_steps": 60, "mix_lr": 1e-3, "mix": {"thorough": 0.3, "shortcut": 0.7}},
-    "train": {"lr": 3e-4, "micro_batch_size": 16},
+    "train": {"lr": 1.5e-4, "micro_batch_size": 16},  # 3e-4 flips to thorough reasoning sooner but then degrades its execution
 }
 
-_local_recipe("kk-tiny", "Embedded default: tiny random-init model and BPE tokenizer, SFT warm-up, GRPO on generated K&K puzzles (2-person by default; CPU).", _KK_TINY)
+_local_recipe("kk-tiny", "Tiny random-init model and BPE tokenizer, direct-answer SFT warm-up, GRPO on generated 2-person K&K puzzles (CPU).", _KK_TINY)
 _local_recipe("kk-tiny-adora", "kk-tiny with ADORA length-rule attenuation.", _KK_TINY, {"adora": {"enabled": True}})
 _local_recipe("kk-tiny-ada", "kk-tiny with adaptive multi-round sampling (balance exit rule).", _KK_TINY, {"sampling": {"enabled": True, "exit_rule": "balance", "samples_per_round": 8, "max_rounds": 2}})
 
-_local_recipe("kk-testbed", "K&K reasoning testbed: warm-up on thorough guess-and-check traces, then mostly shortcuts; GRPO selects thorough reasoning (CPU).", _KK_TESTBED)
+_local_recipe("kk-testbed", "Embedded default, the K&K reasoning testbed: warm-up on thorough guess-and-check traces, then mostly shortcuts; GRPO selects thorough reasoning (CPU).", _KK_TESTBED)
 _local_recipe("kk-testbed-adora", "kk-testbed with ADORA length-rule attenuation.", _KK_TESTBED, {"adora": {"enabled": True}})
 
 

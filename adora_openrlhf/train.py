@@ -2,7 +2,7 @@
 
 Builds the run's :class:`RunConfig` from the recipe and the dotted overrides, then hands it to a backend:
 
-- ``local`` (default for the ``*-tiny`` recipes): the embedded single-process trainer;
+- ``local`` (default for the CPU recipes: ``kk-testbed``, the default recipe, ``kk-tiny``, ``geo-tiny``): the embedded single-process trainer;
 - ``openrlhf``: builds OpenRLHF's argument namespace and launches its Ray PPO/GRPO entry with our classes;
   flags this parser does not know are passed through to OpenRLHF unchanged.
 """
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="GRPO/PPO with ADORA advantage reweighting and adaptive multi-round sampling.",
         allow_abbrev=False,
     )
-    parser.add_argument("--recipe", default="kk-tiny", help=f"named preset; one of {sorted(RECIPES)}")
+    parser.add_argument("--recipe", default="kk-testbed", help=f"named preset; one of {sorted(RECIPES)}")
     parser.add_argument("--backend", default=None, choices=BACKENDS, help="engine (default: the recipe's first backend)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
     parser.add_argument("--overwrite", action="store_true", help="start a new run in an output_dir that holds a previous run's checkpoints, replacing it")
