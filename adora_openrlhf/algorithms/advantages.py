@@ -27,6 +27,8 @@ from typing import Callable, Optional, Sequence, Union
 
 import torch
 
+from adora_openrlhf.registry import Registry
+
 RewardsLike = Union[torch.Tensor, Sequence[torch.Tensor]]
 
 
@@ -78,20 +80,12 @@ class GroupStats:
 
 # name -> fn(rewards [G, n], mask [G, n] bool, stats: _Moments, eps) -> advantages [G, n]
 Estimator = Callable[[torch.Tensor, torch.Tensor, "_Moments", float], torch.Tensor]
-ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {}
+ADVANTAGE_ESTIMATORS: Registry[Estimator] = Registry("advantage estimator", "advantage.estimator")
 
 
 def register_estimator(*names: str) -> Callable[[Estimator], Estimator]:
     """Register an estimator function under one or more names."""
-
-    def wrap(fn: Estimator) -> Estimator:
-        for name in names:
-            if name in ADVANTAGE_ESTIMATORS:
-                raise ValueError(f"advantage estimator {name!r} is already registered")
-            ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return wrap
+    return ADVANTAGE_ESTIMATORS.register(*names)
 
 
 @dataclass(frozen=True)
