@@ -157,7 +157,7 @@ def looks_like_file(name: str) -> bool:
     return Path(name).suffix in LOCAL_SUFFIXES or name.startswith(("/", "./", "../", "~"))
 
 
-def _with_datasets(option: str, name: str, what: str, **kwargs: Any) -> list[dict[str, Any]]:
+def _with_datasets(option: str, shown: str, what: str, **kwargs: Any) -> list[dict[str, Any]]:
     """``datasets.load_dataset(**kwargs)`` as a list of row dicts; any failure is one line naming ``option``."""
     try:
         import datasets
@@ -166,7 +166,7 @@ def _with_datasets(option: str, name: str, what: str, **kwargs: Any) -> list[dic
     except Exception as err:  # noqa: BLE001 - hub, network, split and format errors get the same advice
         split = kwargs.get("split", "train")
         raise DataFileError(
-            f"{option}: cannot load {name!r} split {split!r}, neither as a local {what} nor as a hub dataset ({type(err).__name__}: "
+            f"{option}: cannot load {shown!r} split {split!r}, neither as a local {what} nor as a hub dataset ({type(err).__name__}: "
             f"{' '.join(str(err).split())[:200]}); check the name and the split, or give a local .jsonl/.parquet file (see data_prep/)"
         ) from None
 
