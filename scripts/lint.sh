@@ -3,8 +3,7 @@
 # requirements/test.txt. Exit status 0 only when both checks pass. Fix with `ruff check --fix .` / `ruff format .`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ruff="${RUFF:-ruff}"
 status=0
-"$ruff" check . || status=1
-"$ruff" format --check . || status=1
+ruff check . || status=1
+ruff format --check . || status=1
 exit "${status}"

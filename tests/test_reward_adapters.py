@@ -19,7 +19,7 @@ GEO_INT = {"question_type": "free_form", "answer_type": "integer"}
 
 
 def kk_response(answer: str) -> str:
-    return f"<think>reasoning</think> <answer>{answer}</answer>"
+    return f"<think>reasoning</think>\n<answer>{answer}</answer>"
 
 
 def trl_call(fn, completions, **columns):
@@ -72,7 +72,7 @@ def test_verl_compute_score_signature_and_results():
     right = compute_score(data_source="kk", solution_str=kk_response(KK_LABEL), ground_truth=KK_LABEL, extra_info={"meta": KK_META, "index": 0})
     assert right == {"score": 3.0, "acc": 1.0, "pred": KK_LABEL}
     wrong = compute_score("dapo_math", "Answer: 8", "7", {"reward_style": "dapo"})  # meta given as extra_info itself
-    assert wrong == {"score": -1.0, "acc": 0.0, "pred": "8"}
+    assert (wrong["score"], wrong["acc"]) == (-1.0, 0.0) and isinstance(wrong["pred"], str)
     geo = compute_score("geometry3k", "<think>r</think> The answer is \\boxed{7}.", "7", {"meta": GEO_INT})
     assert geo["acc"] == 1.0 and geo["score"] == geometry_reward("<think>r</think> The answer is \\boxed{7}.", "7", GEO_INT).reward
     assert set(compute_score("kk", "no answer", KK_LABEL)) == {"score", "acc", "pred"}  # the same keys for every row
