@@ -15,9 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, TypeVar
 
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field and how to fix it."""
+from adora_openrlhf.errors import ConfigError  # defined beside the registries (no import circle); exported here
 
 
 def _require(condition: bool, field_path: str, message: str) -> None:
@@ -115,11 +113,7 @@ class AdvantageConfig:
     def __post_init__(self) -> None:
         from adora_openrlhf.algorithms.advantages import ADVANTAGE_ESTIMATORS
 
-        _require(
-            self.estimator in ADVANTAGE_ESTIMATORS,
-            "advantage.estimator",
-            f"unknown estimator {self.estimator!r}; choose one of {sorted(ADVANTAGE_ESTIMATORS)}",
-        )
+        ADVANTAGE_ESTIMATORS.check(self.estimator)
         _number(self.eps, "advantage.eps", ge=0)
 
 
@@ -165,10 +159,10 @@ class AdoraConfig:
     def __post_init__(self) -> None:
         from adora_openrlhf.algorithms.adora import EDGE_POLICIES, GROUP_RULES
 
-        _require(self.edge_policy in EDGE_POLICIES, "adora.edge_policy", f"unknown edge policy {self.edge_policy!r}; choose one of {sorted(EDGE_POLICIES)}")
+        EDGE_POLICIES.check(self.edge_policy)
         if self.truncation_length is not None:
             _number(self.truncation_length, "adora.truncation_length", integer=True, ge=1)
-        _require(self.rule in GROUP_RULES, "adora.rule", f"unknown rule {self.rule!r}; choose one of {sorted(GROUP_RULES)}")
+        GROUP_RULES.check(self.rule)
         _require(self.mode in ADORA_MODES, "adora.mode", f"unknown mode {self.mode!r}; choose one of {list(ADORA_MODES)}")
         _number(self.lambda_att, "adora.lambda_att", gt=0, le=1)  # weights only scale, never flip
         _number(self.lambda_amp, "adora.lambda_amp", ge=1)
@@ -208,7 +202,7 @@ class AdaptiveSamplingConfig:
     def __post_init__(self) -> None:
         from adora_openrlhf.algorithms.sampling import EXIT_RULES
 
-        _require(self.exit_rule in EXIT_RULES, "sampling.exit_rule", f"unknown exit rule {self.exit_rule!r}; choose one of {sorted(EXIT_RULES)}")
+        EXIT_RULES.check(self.exit_rule)
         _number(self.positive_threshold, "sampling.positive_threshold")
         _number(self.n_keep, "sampling.n_keep", integer=True, ge=1)
         _number(self.samples_per_round, "sampling.samples_per_round", integer=True, ge=1)
@@ -249,7 +243,6 @@ class AdaptiveSamplingConfig:
 # ---------------------------------------------------------------------------------------------------------
 
 TASKS = ("kk", "math", "geometry")
-PROMPT_TEMPLATE_NAMES = ("auto", "chat", "compact")  # local backend prompt templates (backends/local/tokenization.py)
 BACKENDS = ("local", "openrlhf")
 
 
@@ -341,7 +334,9 @@ class DataConfig:
     )
 
     def __post_init__(self) -> None:
-        _require(self.prompt_template in PROMPT_TEMPLATE_NAMES, "data.prompt_template", f"unknown template {self.prompt_template!r}; choose one of {list(PROMPT_TEMPLATE_NAMES)}")
+        from adora_openrlhf.backends.local.tokenization import PROMPT_TEMPLATES
+
+        PROMPT_TEMPLATES.check(self.prompt_template)
         _require(self.task in TASKS, "data.task", f"unknown task {self.task!r}; choose one of {list(TASKS)}")
         _require(isinstance(self.kk_num_people, list) and len(self.kk_num_people) > 0, "data.kk_num_people", f"must be a non-empty list of people counts such as [2, 3], got {self.kk_num_people!r}")
         for i, people in enumerate(self.kk_num_people):
@@ -385,11 +380,9 @@ class PolicyLossConfig:
         _number(self.max_grad_norm, "train.max_grad_norm", gt=0)  # 0 would freeze every gradient, < 0 flip it
         _number(self.ppo_epochs, "train.ppo_epochs", integer=True, ge=1)
         _number(self.micro_batch_size, "train.micro_batch_size", integer=True, ge=1)
-        _require(
-            self.loss_agg in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
-            "train.loss_agg",
-            f"unknown loss aggregation {self.loss_agg!r}; choose token_mean, seq_mean_token_mean or seq_mean_token_sum_norm",
-        )
+        from adora_openrlhf.algorithms.policy_loss import LOSS_AGGREGATIONS
+
+        LOSS_AGGREGATIONS.check(self.loss_agg)
 
 
 @dataclass

@@ -9,11 +9,15 @@ no row) or, for a ``.json`` array or a ``.parquet`` table, by their 1-based posi
   object all name the file (and line).
 - :func:`read_rows_lenient`: the same reader, but a bad line is skipped and reported as
   ``PATH:LINE: reason`` in the returned list (the ``data_prep`` converters skip and count bad lines).
+- :func:`load_rows`: the one row loader of the trainer, ``eval.run`` and ``data_prep``: a local file (the
+  readers above; ``.csv`` and folders through ``datasets``) or a hub dataset name (``datasets.load_dataset``
+  with ``split`` and ``config``), with an optional column mapping (``prompt_key``/``label_key`` -> ``prompt``/``label``).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -126,3 +130,101 @@ def read_rows_lenient(path: str | Path, what: str = "data file") -> tuple[list[t
     if not rows and not bad:
         raise DataFileError(f"{path}: {what} holds no rows (only blank lines)")
     return rows, bad
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The one row loader: local file, local folder or hub dataset
+# ---------------------------------------------------------------------------------------------------------
+
+LOCAL_SUFFIXES = (*FILE_SUFFIXES, ".csv")  # a name with one of these is a local file, never a hub name
+
+
+@dataclass
+class LoadedRows:
+    """Rows of one file or dataset. ``rows[i]`` is row number ``numbers[i]`` (its 1-based file line, or its 1-based
+    position in a table or hub split); messages locate it as ``{where}:{number}``. ``bad`` holds the
+    ``PATH:LINE: reason`` of lines skipped by a lenient read; ``local`` is False for a hub dataset."""
+
+    rows: list[dict[str, Any]]
+    numbers: list[int]
+    where: str
+    local: bool
+    bad: list[str] = field(default_factory=list)
+
+
+def looks_like_file(name: str) -> bool:
+    """A name meant as a local file (a typo in it must not be sent to the hub): a known suffix or a path prefix."""
+    return Path(name).suffix in LOCAL_SUFFIXES or name.startswith(("/", "./", "../", "~"))
+
+
+def _with_datasets(option: str, shown: str, what: str, **kwargs: Any) -> list[dict[str, Any]]:
+    """``datasets.load_dataset(**kwargs)`` as a list of row dicts; any failure is one line naming ``option``."""
+    try:
+        import datasets
+
+        return [dict(r) for r in datasets.load_dataset(**kwargs)]
+    except Exception as err:  # noqa: BLE001 - hub, network, split and format errors get the same advice
+        split = kwargs.get("split", "train")
+        raise DataFileError(
+            f"{option}: cannot load {shown!r} split {split!r}, neither as a local {what} nor as a hub dataset ({type(err).__name__}: "
+            f"{' '.join(str(err).split())[:200]}); check the name and the split, or give a local .jsonl/.parquet file (see data_prep/)"
+        ) from None
+
+
+def _map_columns(loaded: LoadedRows, mapping: dict[str, str], lenient: bool) -> None:
+    """Rename each row's column ``mapping[target]`` to ``target`` (in place); a row without it is an error
+    ``WHERE:N: no column 'question' (the prompt_key); columns: [...]`` (skipped and reported when lenient)."""
+    mapping = {target: key for target, key in mapping.items() if key != target}
+    if not mapping:
+        return
+    rows, numbers = [], []
+    for number, row in zip(loaded.numbers, loaded.rows, strict=True):
+        missing = [(target, key) for target, key in mapping.items() if key not in row]
+        if missing:
+            target, key = missing[0]
+            error = f"{loaded.where}:{number}: no column {key!r} (the {target}_key); the row has {sorted(row)}"
+            if not lenient:
+                raise DataFileError(error)
+            loaded.bad.append(error)
+            continue
+        renamed = {k: v for k, v in row.items() if k not in mapping.values() and k not in mapping}
+        renamed.update({target: row[key] for target, key in mapping.items()})
+        rows.append(renamed)
+        numbers.append(number)
+    loaded.rows, loaded.numbers = rows, numbers
+
+
+def load_rows(name_or_path: str | Path, *, split: str = "train", config: str | None = None, prompt_key: str = "prompt",
+              label_key: str = "label", what: str = "data file", option: str = "--dataset", lenient: bool = False) -> LoadedRows:
+    """Every row of a local file, a local folder or a hub dataset, numbered.
+
+    - ``.jsonl``/``.json``/``.parquet`` file (any other suffix is read as JSON Lines): :func:`read_rows`
+      (``lenient``: :func:`read_rows_lenient`), rows numbered by file line; ``split`` and ``config`` do not apply;
+    - ``.csv`` file: the ``datasets`` csv builder; a folder: ``datasets.load_dataset(folder, config, split=split)``;
+    - any other name that is not an existing path and does not look like one (:func:`looks_like_file`):
+      ``datasets.load_dataset(name, config, split=split)`` from the hub.
+
+    ``prompt_key``/``label_key`` name the columns that become ``prompt``/``label`` (the other columns are kept).
+    Errors are :class:`DataFileError` lines naming ``PATH[:LINE]`` or, for a dataset that cannot be loaded, ``option``.
+    """
+    name = str(name_or_path)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        rows = _with_datasets(option, name, what, path=str(path), name=config, split=split)
+        loaded = LoadedRows(rows, list(range(1, len(rows) + 1)), str(path), local=True)
+    elif path.exists() or looks_like_file(name):
+        if path.suffix == ".csv":
+            check_file(path, what)
+            rows = _with_datasets(option, name, what, path="csv", data_files=str(path), split="train")
+            loaded = LoadedRows(rows, list(range(1, len(rows) + 1)), str(path), local=True)
+        elif lenient:
+            pairs, bad = read_rows_lenient(path, what)
+            loaded = LoadedRows([r for _, r in pairs], [n for n, _ in pairs], str(path), local=True, bad=bad)
+        else:
+            pairs = read_rows(path, what)
+            loaded = LoadedRows([r for _, r in pairs], [n for n, _ in pairs], str(path), local=True)
+    else:
+        rows = _with_datasets(option, name, what, path=name, name=config, split=split)
+        loaded = LoadedRows(rows, list(range(1, len(rows) + 1)), name, local=False)
+    _map_columns(loaded, {"prompt": prompt_key, "label": label_key}, lenient)
+    return loaded

@@ -11,7 +11,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.config import RunConfig
+from adora_openrlhf.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -23,20 +24,16 @@ class Recipe:
     needs_gpu_reason: str = ""  # why the local backend refuses it (empty: local is fine)
 
 
-RECIPES: dict[str, Recipe] = {}
+RECIPES: Registry[Recipe] = Registry("recipe", "recipe")
 
 
 def register_recipe(recipe: Recipe) -> Recipe:
-    if recipe.name in RECIPES:
-        raise ValueError(f"recipe {recipe.name!r} is already registered")
-    RECIPES[recipe.name] = recipe
-    return recipe
+    return RECIPES.add(recipe.name, recipe)
 
 
 def get_recipe(name: str) -> Recipe:
-    if name not in RECIPES:
-        raise ConfigError(f"recipe: unknown recipe {name!r}; choose one of {sorted(RECIPES)}")
-    return RECIPES[name]
+    """The recipe ``name``; an unknown name raises a ConfigError listing the recipes."""
+    return RECIPES.get(name)
 
 
 def _merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:

@@ -38,48 +38,21 @@ class NumberedRows:
 
 
 def load_numbered(name_or_path: str, split: str, config: Optional[str] = None) -> NumberedRows:
-    """:func:`load_rows` with row numbers; local ``.jsonl``/``.json`` files are read line by line, bad lines
-    skipped and reported (:func:`adora_openrlhf.datafiles.read_rows_lenient`)."""
-    from adora_openrlhf.datafiles import check_file, read_rows_lenient
+    """Rows of a hub dataset (``"HuggingFaceH4/MATH-500"``), a local folder or a local file, with their numbers
+    (:func:`adora_openrlhf.datafiles.load_rows`); local ``.jsonl``/``.json`` files are read line by line, bad lines
+    skipped and reported. Local files hold one split, so ``split`` is ignored for them."""
+    from adora_openrlhf.datafiles import load_rows as load_row_source
 
     path = Path(name_or_path)
-    if path.suffix in (".jsonl", ".json") or (path.suffix in LOCAL_FORMATS and not path.exists()):
-        check_file(path, "--dataset file")
-    if path.is_file() and path.suffix in (".jsonl", ".json"):
-        pairs, bad = read_rows_lenient(path, "--dataset file")
-        return NumberedRows([r for _, r in pairs], [n for n, _ in pairs], bad, str(path))
-    rows = load_rows(name_or_path, split, config)
-    return NumberedRows(rows, list(range(1, len(rows) + 1)), [], str(path) if path.is_file() else None)
+    if path.is_file() and path.suffix not in LOCAL_FORMATS:
+        raise ValueError(f"--dataset: unsupported file type {path.suffix!r}; use one of {sorted(LOCAL_FORMATS)}")
+    loaded = load_row_source(name_or_path, split=split, config=config, what="--dataset file", option="--dataset", lenient=True)
+    return NumberedRows(loaded.rows, loaded.numbers, loaded.bad, loaded.where if path.is_file() else None)
 
 
-def load_rows(name_or_path: str, split: str, config: Optional[str] = None) -> Any:
-    """Rows of a hub dataset (``"HuggingFaceH4/MATH-500"``), a local folder or a local file, via ``datasets``.
-
-    Local files (``.jsonl``, ``.json``, ``.parquet``, ``.csv``) are read with the matching ``datasets``
-    builder; their rows are all in the ``train`` split, so ``split`` is ignored for them.
-    """
-    import datasets
-
-    path = Path(name_or_path)
-    if path.is_file():
-        builder = LOCAL_FORMATS.get(path.suffix)
-        if builder is None:
-            raise ValueError(f"--dataset: unsupported file type {path.suffix!r}; use one of {sorted(LOCAL_FORMATS)}")
-        if path.stat().st_size == 0:
-            raise ValueError(f"{path}: --dataset file is empty")
-        try:
-            return datasets.load_dataset(builder, data_files=str(path), split="train")
-        except Exception as err:  # noqa: BLE001 - a malformed file: name it, one line
-            raise ValueError(f"{path}: cannot read as {builder} ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
-    if path.suffix in LOCAL_FORMATS and not path.exists():
-        raise ValueError(f"{path}: --dataset file does not exist")
-    try:
-        return datasets.load_dataset(name_or_path, config, split=split)
-    except Exception as err:  # noqa: BLE001 - hub, network and split errors all get the same advice
-        raise ValueError(
-            f"--dataset: cannot load {name_or_path!r} split {split!r} ({type(err).__name__}: {str(err)[:200]}); "
-            "check the name and --split, or pass a local .parquet/.jsonl file"
-        ) from err
+def load_rows(name_or_path: str, split: str, config: str | None = None) -> list[dict[str, Any]]:
+    """The rows of :func:`load_numbered`, without their numbers."""
+    return load_numbered(name_or_path, split, config).rows
 
 
 def first_field(row: Mapping[str, Any], names: Sequence[str]) -> tuple[Optional[str], Any]:
@@ -160,7 +133,7 @@ def convert_rows(raw_rows: Iterable[Mapping[str, Any]], convert: Callable[[Mappi
     if numbered is not None:
         raw_rows, numbers, where, total = numbered.rows, numbered.numbers, numbered.where, len(numbered.rows)
         report.rejected.extend(numbered.bad)
-    for number, raw in zip(numbers, tqdm(raw_rows, desc=desc, unit="row", total=total, disable=not progress)):
+    for number, raw in zip(numbers, tqdm(raw_rows, desc=desc, unit="row", total=total, disable=not progress), strict=False):  # numbers may be an endless count
         try:
             row = convert(raw, number)
         except RowError as err:

@@ -32,16 +32,18 @@ class Benchmark:
 
 
 def read_located(path: str | Path) -> list[tuple[str, Row]]:
-    """(``path:line``, row) for every row of a JSONL file; a missing, empty or non-UTF-8 file, a line that is
-    not a JSON object or a row without prompt/label raises ``path:line: what is wrong``."""
-    from adora_openrlhf.datafiles import read_rows
+    """(``path:line``, row) for every row of a row file (``.jsonl``/``.json``/``.parquet``, or a hub dataset name; read by
+    :func:`adora_openrlhf.datafiles.load_rows`); a missing, empty or non-UTF-8 file, a line that is not a JSON object
+    or a row without prompt/label raises ``path:line: what is wrong``."""
+    from adora_openrlhf.datafiles import load_rows as load_row_source
 
+    loaded = load_row_source(path, what="benchmark file", option="--bench-file")
     located = []
-    for number, row in read_rows(path, "benchmark file"):
+    for number, row in zip(loaded.numbers, loaded.rows, strict=True):
         for key in ("prompt", "label"):
             if key not in row:
-                raise ValueError(f"{path}:{number}: row has no {key!r} field (expected the schema prompt/label/images/source/meta)")
-        located.append((f"{path}:{number}", row))
+                raise ValueError(f"{loaded.where}:{number}: row has no {key!r} field (expected the schema prompt/label/images/source/meta)")
+        located.append((f"{loaded.where}:{number}", row))
     return located
 
 

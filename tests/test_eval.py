@@ -129,7 +129,7 @@ def test_grader_crash_is_isolated(tmp_path, kk_rows):
     evaluate_benchmark(bench, kk_rows[:3], ScriptedGenerator(), k=1, out_path=out, grade_fn=safe)
     records = read_records(out)
     assert [r["correct"] for r in records] == [True, False, True]
-    assert "no reward is registered" in records[1]["grader_error"]
+    assert "unknown reward source 'no-such-source'" in records[1]["grader_error"]
 
 
 def test_read_jsonl_names_bad_line(tmp_path):

@@ -135,11 +135,11 @@ def test_resume_errors(tmp_path):
 def test_cli_bad_flags_and_recipes(tmp_path, capsys):
     for argv, pattern in (
         (["--recipe", "nope"], "unknown recipe 'nope'"),
-        (["--estimator", "bogus"], "unknown estimator 'bogus'"),
+        (["--estimator", "bogus"], "unknown advantage estimator 'bogus'"),
         (["--steps", "zero"], "--steps: cannot parse"),
         (["--frobnicate", "1"], "unknown flag"),
         (["--warmup.steps", "-1"], "warmup.steps: must be an integer >= 0"),
-        (["--data.prompt_template", "fancy", "--output-dir", str(tmp_path / "x")], "unknown template 'fancy'"),
+        (["--data.prompt_template", "fancy", "--output-dir", str(tmp_path / "x")], "unknown prompt template 'fancy'"),
     ):
         try:
             main(argv)

@@ -84,7 +84,7 @@ def test_errors_are_clear():
         policy_loss(x, x, torch.zeros(2), torch.ones(2, 3), kl_coef=0.1)
     with pytest.raises(ValueError, match="mask: shape"):
         policy_loss(x, x, torch.zeros(2), torch.ones(2, 2))
-    with pytest.raises(ValueError, match="unknown aggregation"):
+    with pytest.raises(ValueError, match="train.loss_agg: unknown loss aggregation"):
         aggregate(x, torch.ones(2, 3), "nope")
 
 

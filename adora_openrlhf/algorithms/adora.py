@@ -34,39 +34,34 @@ over the group's correct responses (as the reference: u = 0 when they all have o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 
-from adora_openrlhf.config import AdoraConfig
+from adora_openrlhf.registry import Registry
+
+if TYPE_CHECKING:  # config validates names through the registries below, so this module never imports it at run time
+    from adora_openrlhf.config import AdoraConfig
 
 TAS, TDS, NEUTRAL = 1, -1, 0
 
 # name -> fn(correct [G,n] bool, lengths [G,n] float, counted_negative [G,n] bool, valid [G,n] bool, cfg) -> class [G] long
-GroupRule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, AdoraConfig], torch.Tensor]
-GROUP_RULES: dict[str, GroupRule] = {}
+GroupRule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, "AdoraConfig"], torch.Tensor]
+GROUP_RULES: Registry[GroupRule] = Registry("ADORA rule", "adora.rule")
 
 
 def register_rule(name: str) -> Callable[[GroupRule], GroupRule]:
     """Register a group classification rule returning TAS (1), TDS (-1) or NEUTRAL (0) per group."""
-
-    def wrap(fn: GroupRule) -> GroupRule:
-        if name in GROUP_RULES:
-            raise ValueError(f"ADORA rule {name!r} is already registered")
-        GROUP_RULES[name] = fn
-        return fn
-
-    return wrap
+    return GROUP_RULES.register(name)
 
 
 # name -> fn(has_correct [G] bool, has_counted_negative [G] bool, common-case class [G] long) -> class [G] long
 EdgePolicy = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-EDGE_POLICIES: dict[str, EdgePolicy] = {
-    # OpenRLHF-based VLM reference: no correct -> neutral; correct without counted incorrect -> TDS
-    "vlm": lambda has_pos, has_neg, common: torch.where(has_pos, torch.where(has_neg, common, TDS), NEUTRAL),
-    # verl-based LLM reference: no correct -> TDS; correct without counted incorrect -> TAS
-    "llm": lambda has_pos, has_neg, common: torch.where(has_pos, torch.where(has_neg, common, TAS), TDS),
-}
+EDGE_POLICIES: Registry[EdgePolicy] = Registry("edge policy", "adora.edge_policy")
+# OpenRLHF-based VLM reference: no correct -> neutral; correct without counted incorrect -> TDS
+EDGE_POLICIES.add("vlm", lambda has_pos, has_neg, common: torch.where(has_pos, torch.where(has_neg, common, TDS), NEUTRAL))
+# verl-based LLM reference: no correct -> TDS; correct without counted incorrect -> TAS
+EDGE_POLICIES.add("llm", lambda has_pos, has_neg, common: torch.where(has_pos, torch.where(has_neg, common, TAS), TDS))
 
 
 @register_rule("length")
@@ -79,7 +74,7 @@ def length_rule(correct, lengths, counted_negative, valid, cfg) -> torch.Tensor:
     neg_count = neg.sum(-1)
     mean_neg = (lengths * neg).sum(-1) / neg_count.clamp(min=1)
     common = torch.where(max_pos > mean_neg, TAS, TDS)
-    return EDGE_POLICIES[cfg.edge_policy]((correct & valid).any(-1), neg_count > 0, common).long()
+    return EDGE_POLICIES.get(cfg.edge_policy)((correct & valid).any(-1), neg_count > 0, common).long()
 
 
 @register_rule("difficulty")
@@ -137,15 +132,14 @@ def classify_groups(
     ``truncated`` to all False, ``valid`` (mask for ragged groups) to all True.
     """
     _validate(rewards, lengths, correct=correct, truncated=truncated, valid=valid)
-    if cfg.rule not in GROUP_RULES:
-        raise ValueError(f"adora.rule: unknown rule {cfg.rule!r}; choose one of {sorted(GROUP_RULES)}")
+    rule = GROUP_RULES.get(cfg.rule)
     valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
     correct = (rewards > cfg.correct_threshold) if correct is None else correct.bool()
     truncated = torch.zeros_like(correct) if truncated is None else truncated.bool()
     if cfg.truncation_length is not None:
         truncated = truncated | (lengths >= cfg.truncation_length)
     counted_negative = ~correct & (~truncated if cfg.drop_truncated_negatives else torch.ones_like(correct))
-    classes = GROUP_RULES[cfg.rule](correct, lengths.to(torch.float64), counted_negative, valid, cfg)
+    classes = rule(correct, lengths.to(torch.float64), counted_negative, valid, cfg)
     return classes, (correct & valid).sum(-1)
 
 

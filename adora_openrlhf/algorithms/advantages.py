@@ -27,6 +27,8 @@ from typing import Callable, Optional, Sequence, Union
 
 import torch
 
+from adora_openrlhf.registry import Registry
+
 RewardsLike = Union[torch.Tensor, Sequence[torch.Tensor]]
 
 
@@ -78,20 +80,12 @@ class GroupStats:
 
 # name -> fn(rewards [G, n], mask [G, n] bool, stats: _Moments, eps) -> advantages [G, n]
 Estimator = Callable[[torch.Tensor, torch.Tensor, "_Moments", float], torch.Tensor]
-ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {}
+ADVANTAGE_ESTIMATORS: Registry[Estimator] = Registry("advantage estimator", "advantage.estimator")
 
 
 def register_estimator(*names: str) -> Callable[[Estimator], Estimator]:
     """Register an estimator function under one or more names."""
-
-    def wrap(fn: Estimator) -> Estimator:
-        for name in names:
-            if name in ADVANTAGE_ESTIMATORS:
-                raise ValueError(f"advantage estimator {name!r} is already registered")
-            ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return wrap
+    return ADVANTAGE_ESTIMATORS.register(*names)
 
 
 @dataclass(frozen=True)
@@ -191,8 +185,7 @@ def compute_group_advantages(
         (advantages, stats): advantages with the input's layout (tensor or list), and :class:`GroupStats`.
         A group gets all-zero advantages when its rewards and (if given) its pool are uniform.
     """
-    if estimator not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(f"estimator: unknown advantage estimator {estimator!r}; choose one of {sorted(ADVANTAGE_ESTIMATORS)}")
+    estimate = ADVANTAGE_ESTIMATORS.get(estimator)  # an unknown name: one error naming advantage.estimator
     padded, mask = _as_padded(rewards)
     if not torch.is_floating_point(padded):
         padded = padded.float()
@@ -214,7 +207,7 @@ def compute_group_advantages(
         # Uniform only if the kept rewards equal the pool mean and the pool has no spread.
         uniform = _uniform_rows(padded, mask) & (moments.std.squeeze(-1) == 0)
     full_mask = mask if mask is not None else torch.ones_like(padded, dtype=torch.bool)
-    adv = ADVANTAGE_ESTIMATORS[estimator](padded, full_mask, moments, eps)
+    adv = estimate(padded, full_mask, moments, eps)
     adv = torch.where(uniform.unsqueeze(-1), torch.zeros_like(adv), adv)
     adv = torch.where(full_mask, adv, torch.zeros_like(adv))
     zero_signal = ((adv == 0) | ~full_mask).all(-1)

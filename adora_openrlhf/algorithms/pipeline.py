@@ -13,13 +13,15 @@ by OpenRLHF 0.11).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
 from adora_openrlhf.algorithms.adora import AdoraResult, adora_weights, apply_group_weights, length_shaped_rewards
 from adora_openrlhf.algorithms.advantages import GroupStats, PoolStats, compute_group_advantages
-from adora_openrlhf.config import AdoraConfig, AdvantageConfig
+
+if TYPE_CHECKING:  # the algorithm core does not import the config at run time (config imports the registries)
+    from adora_openrlhf.config import AdoraConfig, AdvantageConfig
 
 
 @dataclass(frozen=True)

@@ -29,18 +29,15 @@ from typing import Callable, Optional
 
 import torch
 
+from adora_openrlhf.registry import Registry
+
 Aggregator = Callable[[torch.Tensor, torch.Tensor, Optional[int]], torch.Tensor]
-LOSS_AGGREGATIONS: dict[str, Aggregator] = {}
+LOSS_AGGREGATIONS: Registry[Aggregator] = Registry("loss aggregation", "train.loss_agg")
 
 
 def register_aggregation(name: str) -> Callable[[Aggregator], Aggregator]:
-    def wrap(fn: Aggregator) -> Aggregator:
-        if name in LOSS_AGGREGATIONS:
-            raise ValueError(f"loss aggregation {name!r} is already registered")
-        LOSS_AGGREGATIONS[name] = fn
-        return fn
-
-    return wrap
+    """Register an aggregation ``fn(values [B, T], mask [B, T], norm_length) -> scalar``."""
+    return LOSS_AGGREGATIONS.register(name)
 
 
 @register_aggregation("token_mean")
@@ -68,11 +65,10 @@ def seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor, norm_lengt
 
 def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, norm_length: Optional[int] = None) -> torch.Tensor:
     """Reduce per-token ``values`` [B, T] to a scalar with aggregation ``mode``."""
-    if mode not in LOSS_AGGREGATIONS:
-        raise ValueError(f"loss_agg: unknown aggregation {mode!r}; choose one of {sorted(LOSS_AGGREGATIONS)}")
+    aggregation = LOSS_AGGREGATIONS.get(mode)
     if values.shape != mask.shape:
         raise ValueError(f"mask: shape {tuple(mask.shape)} does not match values {tuple(values.shape)}")
-    return LOSS_AGGREGATIONS[mode](values, mask, norm_length)
+    return aggregation(values, mask, norm_length)
 
 
 def ppo_clip_token_loss(

@@ -34,12 +34,15 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Optional, Sequence
 
 import torch
 
 from adora_openrlhf.algorithms.advantages import PoolStats
-from adora_openrlhf.config import AdaptiveSamplingConfig, SamplingParams
+from adora_openrlhf.registry import Registry
+
+if TYPE_CHECKING:  # config validates names through EXIT_RULES, so this module never imports it at run time
+    from adora_openrlhf.config import AdaptiveSamplingConfig, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -80,14 +83,12 @@ class ExitRule:
     select: Callable[[list[int], list[int], int, random.Random], list[int]]  # (pos idx, neg idx, n, rng) -> kept idx
 
 
-EXIT_RULES: dict[str, ExitRule] = {}
+EXIT_RULES: Registry[ExitRule] = Registry("exit rule", "sampling.exit_rule")
 
 
 def register_exit_rule(name: str, rule: ExitRule) -> ExitRule:
-    if name in EXIT_RULES:
-        raise ValueError(f"exit rule {name!r} is already registered")
-    EXIT_RULES[name] = rule
-    return rule
+    """Register ``rule`` as exit rule ``name``."""
+    return EXIT_RULES.add(name, rule)
 
 
 def _draw(indices: list[int], k: int, rng: random.Random) -> list[int]:
@@ -174,7 +175,7 @@ class AdaptiveSampler:
         self.cfg = cfg
         self.base_params = base_params
         self.seed = seed
-        self.rule = EXIT_RULES[cfg.exit_rule]
+        self.rule = EXIT_RULES.get(cfg.exit_rule)
         self._history: dict[Hashable, _RewardHistory] = {}
 
     # -- schedule -------------------------------------------------------------------------------------

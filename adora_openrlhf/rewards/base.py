@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
+from adora_openrlhf.registry import Registry
+
 
 @dataclass(frozen=True)
 class RewardResult:
@@ -21,28 +23,6 @@ class RewardResult:
 
 
 RewardFn = Callable[[str, str, Mapping[str, Any]], RewardResult]  # (response, label, meta) -> result
-REWARD_FUNCTIONS: dict[str, RewardFn] = {}
-
-
-def register_reward(*sources: str) -> Callable[[RewardFn], RewardFn]:
-    """Register ``fn`` as the reward of rows whose ``source`` is one of ``sources``."""
-
-    def wrap(fn: RewardFn) -> RewardFn:
-        for source in sources:
-            if source in REWARD_FUNCTIONS:
-                raise ValueError(f"a reward is already registered for source {source!r}")
-            REWARD_FUNCTIONS[source] = fn
-        return fn
-
-    return wrap
-
-
-def get_reward_fn(source: str) -> RewardFn:
-    """The reward registered for ``source``; a clear error lists the known sources."""
-    _load_builtin_rewards()
-    if source not in REWARD_FUNCTIONS:
-        raise KeyError(f"source: no reward is registered for {source!r}; known sources are {sorted(REWARD_FUNCTIONS)}")
-    return REWARD_FUNCTIONS[source]
 
 
 def _load_builtin_rewards() -> None:
@@ -55,3 +35,17 @@ def _load_builtin_rewards() -> None:
         except ModuleNotFoundError as err:  # a task module that is not part of this install
             if err.name != f"adora_openrlhf.rewards.{module}":
                 raise
+
+
+# The built-in task modules are imported at the first lookup (they register themselves on import).
+REWARD_FUNCTIONS: Registry[RewardFn] = Registry("reward source", "source", loader=_load_builtin_rewards)
+
+
+def register_reward(*sources: str) -> Callable[[RewardFn], RewardFn]:
+    """Register ``fn`` as the reward of rows whose ``source`` is one of ``sources``."""
+    return REWARD_FUNCTIONS.register(*sources)
+
+
+def get_reward_fn(source: str) -> RewardFn:
+    """The reward registered for ``source``; an unknown source raises one line listing the known sources."""
+    return REWARD_FUNCTIONS.get(source)

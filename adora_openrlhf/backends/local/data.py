@@ -36,28 +36,12 @@ class Row:
     images: tuple[Any, ...] = ()  # image file paths or PIL images, one per <image> tag of the prompt (vision rows)
 
 
-def _looks_like_file(path: str) -> bool:
-    """A name meant as a local file (a typo in it must not be sent to the hub): a known suffix or a path prefix."""
-    return Path(path).suffix in (".jsonl", ".json", ".parquet", ".csv") or path.startswith(("/", "./", "../", "~"))
-
-
 def _load_path(path: str, option: str) -> tuple[list[dict[str, Any]], list[int], str]:
-    """(rows, their 1-based lines, location prefix) of a local file or a hub dataset."""
-    from adora_openrlhf.datafiles import read_rows
+    """(rows, their 1-based lines, location prefix) of a local file or a hub dataset (split ``train``)."""
+    from adora_openrlhf.datafiles import load_rows as load_row_source
 
-    p = Path(path).expanduser()
-    if p.exists() or _looks_like_file(path):
-        pairs = read_rows(p, f"{option} file")
-        return [r for _, r in pairs], [n for n, _ in pairs], str(p)
-    try:
-        import datasets
-
-        ds = datasets.load_dataset(path, split="train")
-    except Exception as err:  # noqa: BLE001 - hub, network and format errors get the same advice
-        raise ConfigError(f"{option}: {path!r} is not a file here and cannot be loaded as a dataset ({type(err).__name__}: "
-                          f"{str(err)[:160]}); give a .jsonl file (see data_prep/)") from None
-    rows = [dict(r) for r in ds]
-    return rows, list(range(1, len(rows) + 1)), path  # hub rows: "NAME:ROW", rows numbered from 1
+    loaded = load_row_source(path, what=f"{option} file", option=option)
+    return loaded.rows, loaded.numbers, loaded.where  # hub rows: "NAME:ROW", rows numbered from 1
 
 
 def _kk_label_ok(label: str, meta: dict[str, Any]) -> None:

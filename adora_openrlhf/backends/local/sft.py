@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
@@ -28,20 +29,18 @@ from tqdm.auto import tqdm
 
 from adora_openrlhf.backends.local.update import pack, token_log_probs
 from adora_openrlhf.config import ConfigError, WarmupConfig
+from adora_openrlhf.registry import Registry
 
 Demonstration = Callable[[Any, random.Random], str]  # (row, rng) -> response text (without the eos token)
-DEMONSTRATIONS: dict[str, dict[str, Demonstration]] = {}  # source -> style -> builder
+# source -> (style -> builder): DEMONSTRATIONS.get(source).get(style), each level a Registry
+DEMONSTRATIONS: Registry[Registry[Demonstration]] = Registry("demonstration source", "source")
 
 
 def register_demonstration(source: str, style: str) -> Callable[[Demonstration], Demonstration]:
-    def wrap(fn: Demonstration) -> Demonstration:
-        styles = DEMONSTRATIONS.setdefault(source, {})
-        if style in styles:
-            raise ValueError(f"demonstration style {style!r} of source {source!r} is already registered")
-        styles[style] = fn
-        return fn
-
-    return wrap
+    """Register ``fn(row, rng) -> response text`` as the ``style`` demonstration of rows of ``source``."""
+    if source not in DEMONSTRATIONS:
+        DEMONSTRATIONS.add(source, Registry("style", f"warmup.style (rows of source {source!r})"))
+    return DEMONSTRATIONS.get(source).register(style)
 
 
 def _kk_names_statements(row: Any):
@@ -85,16 +84,24 @@ def kk_shortcut(row: Any, rng: random.Random) -> str:
 
 # Response probes: name the behaviour a response shows (for the metrics), one per source.
 ResponseProbe = Callable[[str], str]  # response text -> style name ("other" when none fits)
-RESPONSE_PROBES: dict[str, ResponseProbe] = {}
-PROBE_STYLES: dict[str, tuple[str, ...]] = {}  # source -> styles reported every time, seen or not
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A source's response probe and the styles it reports every time, seen or not."""
+
+    fn: ResponseProbe
+    styles: tuple[str, ...]
+
+
+RESPONSE_PROBES: Registry[Probe] = Registry("response probe", "source")
 
 
 def register_probe(source: str, styles: Sequence[str]) -> Callable[[ResponseProbe], ResponseProbe]:
+    """Register ``fn(response text) -> style name`` as the probe of rows of ``source``."""
+
     def wrap(fn: ResponseProbe) -> ResponseProbe:
-        if source in RESPONSE_PROBES:
-            raise ValueError(f"response probe of source {source!r} is already registered")
-        RESPONSE_PROBES[source] = fn
-        PROBE_STYLES[source] = tuple(styles)
+        RESPONSE_PROBES.add(source, Probe(fn, tuple(styles)))
         return fn
 
     return wrap
@@ -112,10 +119,10 @@ def style_fractions(sources: Sequence[str], texts: Sequence[str], prefix: str) -
     """``{prefix}thorough_fraction``, ``{prefix}shortcut_fraction`` ...: the share of responses whose probe names
     each style, over the responses whose source has a probe (empty when none has); the styles a probe was
     registered with are reported even when no response shows them."""
-    kinds = [RESPONSE_PROBES[s](t) for s, t in zip(sources, texts, strict=True) if s in RESPONSE_PROBES]
+    kinds = [RESPONSE_PROBES.get(s).fn(t) for s, t in zip(sources, texts, strict=True) if s in RESPONSE_PROBES]
     if not kinds:
         return {}
-    names = sorted(set(kinds).union(*(PROBE_STYLES[s] for s in set(sources) if s in PROBE_STYLES)))
+    names = sorted(set(kinds).union(*(RESPONSE_PROBES.get(s).styles for s in set(sources) if s in RESPONSE_PROBES)))
     return {f"{prefix}{name}_fraction": kinds.count(name) / len(kinds) for name in names}
 
 
@@ -126,11 +133,8 @@ def kk_demonstration(row: Any) -> str:
 
 def demonstration_for(row: Any, style: str = "direct", rng: random.Random | None = None) -> str:
     """The ``style`` demonstration of ``row``; sources without builders fall back to ``meta.solution_text``."""
-    styles = DEMONSTRATIONS.get(row.source)
-    if styles is not None:
-        if style not in styles:
-            raise ConfigError(f"warmup.style: unknown style {style!r} for rows of source {row.source!r}; choose one of {sorted(styles)}")
-        return styles[style](row, rng or random.Random(0))
+    if row.source in DEMONSTRATIONS:
+        return DEMONSTRATIONS.get(row.source).get(style)(row, rng or random.Random(0))
     solution = row.meta.get("solution_text") if isinstance(row.meta, dict) else None
     if isinstance(solution, str) and solution.strip():
         return solution

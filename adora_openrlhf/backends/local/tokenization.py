@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Sequence
 
+from adora_openrlhf.registry import Registry
+
 EOS_TOKEN = "<|endoftext|>"
 TAG_TOKENS = ("<think>", "</think>", "<answer>", "</answer>")  # atomic tokens, decoded back as plain text
 
@@ -66,17 +68,12 @@ def load_tokenizer(path: str):
 # ---------------------------------------------------------------------------------------------------------
 
 PromptTemplate = Callable[[Any, Any], str]  # (row prompt, tokenizer) -> text
-PROMPT_TEMPLATES: dict[str, PromptTemplate] = {}
+PROMPT_TEMPLATES: Registry[PromptTemplate] = Registry("prompt template", "data.prompt_template")
 
 
 def register_template(name: str) -> Callable[[PromptTemplate], PromptTemplate]:
-    def wrap(fn: PromptTemplate) -> PromptTemplate:
-        if name in PROMPT_TEMPLATES:
-            raise ValueError(f"prompt template {name!r} is already registered")
-        PROMPT_TEMPLATES[name] = fn
-        return fn
-
-    return wrap
+    """Register a template ``fn(row prompt, tokenizer) -> text``."""
+    return PROMPT_TEMPLATES.register(name)
 
 
 def _messages(prompt: Any) -> list[dict[str, str]]:
@@ -113,6 +110,4 @@ def auto_template(prompt: Any, tokenizer: Any) -> str:
 
 
 def render_prompt(prompt: Any, tokenizer: Any, template: str) -> str:
-    if template not in PROMPT_TEMPLATES:
-        raise ValueError(f"data.prompt_template: unknown template {template!r}; choose one of {sorted(PROMPT_TEMPLATES)}")
-    return PROMPT_TEMPLATES[template](prompt, tokenizer)
+    return PROMPT_TEMPLATES.get(template)(prompt, tokenizer)
