@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from tqdm.auto import tqdm
 
 from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
+from adora_openrlhf.backends.local.model_source import check_model_source
 from eval.benchmarks import Benchmark, get_benchmark, load_located_rows, row_file
 from eval.generation import DTYPES, GENERATORS, EvalSampling, Generator, parse_engine_args, pick_engine, resolve_dtype
 from eval.metrics import markdown_table, score_records
@@ -291,6 +292,7 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
         raise ValueError(f"--vllm-arg: only used by the vLLM engine, but the engine is {engine!r}; drop it or pass --engine vllm")
     if Path(args.model).is_dir() and not (Path(args.model) / "config.json").exists():
         raise ValueError(f"--model: {args.model} has no config.json; give a model directory in Hugging Face format")
+    check_model_source(args.model, "--model")  # a hub name: in the hub cache (HF_HUB_OFFLINE=1) or on the hub
     out_dir = Path(args.out)
     out["dir"] = str(out_dir)
     check_output_dir(out_dir, "--out")
