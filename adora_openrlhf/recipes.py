@@ -169,6 +169,7 @@ _KK_7B = {
     "prompts_per_step": 64,
     "save_every": 10,
     "eval_every": 10,
+    "eval_samples": 4,  # --eval.n_samples_per_prompt (OpenRLHF's default) at --eval.temperature
     "rollout": {"temperature": 1.0, "max_new_tokens": 2048},
     "advantage": {"estimator": "group_norm"},
     # edge groups as the LLM reference (verl code); its 3900-of-4096 truncation cut is not carried over to the
@@ -308,6 +309,7 @@ _GEO3K = {
     "prompts_per_step": 128,
     "save_every": 50,
     "eval_every": 25,
+    "eval_samples": 4,  # --eval.n_samples_per_prompt (OpenRLHF's default) at --eval.temperature
     "rollout": {"temperature": 1.0, "max_new_tokens": 4096},
     "advantage": {"estimator": "group_norm"},
     # edge_policy "vlm" (the VLM reference) matters only if --adora.rule length is chosen
