@@ -180,3 +180,12 @@ def test_all_linear_lora_targets_every_linear_but_the_head(tok):
     adapted = {name.rsplit(".lora_A", 1)[0].rsplit(".", 1)[-1] for name, _ in wrapped.named_parameters() if ".lora_A." in name}
     assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     assert not any("lm_head" in name and "lora" in name for name, _ in wrapped.named_parameters())
+
+
+def test_resume_from_an_earlier_layout_checkpoint_is_one_error(tmp_path):
+    step = tmp_path / "run" / "checkpoints" / "step_000002"
+    step.mkdir(parents=True)
+    (step / "model.pt").write_bytes(b"old")
+    with pytest.raises(ConfigError, match=r"^--resume: checkpoint '.*step_000002' has the earlier layout \(model.pt\)"):
+        ckpt.check_layout(step)
+    ckpt.check_layout(tmp_path)  # anything else passes

@@ -117,6 +117,17 @@ def save_checkpoint(output_dir: str | Path, model, optimizer, tokenizer, state: 
     return final
 
 
+def check_layout(path: str | Path) -> None:
+    """ConfigError naming ``--resume`` when ``path`` is a checkpoint of the earlier layout (``model.pt``, no model
+    files), which this version does not load."""
+    from adora_openrlhf.config import ConfigError
+
+    path = Path(path)
+    if (path / "model.pt").exists() and not (path / STATE_DIR).exists():
+        raise ConfigError(f"--resume: checkpoint {str(path)!r} has the earlier layout (model.pt); this version resumes from "
+                          "step directories in the Hugging Face layout: start a new run (--overwrite) or resume with the version that wrote it")
+
+
 def load_lora_adapters(path: str | Path, model) -> None:
     """Load the LoRA adapter weights of checkpoint ``path`` into the peft ``model`` (same rank and targets)."""
     from peft.utils import load_peft_weights, set_peft_model_state_dict

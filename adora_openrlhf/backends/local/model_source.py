@@ -41,7 +41,7 @@ def model_file(source: str, filename: str, option: str = "model.path", init_kwar
     if Path(source).is_dir():
         return Path(source) / filename
     try:
-        found = cached_file(source, filename, **loader_kwargs(init_kwargs))
+        found = cached_file(source, filename, **{k: v for k, v in loader_kwargs(init_kwargs).items() if k != "trust_remote_code"})
     except (OSError, ValueError) as err:
         found, reason = None, " ".join(str(err).split())[:160]
     else:

@@ -165,6 +165,8 @@ def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict
     out = Path(cfg.output_dir)
     rundir.check_output_dir(out)
     resume_from = rundir.check_previous_run(out, cfg, resume, overwrite)
+    if resume_from is not None:
+        ckpt.check_layout(resume_from)
     _seed_everything(cfg.seed)
     device = pick_device()
 
