@@ -96,7 +96,7 @@ def test_every_field_has_help_and_appears_in_help_output(capsys):
             continue
         assert f"--{dotted} VALUE" in text, dotted
         assert "".join(field_help(dotted).split()) in packed, dotted
-    assert "--train.lrVALUEAdamWlearningrate(default:1e-05)" in packed
+    assert "--train.lrVALUE,--lrVALUEAdamWlearningrate(default:1e-05)" in packed  # with its alias
     assert '(default:["q_proj","k_proj","v_proj","o_proj"])' in packed
 
 
