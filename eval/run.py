@@ -220,7 +220,7 @@ def parse_bench_files(items: Optional[Sequence[str]]) -> dict[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m eval.run", description="avg@k and pass@k on AIME/AMC/MATH500/MathVista/K&K.")
-    parser.add_argument("--model", required=True, help="local model directory (Hugging Face format) or hub name on GPU nodes")
+    parser.add_argument("--model", required=True, help="local model directory (Hugging Face format, e.g. a training step directory) or hub name owner/name (with HF_HUB_OFFLINE=1: from the hub cache)")
     parser.add_argument("--bench", default="kk", help="comma-separated: kk,aime24,aime25,amc23,math500,mathvista,geo_synth")
     parser.add_argument("--k", type=int, default=8, help="samples per problem (avg@k, pass@1..k)")
     parser.add_argument("--out", required=True, help="output directory (samples.jsonl, eval_config.json, report.json, report.md)")
