@@ -108,8 +108,10 @@ def test_missing_hub_name_offline_is_one_config_error():
     """The test session runs with HF_HUB_OFFLINE=1 (conftest) and an empty cache for this name."""
     with pytest.raises(ConfigError, match=r"^model.path: 'nobody/no-such-model-xyz' is not a local directory and not in the Hugging Face hub cache"):
         check_model_source("nobody/no-such-model-xyz")
-    with pytest.raises(ConfigError, match=r"^--model: 'not a name' is"):
+    with pytest.raises(ConfigError, match=r"^--model: 'not a name' does not exist; give a local model directory or a hub name owner/name$"):
         check_model_source("not a name", "--model")
+    with pytest.raises(ConfigError, match=r"^model.path: '/no/such/dir' does not exist"):
+        check_model_source("/no/such/dir")
     check_model_source(str(ROOT))  # an existing local path passes; its loader names what is wrong with it
 
 

@@ -40,6 +40,8 @@ def model_file(source: str, filename: str, option: str = "model.path", init_kwar
 
     if Path(source).is_dir():
         return Path(source) / filename
+    if source.startswith(("/", "./", "../", "~")) or source.count("/") != 1:  # a path, not a hub name owner/name
+        raise ConfigError(f"{option}: {source!r} does not exist; give a local model directory or a hub name owner/name")
     try:
         found = cached_file(source, filename, **{k: v for k, v in loader_kwargs(init_kwargs).items() if k != "trust_remote_code"})
     except (OSError, ValueError) as err:
