@@ -229,6 +229,7 @@ _DAPO = {
     "prompts_per_step": 256,
     "save_every": 50,
     "eval_every": 50,
+    "eval_samples": 0,  # greedy validation (--eval.n_samples_per_prompt 1 --eval.temperature 0, as in extra below)
     "rollout": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 4096},
     "advantage": {"estimator": "dr_grpo"},
     # edge groups and truncation cut (3900 of 4096 tokens) as the LLM reference (verl code)
