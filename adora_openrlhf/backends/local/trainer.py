@@ -40,13 +40,13 @@ from adora_openrlhf.backends.local import rundir, vlm
 from adora_openrlhf.backends.local.data import batch_indices, load_rows, row_key
 from adora_openrlhf.backends.local.evaluate import evaluate
 from adora_openrlhf.backends.local.metrics import MetricsLogger, plot_reward_curve
-from adora_openrlhf.backends.local.model_source import check_model_source
-from adora_openrlhf.backends.support import check_backend_fields
 from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model, count_parameters, load_pretrained, pick_device
+from adora_openrlhf.backends.local.model_source import check_model_source
 from adora_openrlhf.backends.local.rollout import RolloutEngine, encode_prompts, make_reward_fns
 from adora_openrlhf.backends.local.sft import demonstration_for, style_fractions, supervised_warmup, warmup_styles
 from adora_openrlhf.backends.local.tokenization import load_tokenizer, render_prompt, train_bpe_tokenizer
 from adora_openrlhf.backends.local.update import pack, policy_update
+from adora_openrlhf.backends.support import check_backend_fields
 from adora_openrlhf.cli_args import format_config
 from adora_openrlhf.config import ConfigError, RunConfig
 
