@@ -2,7 +2,7 @@
 
 Setup: rows (generated K&K puzzles, generated images for task ``geometry``, or JSONL files), tokenizer (trained
 on the corpus for the tiny model, or the checkpoint's own; vision tasks add the processor, ``vlm.py``), policy
-(tiny random-init Qwen2-style LM, tiny Qwen2.5-VL for vision tasks, or ``--model PATH``, optional LoRA),
+(tiny random-init Qwen2-style LM, tiny Qwen2.5-VL for vision tasks, or ``--model PATH|owner/name``, optional LoRA),
 supervised warm-up, held-out evaluation at step 0, checkpoint ``step_000000``.
 
 Each RL step:
