@@ -79,7 +79,7 @@ print("loaded owner/tiny")
 """
     env = _env(HF_HOME=str(tmp_path / "home"))
     env.pop("HF_HUB_CACHE", None)
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "loaded owner/tiny" in done.stdout
 
@@ -93,11 +93,11 @@ def test_eval_run_takes_a_hub_name_and_train_names_a_missing_one(tok, tmp_path):
     env = _env(HF_HUB_CACHE=str(tmp_path / "cache"))
     argv = [sys.executable, "-m", "eval.run", "--model", "owner/tiny", "--bench", "kk", "--bench-file", f"kk={bench}", "--k", "1",
             "--temperature", "0", "--max-new-tokens", "4", "--engine", "hf", "--out", str(tmp_path / "eval")]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert len((tmp_path / "eval" / "samples.jsonl").read_text().splitlines()) == 2
     missing = subprocess.run([sys.executable, "-m", "adora_openrlhf.train", "--model", "owner/missing", "--output-dir", str(tmp_path / "run")],
-                             env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+                             env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
     assert missing.stderr.startswith("error: model.path: 'owner/missing' is not a local directory and not in the Hugging Face hub cache "
                                      "(HF_HUB_OFFLINE=1); download it first (`hf download owner/missing`) or unset HF_HUB_OFFLINE")
@@ -171,7 +171,7 @@ def test_lora_checkpoint_resumes_and_merged_save_is_plain(tok, tmp_path, merge):
         assert not (step / "adapter_config.json").exists() and (step / "trainer_state" / "adapter" / "adapter_config.json").exists()
         plain = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32)
         assert not any("lora_" in n for n, _ in plain.named_parameters())
-        assert torch.allclose(_logits(plain), expected, atol=1e-5)
+        assert torch.allclose(_logits(plain), expected, rtol=1e-4, atol=1e-4)  # W + scale * B A rounds differently
         assert any("lora_" in n for n, _ in policy.named_parameters())  # saving merged a copy, not the policy
     else:
         assert (step / "adapter_config.json").exists() and (step / "adapter_model.safetensors").exists()
