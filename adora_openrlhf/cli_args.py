@@ -2,7 +2,11 @@
 
 ``--adora.lambda_att 0.1``, ``--sampling.exit_rule pos``, ``--train.lr 1e-5``, ``--steps 20`` ... Values are
 parsed by the field's type (bools accept true/false/1/0/yes/no; lists and dicts take JSON, e.g.
-``--sampling.escalation '[{"temperature": 1.2}]'``). A few short aliases exist for the common ones.
+``--sampling.escalation '[{"temperature": 1.2}]'``; a list of names also takes ``a,b``). A few short aliases
+exist for the common ones. Each flag's ``--help`` text is the field's ``metadata["help"]`` and its default.
+
+``--config FILE`` (YAML or JSON, nested like ``--print-config``'s output) sits between the recipe and the flags:
+recipe < file < flags. :func:`load_config_file` turns it into dotted overrides; an unknown key is an error naming it.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ import argparse
 import dataclasses
 import json
 import typing
-from typing import Any, Iterator, Union
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Union
 
 from adora_openrlhf.config import ConfigError, RunConfig
 
@@ -33,6 +38,15 @@ def _leaf_fields(cls: type, prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield from _leaf_fields(hint, f"{prefix}{f.name}.")
         else:
             yield f"{prefix}{f.name}", hint
+
+
+def _leaf_field_objects(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field]]:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            yield from _leaf_field_objects(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", f
 
 
 def _strip_optional(hint: Any) -> Any:
@@ -59,6 +73,8 @@ def parse_value(dotted: str, hint: Any, text: str) -> Any:
             raise ValueError("expected true or false")
         if base in (int, float, str):
             return base(text)
+        if base == list[str] and not text.lstrip().startswith(("[", '"')):  # names: q_proj,v_proj or all-linear
+            return [name.strip() for name in text.split(",") if name.strip()]
         if typing.get_origin(base) in (list, dict):
             value = json.loads(text)
             expected = typing.get_origin(base)
@@ -73,16 +89,74 @@ def parse_value(dotted: str, hint: Any, text: str) -> Any:
 
 
 LEAF_TYPES: dict[str, Any] = dict(_leaf_fields(RunConfig))
+LEAF_FIELDS: dict[str, dataclasses.Field] = dict(_leaf_field_objects(RunConfig))
+
+
+def field_help(dotted: str) -> str:
+    """The ``metadata["help"]`` of config field ``dotted`` ("" when it has none)."""
+    return str(LEAF_FIELDS[dotted].metadata.get("help", ""))
+
+
+def field_default(dotted: str) -> Any:
+    """The default value of config field ``dotted`` (a fresh copy for list/dict fields)."""
+    f = LEAF_FIELDS[dotted]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
+
+
+def _flag_help(dotted: str) -> str:
+    default = field_default(dotted)
+    shown = json.dumps(default) if isinstance(default, (list, dict, bool)) or default is None else str(default)
+    return f"{field_help(dotted)} (default: {shown})".replace("%", "%%")  # argparse formats help with %
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """Add one ``--a.b`` flag per RunConfig leaf (raw strings; parsed later by :func:`overrides_from_args`)."""
-    group = parser.add_argument_group("config overrides (every RunConfig field)")
+    """Add one ``--a.b`` flag per RunConfig leaf (raw strings; parsed later by :func:`overrides_from_args`),
+    with the field's help text and default."""
+    group = parser.add_argument_group("config overrides (every RunConfig field; recipe < --config FILE < these flags)")
     for dotted in LEAF_TYPES:
         if dotted in ("recipe", "backend"):
             continue
         flags = [f"--{dotted}"] + [alias for alias, target in ALIASES.items() if target == dotted]
-        group.add_argument(*flags, dest=f"cfg:{dotted}", default=None, metavar="VALUE")
+        group.add_argument(*flags, dest=f"cfg:{dotted}", default=None, metavar="VALUE", help=_flag_help(dotted))
+
+
+def _flatten(values: Mapping[str, Any], where: str, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        dotted = f"{prefix}{key}"
+        if dotted in LEAF_TYPES:
+            if _strip_optional(LEAF_TYPES[dotted]) is float and isinstance(value, str):  # YAML 1.1 reads 1e-5 as a string
+                value = parse_value(dotted, LEAF_TYPES[dotted], value)
+            out[dotted] = value
+        elif any(leaf.startswith(dotted + ".") for leaf in LEAF_TYPES):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{where}: {dotted} must be a mapping of its options, got {value!r}")
+            out.update(_flatten(value, where, dotted + "."))
+        else:
+            siblings = sorted({leaf[len(prefix):].split(".")[0] for leaf in LEAF_TYPES if leaf.startswith(prefix)})
+            raise ConfigError(f"{where}: unknown key {dotted!r}; valid keys{' under ' + repr(prefix[:-1]) if prefix else ''}: {siblings}")
+    return out
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """Dotted overrides from a YAML or JSON config file (nested like ``--print-config``'s output); errors name
+    the file and the key."""
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"--config: {path} is not a file; give a YAML or JSON config (e.g. saved from --print-config)")
+    try:
+        values = yaml.safe_load(file.read_text(encoding="utf-8"))  # JSON is YAML
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else path
+        raise ConfigError(f"{where}: not valid YAML or JSON ({getattr(err, 'problem', None) or err})") from None
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{path}: a config file holds a mapping of options (as printed by --print-config), got {type(values).__name__}")
+    return _flatten(values, path)
 
 
 def overrides_from_args(namespace: argparse.Namespace) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Typed configuration for every component, in one place.
 
-Each dataclass documents its fields where they are defined (field comments are the reference). Every
+Each dataclass documents its fields where they are defined: ``field(metadata={"help": ...})`` is the reference,
+and the text of every dotted flag's ``--help`` (``cli_args.py``). Every
 config validates itself in ``__post_init__`` and raises :class:`ConfigError` naming the field and the fix,
 so a bad recipe or flag fails before any model is built.
 
@@ -11,6 +12,7 @@ Configs are plain dataclasses: ``dataclasses.asdict`` gives the JSON saved with 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, TypeVar
@@ -75,12 +77,12 @@ SAMPLING_PARAM_NAMES = ("temperature", "top_p", "top_k", "min_p", "repetition_pe
 class SamplingParams:
     """Decoding parameters for one generation request (the subset shared by vLLM and transformers)."""
 
-    temperature: float = 1.0  # softmax temperature; > 0 (greedy decoding is not used for RL rollouts)
-    top_p: float = 1.0  # nucleus sampling mass in (0, 1]
-    top_k: int = -1  # keep the k most likely tokens; -1 disables (vLLM convention)
-    min_p: float = 0.0  # drop tokens below min_p * p(max token); 0 disables
-    repetition_penalty: float = 1.0  # >1 penalises tokens already generated; 1 disables
-    max_new_tokens: int = 512  # generation limit per response; a response that hits it is "truncated"
+    temperature: float = field(default=1.0, metadata={"help": "softmax temperature; > 0 (greedy decoding is not used for RL rollouts)"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass in (0, 1]"})
+    top_k: int = field(default=-1, metadata={"help": "keep the k most likely tokens; -1 disables (vLLM convention)"})
+    min_p: float = field(default=0.0, metadata={"help": "drop tokens below min_p * p(max token); 0 disables"})
+    repetition_penalty: float = field(default=1.0, metadata={"help": ">1 penalises tokens already generated; 1 disables"})
+    max_new_tokens: int = field(default=512, metadata={"help": 'generation limit per response; a response that hits it is "truncated"'})
 
     def __post_init__(self) -> None:
         _number(self.temperature, "rollout.temperature", gt=0)
@@ -107,8 +109,8 @@ class SamplingParams:
 class AdvantageConfig:
     """Group baseline / advantage estimator (see ``algorithms/advantages.py`` for the formulas)."""
 
-    estimator: str = "group_norm"  # one of algorithms.advantages.ADVANTAGE_ESTIMATORS
-    eps: float = 1e-9  # added to the group std by group_norm (OpenRLHF 0.11 uses 1e-9)
+    estimator: str = field(default="group_norm", metadata={"help": "one of algorithms.advantages.ADVANTAGE_ESTIMATORS"})
+    eps: float = field(default=1e-9, metadata={"help": "added to the group std by group_norm (OpenRLHF 0.11 uses 1e-9)"})
 
     def __post_init__(self) -> None:
         from adora_openrlhf.algorithms.advantages import ADVANTAGE_ESTIMATORS
@@ -133,14 +135,14 @@ class AdoraConfig:
     ``lambda_att``; ``amplify`` multiplies TAS advantages by ``lambda_amp``. Neutral groups keep weight 1.
     """
 
-    enabled: bool = False  # off = plain estimator output, untouched
-    rule: str = "length"  # group classification rule: one of algorithms.adora.GROUP_RULES ("length", "difficulty")
-    mode: str = "attenuate"  # "attenuate" (TDS *= lambda_att; the reference code) or "amplify" (TAS *= lambda_amp)
-    lambda_att: float = 0.1  # attenuation factor for TDS groups, in (0, 1]
-    lambda_amp: float = 2.0  # amplification factor for TAS groups, >= 1 (paper constant unverified; tune it)
-    tau: float = 0.5  # difficulty rule: TAS when 0 < group accuracy <= tau
-    correct_threshold: float = 0.5  # a response is correct when reward > this (1.0 for the Logic-RL K&K reward)
-    drop_truncated_negatives: bool = True  # length rule: incorrect responses that hit the limit are not counted
+    enabled: bool = field(default=False, metadata={"help": "off = plain estimator output, untouched"})
+    rule: str = field(default="length", metadata={"help": 'group classification rule: one of algorithms.adora.GROUP_RULES ("length", "difficulty")'})
+    mode: str = field(default="attenuate", metadata={"help": '"attenuate" (TDS *= lambda_att; the reference code) or "amplify" (TAS *= lambda_amp)'})
+    lambda_att: float = field(default=0.1, metadata={"help": "attenuation factor for TDS groups, in (0, 1]"})
+    lambda_amp: float = field(default=2.0, metadata={"help": "amplification factor for TAS groups, >= 1 (paper constant unverified; tune it)"})
+    tau: float = field(default=0.5, metadata={"help": "difficulty rule: TAS when 0 < group accuracy <= tau"})
+    correct_threshold: float = field(default=0.5, metadata={"help": "a response is correct when reward > this (1.0 for the Logic-RL K&K reward)"})
+    drop_truncated_negatives: bool = field(default=True, metadata={"help": "length rule: incorrect responses that hit the limit are not counted"})
     edge_policy: str = field(
         default="vlm",
         metadata={
@@ -152,9 +154,9 @@ class AdoraConfig:
         default=None,
         metadata={"help": "length rule: a response of at least this many tokens counts as truncated (the LLM reference: 3900 of 4096); None = only the engine's flag"},
     )
-    length_shaping: bool = False  # reference LLM option: shift correct rewards by length before normalising
-    shaping_beta: float = 0.5  # length shaping magnitude: shift = +-beta * (2u - 1)
-    shaping_p: float = 0.5  # length shaping: hard group if #correct < n*p, easy if #correct >= n*(1-p)
+    length_shaping: bool = field(default=False, metadata={"help": "reference LLM option: shift correct rewards by length before normalising"})
+    shaping_beta: float = field(default=0.5, metadata={"help": "length shaping magnitude: shift = +-beta * (2u - 1)"})
+    shaping_p: float = field(default=0.5, metadata={"help": "length shaping: hard group if #correct < n*p, easy if #correct >= n*(1-p)"})
 
     def __post_init__(self) -> None:
         from adora_openrlhf.algorithms.adora import EDGE_POLICIES, GROUP_RULES
@@ -187,17 +189,17 @@ class AdaptiveSamplingConfig:
     all, which is plain GRPO sampling.
     """
 
-    enabled: bool = False  # False = one round of n_keep responses per prompt (plain GRPO)
-    exit_rule: str = "balance"  # when a prompt retires: one of algorithms.sampling.EXIT_RULES ("balance", "pos")
-    positive_threshold: float = 0.5  # a response is positive when reward > this (Reinforce-Ada: 0.7 for 0/1 rewards)
-    n_keep: int = 4  # responses kept per prompt for training (the group size n)
-    samples_per_round: int = 8  # responses generated per round for each still-active prompt
-    max_rounds: int = 4  # rounds per training step at most
-    max_responses_per_prompt: Optional[int] = None  # hard cap on the pool per prompt per step; None = max_rounds*samples_per_round
-    pool_scope: str = "step"  # baseline pool: "step" (this step's responses) or "history" (every step so far)
-    drop_unfinished: bool = False  # drop prompts that never retired instead of keeping what they have
-    escalation: list[dict[str, Any]] = field(default_factory=list)  # round r>=1 uses escalation[min(r-1, len-1)] over the defaults
-    trigger_after_step: int = 0  # escalation is used only from this training step on (adaGRPO's K)
+    enabled: bool = field(default=False, metadata={"help": "False = one round of n_keep responses per prompt (plain GRPO)"})
+    exit_rule: str = field(default="balance", metadata={"help": 'when a prompt retires: one of algorithms.sampling.EXIT_RULES ("balance", "pos")'})
+    positive_threshold: float = field(default=0.5, metadata={"help": "a response is positive when reward > this (Reinforce-Ada: 0.7 for 0/1 rewards)"})
+    n_keep: int = field(default=4, metadata={"help": "responses kept per prompt for training (the group size n)"})
+    samples_per_round: int = field(default=8, metadata={"help": "responses generated per round for each still-active prompt"})
+    max_rounds: int = field(default=4, metadata={"help": "rounds per training step at most"})
+    max_responses_per_prompt: Optional[int] = field(default=None, metadata={"help": "hard cap on the pool per prompt per step; None = max_rounds*samples_per_round"})
+    pool_scope: str = field(default="step", metadata={"help": 'baseline pool: "step" (this step\'s responses) or "history" (every step so far)'})
+    drop_unfinished: bool = field(default=False, metadata={"help": "drop prompts that never retired instead of keeping what they have"})
+    escalation: list[dict[str, Any]] = field(default_factory=list, metadata={"help": "round r>=1 uses escalation[min(r-1, len-1)] over the defaults"})
+    trigger_after_step: int = field(default=0, metadata={"help": "escalation is used only from this training step on (adaGRPO's K)"})
 
     def __post_init__(self) -> None:
         from adora_openrlhf.algorithms.sampling import EXIT_RULES
@@ -250,13 +252,13 @@ BACKENDS = ("local", "openrlhf")
 class TinyModelConfig:
     """Random-init Qwen2-style causal LM built on the spot when no ``model.path`` is given (local backend)."""
 
-    vocab_size: int = 512  # size of the byte-level BPE tokenizer trained on the task corpus
-    hidden_size: int = 128
-    intermediate_size: int = 384
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    max_position_embeddings: int = 1024
+    vocab_size: int = field(default=512, metadata={"help": "size of the byte-level BPE tokenizer trained on the task corpus"})
+    hidden_size: int = field(default=128, metadata={"help": "tiny LM width"})
+    intermediate_size: int = field(default=384, metadata={"help": "tiny LM MLP width"})
+    num_hidden_layers: int = field(default=4, metadata={"help": "tiny LM transformer blocks"})
+    num_attention_heads: int = field(default=4, metadata={"help": "tiny LM attention heads; must divide hidden_size"})
+    num_key_value_heads: int = field(default=2, metadata={"help": "tiny LM key/value heads (grouped-query attention); must divide num_attention_heads"})
+    max_position_embeddings: int = field(default=1024, metadata={"help": "tiny LM context length in tokens (prompt + response)"})
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
@@ -292,16 +294,24 @@ class TinyVisionConfig:
 class ModelConfig:
     """Policy model: a local Hugging Face checkpoint or the tiny model."""
 
-    path: Optional[str] = None  # local HF causal-LM directory (or hub name on the cluster); None -> tiny model
-    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    path: Optional[str] = field(default=None, metadata={"help": "Hugging Face model: a local directory or a hub name owner/name (loaded with from_pretrained; "
+                                                               "HF_HUB_OFFLINE=1 reads only the local hub cache); None -> tiny model"})
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig, metadata={"help": "the tiny random-init language model (no model.path)"})
     tiny_vision: TinyVisionConfig = field(default_factory=TinyVisionConfig, metadata={"help": "vision tower of the tiny Qwen2.5-VL (data.task geometry, no model.path)"})
-    lora_rank: int = 0  # > 0 trains LoRA adapters (peft) instead of all weights
-    lora_alpha: int = 16
-    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    dtype: str = "float32"  # "float32" | "bfloat16" | "float16"
-    generation_batch_size: int = 64  # local backend: sequences per model.generate call (memory bound)
+    lora_rank: int = field(default=0, metadata={"help": "> 0 trains LoRA adapters (peft) instead of all weights"})
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling numerator: adapters are scaled by lora_alpha / lora_rank"})
+    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+                                           metadata={"help": 'module names that get LoRA adapters, or ["all-linear"] (every linear layer but the output head, as in peft)'})
+    dtype: str = field(default="float32", metadata={"help": '"float32" | "bfloat16" | "float16"'})
+    generation_batch_size: int = field(default=64, metadata={"help": "local backend: sequences per model.generate call (memory bound)"})
+    init_kwargs: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": 'extra from_pretrained arguments for model.path as a JSON object, e.g. {"trust_remote_code": true, "attn_implementation": "sdpa"}'})
+    merge_lora_on_save: bool = field(default=False, metadata={
+        "help": "with LoRA: checkpoints and final_model hold the merged model (a plain checkpoint) instead of the adapters; resume still works"})
 
     def __post_init__(self) -> None:
+        if self.lora_target_modules == "all-linear":  # peft's spelling: one string
+            self.lora_target_modules = ["all-linear"]
         _number(self.generation_batch_size, "model.generation_batch_size", integer=True, ge=1)
         _number(self.lora_rank, "model.lora_rank", integer=True, ge=0)
         _number(self.lora_alpha, "model.lora_alpha", gt=0)
@@ -309,24 +319,34 @@ class ModelConfig:
         _require(isinstance(self.lora_target_modules, list) and all(isinstance(m, str) and m for m in self.lora_target_modules) and (self.lora_rank == 0 or len(self.lora_target_modules) > 0),
                  "model.lora_target_modules", f"must be a non-empty list of module names such as [\"q_proj\", \"v_proj\"], got {self.lora_target_modules!r}")
         _require(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"must be float32, bfloat16 or float16, got {self.dtype!r}")
+        _require(isinstance(self.init_kwargs, Mapping) and all(isinstance(k, str) and k for k in self.init_kwargs), "model.init_kwargs",
+                 f'must be a JSON object of from_pretrained arguments such as {{"trust_remote_code": true}}, got {self.init_kwargs!r}')
+        for key in ("dtype", "torch_dtype", "pretrained_model_name_or_path"):
+            _require(key not in self.init_kwargs, f"model.init_kwargs.{key}", "is set by the run itself" + (" (use model.dtype)" if "dtype" in key else " (use model.path)"))
+        try:
+            json.dumps(self.init_kwargs)
+        except (TypeError, ValueError):
+            raise ConfigError(f"model.init_kwargs: values must be JSON (strings, numbers, booleans, lists, objects), got {self.init_kwargs!r}") from None
+        _require(self.lora_target_modules == ["all-linear"] or "all-linear" not in self.lora_target_modules, "model.lora_target_modules",
+                 '"all-linear" stands alone: give ["all-linear"] or a list of module names')
 
 
 @dataclass
 class DataConfig:
     """Training / evaluation prompts in the one JSONL schema (prompt, label, images, source, meta)."""
 
-    task: str = "kk"  # "kk" | "math" | "geometry": picks the reward and the prompt template
-    train_path: Optional[str] = None  # JSONL file or HF dataset name; None -> generated K&K puzzles (task kk)
-    eval_path: Optional[str] = None  # held-out JSONL; None -> generated K&K puzzles disjoint from training
-    kk_num_people: list[int] = field(default_factory=lambda: [2, 3])  # people per generated puzzle (task kk), cycled: [2, 2, 3] = two 2-person per 3-person
+    task: str = field(default="kk", metadata={"help": '"kk" | "math" | "geometry": picks the reward and the prompt template'})
+    train_path: Optional[str] = field(default=None, metadata={"help": "JSONL file or HF dataset name; None -> generated K&K puzzles (task kk)"})
+    eval_path: Optional[str] = field(default=None, metadata={"help": "held-out JSONL; None -> generated K&K puzzles disjoint from training"})
+    kk_num_people: list[int] = field(default_factory=lambda: [2, 3], metadata={"help": "people per generated puzzle (task kk), cycled: [2, 2, 3] = two 2-person per 3-person"})
     kk_name_pool: int = field(default=26, metadata={"help": "generated K&K puzzles draw their names from the first k of 26 names (a small pool eases copying for a tiny model)"})
     kk_name_order: str = field(default="random", metadata={"help": "generated K&K puzzles list their names in random order or in pool order ('pool': Alice before Bob before Carol)"})
-    num_train: int = 2000  # generated training puzzles
-    num_eval: int = 100  # generated held-out puzzles
-    max_prompt_tokens: int = 512  # prompts longer than this are rejected with their row index
+    num_train: int = field(default=2000, metadata={"help": "generated training puzzles"})
+    num_eval: int = field(default=100, metadata={"help": "generated held-out puzzles"})
+    max_prompt_tokens: int = field(default=512, metadata={"help": "prompts longer than this are rejected with their row index"})
     geo_tasks: list[str] = field(default_factory=lambda: ["count", "most", "larger"], metadata={"help": "task geometry without train_path: question kinds of the generated images (data_prep.geo_synth.TASKS)"})
     geo_levels: list[int] = field(default_factory=lambda: [1, 2, 3, 4], metadata={"help": "task geometry without train_path: difficulty levels 1..4 of the generated images (more shapes, distractors, closer sizes)"})
-    prompt_template: str = "auto"  # local backend: "auto" (chat template if the tokenizer has one, else "compact") | "chat" | "compact"
+    prompt_template: str = field(default="auto", metadata={"help": 'local backend: "auto" (chat template if the tokenizer has one, else "compact") | "chat" | "compact"'})
     kk_parser: str = field(
         default="lenient",
         metadata={"help": "K&K answer parser: 'lenient' (phrasing variants such as 'Name: knight') or 'logic_rl' "
@@ -361,15 +381,15 @@ class DataConfig:
 class PolicyLossConfig:
     """Token-level PPO-clip objective with optional KL to a frozen reference."""
 
-    lr: float = 1e-5  # AdamW learning rate
-    weight_decay: float = 0.0
-    clip_eps_low: float = 0.2  # ratio clipped to [1 - clip_eps_low, 1 + clip_eps_high]
-    clip_eps_high: float = 0.2  # DAPO's clip-higher uses e.g. 0.28
-    kl_coef: float = 0.0  # > 0 adds kl_coef * KL(policy || reference) (k3 estimator) per token
-    max_grad_norm: float = 1.0  # gradient clipping
-    ppo_epochs: int = 1  # passes over each rollout batch
-    micro_batch_size: int = 8  # responses per forward/backward
-    loss_agg: str = "token_mean"  # "token_mean" (DAPO) | "seq_mean_token_mean" (GRPO paper) | "seq_mean_token_sum_norm" (Dr. GRPO)
+    lr: float = field(default=1e-5, metadata={"help": "AdamW learning rate"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    clip_eps_low: float = field(default=0.2, metadata={"help": "ratio clipped to [1 - clip_eps_low, 1 + clip_eps_high]"})
+    clip_eps_high: float = field(default=0.2, metadata={"help": "DAPO's clip-higher uses e.g. 0.28"})
+    kl_coef: float = field(default=0.0, metadata={"help": "> 0 adds kl_coef * KL(policy || reference) (k3 estimator) per token"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
+    ppo_epochs: int = field(default=1, metadata={"help": "passes over each rollout batch"})
+    micro_batch_size: int = field(default=8, metadata={"help": "responses per forward/backward"})
+    loss_agg: str = field(default="token_mean", metadata={"help": '"token_mean" (DAPO) | "seq_mean_token_mean" (GRPO paper) | "seq_mean_token_sum_norm" (Dr. GRPO)'})
 
     def __post_init__(self) -> None:
         _number(self.lr, "train.lr", gt=0)
@@ -430,24 +450,24 @@ class WarmupConfig:
 class RunConfig:
     """One training run: recipe name, backend and every component's config."""
 
-    recipe: str = "kk-tiny"
-    backend: str = "local"  # "local" (embedded, one process) | "openrlhf" (Ray + vLLM + DeepSpeed cluster)
-    seed: int = 0
-    steps: int = 100  # RL steps (each: sample, score, advantages, policy update)
-    prompts_per_step: int = 8  # prompts per RL step (rollout batch)
-    output_dir: str = "runs/kk-tiny"
-    save_every: int = 25  # checkpoint every k steps (0 = only at the end)
-    eval_every: int = 25  # held-out evaluation every k steps (0 = only at start and end)
-    rollout: SamplingParams = field(default_factory=SamplingParams)  # default (round-0) sampling parameters
-    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
-    adora: AdoraConfig = field(default_factory=AdoraConfig)
-    sampling: AdaptiveSamplingConfig = field(default_factory=AdaptiveSamplingConfig)  # n_keep = group size n
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    train: PolicyLossConfig = field(default_factory=PolicyLossConfig)
-    warmup: WarmupConfig = field(default_factory=WarmupConfig)  # local backend: supervised warm-up before RL
-    eval_samples: int = 1  # held-out evaluation: sampled responses per puzzle (rollout parameters) besides the greedy one; 0 = greedy only
-    extra: dict[str, Any] = field(default_factory=dict)  # backend-specific options (e.g. OpenRLHF pass-through flags)
+    recipe: str = field(default="kk-tiny", metadata={"help": "named preset this config was built from (adora_openrlhf.recipes.RECIPES)"})
+    backend: str = field(default="local", metadata={"help": '"local" (embedded, one process) | "openrlhf" (Ray + vLLM + DeepSpeed cluster)'})
+    seed: int = field(default=0, metadata={"help": "seed of data order, model init, sampling and evaluation; in [0, 2**32)"})
+    steps: int = field(default=100, metadata={"help": "RL steps (each: sample, score, advantages, policy update)"})
+    prompts_per_step: int = field(default=8, metadata={"help": "prompts per RL step (rollout batch)"})
+    output_dir: str = field(default="runs/kk-tiny", metadata={"help": "run directory: config, metrics, checkpoints, final model"})
+    save_every: int = field(default=25, metadata={"help": "checkpoint every k steps (0 = only at the end)"})
+    eval_every: int = field(default=25, metadata={"help": "held-out evaluation every k steps (0 = only at start and end)"})
+    rollout: SamplingParams = field(default_factory=SamplingParams, metadata={"help": "default (round-0) sampling parameters"})
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig, metadata={"help": "group baseline (advantage estimator)"})
+    adora: AdoraConfig = field(default_factory=AdoraConfig, metadata={"help": "ADORA advantage reweighting"})
+    sampling: AdaptiveSamplingConfig = field(default_factory=AdaptiveSamplingConfig, metadata={"help": "n_keep = group size n"})
+    model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "policy model"})
+    data: DataConfig = field(default_factory=DataConfig, metadata={"help": "training and held-out prompts"})
+    train: PolicyLossConfig = field(default_factory=PolicyLossConfig, metadata={"help": "policy loss and optimiser"})
+    warmup: WarmupConfig = field(default_factory=WarmupConfig, metadata={"help": "local backend: supervised warm-up before RL"})
+    eval_samples: int = field(default=1, metadata={"help": "held-out evaluation: sampled responses per puzzle (rollout parameters) besides the greedy one; 0 = greedy only"})
+    extra: dict[str, Any] = field(default_factory=dict, metadata={"help": "backend-specific options (e.g. OpenRLHF pass-through flags)"})
     max_missing_reward_fraction: float = field(
         default=0.01,
         metadata={

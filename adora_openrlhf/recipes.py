@@ -168,6 +168,7 @@ _KK_7B = {
     "prompts_per_step": 64,
     "save_every": 10,
     "eval_every": 10,
+    "eval_samples": 4,  # --eval.n_samples_per_prompt (OpenRLHF's default) at --eval.temperature
     "rollout": {"temperature": 1.0, "max_new_tokens": 2048},
     "advantage": {"estimator": "group_norm"},
     # edge groups as the LLM reference (verl code); its 3900-of-4096 truncation cut is not carried over to the
@@ -227,6 +228,7 @@ _DAPO = {
     "prompts_per_step": 256,
     "save_every": 50,
     "eval_every": 50,
+    "eval_samples": 0,  # greedy validation (--eval.n_samples_per_prompt 1 --eval.temperature 0, as in extra below)
     "rollout": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 4096},
     "advantage": {"estimator": "dr_grpo"},
     # edge groups and truncation cut (3900 of 4096 tokens) as the LLM reference (verl code)
@@ -307,6 +309,7 @@ _GEO3K = {
     "prompts_per_step": 128,
     "save_every": 50,
     "eval_every": 25,
+    "eval_samples": 4,  # --eval.n_samples_per_prompt (OpenRLHF's default) at --eval.temperature
     "rollout": {"temperature": 1.0, "max_new_tokens": 4096},
     "advantage": {"estimator": "group_norm"},
     # edge_policy "vlm" (the VLM reference) matters only if --adora.rule length is chosen

@@ -1,6 +1,7 @@
-"""``python -m adora_openrlhf.train --recipe NAME [--backend local|openrlhf] [--a.b VALUE ...]``.
+"""``python -m adora_openrlhf.train --recipe NAME [--config FILE] [--backend local|openrlhf] [--a.b VALUE ...]``.
 
-Builds the run's :class:`RunConfig` from the recipe and the dotted overrides, then hands it to a backend:
+Builds the run's :class:`RunConfig` from the recipe, the config file and the dotted overrides (later ones
+win), then hands it to a backend:
 
 - ``local`` (default for the CPU recipes: ``kk-testbed``, the default recipe, ``kk-tiny``, ``geo-tiny``): the embedded single-process trainer;
 - ``openrlhf``: builds OpenRLHF's argument namespace and launches its Ray PPO/GRPO entry with our classes;
@@ -13,7 +14,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from adora_openrlhf.cli_args import add_config_flags, format_config, overrides_from_args
+from adora_openrlhf.cli_args import add_config_flags, format_config, load_config_file, overrides_from_args
 from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli
 from adora_openrlhf.config import BACKENDS, ConfigError
 from adora_openrlhf.recipes import RECIPES, build_run_config, get_recipe
@@ -25,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="GRPO/PPO with ADORA advantage reweighting and adaptive multi-round sampling.",
         allow_abbrev=False,
     )
-    parser.add_argument("--recipe", default="kk-testbed", help=f"named preset; one of {sorted(RECIPES)}")
+    parser.add_argument("--recipe", default=None, help=f"named preset (default: the --config file's recipe, else kk-testbed); one of {sorted(RECIPES)}")
+    parser.add_argument("--config", default=None, metavar="FILE", help="YAML or JSON config (e.g. saved --print-config output) applied over the recipe; flags win over it")
     parser.add_argument("--backend", default=None, choices=BACKENDS, help="engine (default: the recipe's first backend)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
     parser.add_argument("--overwrite", action="store_true", help="start a new run in an output_dir that holds a previous run's checkpoints, replacing it")
@@ -58,8 +60,10 @@ def _main(argv: Sequence[str], state: dict[str, str]) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     try:
+        from_file = load_config_file(args.config) if args.config is not None else {}
+        args.recipe = args.recipe or from_file.get("recipe") or "kk-testbed"
         recipe = get_recipe(args.recipe)
-        overrides = overrides_from_args(args)
+        overrides = {**from_file, "recipe": args.recipe, **overrides_from_args(args)}  # recipe < file < flags
         if args.backend is not None:
             overrides["backend"] = args.backend
         cfg = build_run_config(args.recipe, overrides)

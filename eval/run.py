@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from tqdm.auto import tqdm
 
 from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
+from adora_openrlhf.backends.local.model_source import check_model_source
 from eval.benchmarks import Benchmark, get_benchmark, load_located_rows, row_file
 from eval.generation import DTYPES, GENERATORS, EvalSampling, Generator, parse_engine_args, pick_engine, resolve_dtype
 from eval.metrics import markdown_table, score_records
@@ -219,7 +220,7 @@ def parse_bench_files(items: Optional[Sequence[str]]) -> dict[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m eval.run", description="avg@k and pass@k on AIME/AMC/MATH500/MathVista/K&K.")
-    parser.add_argument("--model", required=True, help="local model directory (Hugging Face format) or hub name on GPU nodes")
+    parser.add_argument("--model", required=True, help="local model directory (Hugging Face format, e.g. a training step directory) or hub name owner/name (with HF_HUB_OFFLINE=1: from the hub cache)")
     parser.add_argument("--bench", default="kk", help="comma-separated: kk,aime24,aime25,amc23,math500,mathvista,geo_synth")
     parser.add_argument("--k", type=int, default=8, help="samples per problem (avg@k, pass@1..k)")
     parser.add_argument("--out", required=True, help="output directory (samples.jsonl, eval_config.json, report.json, report.md)")
@@ -291,6 +292,7 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
         raise ValueError(f"--vllm-arg: only used by the vLLM engine, but the engine is {engine!r}; drop it or pass --engine vllm")
     if Path(args.model).is_dir() and not (Path(args.model) / "config.json").exists():
         raise ValueError(f"--model: {args.model} has no config.json; give a model directory in Hugging Face format")
+    check_model_source(args.model, "--model")  # a hub name: in the hub cache (HF_HUB_OFFLINE=1) or on the hub
     out_dir = Path(args.out)
     out["dir"] = str(out_dir)
     check_output_dir(out_dir, "--out")

@@ -192,7 +192,7 @@ def test_train_bad_model_and_checkpoint(tmp_path, capsys):
         assert_one_line(capsys.readouterr().err, f"model.path: '{path}' cannot be loaded")
     broken = tmp_path / "run" / "checkpoints" / "step_000001"
     broken.mkdir(parents=True)
-    (broken / "model.pt").write_bytes(b"torn")
+    (broken / "model.safetensors").write_bytes(b"torn")
     before = snapshot(tmp_path)
     assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--resume", *FAST]) == 2
     assert_one_line(capsys.readouterr().err, f"--resume: checkpoint '{broken}' cannot be loaded")

@@ -76,3 +76,112 @@ def test_cli_errors_name_the_field(argv, message, capsys):
         main(argv + ["--print-config"])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+# ---- --help, --config FILE ---------------------------------------------------------------------------------
+
+from adora_openrlhf.cli_args import LEAF_FIELDS, field_help, load_config_file  # noqa: E402
+
+
+def test_every_field_has_help_and_appears_in_help_output(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    text, packed = " ".join(out.split()), "".join(out.split())  # argparse wraps lines (also after hyphens)
+    missing_help = [dotted for dotted in LEAF_FIELDS if not field_help(dotted).strip()]
+    assert missing_help == []
+    for dotted in LEAF_FIELDS:
+        if dotted in ("recipe", "backend"):  # --recipe and --backend are flags of their own
+            continue
+        assert f"--{dotted} VALUE" in text, dotted
+        assert "".join(field_help(dotted).split()) in packed, dotted
+    assert "--train.lrVALUE,--lrVALUEAdamWlearningrate(default:1e-05)" in packed  # with its alias
+    assert '(default:["q_proj","k_proj","v_proj","o_proj"])' in packed
+
+
+def test_config_range_checks_still_apply_to_help_fields():
+    with pytest.raises(ConfigError, match=r"adora.lambda_att: must be a finite number > 0 and <= 1, got 7"):
+        build_run_config("kk-tiny", {"adora.lambda_att": 7})
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_print_config_round_trips_through_config_file(tmp_path, capsys, suffix):
+    """--print-config output is a config file: loading it with --config resolves to the same config."""
+    argv = ["--recipe", "kk-tiny-adora", "--adora.lambda_att", "0.25", "--sampling.escalation", '[{"temperature": 1.3}]', "--steps", "7"]
+    assert main(argv + ["--print-config"]) == 0
+    printed = capsys.readouterr().out
+    file = tmp_path / f"run{suffix}"
+    if suffix == ".yaml":
+        import yaml
+
+        file.write_text(yaml.safe_dump(json.loads(printed)))
+    else:
+        file.write_text(printed)
+    assert main(["--config", str(file), "--print-config"]) == 0  # the file's recipe is the base
+    again = capsys.readouterr().out
+    assert json.loads(again) == json.loads(printed)
+    assert json.loads(again)["recipe"] == "kk-tiny-adora" and json.loads(again)["adora"]["lambda_att"] == 0.25
+
+
+def test_config_file_sits_between_recipe_and_flags(tmp_path, capsys):
+    file = tmp_path / "partial.yaml"
+    file.write_text("steps: 3\nadora:\n  enabled: true\n  lambda_att: 0.5\ntrain:\n  lr: 2e-3\n")  # YAML 1.1 reads 2e-3 as a string
+    assert main(["--recipe", "kk-tiny", "--config", str(file), "--train.lr", "0.004", "--print-config"]) == 0
+    cfg = json.loads(capsys.readouterr().out)
+    recipe = build_run_config("kk-tiny")
+    assert cfg["steps"] == 3 and cfg["adora"]["enabled"] is True and cfg["adora"]["lambda_att"] == 0.5  # file over recipe
+    assert cfg["train"]["lr"] == 0.004  # flag over file
+    assert cfg["sampling"] == recipe.to_dict()["sampling"]  # recipe where the file says nothing
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("adora:\n  lamda_att: 0.5\n", "unknown key 'adora.lamda_att'; valid keys under 'adora':"),
+        ("stepz: 3\n", "unknown key 'stepz'"),
+        ("adora: 3\n", "adora must be a mapping"),
+        ("- 1\n- 2\n", "a config file holds a mapping"),
+        ("adora: {enabled: [\n", "not valid YAML or JSON"),
+    ],
+)
+def test_config_file_errors_name_the_key(tmp_path, capsys, text, message):
+    file = tmp_path / "bad.yaml"
+    file.write_text(text)
+    with pytest.raises(SystemExit) as exc:
+        main(["--config", str(file), "--print-config"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and str(file) in err and len(err.strip().splitlines()) == 1
+
+
+def test_config_file_missing(capsys):
+    with pytest.raises(SystemExit):
+        main(["--config", "/nonexistent/run.yaml", "--print-config"])
+    assert "--config: /nonexistent/run.yaml is not a file" in capsys.readouterr().err
+
+
+def test_list_of_names_flag_takes_comma_list_and_all_linear():
+    assert parse_value("model.lora_target_modules", LEAF_TYPES["model.lora_target_modules"], "q_proj,v_proj") == ["q_proj", "v_proj"]
+    assert parse_value("model.lora_target_modules", LEAF_TYPES["model.lora_target_modules"], "all-linear") == ["all-linear"]
+    assert build_run_config("kk-tiny", {"model.lora_target_modules": "all-linear"}).model.lora_target_modules == ["all-linear"]
+    with pytest.raises(ConfigError, match="all-linear"):
+        build_run_config("kk-tiny", {"model.lora_target_modules": ["all-linear", "q_proj"]})
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("[1, 2]", "model.init_kwargs"),
+        ('{"torch_dtype": "bfloat16"}', "model.init_kwargs.torch_dtype: is set by the run itself (use model.dtype)"),
+        ("{not json", "--model.init_kwargs: cannot parse"),
+    ],
+)
+def test_init_kwargs_is_validated_as_a_json_object(value, message, capsys):
+    with pytest.raises(SystemExit):
+        main(["--model.init_kwargs", value, "--print-config"])
+    assert message in capsys.readouterr().err
+
+
+def test_init_kwargs_parses():
+    cfg = build_run_config("kk-tiny", {"model.init_kwargs": parse_value("model.init_kwargs", LEAF_TYPES["model.init_kwargs"], '{"trust_remote_code": true}')})
+    assert cfg.model.init_kwargs == {"trust_remote_code": True}

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from adora_openrlhf.backends.local.checkpoint import latest_checkpoint
 from adora_openrlhf.backends.local.trainer import train
@@ -45,7 +46,7 @@ def _records(out):
 
 
 def _final_weights(out):
-    return torch.load(latest_checkpoint(out) / "model.pt", weights_only=True)
+    return load_file(latest_checkpoint(out) / "model.safetensors")
 
 
 def _check_run(tmp_path, cfg):
@@ -63,7 +64,7 @@ def _check_run(tmp_path, cfg):
     assert "eval/greedy_accuracy" in records[0] and "eval/greedy_accuracy" in steps[-1]
     assert min(r["advantage/zero_signal_fraction"] for r in steps) < 1.0, "no group had a learning signal"
     # parameters changed between the post-warm-up checkpoint and the end
-    start = torch.load(out / "checkpoints" / "step_000000" / "model.pt", weights_only=True)
+    start = load_file(out / "checkpoints" / "step_000000" / "model.safetensors")
     end = _final_weights(out)
     assert any(not torch.equal(start[k], end[k]) for k in start)
     assert (out / "config.json").exists() and (out / "reward_curve.png").stat().st_size > 0
@@ -181,6 +182,6 @@ def test_local_checkpoint_with_lora_and_chat_template(tmp_path):
     out = tmp_path / "run"
     records = _records(out)
     assert [r["step"] for r in records] == [0, 1, 2] and all(math.isfinite(r["train/loss"]) for r in records[1:])
-    start = torch.load(out / "checkpoints" / "step_000000" / "model.pt", weights_only=True)
+    start = load_file(out / "checkpoints" / "step_000000" / "adapter_model.safetensors")
     assert any("lora_" in k for k in start)
     assert (out / "final_model" / "adapter_config.json").exists()

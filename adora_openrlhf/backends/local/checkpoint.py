@@ -1,7 +1,15 @@
-"""Checkpoints: everything ``--resume`` needs to continue at the same step with the same data order.
+"""Checkpoints: every step directory is a Hugging Face model directory, plus what ``--resume`` needs.
 
-Layout: ``output_dir/checkpoints/step_000020/`` with ``model.pt`` (policy state dict), ``optimizer.pt``,
-``state.pt`` (step, data position, sampler state, Python/NumPy/torch RNG states) and ``tokenizer/``.
+Layout of ``output_dir/checkpoints/step_000020/``:
+
+- the policy as ``save_pretrained`` writes it (``config.json``, ``model.safetensors``, ``generation_config.json``),
+  so ``from_pretrained``, ``eval.run`` and vLLM load the directory as it is. With LoRA: peft's adapter files
+  (``adapter_config.json``, ``adapter_model.safetensors``; ``from_pretrained`` with peft installed loads them over
+  the base model they name), or with ``model.merge_lora_on_save`` the merged model, a plain checkpoint;
+- the tokenizer's files (the processor's, for vision-language policies) in the same directory;
+- ``trainer_state/``: ``optimizer.pt``, ``state.pt`` (step, data position, sampler state, Python/NumPy/torch RNG
+  states) and, for a merged LoRA save, ``adapter/`` (the adapters, which a resumed run keeps training).
+
 A checkpoint is written into ``step_000020.tmp`` and renamed when complete, so an interrupted save never
 leaves a half-written checkpoint that resume would pick up. The step-0 checkpoint (right after the warm-up)
 is always kept: it is the KL reference on resume; of the others the newest ``keep_last`` are kept.
@@ -9,6 +17,7 @@ is always kept: it is the KL reference on resume; of the others the newest ``kee
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import re
@@ -21,6 +30,8 @@ import numpy as np
 import torch
 
 _STEP_DIR = re.compile(r"^step_(\d{6})$")
+STATE_DIR = "trainer_state"  # optimizer / RNG / sampler / trainer state beside the model files
+ADAPTER_DIR = "adapter"  # under STATE_DIR: the LoRA adapters of a merged save
 
 
 @dataclass
@@ -63,8 +74,25 @@ def latest_checkpoint(output_dir: str | Path) -> Optional[Path]:
     return found[-1][1] if found else None
 
 
-def save_checkpoint(output_dir: str | Path, model, optimizer, tokenizer, state: TrainerState, keep_last: int = 3) -> Path:
-    """Write the checkpoint of ``state.step`` atomically; prune old ones (step 0 is kept)."""
+def is_lora(model) -> bool:
+    """True for a peft model (LoRA adapters over a base model)."""
+    return hasattr(model, "peft_config")
+
+
+def export_model(model, directory: str | Path, merge_lora: bool = False) -> None:
+    """``save_pretrained`` of the policy into ``directory`` (safetensors). A LoRA policy writes its adapters, or
+    with ``merge_lora`` a merged copy (W + alpha/r * B A per adapted layer) as a plain model; ``model`` itself is
+    never changed."""
+    if is_lora(model) and merge_lora:
+        copy.deepcopy(model).merge_and_unload().save_pretrained(str(directory))
+    else:
+        model.save_pretrained(str(directory))
+
+
+def save_checkpoint(output_dir: str | Path, model, optimizer, tokenizer, state: TrainerState, keep_last: int = 3,
+                    merge_lora: bool = False) -> Path:
+    """Write the checkpoint of ``state.step`` atomically (layout in the module docstring); prune old ones (step 0
+    is kept). ``tokenizer`` is the tokenizer or, for vision-language policies, the processor."""
     root = checkpoint_dir(output_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{state.step:06d}"
@@ -72,10 +100,14 @@ def save_checkpoint(output_dir: str | Path, model, optimizer, tokenizer, state: 
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    torch.save(model.state_dict(), tmp / "model.pt")
-    torch.save(optimizer.state_dict() if optimizer is not None else {}, tmp / "optimizer.pt")
-    torch.save({"step": state.step, "data_position": state.data_position, "sampler": state.sampler, "rng": state.rng}, tmp / "state.pt")
-    tokenizer.save_pretrained(str(tmp / "tokenizer"))
+    export_model(model, tmp, merge_lora)
+    tokenizer.save_pretrained(str(tmp))
+    trainer_state = tmp / STATE_DIR
+    trainer_state.mkdir()
+    if is_lora(model) and merge_lora:
+        model.save_pretrained(str(trainer_state / ADAPTER_DIR))
+    torch.save(optimizer.state_dict() if optimizer is not None else {}, trainer_state / "optimizer.pt")
+    torch.save({"step": state.step, "data_position": state.data_position, "sampler": state.sampler, "rng": state.rng}, trainer_state / "state.pt")
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -85,13 +117,36 @@ def save_checkpoint(output_dir: str | Path, model, optimizer, tokenizer, state: 
     return final
 
 
-def load_checkpoint(path: str | Path, model, optimizer=None) -> TrainerState:
-    """Load model (and optimizer) weights from checkpoint ``path``; return its :class:`TrainerState`."""
+def check_layout(path: str | Path) -> None:
+    """ConfigError naming ``--resume`` when ``path`` is a checkpoint of the earlier layout (``model.pt``, no model
+    files), which this version does not load."""
+    from adora_openrlhf.config import ConfigError
+
     path = Path(path)
-    model.load_state_dict(torch.load(path / "model.pt", map_location=next(model.parameters()).device, weights_only=True))
+    if (path / "model.pt").exists() and not (path / STATE_DIR).exists():
+        raise ConfigError(f"--resume: checkpoint {str(path)!r} has the earlier layout (model.pt); this version resumes from "
+                          "step directories in the Hugging Face layout: start a new run (--overwrite) or resume with the version that wrote it")
+
+
+def load_lora_adapters(path: str | Path, model) -> None:
+    """Load the LoRA adapter weights of checkpoint ``path`` into the peft ``model`` (same rank and targets)."""
+    from peft.utils import load_peft_weights, set_peft_model_state_dict
+
+    path = Path(path)
+    adapters = path if (path / "adapter_config.json").exists() else path / STATE_DIR / ADAPTER_DIR
+    if not (adapters / "adapter_config.json").exists():
+        raise FileNotFoundError(f"no LoRA adapters in {path} (adapter_config.json); was it saved by a run without LoRA?")
+    result = set_peft_model_state_dict(model, load_peft_weights(str(adapters), device=str(next(model.parameters()).device)))
+    if result.unexpected_keys:
+        raise ValueError(f"the adapters in {adapters} do not fit this model (e.g. {result.unexpected_keys[:3]}); use the run's model.lora_* settings")
+
+
+def load_trainer_state(path: str | Path, optimizer=None) -> TrainerState:
+    """The :class:`TrainerState` of checkpoint ``path``; loads the optimizer state into ``optimizer`` when given."""
+    state_dir = Path(path) / STATE_DIR
     if optimizer is not None:
-        saved = torch.load(path / "optimizer.pt", weights_only=False)
+        saved = torch.load(state_dir / "optimizer.pt", weights_only=False)
         if saved:
             optimizer.load_state_dict(saved)
-    raw = torch.load(path / "state.pt", weights_only=False)
+    raw = torch.load(state_dir / "state.pt", weights_only=False)
     return TrainerState(step=raw["step"], data_position=raw["data_position"], sampler=raw["sampler"], rng=raw["rng"])

@@ -1,14 +1,14 @@
 """Policy model for the local backend: the tiny random-init Qwen2-style LM, a local checkpoint, LoRA.
 
 ``build_tiny_model`` makes a ``transformers.Qwen2ForCausalLM`` from :class:`TinyModelConfig` (random
-init, seeded), sized to the run's tokenizer. ``load_pretrained`` loads any local Hugging Face causal LM
-directory with ``AutoModelForCausalLM.from_pretrained``. ``apply_lora`` wraps a model in peft LoRA
+init, seeded), sized to the run's tokenizer. ``load_pretrained`` loads any Hugging Face causal LM, local
+directory or hub name (``model_source.py``), with ``AutoModelForCausalLM.from_pretrained``. ``apply_lora`` wraps a model in peft LoRA
 adapters when ``model.lora_rank > 0`` (only the adapters are trained).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -51,29 +51,30 @@ def build_tiny_model(cfg: TinyModelConfig, tokenizer, seed: int):
     return model
 
 
-def load_pretrained(path: str, dtype: str = "float32"):
-    """A local Hugging Face causal LM (directory with config.json and weights)."""
+def load_pretrained(path: str, dtype: str = "float32", init_kwargs: Optional[dict] = None, option: str = "model.path"):
+    """A Hugging Face causal LM: a local directory (config.json and weights) or a hub name ``owner/name``
+    (hub cache, or the hub unless ``HF_HUB_OFFLINE=1``), with ``init_kwargs`` passed to ``from_pretrained``."""
     from transformers import AutoModelForCausalLM
 
-    if not Path(path).exists():
-        raise ConfigError(
-            f"model.path: {path!r} does not exist; the local backend loads a local checkpoint directory "
-            "(download it first, e.g. with `huggingface-cli download`), or leave --model unset for the tiny model"
-        )
-    return AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+    from adora_openrlhf.backends.local.model_source import check_model_source
+
+    check_model_source(path, option, init_kwargs)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], **(init_kwargs or {}))
 
 
 def apply_lora(model, cfg: ModelConfig):
-    """Wrap ``model`` in LoRA adapters (peft) when ``cfg.lora_rank > 0``; otherwise return it unchanged."""
+    """Wrap ``model`` in LoRA adapters (peft) when ``cfg.lora_rank > 0``; otherwise return it unchanged.
+    ``["all-linear"]`` adapts every linear layer but the output head (peft's ``target_modules="all-linear"``)."""
     if cfg.lora_rank <= 0:
         return model
     from peft import LoraConfig, get_peft_model
 
+    targets: str | list[str] = "all-linear" if cfg.lora_target_modules == ["all-linear"] else list(cfg.lora_target_modules)
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    missing = [m for m in cfg.lora_target_modules if m not in names]
+    missing = [m for m in cfg.lora_target_modules if m not in names and targets != "all-linear"]
     if missing:
         raise ConfigError(f"model.lora_target_modules: {missing} are not modules of this model; some of its modules: {sorted(names)[:20]}")
-    lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=list(cfg.lora_target_modules), task_type="CAUSAL_LM")
+    lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=targets, task_type="CAUSAL_LM")
     return get_peft_model(model, lora)
 
 

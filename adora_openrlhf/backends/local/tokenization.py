@@ -51,11 +51,14 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int):
     return tokenizer
 
 
-def load_tokenizer(path: str):
-    """A saved tokenizer (the run's own, or a local Hugging Face checkpoint's); sets a pad token if missing."""
+def load_tokenizer(path: str, init_kwargs=None):
+    """A saved tokenizer (the run's own, or a Hugging Face checkpoint's: local directory or hub name); sets a pad
+    token if missing. ``init_kwargs``: ``model.init_kwargs``, of which the file-selecting ones apply."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    from adora_openrlhf.backends.local.model_source import loader_kwargs
+
+    tokenizer = AutoTokenizer.from_pretrained(path, **loader_kwargs(init_kwargs))
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"model.path: the tokenizer at {path!r} has neither a pad nor an eos token; add one to its tokenizer_config.json")

@@ -2,7 +2,7 @@
 
 Setup: rows (generated K&K puzzles, generated images for task ``geometry``, or JSONL files), tokenizer (trained
 on the corpus for the tiny model, or the checkpoint's own; vision tasks add the processor, ``vlm.py``), policy
-(tiny random-init Qwen2-style LM, tiny Qwen2.5-VL for vision tasks, or ``--model PATH``, optional LoRA),
+(tiny random-init Qwen2-style LM, tiny Qwen2.5-VL for vision tasks, or ``--model PATH|owner/name``, optional LoRA),
 supervised warm-up, held-out evaluation at step 0, checkpoint ``step_000000``.
 
 Each RL step:
@@ -22,7 +22,6 @@ At the end: reward-curve PNG, ``summary.json`` and the final model in ``final_mo
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import random
@@ -42,10 +41,12 @@ from adora_openrlhf.backends.local.data import batch_indices, load_rows, row_key
 from adora_openrlhf.backends.local.evaluate import evaluate
 from adora_openrlhf.backends.local.metrics import MetricsLogger, plot_reward_curve
 from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model, count_parameters, load_pretrained, pick_device
+from adora_openrlhf.backends.local.model_source import check_model_source
 from adora_openrlhf.backends.local.rollout import RolloutEngine, encode_prompts, make_reward_fns
 from adora_openrlhf.backends.local.sft import demonstration_for, style_fractions, supervised_warmup, warmup_styles
 from adora_openrlhf.backends.local.tokenization import load_tokenizer, render_prompt, train_bpe_tokenizer
 from adora_openrlhf.backends.local.update import pack, policy_update
+from adora_openrlhf.backends.support import check_backend_fields
 from adora_openrlhf.cli_args import format_config
 from adora_openrlhf.config import ConfigError, RunConfig
 
@@ -53,17 +54,14 @@ from adora_openrlhf.config import ConfigError, RunConfig
 def _check_runnable(cfg: RunConfig) -> None:
     if cfg.backend != "local":
         raise ConfigError(f"backend: the local trainer runs backend 'local', got {cfg.backend!r}")
-    if cfg.data.task == "geometry" and cfg.model.path is not None and Path(cfg.model.path).exists():
-        from adora_openrlhf.backends.local.vlm import is_vlm_checkpoint
-
-        if not is_vlm_checkpoint(cfg.model.path):
+    check_backend_fields(cfg)  # fields the local backend cannot honour (backends/support.py)
+    if cfg.model.path is not None:  # a local directory or a hub name (hub cache when HF_HUB_OFFLINE=1)
+        check_model_source(cfg.model.path, "model.path", cfg.model.init_kwargs)
+        local = Path(cfg.model.path)
+        readable = (local / "config.json").is_file() or not local.exists()  # else the loader names what is wrong
+        if cfg.data.task == "geometry" and readable and not vlm.is_vlm_checkpoint(cfg.model.path, cfg.model.init_kwargs):
             raise ConfigError(f"model.path: data.task 'geometry' needs a vision-language checkpoint (config.json with a vision_config), "
                               f"{cfg.model.path!r} has none")
-    if cfg.model.path is not None and not Path(cfg.model.path).exists():
-        raise ConfigError(
-            f"model.path: {cfg.model.path!r} does not exist; the local backend loads a local checkpoint directory "
-            "(download it first, e.g. with `huggingface-cli download`), or leave --model unset for the tiny model"
-        )
 
 
 def _seed_everything(seed: int) -> None:
@@ -75,12 +73,12 @@ def _seed_everything(seed: int) -> None:
 def _build_tokenizer(cfg: RunConfig, train_rows, resume_from: Path | None):
     """(tokenizer, processor): the processor (tokenizer + image processor, saved in its place) for vision tasks, else None."""
     vision = cfg.data.task == "geometry"
-    if resume_from is not None or cfg.model.path is not None:
-        path = str(resume_from / "tokenizer") if resume_from is not None else cfg.model.path
+    if resume_from is not None or cfg.model.path is not None:  # a checkpoint directory holds its tokenizer's files
+        path, kwargs = (str(resume_from), None) if resume_from is not None else (cfg.model.path, cfg.model.init_kwargs)
         if vision:
-            processor = vlm.load_processor(path)
+            processor = vlm.load_processor(path, kwargs)
             return processor.tokenizer, processor
-        return load_tokenizer(path), None
+        return load_tokenizer(path, kwargs), None
     template = "compact" if cfg.data.prompt_template == "auto" else cfg.data.prompt_template
     corpus = [render_prompt(r.prompt, None, template).replace(vlm.IMAGE_TAG, "") for r in train_rows]
     rng = random.Random(f"tokenizer-corpus:{cfg.seed}")
@@ -89,15 +87,23 @@ def _build_tokenizer(cfg: RunConfig, train_rows, resume_from: Path | None):
     return tokenizer, (vlm.build_tiny_processor(tokenizer, cfg.model.tiny_vision) if vision else None)
 
 
-def _build_model(cfg: RunConfig, tokenizer, device):
+def _build_model(cfg: RunConfig, tokenizer, device, checkpoint: Path | None = None):
+    """The policy: ``model.path`` or the tiny model (+ LoRA); with ``checkpoint`` (a step directory) the policy
+    saved there: its model files, or for LoRA the same base with the saved adapters."""
     vision = cfg.data.task == "geometry"
+    if checkpoint is not None and cfg.model.lora_rank == 0:
+        dtype = cfg.model.dtype if cfg.model.path is not None else "float32"  # the tiny model is built in float32
+        return (vlm.load_vlm if vision else load_pretrained)(str(checkpoint), dtype, cfg.model.init_kwargs).to(device)
     if cfg.model.path is not None:
-        model = (vlm.load_vlm if vision else load_pretrained)(cfg.model.path, cfg.model.dtype)
+        model = (vlm.load_vlm if vision else load_pretrained)(cfg.model.path, cfg.model.dtype, cfg.model.init_kwargs)
     elif vision:
         model = vlm.build_tiny_vlm(cfg.model.tiny, cfg.model.tiny_vision, tokenizer, cfg.seed)
     else:
         model = build_tiny_model(cfg.model.tiny, tokenizer, cfg.seed)
-    return apply_lora(model, cfg.model).to(device)
+    model = apply_lora(model, cfg.model)
+    if checkpoint is not None:
+        ckpt.load_lora_adapters(checkpoint, model)
+    return model.to(device)
 
 
 def _encode(cfg: RunConfig, tokenizer, rows, where: str, processor=None):
@@ -122,7 +128,7 @@ def warm_start(cfg: RunConfig, out_dir: str | Path) -> Path:
     ids, extras = _encode(cfg, tokenizer, train_rows, "train", processor)
     supervised_warmup(model, tokenizer, ids, train_rows, cfg.warmup, cfg.seed, cfg.train.micro_batch_size, extras)
     out = Path(out_dir)
-    model.save_pretrained(str(out))
+    ckpt.export_model(model, out, cfg.model.merge_lora_on_save)
     (processor or tokenizer).save_pretrained(str(out))
     return out
 
@@ -159,6 +165,8 @@ def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict
     out = Path(cfg.output_dir)
     rundir.check_output_dir(out)
     resume_from = rundir.check_previous_run(out, cfg, resume, overwrite)
+    if resume_from is not None:
+        ckpt.check_layout(resume_from)
     _seed_everything(cfg.seed)
     device = pick_device()
 
@@ -166,7 +174,7 @@ def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict
     train_rows, eval_rows = load_rows(cfg.data, cfg.seed)
     try:
         tokenizer, processor = _build_tokenizer(cfg, train_rows, resume_from)
-        model = _build_model(cfg, tokenizer, device)
+        model = _build_model(cfg, tokenizer, device, resume_from)
     except ConfigError:
         raise
     except (OSError, ValueError) as err:  # not a loadable model or tokenizer: name the option, one line
@@ -215,7 +223,7 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
     # ---- warm-up or resume ------------------------------------------------------------------------------
     if resume_from is not None:
         try:
-            state = ckpt.load_checkpoint(resume_from, model, optimizer)
+            state = ckpt.load_trainer_state(resume_from, optimizer)
         except (OSError, RuntimeError, EOFError, KeyError, ValueError) as err:
             raise ConfigError(f"--resume: checkpoint {str(resume_from)!r} is unreadable ({type(err).__name__}: "
                               f"{' '.join(str(err).split())[:160]}); move it away to resume from the one before") from None
@@ -233,12 +241,13 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
             warm.update({"warmup/first_loss": losses[0], "warmup/final_loss": float(np.mean(losses[-10:]))})
         start_step, position = 0, 0
         logger.log(0, {**warm, **run_eval(0)})
-        ckpt.save_checkpoint(out, model, optimizer, saved_tokenizer, ckpt.TrainerState(0, 0, sampler.state_dict(), ckpt.capture_rng()))
+        ckpt.save_checkpoint(out, model, optimizer, saved_tokenizer, ckpt.TrainerState(0, 0, sampler.state_dict(), ckpt.capture_rng()),
+                             merge_lora=cfg.model.merge_lora_on_save)
 
     ref_model = None
     if cfg.train.kl_coef > 0 and cfg.model.lora_rank == 0:  # LoRA runs use the base model (adapters off) as reference
-        ref_model = copy.deepcopy(model)
-        ckpt.load_checkpoint(ckpt.checkpoint_dir(out) / "step_000000", ref_model)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            ref_model = _build_model(cfg, tokenizer, device, ckpt.checkpoint_dir(out) / "step_000000")
         ref_model.eval().requires_grad_(False)
 
     # ---- RL steps ---------------------------------------------------------------------------------------
@@ -290,7 +299,8 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
             metrics.update(run_eval(done))
         logger.log(done, metrics)
         if (cfg.save_every and done % cfg.save_every == 0) or done == cfg.steps:
-            ckpt.save_checkpoint(out, model, optimizer, saved_tokenizer, ckpt.TrainerState(done, position, sampler.state_dict(), ckpt.capture_rng()))
+            ckpt.save_checkpoint(out, model, optimizer, saved_tokenizer, ckpt.TrainerState(done, position, sampler.state_dict(), ckpt.capture_rng()),
+                                 merge_lora=cfg.model.merge_lora_on_save)
         bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.2f}", acc=f"{metrics.get('reward/accuracy', float('nan')):.2f}")
     bar.close()
     logger.close()
@@ -300,7 +310,7 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
 
     plot_reward_curve(out / "metrics.jsonl", out / "reward_curve.png")
     final_dir = out / "final_model"
-    model.save_pretrained(str(final_dir))
+    ckpt.export_model(model, final_dir, cfg.model.merge_lora_on_save)
     saved_tokenizer.save_pretrained(str(final_dir))
     evals = [r for r in read_metrics(out / "metrics.jsonl") if "eval/greedy_accuracy" in r]
     summary = {

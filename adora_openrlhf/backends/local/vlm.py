@@ -119,31 +119,36 @@ def build_tiny_vlm(text_cfg, vision_cfg, tokenizer, seed: int):
         return Qwen2_5_VLForConditionalGeneration(config)
 
 
-def is_vlm_checkpoint(path: str) -> bool:
-    """True when the checkpoint's config has a ``vision_config`` (OpenRLHF's test, ``utils.is_vlm_model``)."""
-    config = Path(path) / "config.json"
-    return config.exists() and "vision_config" in json.loads(config.read_text())
+def is_vlm_checkpoint(path: str, init_kwargs: Optional[dict] = None) -> bool:
+    """True when the checkpoint's config (a local directory or a hub name) has a ``vision_config`` (OpenRLHF's
+    test, ``utils.is_vlm_model``)."""
+    from adora_openrlhf.backends.local.model_source import model_config_dict
+
+    return "vision_config" in model_config_dict(path, init_kwargs)
 
 
-def load_vlm(path: str, dtype: str = "float32"):
-    """A local vision-language checkpoint (``AutoModelForImageTextToText``, as OpenRLHF's actor loads it)."""
+def load_vlm(path: str, dtype: str = "float32", init_kwargs: Optional[dict] = None):
+    """A vision-language checkpoint, local directory or hub name (``AutoModelForImageTextToText``, as OpenRLHF's
+    actor loads it), with ``init_kwargs`` passed to ``from_pretrained``."""
     from transformers import AutoModelForImageTextToText
 
     from adora_openrlhf.backends.local.model import DTYPES
 
-    return AutoModelForImageTextToText.from_pretrained(path, dtype=DTYPES[dtype])
+    return AutoModelForImageTextToText.from_pretrained(path, dtype=DTYPES[dtype], **(init_kwargs or {}))
 
 
-def load_processor(path: str):
+def load_processor(path: str, init_kwargs: Optional[dict] = None):
     """The checkpoint's processor (``AutoProcessor``); when its video processor cannot be built (no torchvision,
     no video config), :class:`ImageOnlyQwen2_5_VLProcessor` from the same files. Sets the tokenizer's pad token to eos when it has none."""
     from transformers import AutoProcessor
 
+    from adora_openrlhf.backends.local.model_source import loader_kwargs
+
     try:
-        processor = AutoProcessor.from_pretrained(path)
+        processor = AutoProcessor.from_pretrained(path, **loader_kwargs(init_kwargs))
     except (ImportError, OSError) as err:  # the video processor: torchvision missing, or no video config saved
         try:
-            processor = ImageOnlyQwen2_5_VLProcessor.from_pretrained(path)
+            processor = ImageOnlyQwen2_5_VLProcessor.from_pretrained(path, **loader_kwargs(init_kwargs))
         except Exception:
             raise err from None
     if not hasattr(processor, "image_processor"):

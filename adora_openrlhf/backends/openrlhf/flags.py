@@ -3,14 +3,16 @@
 The OpenRLHF command line of a run is built in three layers, later ones winning (argparse keeps the last
 value of a repeated option):
 
-1. flags derived from the :class:`RunConfig` (:func:`derived_flags`): model, data keys, group size, sampling
-   defaults, estimator, optimiser, KL, checkpoints, and the reward file of :mod:`adora_openrlhf.rewards`;
+1. flags derived from the :class:`RunConfig` (:func:`derived_flags`): model (dtype, LoRA), data keys, group size,
+   sampling defaults, estimator, optimiser, KL, checkpoints, evaluation samples, and the reward file of
+   :mod:`adora_openrlhf.rewards`; fields this backend cannot honour are refused (``backends/support.py``);
 2. the recipe's cluster flags, ``RunConfig.extra["openrlhf"]`` (a mapping ``{"actor.num_gpus_per_node": 8,
    "train.colocate_all": True, ...}``: dotted OpenRLHF names without the leading ``--``);
 3. the OpenRLHF flags typed on our command line (everything our parser does not know is passed through).
 
 After OpenRLHF's parser has validated the result, :func:`reconcile` copies the fields both sides share
-(group size, estimator, rollout temperature/top_p/max_new_tokens) from the final namespace back into the
+(group size, estimator, rollout temperature/top_p/max_new_tokens, dtype, LoRA, evaluation samples) from the
+final namespace back into the
 RunConfig, so an OpenRLHF flag given explicitly is what both OpenRLHF and our classes use, and rejects
 combinations our classes do not support. :func:`attach_run_config` stores the RunConfig as JSON on the
 namespace (``args.adora_run_config``); the namespace travels inside OpenRLHF's strategy object to the Ray
@@ -33,6 +35,8 @@ REWARD_LABEL_KEY = "reward_label"  # column written by data_prep (JSON of source
 
 # our PolicyLossConfig.loss_agg -> OpenRLHF --actor.loss_agg_mode
 LOSS_AGG_MODES = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
+# our ModelConfig.dtype -> OpenRLHF --ds.param_dtype (DeepSpeed trains in half precision only)
+PARAM_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
 
 
 def reward_file_path() -> str:
@@ -54,7 +58,11 @@ def flag_tokens(name: str, value: Any) -> list[str]:
 
 
 def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
-    """OpenRLHF options implied by the RunConfig (dotted names, values as for :func:`flag_tokens`)."""
+    """OpenRLHF options implied by the RunConfig (dotted names, values as for :func:`flag_tokens`). Fields this
+    backend cannot honour are refused first (``backends/support.py``)."""
+    from adora_openrlhf.backends.support import check_backend_fields
+
+    check_backend_fields(cfg)
     if not cfg.model.path:
         raise ConfigError("model.path: the openrlhf backend needs a Hugging Face model (name or directory); pass --model PATH")
     if not cfg.data.train_path:
@@ -63,6 +71,9 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
         raise ConfigError(
             f"train.loss_agg: {cfg.train.loss_agg!r} has no OpenRLHF 0.11 equivalent; choose one of {sorted(LOSS_AGG_MODES)}"
         )
+    if cfg.model.dtype not in PARAM_DTYPES:
+        raise ConfigError(f"model.dtype: not supported by the openrlhf backend (got {cfg.model.dtype!r}); DeepSpeed trains in bf16 or fp16 "
+                          "(--ds.param_dtype): set --model.dtype bfloat16 or float16")
     out_dir = Path(cfg.output_dir)
     flags: dict[str, Any] = {
         "actor.model_name_or_path": cfg.model.path,
@@ -95,7 +106,17 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
         "ckpt.save_steps": cfg.save_every if cfg.save_every > 0 else -1,
         "ckpt.load_enable": resume,
         "logger.tensorboard_dir": str(out_dir / "tensorboard"),
+        "ds.param_dtype": PARAM_DTYPES[cfg.model.dtype],
+        "ds.lora.rank": cfg.model.lora_rank,
+        "ds.lora.alpha": cfg.model.lora_alpha,
+        # ["all-linear"]: OpenRLHF's default, the string peft expands (a one-element list would name a module)
+        "ds.lora.target_modules": None if cfg.model.lora_target_modules == ["all-linear"] else list(cfg.model.lora_target_modules),
+        "eval.n_samples_per_prompt": max(cfg.eval_samples, 1),
     }
+    if cfg.eval_samples == 0:  # greedy only, as the local backend's evaluation with eval_samples 0
+        flags["eval.temperature"] = 0.0
+    if "attn_implementation" in cfg.model.init_kwargs:
+        flags["ds.attn_implementation"] = cfg.model.init_kwargs["attn_implementation"]
     if cfg.train.kl_coef > 0:  # GRPO-style KL loss against the reference (k3 estimator)
         flags.update({"algo.kl.use_loss": True, "algo.kl.estimator": "k3"})
     if cfg.data.eval_path:
@@ -167,11 +188,23 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
     values["sampling"]["n_keep"] = int(args.rollout.n_samples_per_prompt)
     if ours:
         values["advantage"]["estimator"] = estimator
+    values["model"]["dtype"] = {v: k for k, v in PARAM_DTYPES.items()}[args.ds.param_dtype]
+    values["model"]["lora_rank"] = int(args.ds.lora.rank)
+    values["model"]["lora_alpha"] = int(args.ds.lora.alpha)
+    targets = args.ds.lora.target_modules
+    values["model"]["lora_target_modules"] = ["all-linear"] if targets in ("all-linear", ["all-linear"]) else list(targets)
+    values["eval_samples"] = 0 if args.eval.temperature == 0 else int(args.eval.n_samples_per_prompt)  # 0: greedy only
     values["rollout"]["temperature"] = float(args.rollout.temperature)
     values["rollout"]["top_p"] = float(args.rollout.top_p)
     if args.rollout.max_new_tokens is not None:
         values["rollout"]["max_new_tokens"] = int(args.rollout.max_new_tokens)
     return RunConfig.from_dict(values)
+
+
+def generate_kwargs_for(cfg: RunConfig, generate_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """OpenRLHF's rollout ``generate_kwargs`` (temperature, top_p, max_new_tokens ... from its flags) plus the
+    shared sampling field it has no flag for but sends to vLLM when present: ``top_k`` (``rollout.top_k``)."""
+    return {**generate_kwargs, "top_k": cfg.rollout.top_k}
 
 
 def signal_description(cfg: RunConfig) -> list[str]:

@@ -28,7 +28,7 @@ import ray
 from openrlhf.trainer.ppo_trainer import PPOTrainer as _OpenRLHFRemotePPOTrainer
 
 from adora_openrlhf.backends.openrlhf.experience_maker import AdoraExperienceMaker
-from adora_openrlhf.backends.openrlhf.flags import run_config_from_args, signal_description
+from adora_openrlhf.backends.openrlhf.flags import generate_kwargs_for, run_config_from_args, signal_description
 from adora_openrlhf.backends.openrlhf.samples_generator import AdoraSamplesGenerator
 
 OpenRLHFPPOTrainer = _OpenRLHFRemotePPOTrainer.__ray_actor_class__  # the class under OpenRLHF's @ray.remote
@@ -52,6 +52,7 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
         **generate_kwargs,
     ) -> None:
         run_config = run_config_from_args(strategy.args)  # fail before any model work when it is missing
+        generate_kwargs = generate_kwargs_for(run_config, generate_kwargs)  # + rollout.top_k
         super().__init__(
             pretrain,
             strategy,

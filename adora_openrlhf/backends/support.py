@@ -1,0 +1,135 @@
+"""Which :class:`RunConfig` field each backend honours, and how: one table per backend, checked at start.
+
+Every leaf field of ``RunConfig`` has one entry per backend:
+
+- :data:`MAPPED`: turned into the engine's own option (openrlhf: a flag of ``flags.derived_flags``; the test
+  changes the field and sees the OpenRLHF command line change);
+- :data:`USED`: read by this package's own code on that backend (the comment says where);
+- :class:`Refused`: the backend cannot honour it; a value other than the default (under the entry's
+  condition) is a :class:`ConfigError` naming the field, the backend and the fix.
+
+:func:`check_backend_fields` runs the table of ``cfg.backend``; both backends call it before anything is built,
+so no field is silently ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Union
+
+from adora_openrlhf.config import ConfigError, RunConfig
+
+MAPPED = "mapped"
+USED = "used"
+
+
+def _always(cfg: RunConfig) -> bool:
+    return True
+
+
+def _sampling_off(cfg: RunConfig) -> bool:
+    return not cfg.sampling.enabled
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The backend cannot honour the field: ``fix`` says what to do instead; ``when`` limits the refusal (e.g.
+    to runs with adaptive sampling off); ``allowed`` decides which non-default values are fine anyway."""
+
+    fix: str
+    when: Callable[[RunConfig], bool] = _always
+    allowed: Callable[[Any], bool] = lambda value: False
+
+
+Support = Union[str, Refused]
+
+_GENERATED = Refused("generated data is a local-backend feature; write the rows with `python -m data_prep.kk --out DIR` and pass --data.train_path")
+_TINY = Refused("the openrlhf backend trains model.path (a Hugging Face model); the tiny model is local-only")
+_WARMUP = Refused("the supervised warm-up is a local-backend phase; run OpenRLHF's SFT (openrlhf.cli.train_sft) first and pass its output as --model")
+
+OPENRLHF: dict[str, Support] = {
+    "recipe": USED,  # recorded with the run
+    "backend": USED,  # picks this table
+    "seed": MAPPED,  # --train.seed
+    "steps": MAPPED,  # --data.max_samples = steps * prompts_per_step
+    "prompts_per_step": MAPPED,  # --rollout.batch_size
+    "output_dir": MAPPED,  # --ckpt.output_dir, --ckpt.path, --logger.tensorboard_dir
+    "save_every": MAPPED,  # --ckpt.save_steps
+    "eval_every": MAPPED,  # --eval.steps (with data.eval_path)
+    "eval_samples": MAPPED,  # --eval.n_samples_per_prompt (0: one greedy sample, --eval.temperature 0)
+    "extra": USED,  # extra.openrlhf: the recipe's OpenRLHF flags
+    "max_missing_reward_fraction": USED,  # samples_generator.check_missing_rewards
+    **{f"rollout.{name}": MAPPED for name in ("temperature", "top_p", "max_new_tokens")},  # --rollout.*
+    "rollout.top_k": USED,  # AdoraPPOTrainer adds it to OpenRLHF's generate_kwargs (its vLLM SamplingParams read top_k)
+    "rollout.min_p": Refused("OpenRLHF 0.11.2's own rollout sends no min_p to vLLM; it is used only by adaptive sampling (--sampling.enabled true)", _sampling_off),
+    "rollout.repetition_penalty": Refused("OpenRLHF 0.11.2's own rollout sends no repetition_penalty to vLLM; it is used only by adaptive sampling "
+                                          "(--sampling.enabled true)", _sampling_off),
+    "advantage.estimator": MAPPED,  # --algo.advantage.estimator
+    "advantage.eps": USED,  # AdoraExperienceMaker: group advantages of this package
+    **{f"adora.{name}": USED for name in ("enabled", "rule", "mode", "lambda_att", "lambda_amp", "tau", "correct_threshold",
+                                          "drop_truncated_negatives", "edge_policy", "truncation_length", "length_shaping",
+                                          "shaping_beta", "shaping_p")},  # AdoraExperienceMaker
+    "sampling.n_keep": MAPPED,  # --rollout.n_samples_per_prompt
+    **{f"sampling.{name}": USED for name in ("enabled", "exit_rule", "positive_threshold", "samples_per_round", "max_rounds",
+                                             "max_responses_per_prompt", "pool_scope", "drop_unfinished", "escalation",
+                                             "trigger_after_step")},  # AdoraSamplesGenerator (flags.reconcile refuses drop_unfinished)
+    "model.path": MAPPED,  # --actor.model_name_or_path
+    **{f"model.tiny.{name}": _TINY for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                                 "num_attention_heads", "num_key_value_heads", "max_position_embeddings")},
+    **{f"model.tiny_vision.{name}": _TINY for name in ("image_size", "patch_size", "spatial_merge_size", "depth", "hidden_size",
+                                                        "intermediate_size", "num_heads")},
+    "model.lora_rank": MAPPED,  # --ds.lora.rank
+    "model.lora_alpha": MAPPED,  # --ds.lora.alpha
+    "model.lora_target_modules": MAPPED,  # --ds.lora.target_modules (["all-linear"]: OpenRLHF's default)
+    "model.dtype": MAPPED,  # --ds.param_dtype bf16 | fp16 (derived_flags refuses float32, which DeepSpeed does not train in)
+    "model.generation_batch_size": Refused("the local backend's generate batch; on the cluster vLLM batches itself (see --rollout.micro_batch_size)"),
+    "model.init_kwargs": Refused('OpenRLHF builds the model itself; of model.init_kwargs it takes {"attn_implementation": ...} '
+                                 '(--ds.attn_implementation) and {"trust_remote_code": true} (always on)',
+                                 allowed=lambda value: set(value) <= {"attn_implementation", "trust_remote_code"}
+                                 and value.get("trust_remote_code", True) is True),  # attn_implementation: MAPPED
+    "model.merge_lora_on_save": Refused("OpenRLHF saves its checkpoints its own way; merge the adapters of its final model afterwards"),
+    "data.task": USED,  # reward routing; geometry adds --data.image_key
+    "data.train_path": MAPPED,  # --data.prompt_dataset
+    "data.eval_path": MAPPED,  # --eval.dataset
+    **{f"data.{name}": _GENERATED for name in ("kk_num_people", "kk_name_pool", "kk_name_order", "num_train", "num_eval", "geo_tasks", "geo_levels")},
+    "data.max_prompt_tokens": MAPPED,  # --data.max_len = max_prompt_tokens + rollout.max_new_tokens
+    "data.prompt_template": Refused("OpenRLHF renders prompts with the tokenizer's chat template (--data.apply_chat_template); use auto or chat",
+                                    allowed=lambda value: value in ("auto", "chat")),  # auto/chat: MAPPED to --data.apply_chat_template
+    "data.kk_parser": USED,  # ADORA_KK_PARSER in every Ray worker (launcher.ray_env_vars)
+    **{f"train.{name}": MAPPED for name in ("lr", "weight_decay", "clip_eps_low", "clip_eps_high", "kl_coef", "max_grad_norm",
+                                            "ppo_epochs", "micro_batch_size", "loss_agg")},  # --actor.*, --algo.kl.*, --train.*
+    **{f"warmup.{name}": _WARMUP for name in ("steps", "lr", "batch_size", "style", "mix_steps", "mix_lr", "mix")},
+}
+
+# The local backend runs every field in its own code (trainer.py and the modules it calls), except these two.
+LOCAL: dict[str, Support] = {
+    **{dotted: USED for dotted in OPENRLHF},
+    "extra": Refused("extra holds backend-specific options (extra.openrlhf: OpenRLHF flags); the local backend has none"),
+    "max_missing_reward_fraction": Refused("the local backend scores every response itself; this limit is for OpenRLHF's reward executor"),
+}
+
+BACKEND_FIELDS: dict[str, Mapping[str, Support]] = {"local": LOCAL, "openrlhf": OPENRLHF}
+
+
+def leaf_values(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a.b": value} of a ``RunConfig.to_dict()`` (dict-valued fields such as ``extra`` are leaves)."""
+    from adora_openrlhf.cli_args import LEAF_TYPES
+
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        dotted = f"{prefix}{key}"
+        if dotted not in LEAF_TYPES and isinstance(value, Mapping):
+            out.update(leaf_values(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def check_backend_fields(cfg: RunConfig) -> None:
+    """ConfigError for the first field that ``cfg.backend`` refuses and that ``cfg`` sets to another value
+    than its default."""
+    defaults = leaf_values(RunConfig().to_dict())
+    for dotted, value in leaf_values(cfg.to_dict()).items():
+        support = BACKEND_FIELDS[cfg.backend].get(dotted, USED)  # tests/test_backend_fields.py: every field has an entry
+        if isinstance(support, Refused) and value != defaults[dotted] and support.when(cfg) and not support.allowed(value):
+            raise ConfigError(f"{dotted}: not supported by the {cfg.backend} backend (got {value!r}); {support.fix}")

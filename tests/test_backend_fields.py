@@ -1,0 +1,125 @@
+"""One config, honoured everywhere: every RunConfig field is mapped, used or refused by each backend, by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from adora_openrlhf.backends.support import BACKEND_FIELDS, MAPPED, USED, Refused, check_backend_fields
+from adora_openrlhf.cli_args import LEAF_TYPES
+from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.recipes import RECIPES, build_run_config
+
+BASE = "dapo-math-adora"  # a cluster recipe with model.path, train and eval files
+
+
+def _cfg(backend: str, overrides: dict) -> RunConfig:
+    """BASE with ``overrides``, on ``backend``, adaptive sampling off and no recipe flags (``extra`` as given)."""
+    values = build_run_config(BASE, {"sampling.enabled": False, **overrides}).to_dict()
+    values.update(backend=backend, extra=overrides.get("extra", {}))
+    return RunConfig.from_dict(values)
+
+# a valid value other than BASE's for every field the openrlhf backend maps to an OpenRLHF flag
+MAPPED_VALUES = {
+    "seed": 7, "steps": 3, "prompts_per_step": 16, "output_dir": "runs/elsewhere", "save_every": 3, "eval_every": 3,
+    "eval_samples": 4, "rollout.temperature": 0.7, "rollout.top_p": 0.9, "rollout.max_new_tokens": 64,
+    "advantage.estimator": "rloo", "sampling.n_keep": 6, "model.path": "owner/other", "model.lora_rank": 8,
+    "model.lora_alpha": 32, "model.lora_target_modules": ["q_proj"], "model.dtype": "float16", "data.train_path": "other.jsonl",
+    "data.eval_path": "other_eval.jsonl", "data.max_prompt_tokens": 256, "train.lr": 3e-6, "train.weight_decay": 0.01,
+    "train.clip_eps_low": 0.1, "train.clip_eps_high": 0.3, "train.kl_coef": 0.01, "train.max_grad_norm": 0.5,
+    "train.ppo_epochs": 2, "train.micro_batch_size": 4, "train.loss_agg": "seq_mean_token_mean",
+}
+
+# a value each backend refuses (with adaptive sampling off)
+REFUSED_VALUES = {
+    "rollout.min_p": 0.05, "rollout.repetition_penalty": 1.1, "model.generation_batch_size": 8,
+    "model.init_kwargs": {"revision": "v2"}, "model.merge_lora_on_save": True, "data.prompt_template": "compact",
+    "data.kk_num_people": [3], "data.kk_name_pool": 5, "data.kk_name_order": "pool", "data.num_train": 10, "data.num_eval": 5,
+    "data.geo_tasks": ["count"], "data.geo_levels": [1], "warmup.steps": 10, "warmup.lr": 0.01, "warmup.batch_size": 4,
+    "warmup.style": "thorough", "warmup.mix_steps": 5, "warmup.mix_lr": 0.01, "warmup.mix": {"thorough": 1.0},
+    "extra": {"openrlhf": {"vllm.num_engines": 2}}, "max_missing_reward_fraction": 0.5,
+    **{f"model.tiny.{k}": v for k, v in {"vocab_size": 600, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                                         "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 512}.items()},
+    **{f"model.tiny_vision.{k}": v for k, v in {"image_size": 32, "patch_size": 4, "spatial_merge_size": 1, "depth": 1,
+                                                "hidden_size": 32, "intermediate_size": 64, "num_heads": 1}.items()},
+}
+
+
+@pytest.mark.parametrize("backend", sorted(BACKEND_FIELDS))
+def test_every_config_field_is_mapped_used_or_refused(backend):
+    """Walks every leaf of the RunConfig dataclasses: each one has an entry, and only known kinds of entries."""
+    table = BACKEND_FIELDS[backend]
+    assert sorted(set(LEAF_TYPES) - set(table)) == [], "fields with no entry"
+    assert sorted(set(table) - set(LEAF_TYPES)) == [], "entries for fields that do not exist"
+    assert all(entry in (MAPPED, USED) or isinstance(entry, Refused) for entry in table.values())
+
+
+def test_mapped_fields_change_the_openrlhf_command_line():
+    flags = pytest.importorskip("adora_openrlhf.backends.openrlhf.flags")
+    mapped = sorted(d for d, entry in BACKEND_FIELDS["openrlhf"].items() if entry == MAPPED)
+    assert sorted(MAPPED_VALUES) == mapped  # a newly mapped field needs a value here
+    base = flags.build_argv(_cfg("openrlhf", {}))
+    for dotted, value in MAPPED_VALUES.items():
+        argv = flags.build_argv(_cfg("openrlhf", {dotted: value}))
+        assert argv != base, dotted
+
+
+@pytest.mark.parametrize("backend", sorted(BACKEND_FIELDS))
+def test_refused_fields_are_errors_naming_field_and_backend(backend):
+    refused = sorted(d for d, entry in BACKEND_FIELDS[backend].items() if isinstance(entry, Refused))
+    assert set(refused) <= set(REFUSED_VALUES)
+    check_backend_fields(_cfg(backend, {}))  # defaults pass
+    for dotted in refused:
+        overrides = {dotted: REFUSED_VALUES[dotted]}
+        if dotted == "warmup.mix_steps":
+            overrides["warmup.mix"] = {"thorough": 1.0}
+        with pytest.raises(ConfigError, match=rf"^{dotted.replace('.', '[.]')}: not supported by the {backend} backend \(got "):
+            check_backend_fields(_cfg(backend, overrides))
+
+
+def test_conditional_and_partial_refusals():
+    def ok(**overrides):
+        check_backend_fields(_cfg("openrlhf", overrides))
+
+    ok(**{"sampling.enabled": True, "rollout.min_p": 0.05, "rollout.repetition_penalty": 1.1})  # the sampler sends them to vLLM
+    ok(**{"data.prompt_template": "chat"})
+    ok(**{"model.init_kwargs": {"attn_implementation": "sdpa", "trust_remote_code": True}})
+    with pytest.raises(ConfigError, match="model.init_kwargs: not supported by the openrlhf backend"):
+        ok(**{"model.init_kwargs": {"trust_remote_code": False}})
+
+
+def test_every_recipe_passes_its_own_backends_checks():
+    for name, recipe in RECIPES.items():
+        for backend in recipe.backends:
+            check_backend_fields(build_run_config(name, {"backend": backend}))
+
+
+def test_openrlhf_flags_of_shared_model_and_eval_fields():
+    flags = pytest.importorskip("adora_openrlhf.backends.openrlhf.flags")
+    derived = flags.derived_flags(build_run_config(BASE, {"model.lora_rank": 16, "model.lora_alpha": 32, "model.dtype": "float16",
+                                                          "model.init_kwargs": {"attn_implementation": "sdpa"}, "eval_samples": 0}))
+    assert (derived["ds.lora.rank"], derived["ds.lora.alpha"], derived["ds.param_dtype"]) == (16, 32, "fp16")
+    assert derived["ds.lora.target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"] and derived["ds.attn_implementation"] == "sdpa"
+    assert (derived["eval.n_samples_per_prompt"], derived["eval.temperature"]) == (1, 0.0)
+    assert flags.derived_flags(build_run_config(BASE, {"model.lora_target_modules": ["all-linear"]}))["ds.lora.target_modules"] is None
+    with pytest.raises(ConfigError, match=r"^model.dtype: not supported by the openrlhf backend \(got 'float32'\)"):
+        flags.derived_flags(build_run_config(BASE, {"model.dtype": "float32"}))
+    assert flags.generate_kwargs_for(build_run_config(BASE, {"rollout.top_k": 20}), {"temperature": 1.0}) == {"temperature": 1.0, "top_k": 20}
+
+
+def test_openrlhf_namespace_values_flow_back_into_the_config():
+    pytest.importorskip("openrlhf")
+    from adora_openrlhf.backends.openrlhf import launcher
+
+    passthrough = ["--ds.lora.rank", "8", "--ds.lora.target_modules", "all-linear", "--ds.param_dtype", "fp16",
+                   "--eval.n_samples_per_prompt", "3", "--eval.temperature", "0.6"]  # the recipe's flags say greedy (temperature 0)
+    _, args, cfg = launcher.prepare(build_run_config(BASE), passthrough)
+    assert (args.ds.lora.rank, cfg.model.lora_rank, cfg.model.lora_target_modules, cfg.model.dtype) == (8, 8, ["all-linear"], "float16")
+    assert cfg.eval_samples == 3
+
+
+def test_local_trainer_refuses_before_touching_the_output_dir(tmp_path):
+    from adora_openrlhf.backends.local.trainer import train
+
+    with pytest.raises(ConfigError, match=r"^max_missing_reward_fraction: not supported by the local backend"):
+        train(build_run_config("kk-tiny", {"max_missing_reward_fraction": 0.5, "output_dir": str(tmp_path / "run")}))
+    assert not (tmp_path / "run").exists()
