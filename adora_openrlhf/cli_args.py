@@ -2,7 +2,7 @@
 
 ``--adora.lambda_att 0.1``, ``--sampling.exit_rule pos``, ``--train.lr 1e-5``, ``--steps 20`` ... Values are
 parsed by the field's type (bools accept true/false/1/0/yes/no; lists and dicts take JSON, e.g.
-``--sampling.escalation '[{"temperature": 1.2}]'``). A few short aliases exist for the common ones.
+``--sampling.escalation '[{"temperature": 1.2}]'``; a list of strings also takes a comma list, ``--report_to tensorboard,wandb``). A few short aliases exist for the common ones.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ def parse_value(dotted: str, hint: Any, text: str) -> Any:
             raise ValueError("expected true or false")
         if base in (int, float, str):
             return base(text)
+        if typing.get_origin(base) is list and typing.get_args(base) == (str,) and not text.lstrip().startswith("["):
+            return [part.strip() for part in text.split(",") if part.strip()]  # a comma list: --report_to tensorboard,wandb
         if typing.get_origin(base) in (list, dict):
             value = json.loads(text)
             expected = typing.get_origin(base)

@@ -222,10 +222,10 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
         sampler.load_state_dict(state.sampler)
         ckpt.restore_rng(state.rng)
         start_step, position = state.step, state.data_position
-        logger = MetricsLogger(out, resume_step=start_step)
+        logger = MetricsLogger(out, resume_step=start_step, report_to=cfg.report_to, config=cfg.to_dict())
         print(f"resumed from {resume_from} at step {start_step} (data position {position})")
     else:
-        logger = MetricsLogger(out)
+        logger = MetricsLogger(out, report_to=cfg.report_to, config=cfg.to_dict())
         t0 = time.perf_counter()
         losses = supervised_warmup(model, tokenizer, train_ids, train_rows, cfg.warmup, cfg.seed, cfg.train.micro_batch_size, train_extras)
         warm = {"warmup/steps": len(losses), "warmup/time_s": time.perf_counter() - t0}

@@ -63,6 +63,9 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
         raise ConfigError(
             f"train.loss_agg: {cfg.train.loss_agg!r} has no OpenRLHF 0.11 equivalent; choose one of {sorted(LOSS_AGG_MODES)}"
         )
+    if cfg.report_to != ["tensorboard"]:
+        raise ConfigError("report_to: the openrlhf backend logs through OpenRLHF's own options "
+                          "(--logger.tensorboard_dir DIR, --logger.wandb.key KEY); leave report_to at its default")
     out_dir = Path(cfg.output_dir)
     flags: dict[str, Any] = {
         "actor.model_name_or_path": cfg.model.path,
