@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 from itertools import accumulate
 from pathlib import Path
 from typing import Any, Sequence
 
+from adora_openrlhf.log_setup import setup_logging
 from bench.common import (
     VARIANTS,
     RunSpec,
@@ -32,6 +34,7 @@ from bench.common import (
     write_json,
 )
 
+logger = logging.getLogger(__name__)
 RECIPE = "kk-tiny"
 
 
@@ -124,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="bench/results/sample_efficiency")
     parser.add_argument("--report-only", action="store_true", help="rebuild table and plot from the runs already in --out")
     args = parser.parse_args(argv)
+    setup_logging()
     if "GRPO" not in args.variants:
         parser.error("--variants must include GRPO (its final accuracy is the target)")
     steps, num_eval = (20, 100) if args.quick else (args.steps, args.num_eval)
@@ -153,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plot(runs, out / "curves.png")
     print(f"\n{RECIPE}, seeds {args.seeds}, {steps} RL steps; target = GRPO final accuracy {stats['target_accuracy']:.3f}\n")
     print(table)
-    print(f"\nwrote {out / 'table.md'}, {out / 'results.json'}, {out / 'curves.png'} in {settings['total_wall_s']} s")
+    logger.info(f"wrote {out / 'table.md'}, {out / 'results.json'}, {out / 'curves.png'} in {settings['total_wall_s']} s")
     return 0
 
 

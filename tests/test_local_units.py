@@ -272,19 +272,21 @@ def test_lora_wraps_and_rejects_unknown_modules(tok):
         apply_lora(build_tiny_model(TINY, tok, seed=0), ModelConfig(lora_rank=4, lora_target_modules=["nope_proj"]))
 
 
-def test_duplicates_are_reported_and_held_out_prompts_never_train(tmp_path, capsys):
+def test_duplicates_are_reported_and_held_out_prompts_never_train(tmp_path, caplog):
     label = "(1) Alice is a knight"
     rows = [{"prompt": p, "label": label} for p in ("A", "B", "C", "D", "A")]
     train_file = tmp_path / "train.jsonl"
     train_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     train, held = load_rows(DataConfig(task="kk", train_path=str(train_file), num_eval=2), seed=0)
     assert [r.prompt for r in held] == ["D", "A"] and [r.prompt for r in train] == ["B", "C"]  # "A" (line 1) is held out too
-    assert f"warning: {train_file}:5: duplicate row (same prompt and label as {train_file}:1)" in capsys.readouterr().err
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "adora_openrlhf.backends.local.data"]
+    assert f"{train_file}:5: duplicate row (same prompt and label as {train_file}:1)" in warnings
+    caplog.clear()
     eval_file = tmp_path / "eval.jsonl"
     eval_file.write_text(json.dumps({"prompt": "B", "label": label}) + "\n" + json.dumps({"prompt": "E", "label": label}) + "\n")
     train, held = load_rows(DataConfig(task="kk", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
     assert [r.prompt for r in held] == ["E"] and len(train) == 5
-    assert "data.eval_path: dropped 1 held-out rows whose prompt is also a training prompt" in capsys.readouterr().err
+    assert "data.eval_path: dropped 1 held-out rows whose prompt is also a training prompt" in caplog.text
     eval_file.write_text(json.dumps({"prompt": "C", "label": label}) + "\n")
     with pytest.raises(ConfigError, match="data.eval_path: every held-out row's prompt is also a training prompt"):
         load_rows(DataConfig(task="kk", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
