@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
@@ -70,7 +71,7 @@ class WandbTracker:
         folder = run_dir / "wandb"
         folder.mkdir(parents=True, exist_ok=True)
         id_file = folder / "run_id"
-        run_id = id_file.read_text().strip() if resume_step is not None and id_file.exists() else wandb.util.generate_id()
+        run_id = id_file.read_text().strip() if resume_step is not None and id_file.exists() else uuid.uuid4().hex[:8]
         id_file.write_text(run_id + "\n")
         self.run = wandb.init(project=os.environ.get(WANDB_PROJECT_ENV, "adora_openrlhf"), dir=str(run_dir), id=run_id,
                               name=run_dir.name, config=dict(config) if config is not None else None, resume="allow")
