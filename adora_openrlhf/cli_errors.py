@@ -4,7 +4,7 @@
 (``prog: error: argument --k: invalid int value: 'x' (see --help)``) instead of the usage block.
 
 :func:`run_cli` calls an entry point's body and turns what a user can cause into one line on stderr and an
-exit status, with no traceback (``--debug`` or ``ADORA_DEBUG=1`` re-raises to show it):
+exit status, with no traceback (``--debug`` or ``ADORA_DEBUG=1`` re-raises to show it, and turns on DEBUG logs):
 
 | raised                                  | exit | line                                                  |
 |-----------------------------------------|------|-------------------------------------------------------|
@@ -56,7 +56,11 @@ def os_error_line(err: OSError) -> str:
 def run_cli(body: Callable[[], int], argv: Optional[Sequence[str]] = None,
             interrupted_hint: Union[str, Callable[[], str]] = "") -> int:
     """Run ``body()`` and map user-caused exceptions to one stderr line and an exit status (table above).
-    ``interrupted_hint`` (text, or a function giving it at the time of the interrupt) says how to resume."""
+    ``interrupted_hint`` (text, or a function giving it at the time of the interrupt) says how to resume.
+    Installs the CLI log handlers first (:func:`adora_openrlhf.log_setup.setup_logging`: INFO, DEBUG with --debug)."""
+    from adora_openrlhf.log_setup import setup_logging
+
+    setup_logging(debug=wants_debug(argv))
     if wants_debug(argv):
         return body()
     try:

@@ -446,6 +446,27 @@ class WarmupConfig:
                  "give at least one style a positive share when warmup.mix_steps > 0")
 
 
+REPORT_TO_CHOICES = ("tensorboard", "wandb", "none")  # backends/local/metrics.py TRACKERS, plus "none"
+
+
+def parse_report_to(value: Any) -> list[str]:
+    """``report_to`` as a list of tracker names (``"tensorboard,wandb"`` -> ``["tensorboard", "wandb"]``), checked:
+    known names, ``none`` alone, and an importable ``wandb`` when wandb is asked for."""
+    names = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+    _require(isinstance(names, list) and all(isinstance(n, str) for n in names), "report_to",
+             f"must be a list or comma list of {list(REPORT_TO_CHOICES)}, got {value!r}")
+    unknown = [n for n in names if n not in REPORT_TO_CHOICES]
+    _require(not unknown, "report_to", f"unknown tracker(s) {unknown}; choose from {list(REPORT_TO_CHOICES)}")
+    _require("none" not in names or len(names) == 1, "report_to", f"'none' cannot be combined with other trackers, got {names}")
+    if "wandb" in names:
+        import importlib.util
+
+        _require(importlib.util.find_spec("wandb") is not None, "report_to",
+                 "'wandb' needs the wandb package, which is not installed; install it with "
+                 "`pip install 'adora_openrlhf[wandb]'` (or `pip install wandb`), or drop wandb from report_to")
+    return list(names)
+
+
 @dataclass
 class RunConfig:
     """One training run: recipe name, backend and every component's config."""
@@ -458,6 +479,12 @@ class RunConfig:
     output_dir: str = field(default="runs/kk-tiny", metadata={"help": "run directory: config, metrics, checkpoints, final model"})
     save_every: int = field(default=25, metadata={"help": "checkpoint every k steps (0 = only at the end)"})
     eval_every: int = field(default=25, metadata={"help": "held-out evaluation every k steps (0 = only at start and end)"})
+    report_to: list[str] = field(
+        default_factory=lambda: ["tensorboard"],
+        metadata={"help": "local backend: experiment trackers besides metrics.jsonl (always written), a list or a comma "
+                          "list of " + ", ".join(REPORT_TO_CHOICES) + "; 'none' = JSONL only. wandb needs `pip install "
+                          "'adora_openrlhf[wandb]'`; WANDB_MODE=offline runs it with no network"},
+    )
     rollout: SamplingParams = field(default_factory=SamplingParams, metadata={"help": "default (round-0) sampling parameters"})
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig, metadata={"help": "group baseline (advantage estimator)"})
     adora: AdoraConfig = field(default_factory=AdoraConfig, metadata={"help": "ADORA advantage reweighting"})
@@ -484,6 +511,7 @@ class RunConfig:
         _number(self.save_every, "save_every", integer=True, ge=0)
         _number(self.eval_every, "eval_every", integer=True, ge=0)
         _number(self.eval_samples, "eval_samples", integer=True, ge=0)
+        self.report_to = parse_report_to(self.report_to)
         _number(self.max_missing_reward_fraction, "max_missing_reward_fraction", ge=0, le=1)
         _require(isinstance(self.output_dir, str) and self.output_dir.strip() != "", "output_dir", f"must be a directory path, got {self.output_dir!r}")
 

@@ -11,6 +11,7 @@ win), then hands it to a backend:
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Optional, Sequence
 
@@ -87,11 +88,12 @@ def _main(argv: Sequence[str], state: dict[str, str]) -> int:
 
         state["output_dir"] = cfg.output_dir
         try:
-            train(cfg, resume=args.resume, overwrite=args.overwrite)
+            summary = train(cfg, resume=args.resume, overwrite=args.overwrite)
         except ConfigError as err:
             if args.debug:
                 raise
             parser.exit(2, f"error: {err}\n")
+        print(json.dumps(summary, indent=2))  # the run's result on stdout (also in output_dir/summary.json)
         return 0
     from adora_openrlhf.backends.openrlhf.launcher import launch
 

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 import torch
 
+from adora_openrlhf.log_setup import setup_logging
 from bench.common import VARIANTS, RunSpec, markdown_table, run_training, warm_start_dir, write_json
 
 RECIPE = "kk-tiny"
@@ -144,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a small check: 4 steps, 3 TRL steps, 150 warm-up steps")
     parser.add_argument("--out", default="bench/results/overhead")
     args = parser.parse_args(argv)
+    setup_logging()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     steps, trl_steps = (4, 3) if args.quick else (args.steps, args.trl_steps)
     base: dict[str, Any] = {"save_every": 0, "eval_every": 0, "eval_samples": 0, "data.num_eval": 20}

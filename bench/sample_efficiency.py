@@ -25,6 +25,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from adora_openrlhf.log_setup import setup_logging
 from bench.common import (
     FROM_WARM_START,
     VARIANTS,

@@ -12,13 +12,14 @@ Output files are written atomically (a temporary file renamed when complete).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
+logger = logging.getLogger(__name__)
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
@@ -177,7 +178,7 @@ def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
 
 
 def write_converted(rows: Sequence[dict[str, Any]], report: ConversionReport, name: str, out: Path) -> int:
-    """Write ``rows`` to ``out`` and print the report; a conversion that leaves no row writes nothing and raises."""
+    """Write ``rows`` to ``out`` and log the report; a conversion that leaves no row writes nothing and raises."""
     if not rows:
         print_report(report, name, out, summary=False)
         raise ValueError(f"{name}: no rows to write to {out} ({len(report.rejected)} rejected as malformed, "
@@ -188,12 +189,13 @@ def write_converted(rows: Sequence[dict[str, Any]], report: ConversionReport, na
 
 
 def print_report(report: ConversionReport, name: str, out: Path, shown: int = 20, summary: bool = True) -> None:
+    """Log the first ``shown`` rejected rows (warnings) and the summary line (info)."""
     for message in report.rejected[:shown]:
-        print(f"rejected {message}", file=sys.stderr)
+        logger.warning("rejected %s", message)
     if len(report.rejected) > shown:
-        print(f"... and {len(report.rejected) - shown} more rejected rows", file=sys.stderr)
+        logger.warning("... and %d more rejected rows", len(report.rejected) - shown)
     if summary:
-        print(report.summary(name, out))
+        logger.info(report.summary(name, out))
 
 
 def prompt_key(row: Mapping[str, Any]) -> str:

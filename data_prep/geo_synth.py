@@ -27,11 +27,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from adora_openrlhf.log_setup import setup_logging
+
+logger = logging.getLogger(__name__)
 SOURCE = "geo_synth"
 IMAGE_SIZE = 64
 IMAGE_TAG = "<image>"
@@ -243,6 +247,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated question kinds: {','.join(TASKS)}")
     parser.add_argument("--levels", default="1,2,3,4", help="comma-separated difficulty levels in 1..4")
     args = parser.parse_args(argv)
+    setup_logging()
     try:
         tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
         levels = [int(v) for v in args.levels.split(",") if v.strip()]
@@ -251,7 +256,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.exit(2, f"error: {err}\n")
     out = Path(args.out)
     for split, rows in (("train", train), ("test", held)):
-        print(f"{split}: {len(rows)} rows -> {write_split(rows, out, split)}")
+        logger.info("%s: %d rows -> %s", split, len(rows), write_split(rows, out, split))
     return 0
 
 

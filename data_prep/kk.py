@@ -26,6 +26,7 @@ import argparse
 import ast
 import itertools
 import json
+import logging
 import random
 import re
 import sys
@@ -34,6 +35,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from data_prep.common import RowError, write_jsonl
+
+logger = logging.getLogger(__name__)
 
 Statement = tuple  # nested tuple, see the module docstring
 
@@ -572,8 +575,8 @@ def _main(args: argparse.Namespace) -> int:
         train, evals = generate_splits(args.num_train, args.num_eval, people, args.seed, eval_people, progress=True)
         n_train = write_jsonl(train, out / "train.jsonl")
         n_eval = write_jsonl(evals, out / "test.jsonl")
-        print(f"kk: wrote {n_train} train and {n_eval} test rows to {out} (people {people}, seed {args.seed}); "
-              f"rejected 0 rows; train and test share no quiz")
+        logger.info(f"kk: wrote {n_train} train and {n_eval} test rows to {out} (people {people}, seed {args.seed}); "
+                    f"rejected 0 rows; train and test share no quiz")
         return 0
     train, rejected = convert_file(args.from_jsonl, progress=True)
     evals: list[dict[str, Any]] = []
@@ -582,15 +585,15 @@ def _main(args: argparse.Namespace) -> int:
         rejected += eval_rejected
     train, evals, dropped = split_disjoint(train, evals)
     for message in rejected[:20]:
-        print(f"rejected {message}", file=sys.stderr)
+        logger.warning("rejected %s", message)
     if not train or (args.eval_jsonl and not evals):
         empty = args.from_jsonl if not train else args.eval_jsonl
         raise ValueError(f"{empty}: no usable K&K rows ({len(rejected)} rejected, {dropped} duplicate or "
                          "train/test-overlapping); nothing was written")
     n_train = write_jsonl(train, out / "train.jsonl")
     n_eval = write_jsonl(evals, out / "test.jsonl") if args.eval_jsonl else 0
-    print(f"kk: wrote {n_train} train and {n_eval} test rows to {out}; rejected {len(rejected)} malformed rows; "
-          f"dropped {dropped} duplicate or train/test-overlapping rows")
+    logger.info(f"kk: wrote {n_train} train and {n_eval} test rows to {out}; rejected {len(rejected)} malformed rows; "
+                f"dropped {dropped} duplicate or train/test-overlapping rows")
     return 0
 
 

@@ -336,10 +336,10 @@ def test_converters_skip_bad_lines_and_fail_when_no_row_is_left(tmp_path, capsys
     src.write_bytes(b'{"broken": \n' + b'[1]\n' + b'\xff\xfe\n')
     before = snapshot(tmp_path)
     assert call(main, ["--out", str(tmp_path / "out"), flag, str(src)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("rejected", "error"))]
-    assert err[:3] == [f"rejected {src}:1: not valid JSON (Expecting value at column 12)",
-                       f"rejected {src}:2: expected a JSON object per line, got list",
-                       f"rejected {src}:3: not UTF-8 text (byte 1 of the line); re-save the file as UTF-8"]
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("warning: rejected", "error"))]
+    assert err[:3] == [f"warning: rejected {src}:1: not valid JSON (Expecting value at column 12)",
+                       f"warning: rejected {src}:2: expected a JSON object per line, got list",
+                       f"warning: rejected {src}:3: not UTF-8 text (byte 1 of the line); re-save the file as UTF-8"]
     assert err[-1].startswith("error: ") and "nothing was written" in err[-1]
     assert snapshot(tmp_path) == before
 
@@ -350,7 +350,7 @@ def test_converter_keeps_good_lines_around_a_torn_one(tmp_path, capsys):
     assert math_eval.main(["--benchmark", "aime24", "--out", str(tmp_path / "out"), "--dataset", str(src)]) == 0
     assert [json.loads(line)["label"] for line in (tmp_path / "out" / "aime24.jsonl").read_text().splitlines()] == ["2", "6"]
     captured = capsys.readouterr()
-    assert f"rejected {src}:3: not valid JSON" in captured.err and "rejected 1 malformed rows" in captured.out
+    assert f"warning: rejected {src}:3: not valid JSON" in captured.err and "rejected 1 malformed rows" in captured.err
 
 
 def test_converter_bad_arguments_and_output_locations(tmp_path, capsys):

@@ -65,8 +65,8 @@ def test_dapo_converter_parquet_dedup_and_rejects(tmp_path, capsys):
     assert out[0]["prompt"] == [{"role": "user", "content": DAPO_PROMPT}]
     assert json.loads(out[0]["reward_label"]) == {"source": "dapo_math", "label": "5", "meta": out[0]["meta"]}
     captured = capsys.readouterr()
-    assert "wrote 2 rows" in captured.out and "rejected 2 malformed rows" in captured.out
-    assert "dropped 1 duplicates" in captured.out
+    assert "wrote 2 rows" in captured.err and "rejected 2 malformed rows" in captured.err  # log lines go to stderr
+    assert "dropped 1 duplicates" in captured.err
     assert f"{src}:4: field 'reward_model.ground_truth'" in captured.err and f"{src}:5: field 'prompt'" in captured.err
 
 

@@ -166,14 +166,14 @@ def test_cli_generate_and_convert(tmp_path, capsys):
     test = [json.loads(line) for line in (out / "test.jsonl").read_text().splitlines()]
     assert len(train) == 30 and len(test) == 10
     assert {r["meta"]["num_people"] for r in train} == {2, 3, 4}
-    assert "wrote 30 train and 10 test rows" in capsys.readouterr().out
+    assert "wrote 30 train and 10 test rows" in capsys.readouterr().err  # log lines go to stderr
 
     src = tmp_path / "public.jsonl"
     src.write_text("\n".join(json.dumps(_public_row(kk.generate_puzzle(3, random.Random(i)))) for i in range(4)) + "\n{}\n")
     out2 = tmp_path / "conv"
     assert kk.main(["--out", str(out2), "--from-jsonl", str(src)]) == 0
     captured = capsys.readouterr()
-    assert "rejected 1 malformed rows" in captured.out and f"{src}:5: field 'quiz'" in captured.err
+    assert "rejected 1 malformed rows" in captured.err and f"warning: rejected {src}:5: field 'quiz'" in captured.err
     assert len((out2 / "train.jsonl").read_text().splitlines()) == 4
 
 

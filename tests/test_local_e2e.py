@@ -57,6 +57,8 @@ def _check_run(tmp_path, cfg):
     assert [r["step"] for r in steps] == [1, 2, 3]
     for r in steps:
         assert math.isfinite(r["train/loss"]) and math.isfinite(r["train/grad_norm"])
+        assert 0.0 < r["train/entropy"] < math.log(1024)  # mean token entropy (nats), below log(vocab size)
+        assert 0.0 <= r["response/truncated_fraction"] <= 1.0 and r["response/length_max"] <= 40
         for key in ("reward/mean", "reward/accuracy", "response/length_mean", "advantage/zero_signal_fraction",
                     "sampling/responses_generated", "adora/tas_fraction", "adora/mean_weight",
                     "time/generate_s", "time/score_s", "time/train_s"):

@@ -96,6 +96,44 @@ def test_gradient_does_not_depend_on_micro_batch_size(tok, loss_agg):
     assert torch.allclose(deltas[0], deltas[1], rtol=1e-5, atol=1e-7)  # log-probs are computed in float32
 
 
+def test_entropy_hand_cases():
+    """Uniform over V gives log V, a one-hot (other entries log 0 = -inf) gives 0, a two-way 1/4, 3/4 split
+    gives -(1/4 log 1/4 + 3/4 log 3/4)."""
+    import math
+
+    from adora_openrlhf.backends.local.update import entropy_from_log_probs
+
+    V = 7
+    uniform = torch.log_softmax(torch.zeros(2, 3, V), dim=-1)
+    assert torch.allclose(entropy_from_log_probs(uniform), torch.full((2, 3), math.log(V)))
+    one_hot = torch.full((V,), float("-inf"))
+    one_hot[3] = 0.0
+    assert entropy_from_log_probs(one_hot).item() == 0.0
+    split = torch.log(torch.tensor([0.25, 0.75, 0.0]))
+    assert entropy_from_log_probs(split).item() == pytest.approx(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)))
+
+
+@pytest.mark.parametrize("ppo_epochs", [1, 2])
+def test_update_entropy_is_the_mean_over_response_tokens(tok, ppo_epochs):
+    """``train/entropy`` = mean over response tokens only (prompt and padding positions are masked out) of the
+    pre-update policy's next-token entropy, computed here independently with torch.distributions."""
+    from adora_openrlhf.backends.local.update import policy_update
+    from adora_openrlhf.config import PolicyLossConfig
+
+    batch = pack([[5, 6, 7], [8, 9]], [[20], [21, 22, 23]], pad_id=0)
+    model = build_tiny_model(TINY, tok, seed=0)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(10.0)  # (tied embeddings) sharper, position-dependent distributions than at init
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
+        per_token = torch.distributions.Categorical(logits=logits).entropy()
+    expected = float((per_token * batch.action_mask).sum() / batch.action_mask.sum())
+    unmasked = float(per_token[batch.attention_mask[:, 1:].bool()].mean())
+    assert abs(expected - unmasked) > 1e-4  # the mask matters in this case
+    cfg = PolicyLossConfig(lr=1e-2, micro_batch_size=1, ppo_epochs=ppo_epochs)
+    out = policy_update(model, torch.optim.SGD(model.parameters(), lr=1e-2), batch, torch.tensor([1.0, -1.0]), cfg, norm_length=8)
+    assert out["train/entropy"] == pytest.approx(expected, rel=1e-5)
+
+
 def test_rollout_log_probs_match_training_forward(tok, model):
     """Left-padded generation and right-padded training see the same positions: log-probs agree exactly."""
     prompts = [tok("Alice says: Bob is a knave.").input_ids, tok("Bob").input_ids]
@@ -236,19 +274,21 @@ def test_lora_wraps_and_rejects_unknown_modules(tok):
         apply_lora(build_tiny_model(TINY, tok, seed=0), ModelConfig(lora_rank=4, lora_target_modules=["nope_proj"]))
 
 
-def test_duplicates_are_reported_and_held_out_prompts_never_train(tmp_path, capsys):
+def test_duplicates_are_reported_and_held_out_prompts_never_train(tmp_path, caplog):
     label = "(1) Alice is a knight"
     rows = [{"prompt": p, "label": label} for p in ("A", "B", "C", "D", "A")]
     train_file = tmp_path / "train.jsonl"
     train_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     train, held = load_rows(DataConfig(task="kk", train_path=str(train_file), num_eval=2), seed=0)
     assert [r.prompt for r in held] == ["D", "A"] and [r.prompt for r in train] == ["B", "C"]  # "A" (line 1) is held out too
-    assert f"warning: {train_file}:5: duplicate row (same prompt and label as {train_file}:1)" in capsys.readouterr().err
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "adora_openrlhf.backends.local.data"]
+    assert any(w.startswith(f"{train_file}:5: duplicate row (same prompt and label as {train_file}:1)") for w in warnings), warnings
+    caplog.clear()
     eval_file = tmp_path / "eval.jsonl"
     eval_file.write_text(json.dumps({"prompt": "B", "label": label}) + "\n" + json.dumps({"prompt": "E", "label": label}) + "\n")
     train, held = load_rows(DataConfig(task="kk", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
     assert [r.prompt for r in held] == ["E"] and len(train) == 5
-    assert "data.eval_path: dropped 1 held-out rows whose prompt is also a training prompt" in capsys.readouterr().err
+    assert "data.eval_path: dropped 1 held-out rows whose prompt is also a training prompt" in caplog.text
     eval_file.write_text(json.dumps({"prompt": "C", "label": label}) + "\n")
     with pytest.raises(ConfigError, match="data.eval_path: every held-out row's prompt is also a training prompt"):
         load_rows(DataConfig(task="kk", train_path=str(train_file), eval_path=str(eval_file)), seed=0)

@@ -148,6 +148,6 @@ def test_resume_compares_data_files_by_content(tmp_path, monkeypatch):
 
 def test_metrics_logger_drops_a_torn_last_line_on_resume(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 0, "a": 1.0}\n{"step": 1, "a": 2.0}\n{"step": 2, "a"')
-    logger = MetricsLogger(tmp_path, resume_step=1, tensorboard=False)
+    logger = MetricsLogger(tmp_path, resume_step=1, report_to=["none"])
     logger.log(2, {"a": 3.0})
     assert read_metrics(tmp_path / "metrics.jsonl") == [{"step": 0, "a": 1.0}, {"step": 1, "a": 2.0}, {"step": 2, "a": 3.0}]

@@ -17,13 +17,15 @@ continues with exactly the prompts the uninterrupted run would have used.
 
 from __future__ import annotations
 
+import logging
 import random
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from adora_openrlhf.config import ConfigError, DataConfig
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str
 
 
 def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
+    logger.warning(message)
 
 
 def _report_duplicates(rows: Sequence[Row], where: str) -> None:

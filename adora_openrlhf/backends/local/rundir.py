@@ -28,9 +28,9 @@ from typing import Any, Optional
 from adora_openrlhf.backends.local import checkpoint as ckpt
 from adora_openrlhf.config import ConfigError, RunConfig
 
-RESUMABLE_CHANGES = {"steps", "save_every", "eval_every", "output_dir"}  # options a resumed run may change
+RESUMABLE_CHANGES = {"steps", "save_every", "eval_every", "output_dir", "report_to"}  # options a resumed run may change
 PATH_OPTIONS = {"model.path", "data.train_path", "data.eval_path"}  # compared by what they name, not by spelling
-RUN_ARTEFACTS = ("checkpoints", "tb", "final_model", "tokenizer", "metrics.jsonl", "summary.json", "reward_curve.png", "config.json")
+RUN_ARTEFACTS = ("checkpoints", "tb", "final_model", "tokenizer", "metrics.jsonl", "summary.json", "reward_curve.png", "config.json", "wandb")
 LOCK_FILE = ".lock"
 
 

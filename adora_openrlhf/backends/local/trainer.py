@@ -23,6 +23,7 @@ At the end: reward-curve PNG, ``summary.json`` and the final model in ``final_mo
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import time
@@ -49,6 +50,8 @@ from adora_openrlhf.backends.local.update import pack, policy_update
 from adora_openrlhf.backends.support import check_backend_fields
 from adora_openrlhf.cli_args import format_config
 from adora_openrlhf.config import ConfigError, RunConfig
+
+logger = logging.getLogger(__name__)
 
 
 def _check_runnable(cfg: RunConfig) -> None:
@@ -186,7 +189,7 @@ def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict
         resume_from = rundir.check_previous_run(out, cfg, resume, overwrite)  # again, now that no other run can start
         if resume_from is None:
             if overwrite and ckpt.list_checkpoints(out):
-                print(f"starting a new run in {out}: --overwrite removes the previous run's checkpoints and metrics")
+                logger.info("starting a new run in %s: --overwrite removes the previous run's checkpoints and metrics", out)
             rundir.clear_previous_run(out)
         return _train_in(cfg, out, started, device, resume_from, train_rows, eval_rows, tokenizer, processor, model, encoded, rewards)
 
@@ -194,15 +197,15 @@ def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict
 def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Path | None, train_rows, eval_rows,
               tokenizer, processor, model, encoded, rewards) -> dict[str, Any]:
     """The run itself, in the locked ``out``."""
-    print(format_config(cfg))
+    logger.info("config:\n%s", format_config(cfg))
     (out / "config.json").write_text(format_config(cfg) + "\n")
     saved_tokenizer = processor if processor is not None else tokenizer  # what checkpoints save as tokenizer/
     if resume_from is None and cfg.model.path is None:
         saved_tokenizer.save_pretrained(str(out / "tokenizer"))
     total, trainable = count_parameters(model)
     tiny = "tiny Qwen2.5-VL-style (random init)" if processor is not None else "tiny Qwen2-style (random init)"
-    print(f"policy: {tiny if cfg.model.path is None else cfg.model.path}, {total:,} parameters "
-          f"({trainable:,} trainable), vocab {len(tokenizer)}, device {device}; {len(train_rows)} train / {len(eval_rows)} held-out prompts")
+    logger.info(f"policy: {tiny if cfg.model.path is None else cfg.model.path}, {total:,} parameters "
+                f"({trainable:,} trainable), vocab {len(tokenizer)}, device {device}; {len(train_rows)} train / {len(eval_rows)} held-out prompts")
     (train_ids, train_extras), (eval_ids, eval_extras) = encoded
     train_rewards, eval_rewards = rewards
 
@@ -230,10 +233,10 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
         sampler.load_state_dict(state.sampler)
         ckpt.restore_rng(state.rng)
         start_step, position = state.step, state.data_position
-        logger = MetricsLogger(out, resume_step=start_step)
-        print(f"resumed from {resume_from} at step {start_step} (data position {position})")
+        logger = MetricsLogger(out, resume_step=start_step, report_to=cfg.report_to, config=cfg.to_dict())
+        logger.info("resumed from %s at step %d (data position %d)", resume_from, start_step, position)
     else:
-        logger = MetricsLogger(out)
+        logger = MetricsLogger(out, report_to=cfg.report_to, config=cfg.to_dict())
         t0 = time.perf_counter()
         losses = supervised_warmup(model, tokenizer, train_ids, train_rows, cfg.warmup, cfg.seed, cfg.train.micro_batch_size, train_extras)
         warm = {"warmup/steps": len(losses), "warmup/time_s": time.perf_counter() - t0}
@@ -322,5 +325,5 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
         "resumed_from_step": None if resume_from is None else start_step,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
+    logger.info("wrote %s, %s and %s", out / "summary.json", out / "reward_curve.png", final_dir)
     return summary

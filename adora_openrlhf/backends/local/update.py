@@ -12,6 +12,10 @@ accumulated loss is DAPO's token mean over the whole step; for the per-sequence 
 step's sequences. The gradient therefore does not depend on ``micro_batch_size``. The gradients of all
 micro-batches are accumulated into one optimiser step per epoch, after clipping their global norm to
 ``max_grad_norm``.
+
+``train/entropy`` is the mean next-token entropy ``H_t = -sum_v p(v | x_{<=t}) log p(v | x_{<=t})`` of the policy
+(softmax at temperature 1) over every response token of the step, computed from the first epoch's forward pass
+(the policy that sampled the responses), so it costs no extra forward pass.
 """
 
 from __future__ import annotations
@@ -52,16 +56,41 @@ def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], p
     return PackedBatch(ids, attn, action, list(extras) if extras is not None else None)
 
 
-def token_log_probs(model, batch: PackedBatch) -> torch.Tensor:
-    """``log p(x_{t+1} | x_{<=t})`` for every position, ``[B, L - 1]``."""
+def _next_token_log_softmax(model, batch: PackedBatch) -> torch.Tensor:
+    """``log p(. | x_{<=t})`` over the vocabulary for every position, ``[B, L - 1, V]``."""
     more = {}
     if batch.extras is not None:
         from adora_openrlhf.backends.local.vlm import extra_model_inputs
 
         more = extra_model_inputs(model, batch.input_ids, batch.extras)
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False, **more).logits[:, :-1].float()
-    targets = batch.input_ids[:, 1:]
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return torch.log_softmax(logits, dim=-1)
+
+
+def _gather_targets(log_probs: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    return log_probs.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+def token_log_probs(model, batch: PackedBatch) -> torch.Tensor:
+    """``log p(x_{t+1} | x_{<=t})`` for every position, ``[B, L - 1]``."""
+    return _gather_targets(_next_token_log_softmax(model, batch), batch)
+
+
+def token_log_probs_and_entropy(model, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token log-probs (as :func:`token_log_probs`) and the policy's next-token entropy ``[B, L - 1]`` from the
+    same forward pass; the entropy is detached (a metric, no gradient)."""
+    log_probs = _next_token_log_softmax(model, batch)
+    with torch.no_grad():
+        entropy = entropy_from_log_probs(log_probs.detach())
+    return _gather_targets(log_probs, batch), entropy
+
+
+def entropy_from_log_probs(log_probs: torch.Tensor) -> torch.Tensor:
+    """Entropy of each distribution along the last axis, ``H = -sum_v p_v log p_v`` with ``p = exp(log_probs)``;
+    a zero-probability entry contributes 0 (not ``0 * -inf``). Uniform over V gives ``log V``, one-hot gives 0."""
+    probs = log_probs.exp()
+    return -(probs * log_probs.masked_fill(probs == 0, 0.0)).sum(-1)
+
 
 
 def _slice(batch: PackedBatch, rows: slice, device) -> PackedBatch:
@@ -117,12 +146,17 @@ def policy_update(
     total_tokens = float(batch.action_mask.sum())
     sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "grad_norm": 0.0}
     model.train()
-    for _ in range(cfg.ppo_epochs):
+    entropy_sum = 0.0
+    for epoch in range(cfg.ppo_epochs):
         optimizer.zero_grad(set_to_none=True)
         for i, rows in enumerate(slices):
             mb = _slice(batch, rows, device)
             share = share_of(rows.stop - rows.start, size, float(batch.action_mask[rows].sum()), total_tokens)
-            lp = token_log_probs(model, mb)
+            if epoch == 0:  # the policy that sampled the responses: its entropy, from the loss's own forward pass
+                lp, entropy = token_log_probs_and_entropy(model, mb)
+                entropy_sum += float((entropy * mb.action_mask).sum())
+            else:
+                lp = token_log_probs(model, mb)
             out = policy_loss(
                 lp,
                 old_lp[i] if old_lp[i] is not None else lp.detach(),
@@ -141,4 +175,5 @@ def policy_update(
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         sums["grad_norm"] += float(grad_norm) / cfg.ppo_epochs
         optimizer.step()
+    sums["entropy"] = entropy_sum / max(total_tokens, 1.0)
     return {f"train/{k}": v for k, v in sums.items()}

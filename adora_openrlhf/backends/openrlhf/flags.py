@@ -74,6 +74,9 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
     if cfg.model.dtype not in PARAM_DTYPES:
         raise ConfigError(f"model.dtype: not supported by the openrlhf backend (got {cfg.model.dtype!r}); DeepSpeed trains in bf16 or fp16 "
                           "(--ds.param_dtype): set --model.dtype bfloat16 or float16")
+    if cfg.report_to != ["tensorboard"]:
+        raise ConfigError("report_to: the openrlhf backend logs through OpenRLHF's own options "
+                          "(--logger.tensorboard_dir DIR, --logger.wandb.key KEY); leave report_to at its default")
     out_dir = Path(cfg.output_dir)
     flags: dict[str, Any] = {
         "actor.model_name_or_path": cfg.model.path,

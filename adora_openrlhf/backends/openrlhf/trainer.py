@@ -30,6 +30,7 @@ from openrlhf.trainer.ppo_trainer import PPOTrainer as _OpenRLHFRemotePPOTrainer
 from adora_openrlhf.backends.openrlhf.experience_maker import AdoraExperienceMaker
 from adora_openrlhf.backends.openrlhf.flags import generate_kwargs_for, run_config_from_args, signal_description
 from adora_openrlhf.backends.openrlhf.samples_generator import AdoraSamplesGenerator
+from adora_openrlhf.log_setup import ensure_logging
 
 OpenRLHFPPOTrainer = _OpenRLHFRemotePPOTrainer.__ray_actor_class__  # the class under OpenRLHF's @ray.remote
 SAMPLER_STATE_KEY = "adora_samples_generator"  # entry of OpenRLHF's checkpoint client_states
@@ -82,8 +83,9 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
             self.tokenizer,
             run_config=run_config,
         )
+        ensure_logging()  # this runs in a Ray actor, which configured no log handler
         for line in signal_description(run_config):
-            print(f"[adora_openrlhf] {line}")
+            logger.info("[adora_openrlhf] %s", line)
 
     def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
         """OpenRLHF's logging and checkpointing, with the samples generator's state in ``client_states``."""
