@@ -209,6 +209,8 @@ def load_rows(name_or_path: str | Path, *, split: str = "train", config: str | N
     """
     name = str(name_or_path)
     path = Path(name).expanduser()
+    if path.is_dir() and path.suffix in FILE_SUFFIXES + (".csv",):  # a folder named like a file is a mistake, not a dataset
+        check_file(path, what)
     if path.is_dir():
         rows = _with_datasets(option, name, what, path=str(path), name=config, split=split)
         loaded = LoadedRows(rows, list(range(1, len(rows) + 1)), str(path), local=True)

@@ -36,6 +36,7 @@ REFUSED_VALUES = {
     "data.kk_num_people": [3], "data.kk_name_pool": 5, "data.kk_name_order": "pool", "data.num_train": 10, "data.num_eval": 5,
     "data.geo_tasks": ["count"], "data.geo_levels": [1], "warmup.steps": 10, "warmup.lr": 0.01, "warmup.batch_size": 4,
     "warmup.style": "thorough", "warmup.mix_steps": 5, "warmup.mix_lr": 0.01, "warmup.mix": {"thorough": 1.0},
+    "warmup.style_shares": {"thorough": 1.0}, "warmup.lr_ramp": 0.1, "report_to": ["none"],
     "extra": {"openrlhf": {"vllm.num_engines": 2}}, "max_missing_reward_fraction": 0.5,
     **{f"model.tiny.{k}": v for k, v in {"vocab_size": 600, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
                                          "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 512}.items()},

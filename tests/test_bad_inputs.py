@@ -20,7 +20,7 @@ from data_prep import dapo_math, geometry3k, kk, math_eval
 from eval import run as eval_run
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ["--warmup.steps", "0", "--steps", "1", "--prompts_per_step", "1", "--sampling.n_keep", "2", "--data.num_train", "8",
+FAST = ["--recipe", "kk-tiny", "--warmup.steps", "0", "--steps", "1", "--prompts_per_step", "1", "--sampling.n_keep", "2", "--data.num_train", "8",
         "--data.num_eval", "2", "--data.kk_num_people", "[2]", "--rollout.max_new_tokens", "4", "--eval_samples", "0",
         "--model.tiny.hidden_size", "16", "--model.tiny.intermediate_size", "32", "--model.tiny.num_hidden_layers", "1",
         "--model.tiny.num_attention_heads", "2", "--model.tiny.num_key_value_heads", "1", "--model.tiny.vocab_size", "300"]

@@ -162,7 +162,7 @@ def test_lora_checkpoint_resumes_and_merged_save_is_plain(tok, tmp_path, merge):
         for name, p in policy.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.5)
-    step = ckpt.save_checkpoint(tmp_path, policy, None, tok, _state())
+    step = ckpt.save_checkpoint(tmp_path, policy, None, tok, _state(), merge_lora=cfg.model.merge_lora_on_save)
     expected = _logits(policy)
     resumed = _build_model(cfg, tok, torch.device("cpu"), step)
     assert torch.allclose(_logits(resumed), expected, atol=1e-6)

@@ -98,7 +98,8 @@ OPENRLHF: dict[str, Support] = {
     "data.kk_parser": USED,  # ADORA_KK_PARSER in every Ray worker (launcher.ray_env_vars)
     **{f"train.{name}": MAPPED for name in ("lr", "weight_decay", "clip_eps_low", "clip_eps_high", "kl_coef", "max_grad_norm",
                                             "ppo_epochs", "micro_batch_size", "loss_agg")},  # --actor.*, --algo.kl.*, --train.*
-    **{f"warmup.{name}": _WARMUP for name in ("steps", "lr", "batch_size", "style", "mix_steps", "mix_lr", "mix")},
+    **{f"warmup.{name}": _WARMUP for name in ("steps", "lr", "batch_size", "style", "style_shares", "lr_ramp", "mix_steps", "mix_lr", "mix")},
+    "report_to": Refused("the openrlhf backend logs through OpenRLHF's own options (--logger.tensorboard_dir DIR, --logger.wandb.key KEY)"),
 }
 
 # The local backend runs every field in its own code (trainer.py and the modules it calls), except these two.

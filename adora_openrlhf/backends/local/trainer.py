@@ -233,17 +233,17 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
         sampler.load_state_dict(state.sampler)
         ckpt.restore_rng(state.rng)
         start_step, position = state.step, state.data_position
-        logger = MetricsLogger(out, resume_step=start_step, report_to=cfg.report_to, config=cfg.to_dict())
+        metrics_log = MetricsLogger(out, resume_step=start_step, report_to=cfg.report_to, config=cfg.to_dict())
         logger.info("resumed from %s at step %d (data position %d)", resume_from, start_step, position)
     else:
-        logger = MetricsLogger(out, report_to=cfg.report_to, config=cfg.to_dict())
+        metrics_log = MetricsLogger(out, report_to=cfg.report_to, config=cfg.to_dict())
         t0 = time.perf_counter()
         losses = supervised_warmup(model, tokenizer, train_ids, train_rows, cfg.warmup, cfg.seed, cfg.train.micro_batch_size, train_extras)
         warm = {"warmup/steps": len(losses), "warmup/time_s": time.perf_counter() - t0}
         if losses:
             warm.update({"warmup/first_loss": losses[0], "warmup/final_loss": float(np.mean(losses[-10:]))})
         start_step, position = 0, 0
-        logger.log(0, {**warm, **run_eval(0)})
+        metrics_log.log(0, {**warm, **run_eval(0)})
         ckpt.save_checkpoint(out, model, optimizer, saved_tokenizer, ckpt.TrainerState(0, 0, sampler.state_dict(), ckpt.capture_rng()),
                              merge_lora=cfg.model.merge_lora_on_save)
 
@@ -300,13 +300,13 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
         done = step + 1
         if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
             metrics.update(run_eval(done))
-        logger.log(done, metrics)
+        metrics_log.log(done, metrics)
         if (cfg.save_every and done % cfg.save_every == 0) or done == cfg.steps:
             ckpt.save_checkpoint(out, model, optimizer, saved_tokenizer, ckpt.TrainerState(done, position, sampler.state_dict(), ckpt.capture_rng()),
                                  merge_lora=cfg.model.merge_lora_on_save)
         bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.2f}", acc=f"{metrics.get('reward/accuracy', float('nan')):.2f}")
     bar.close()
-    logger.close()
+    metrics_log.close()
 
     # ---- artefacts --------------------------------------------------------------------------------------
     from adora_openrlhf.backends.local.metrics import read_metrics
