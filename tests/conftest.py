@@ -2,7 +2,13 @@
 
 import os
 
-from hypothesis import HealthCheck, settings
+# Nothing in the test suite may reach a model or dataset hub. Set before anything imports huggingface_hub (the
+# CI imports below pull it in), which reads HF_HUB_OFFLINE once, at import.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from hypothesis import HealthCheck, settings  # noqa: E402  (after the environment above)
 
 settings.register_profile("ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", deadline=None)
@@ -23,8 +29,3 @@ if os.environ.get("ADORA_REQUIRE_VLLM"):
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-
-# Nothing in the test suite may reach a model or dataset hub.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
