@@ -14,9 +14,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import types
 import typing
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Union
+from typing import Any, Union
 
 from adora_openrlhf.config import ConfigError, RunConfig
 
@@ -49,8 +51,13 @@ def _leaf_field_objects(cls: type, prefix: str = "") -> Iterator[tuple[str, data
             yield f"{prefix}{f.name}", f
 
 
+def _is_union(hint: Any) -> bool:
+    """``Optional[int]`` (typing.Union) or ``int | None`` (types.UnionType, what the config's annotations use)."""
+    return typing.get_origin(hint) in (Union, types.UnionType)
+
+
 def _strip_optional(hint: Any) -> Any:
-    if typing.get_origin(hint) is Union:
+    if _is_union(hint):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         if len(args) == 1:
             return args[0]
@@ -59,7 +66,7 @@ def _strip_optional(hint: Any) -> Any:
 
 def parse_value(dotted: str, hint: Any, text: str) -> Any:
     """Parse ``text`` for field ``dotted`` of type ``hint``; errors name the flag."""
-    optional = typing.get_origin(hint) is Union and type(None) in typing.get_args(hint)
+    optional = _is_union(hint) and type(None) in typing.get_args(hint)
     base = _strip_optional(hint)
     if optional and text.lower() in ("none", "null"):
         return None
@@ -133,7 +140,7 @@ def _flatten(values: Mapping[str, Any], where: str, prefix: str = "") -> dict[st
                 raise ConfigError(f"{where}: {dotted} must be a mapping of its options, got {value!r}")
             out.update(_flatten(value, where, dotted + "."))
         else:
-            siblings = sorted({leaf[len(prefix):].split(".")[0] for leaf in LEAF_TYPES if leaf.startswith(prefix)})
+            siblings = sorted({leaf[len(prefix) :].split(".")[0] for leaf in LEAF_TYPES if leaf.startswith(prefix)})
             raise ConfigError(f"{where}: unknown key {dotted!r}; valid keys{' under ' + repr(prefix[:-1]) if prefix else ''}: {siblings}")
     return out
 
@@ -172,4 +179,3 @@ def overrides_from_args(namespace: argparse.Namespace) -> dict[str, Any]:
 def format_config(cfg: RunConfig) -> str:
     """Pretty JSON of a RunConfig for printing at start."""
     return json.dumps(cfg.to_dict(), indent=2, sort_keys=False, default=str)
-

@@ -21,7 +21,7 @@ import argparse
 import errno
 import os
 import sys
-from typing import Callable, Optional, Sequence, Union
+from collections.abc import Callable, Sequence
 
 DEBUG_ENV = "ADORA_DEBUG"
 
@@ -37,7 +37,7 @@ def add_debug_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error instead of one line")
 
 
-def wants_debug(argv: Optional[Sequence[str]]) -> bool:
+def wants_debug(argv: Sequence[str] | None) -> bool:
     args = sys.argv[1:] if argv is None else list(argv)
     return "--debug" in args or os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
@@ -53,8 +53,7 @@ def os_error_line(err: OSError) -> str:
     return f"{path}: {reason}" if path else reason
 
 
-def run_cli(body: Callable[[], int], argv: Optional[Sequence[str]] = None,
-            interrupted_hint: Union[str, Callable[[], str]] = "") -> int:
+def run_cli(body: Callable[[], int], argv: Sequence[str] | None = None, interrupted_hint: str | Callable[[], str] = "") -> int:
     """Run ``body()`` and map user-caused exceptions to one stderr line and an exit status (table above).
     ``interrupted_hint`` (text, or a function giving it at the time of the interrupt) says how to resume.
     Installs the CLI log handlers first (:func:`adora_openrlhf.log_setup.setup_logging`: INFO, DEBUG with --debug)."""

@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, TypeVar
+from typing import Any, TypeVar
 
 from adora_openrlhf.errors import ConfigError  # defined beside the registries (no import circle); exported here
 
@@ -25,14 +26,27 @@ def _require(condition: bool, field_path: str, message: str) -> None:
         raise ConfigError(f"{field_path}: {message}")
 
 
-def _number(value: Any, field_path: str, *, integer: bool = False, gt: Optional[float] = None, ge: Optional[float] = None,
-            lt: Optional[float] = None, le: Optional[float] = None, also: tuple = ()) -> None:
+def _number(
+    value: Any,
+    field_path: str,
+    *,
+    integer: bool = False,
+    gt: float | None = None,
+    ge: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
+    also: tuple = (),
+) -> None:
     """One check per numeric field: the type (an integer, or any real number; never a bool or a string), a finite
     value, and the range ``gt < v``, ``ge <= v``, ``v < lt``, ``v <= le``. Values in ``also`` (e.g. -1 = off) pass."""
     if any(value is a or (type(value) is type(a) and value == a) for a in also):
         return
-    bounds = [f"> {gt}" if gt is not None else "", f">= {ge}" if ge is not None else "",
-              f"< {lt}" if lt is not None else "", f"<= {le}" if le is not None else ""]
+    bounds = [
+        f"> {gt}" if gt is not None else "",
+        f">= {ge}" if ge is not None else "",
+        f"< {lt}" if lt is not None else "",
+        f"<= {le}" if le is not None else "",
+    ]
     wanted = (("an integer" if integer else "a finite number") + " " + " and ".join(b for b in bounds if b)).strip()
     wanted += "".join(f" or {a}" for a in also)
     ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
@@ -92,7 +106,7 @@ class SamplingParams:
         _number(self.repetition_penalty, "rollout.repetition_penalty", gt=0)
         _number(self.max_new_tokens, "rollout.max_new_tokens", integer=True, ge=1)
 
-    def override(self, changes: Mapping[str, Any]) -> "SamplingParams":
+    def override(self, changes: Mapping[str, Any]) -> SamplingParams:
         """Return a copy with ``changes`` applied; unknown parameter names are an error."""
         valid = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - valid)
@@ -150,9 +164,11 @@ class AdoraConfig:
             "correct but no counted incorrect -> TDS) or 'llm' (no correct -> TDS, correct but no counted incorrect -> TAS)"
         },
     )
-    truncation_length: Optional[int] = field(
+    truncation_length: int | None = field(
         default=None,
-        metadata={"help": "length rule: a response of at least this many tokens counts as truncated (the LLM reference: 3900 of 4096); None = only the engine's flag"},
+        metadata={
+            "help": "length rule: a response of at least this many tokens counts as truncated (the LLM reference: 3900 of 4096); None = only the engine's flag"
+        },
     )
     length_shaping: bool = field(default=False, metadata={"help": "reference LLM option: shift correct rewards by length before normalising"})
     shaping_beta: float = field(default=0.5, metadata={"help": "length shaping magnitude: shift = +-beta * (2u - 1)"})
@@ -195,7 +211,9 @@ class AdaptiveSamplingConfig:
     n_keep: int = field(default=4, metadata={"help": "responses kept per prompt for training (the group size n)"})
     samples_per_round: int = field(default=8, metadata={"help": "responses generated per round for each still-active prompt"})
     max_rounds: int = field(default=4, metadata={"help": "rounds per training step at most"})
-    max_responses_per_prompt: Optional[int] = field(default=None, metadata={"help": "hard cap on the pool per prompt per step; None = max_rounds*samples_per_round"})
+    max_responses_per_prompt: int | None = field(
+        default=None, metadata={"help": "hard cap on the pool per prompt per step; None = max_rounds*samples_per_round"}
+    )
     pool_scope: str = field(default="step", metadata={"help": 'baseline pool: "step" (this step\'s responses) or "history" (every step so far)'})
     drop_unfinished: bool = field(default=False, metadata={"help": "drop prompts that never retired instead of keeping what they have"})
     escalation: list[dict[str, Any]] = field(default_factory=list, metadata={"help": "round r>=1 uses escalation[min(r-1, len-1)] over the defaults"})
@@ -272,7 +290,9 @@ class TinyModelConfig:
 class TinyVisionConfig:
     """Vision tower of the tiny random-init Qwen2.5-VL built for ``data.task geometry`` (local backend)."""
 
-    image_size: int = field(default=64, metadata={"help": "images are resized to image_size x image_size pixels; must be a multiple of patch_size * spatial_merge_size"})
+    image_size: int = field(
+        default=64, metadata={"help": "images are resized to image_size x image_size pixels; must be a multiple of patch_size * spatial_merge_size"}
+    )
     patch_size: int = field(default=8, metadata={"help": "ViT patch side in pixels; (image_size / patch_size)^2 / spatial_merge_size^2 image tokens per image"})
     spatial_merge_size: int = field(default=2, metadata={"help": "patches merged per side into one language-model token"})
     depth: int = field(default=2, metadata={"help": "vision transformer blocks (the last one uses full attention)"})
@@ -284,8 +304,11 @@ class TinyVisionConfig:
         for name in ("image_size", "patch_size", "spatial_merge_size", "depth", "hidden_size", "intermediate_size", "num_heads"):
             _number(getattr(self, name), f"model.tiny_vision.{name}", integer=True, ge=1)
         unit = self.patch_size * self.spatial_merge_size
-        _require(self.image_size >= unit and self.image_size % unit == 0, "model.tiny_vision.image_size",
-                 f"must be a positive multiple of patch_size * spatial_merge_size = {unit}, got {self.image_size}")
+        _require(
+            self.image_size >= unit and self.image_size % unit == 0,
+            "model.tiny_vision.image_size",
+            f"must be a positive multiple of patch_size * spatial_merge_size = {unit}, got {self.image_size}",
+        )
         _require(self.depth >= 1, "model.tiny_vision.depth", f"must be >= 1, got {self.depth}")
         _require(self.hidden_size % self.num_heads == 0, "model.tiny_vision.hidden_size", "must be divisible by num_heads")
 
@@ -294,20 +317,33 @@ class TinyVisionConfig:
 class ModelConfig:
     """Policy model: a local Hugging Face checkpoint or the tiny model."""
 
-    path: Optional[str] = field(default=None, metadata={"help": "Hugging Face model: a local directory or a hub name owner/name (loaded with from_pretrained; "
-                                                               "HF_HUB_OFFLINE=1 reads only the local hub cache); None -> tiny model"})
+    path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hugging Face model: a local directory or a hub name owner/name (loaded with from_pretrained; "
+            "HF_HUB_OFFLINE=1 reads only the local hub cache); None -> tiny model"
+        },
+    )
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig, metadata={"help": "the tiny random-init language model (no model.path)"})
-    tiny_vision: TinyVisionConfig = field(default_factory=TinyVisionConfig, metadata={"help": "vision tower of the tiny Qwen2.5-VL (data.task geometry, no model.path)"})
+    tiny_vision: TinyVisionConfig = field(
+        default_factory=TinyVisionConfig, metadata={"help": "vision tower of the tiny Qwen2.5-VL (data.task geometry, no model.path)"}
+    )
     lora_rank: int = field(default=0, metadata={"help": "> 0 trains LoRA adapters (peft) instead of all weights"})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling numerator: adapters are scaled by lora_alpha / lora_rank"})
-    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-                                           metadata={"help": 'module names that get LoRA adapters, or ["all-linear"] (every linear layer but the output head, as in peft)'})
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        metadata={"help": 'module names that get LoRA adapters, or ["all-linear"] (every linear layer but the output head, as in peft)'},
+    )
     dtype: str = field(default="float32", metadata={"help": '"float32" | "bfloat16" | "float16"'})
     generation_batch_size: int = field(default=64, metadata={"help": "local backend: sequences per model.generate call (memory bound)"})
-    init_kwargs: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": 'extra from_pretrained arguments for model.path as a JSON object, e.g. {"trust_remote_code": true, "attn_implementation": "sdpa"}'})
-    merge_lora_on_save: bool = field(default=False, metadata={
-        "help": "with LoRA: checkpoints and final_model hold the merged model (a plain checkpoint) instead of the adapters; resume still works"})
+    init_kwargs: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": 'extra from_pretrained arguments for model.path as a JSON object, e.g. {"trust_remote_code": true, "attn_implementation": "sdpa"}'},
+    )
+    merge_lora_on_save: bool = field(
+        default=False,
+        metadata={"help": "with LoRA: checkpoints and final_model hold the merged model (a plain checkpoint) instead of the adapters; resume still works"},
+    )
 
     def __post_init__(self) -> None:
         if self.lora_target_modules == "all-linear":  # peft's spelling: one string
@@ -315,20 +351,39 @@ class ModelConfig:
         _number(self.generation_batch_size, "model.generation_batch_size", integer=True, ge=1)
         _number(self.lora_rank, "model.lora_rank", integer=True, ge=0)
         _number(self.lora_alpha, "model.lora_alpha", gt=0)
-        _require(self.path is None or (isinstance(self.path, str) and self.path.strip() != ""), "model.path", f"must be a directory or hub name (or unset for the tiny model), got {self.path!r}")
-        _require(isinstance(self.lora_target_modules, list) and all(isinstance(m, str) and m for m in self.lora_target_modules) and (self.lora_rank == 0 or len(self.lora_target_modules) > 0),
-                 "model.lora_target_modules", f"must be a non-empty list of module names such as [\"q_proj\", \"v_proj\"], got {self.lora_target_modules!r}")
+        _require(
+            self.path is None or (isinstance(self.path, str) and self.path.strip() != ""),
+            "model.path",
+            f"must be a directory or hub name (or unset for the tiny model), got {self.path!r}",
+        )
+        _require(
+            isinstance(self.lora_target_modules, list)
+            and all(isinstance(m, str) and m for m in self.lora_target_modules)
+            and (self.lora_rank == 0 or len(self.lora_target_modules) > 0),
+            "model.lora_target_modules",
+            f'must be a non-empty list of module names such as ["q_proj", "v_proj"], got {self.lora_target_modules!r}',
+        )
         _require(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"must be float32, bfloat16 or float16, got {self.dtype!r}")
-        _require(isinstance(self.init_kwargs, Mapping) and all(isinstance(k, str) and k for k in self.init_kwargs), "model.init_kwargs",
-                 f'must be a JSON object of from_pretrained arguments such as {{"trust_remote_code": true}}, got {self.init_kwargs!r}')
+        _require(
+            isinstance(self.init_kwargs, Mapping) and all(isinstance(k, str) and k for k in self.init_kwargs),
+            "model.init_kwargs",
+            f'must be a JSON object of from_pretrained arguments such as {{"trust_remote_code": true}}, got {self.init_kwargs!r}',
+        )
         for key in ("dtype", "torch_dtype", "pretrained_model_name_or_path"):
-            _require(key not in self.init_kwargs, f"model.init_kwargs.{key}", "is set by the run itself" + (" (use model.dtype)" if "dtype" in key else " (use model.path)"))
+            _require(
+                key not in self.init_kwargs,
+                f"model.init_kwargs.{key}",
+                "is set by the run itself" + (" (use model.dtype)" if "dtype" in key else " (use model.path)"),
+            )
         try:
             json.dumps(self.init_kwargs)
         except (TypeError, ValueError):
             raise ConfigError(f"model.init_kwargs: values must be JSON (strings, numbers, booleans, lists, objects), got {self.init_kwargs!r}") from None
-        _require(self.lora_target_modules == ["all-linear"] or "all-linear" not in self.lora_target_modules, "model.lora_target_modules",
-                 '"all-linear" stands alone: give ["all-linear"] or a list of module names')
+        _require(
+            self.lora_target_modules == ["all-linear"] or "all-linear" not in self.lora_target_modules,
+            "model.lora_target_modules",
+            '"all-linear" stands alone: give ["all-linear"] or a list of module names',
+        )
 
 
 @dataclass
@@ -336,21 +391,37 @@ class DataConfig:
     """Training / evaluation prompts in the one JSONL schema (prompt, label, images, source, meta)."""
 
     task: str = field(default="kk", metadata={"help": '"kk" | "math" | "geometry": picks the reward and the prompt template'})
-    train_path: Optional[str] = field(default=None, metadata={"help": "JSONL file or HF dataset name; None -> generated K&K puzzles (task kk)"})
-    eval_path: Optional[str] = field(default=None, metadata={"help": "held-out JSONL; None -> generated K&K puzzles disjoint from training"})
-    kk_num_people: list[int] = field(default_factory=lambda: [2, 3], metadata={"help": "people per generated puzzle (task kk), cycled: [2, 2, 3] = two 2-person per 3-person"})
-    kk_name_pool: int = field(default=26, metadata={"help": "generated K&K puzzles draw their names from the first k of 26 names (a small pool eases copying for a tiny model)"})
-    kk_name_order: str = field(default="random", metadata={"help": "generated K&K puzzles list their names in random order or in pool order ('pool': Alice before Bob before Carol)"})
+    train_path: str | None = field(default=None, metadata={"help": "JSONL file or HF dataset name; None -> generated K&K puzzles (task kk)"})
+    eval_path: str | None = field(default=None, metadata={"help": "held-out JSONL; None -> generated K&K puzzles disjoint from training"})
+    kk_num_people: list[int] = field(
+        default_factory=lambda: [2, 3], metadata={"help": "people per generated puzzle (task kk), cycled: [2, 2, 3] = two 2-person per 3-person"}
+    )
+    kk_name_pool: int = field(
+        default=26, metadata={"help": "generated K&K puzzles draw their names from the first k of 26 names (a small pool eases copying for a tiny model)"}
+    )
+    kk_name_order: str = field(
+        default="random", metadata={"help": "generated K&K puzzles list their names in random order or in pool order ('pool': Alice before Bob before Carol)"}
+    )
     num_train: int = field(default=2000, metadata={"help": "generated training puzzles"})
     num_eval: int = field(default=100, metadata={"help": "generated held-out puzzles"})
     max_prompt_tokens: int = field(default=512, metadata={"help": "prompts longer than this are rejected with their row index"})
-    geo_tasks: list[str] = field(default_factory=lambda: ["count", "most", "larger"], metadata={"help": "task geometry without train_path: question kinds of the generated images (data_prep.geo_synth.TASKS)"})
-    geo_levels: list[int] = field(default_factory=lambda: [1, 2, 3, 4], metadata={"help": "task geometry without train_path: difficulty levels 1..4 of the generated images (more shapes, distractors, closer sizes)"})
-    prompt_template: str = field(default="auto", metadata={"help": 'local backend: "auto" (chat template if the tokenizer has one, else "compact") | "chat" | "compact"'})
+    geo_tasks: list[str] = field(
+        default_factory=lambda: ["count", "most", "larger"],
+        metadata={"help": "task geometry without train_path: question kinds of the generated images (data_prep.geo_synth.TASKS)"},
+    )
+    geo_levels: list[int] = field(
+        default_factory=lambda: [1, 2, 3, 4],
+        metadata={"help": "task geometry without train_path: difficulty levels 1..4 of the generated images (more shapes, distractors, closer sizes)"},
+    )
+    prompt_template: str = field(
+        default="auto", metadata={"help": 'local backend: "auto" (chat template if the tokenizer has one, else "compact") | "chat" | "compact"'}
+    )
     kk_parser: str = field(
         default="lenient",
-        metadata={"help": "K&K answer parser: 'lenient' (phrasing variants such as 'Name: knight') or 'logic_rl' "
-                          "(Logic-RL's role-count rule and 'Name is a knight' statements exactly); a row's meta.kk_parser wins"},
+        metadata={
+            "help": "K&K answer parser: 'lenient' (phrasing variants such as 'Name: knight') or 'logic_rl' "
+            "(Logic-RL's role-count rule and 'Name is a knight' statements exactly); a row's meta.kk_parser wins"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -358,7 +429,11 @@ class DataConfig:
 
         PROMPT_TEMPLATES.check(self.prompt_template)
         _require(self.task in TASKS, "data.task", f"unknown task {self.task!r}; choose one of {list(TASKS)}")
-        _require(isinstance(self.kk_num_people, list) and len(self.kk_num_people) > 0, "data.kk_num_people", f"must be a non-empty list of people counts such as [2, 3], got {self.kk_num_people!r}")
+        _require(
+            isinstance(self.kk_num_people, list) and len(self.kk_num_people) > 0,
+            "data.kk_num_people",
+            f"must be a non-empty list of people counts such as [2, 3], got {self.kk_num_people!r}",
+        )
         for i, people in enumerate(self.kk_num_people):
             _number(people, f"data.kk_num_people[{i}]", integer=True, ge=2, le=8)
         _require(self.kk_name_order in ("random", "pool"), "data.kk_name_order", f"must be 'random' or 'pool', got {self.kk_name_order!r}")
@@ -370,9 +445,14 @@ class DataConfig:
             value = getattr(self, name)
             _require(value is None or (isinstance(value, str) and value.strip() != ""), f"data.{name}", f"must be a file path or dataset name, got {value!r}")
         _require(self.kk_parser in ("lenient", "logic_rl"), "data.kk_parser", f"unknown K&K answer parser {self.kk_parser!r}; choose lenient or logic_rl")
-        _require(isinstance(self.geo_tasks, list) and bool(self.geo_tasks) and all(t in ("count", "most", "larger") for t in self.geo_tasks),
-                 "data.geo_tasks", f"each must be one of count, most, larger, got {self.geo_tasks}")
-        _require(isinstance(self.geo_levels, list) and bool(self.geo_levels), "data.geo_levels", f"must be a non-empty list of levels 1..4, got {self.geo_levels!r}")
+        _require(
+            isinstance(self.geo_tasks, list) and bool(self.geo_tasks) and all(t in ("count", "most", "larger") for t in self.geo_tasks),
+            "data.geo_tasks",
+            f"each must be one of count, most, larger, got {self.geo_tasks}",
+        )
+        _require(
+            isinstance(self.geo_levels, list) and bool(self.geo_levels), "data.geo_levels", f"must be a non-empty list of levels 1..4, got {self.geo_levels!r}"
+        )
         for i, level in enumerate(self.geo_levels):
             _number(level, f"data.geo_levels[{i}]", integer=True, ge=1, le=4)
 
@@ -389,7 +469,9 @@ class PolicyLossConfig:
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
     ppo_epochs: int = field(default=1, metadata={"help": "passes over each rollout batch"})
     micro_batch_size: int = field(default=8, metadata={"help": "responses per forward/backward"})
-    loss_agg: str = field(default="token_mean", metadata={"help": '"token_mean" (DAPO) | "seq_mean_token_mean" (GRPO paper) | "seq_mean_token_sum_norm" (Dr. GRPO)'})
+    loss_agg: str = field(
+        default="token_mean", metadata={"help": '"token_mean" (DAPO) | "seq_mean_token_mean" (GRPO paper) | "seq_mean_token_sum_norm" (Dr. GRPO)'}
+    )
 
     def __post_init__(self) -> None:
         _number(self.lr, "train.lr", gt=0)
@@ -417,9 +499,10 @@ class WarmupConfig:
     lr: float = field(default=1e-3, metadata={"help": "phase 1 AdamW learning rate (linear decay to 0)"})
     batch_size: int = field(default=32, metadata={"help": "demonstrations per warm-up step (both phases)"})
     style: str = field(default="direct", metadata={"help": "phase 1 demonstration style (K&K: direct | thorough | shortcut)"})
-    style_shares: dict[str, float] = field(default_factory=dict, metadata={
-        "help": 'phase 1 as a mixture of styles instead of warmup.style alone, e.g. {"thorough": 0.85, "shortcut": 0.15}; '
-                "{} = warmup.style only"})
+    style_shares: dict[str, float] = field(
+        default_factory=dict,
+        metadata={"help": 'phase 1 as a mixture of styles instead of warmup.style alone, e.g. {"thorough": 0.85, "shortcut": 0.15}; {} = warmup.style only'},
+    )
     lr_ramp: float = field(default=0.0, metadata={"help": "fraction of each phase's steps over which the lr rises linearly from 0 (0 = none)"})
     mix_steps: int = field(default=0, metadata={"help": "phase 2: optimiser steps on a mixture of styles; 0 = no phase 2"})
     mix_lr: float = field(default=1e-3, metadata={"help": "phase 2 AdamW learning rate (linear decay to 0)"})
@@ -430,20 +513,21 @@ class WarmupConfig:
         _number(self.lr, "warmup.lr", gt=0)
         _number(self.batch_size, "warmup.batch_size", integer=True, ge=1)
         _require(isinstance(self.style, str) and bool(self.style), "warmup.style", f"must be a style name, got {self.style!r}")
-        _require(isinstance(self.style_shares, Mapping), "warmup.style_shares",
-                 'must be a mapping style -> share, e.g. {"thorough": 0.85, "shortcut": 0.15}')
+        _require(isinstance(self.style_shares, Mapping), "warmup.style_shares", 'must be a mapping style -> share, e.g. {"thorough": 0.85, "shortcut": 0.15}')
         for style, share in self.style_shares.items():
             _number(share, f"warmup.style_shares[{style!r}]", ge=0)
-        _require(not self.style_shares or sum(self.style_shares.values()) > 0, "warmup.style_shares",
-                 "give at least one style a positive share, or {} for warmup.style alone")
+        _require(
+            not self.style_shares or sum(self.style_shares.values()) > 0,
+            "warmup.style_shares",
+            "give at least one style a positive share, or {} for warmup.style alone",
+        )
         _number(self.lr_ramp, "warmup.lr_ramp", ge=0, lt=1)
         _number(self.mix_steps, "warmup.mix_steps", integer=True, ge=0)
         _number(self.mix_lr, "warmup.mix_lr", gt=0)
         _require(isinstance(self.mix, Mapping), "warmup.mix", 'must be a mapping style -> share, e.g. {"thorough": 0.3, "shortcut": 0.7}')
         for style, share in self.mix.items():
             _number(share, f"warmup.mix[{style!r}]", ge=0)
-        _require(self.mix_steps == 0 or sum(self.mix.values()) > 0, "warmup.mix",
-                 "give at least one style a positive share when warmup.mix_steps > 0")
+        _require(self.mix_steps == 0 or sum(self.mix.values()) > 0, "warmup.mix", "give at least one style a positive share when warmup.mix_steps > 0")
 
 
 REPORT_TO_CHOICES = ("tensorboard", "wandb", "none")  # backends/local/metrics.py TRACKERS, plus "none"
@@ -453,17 +537,23 @@ def parse_report_to(value: Any) -> list[str]:
     """``report_to`` as a list of tracker names (``"tensorboard,wandb"`` -> ``["tensorboard", "wandb"]``), checked:
     known names, ``none`` alone, and an importable ``wandb`` when wandb is asked for."""
     names = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
-    _require(isinstance(names, list) and all(isinstance(n, str) for n in names), "report_to",
-             f"must be a list or comma list of {list(REPORT_TO_CHOICES)}, got {value!r}")
+    _require(
+        isinstance(names, list) and all(isinstance(n, str) for n in names),
+        "report_to",
+        f"must be a list or comma list of {list(REPORT_TO_CHOICES)}, got {value!r}",
+    )
     unknown = [n for n in names if n not in REPORT_TO_CHOICES]
     _require(not unknown, "report_to", f"unknown tracker(s) {unknown}; choose from {list(REPORT_TO_CHOICES)}")
     _require("none" not in names or len(names) == 1, "report_to", f"'none' cannot be combined with other trackers, got {names}")
     if "wandb" in names:
         import importlib.util
 
-        _require(importlib.util.find_spec("wandb") is not None, "report_to",
-                 "'wandb' needs the wandb package, which is not installed; install it with "
-                 "`pip install 'adora_openrlhf[wandb]'` (or `pip install wandb`), or drop wandb from report_to")
+        _require(
+            importlib.util.find_spec("wandb") is not None,
+            "report_to",
+            "'wandb' needs the wandb package, which is not installed; install it with "
+            "`pip install 'adora_openrlhf[wandb]'` (or `pip install wandb`), or drop wandb from report_to",
+        )
     return list(names)
 
 
@@ -481,9 +571,11 @@ class RunConfig:
     eval_every: int = field(default=25, metadata={"help": "held-out evaluation every k steps (0 = only at start and end)"})
     report_to: list[str] = field(
         default_factory=lambda: ["tensorboard"],
-        metadata={"help": "local backend: experiment trackers besides metrics.jsonl (always written), a list or a comma "
-                          "list of " + ", ".join(REPORT_TO_CHOICES) + "; 'none' = JSONL only. wandb needs `pip install "
-                          "'adora_openrlhf[wandb]'`; WANDB_MODE=offline runs it with no network"},
+        metadata={
+            "help": "local backend: experiment trackers besides metrics.jsonl (always written), a list or a comma "
+            "list of " + ", ".join(REPORT_TO_CHOICES) + "; 'none' = JSONL only. wandb needs `pip install "
+            "'adora_openrlhf[wandb]'`; WANDB_MODE=offline runs it with no network"
+        },
     )
     rollout: SamplingParams = field(default_factory=SamplingParams, metadata={"help": "default (round-0) sampling parameters"})
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig, metadata={"help": "group baseline (advantage estimator)"})
@@ -493,7 +585,9 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "training and held-out prompts"})
     train: PolicyLossConfig = field(default_factory=PolicyLossConfig, metadata={"help": "policy loss and optimiser"})
     warmup: WarmupConfig = field(default_factory=WarmupConfig, metadata={"help": "local backend: supervised warm-up before RL"})
-    eval_samples: int = field(default=1, metadata={"help": "held-out evaluation: sampled responses per puzzle (rollout parameters) besides the greedy one; 0 = greedy only"})
+    eval_samples: int = field(
+        default=1, metadata={"help": "held-out evaluation: sampled responses per puzzle (rollout parameters) besides the greedy one; 0 = greedy only"}
+    )
     extra: dict[str, Any] = field(default_factory=dict, metadata={"help": "backend-specific options (e.g. OpenRLHF pass-through flags)"})
     max_missing_reward_fraction: float = field(
         default=0.01,
@@ -524,5 +618,5 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     @staticmethod
-    def from_dict(values: Mapping[str, Any]) -> "RunConfig":
+    def from_dict(values: Mapping[str, Any]) -> RunConfig:
         return from_dict(RunConfig, values)

@@ -17,9 +17,10 @@ no row) or, for a ``.json`` array or a ``.parquet`` table, by their 1-based posi
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 from adora_openrlhf.config import ConfigError
 
@@ -42,7 +43,7 @@ def check_file(path: str | Path, what: str = "data file") -> Path:
     return p
 
 
-def _jsonl_lines(p: Path) -> Iterator[tuple[int, Any, Optional[str]]]:
+def _jsonl_lines(p: Path) -> Iterator[tuple[int, Any, str | None]]:
     """(line number, value or None, error or None) for every non-blank line of a JSONL file."""
     with open(p, "rb") as handle:
         for number, raw in enumerate(handle, 1):
@@ -64,7 +65,7 @@ def _jsonl_lines(p: Path) -> Iterator[tuple[int, Any, Optional[str]]]:
             yield number, value, None
 
 
-def _json_array(p: Path) -> Iterator[tuple[int, Any, Optional[str]]]:
+def _json_array(p: Path) -> Iterator[tuple[int, Any, str | None]]:
     try:
         value = json.loads(p.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -86,7 +87,7 @@ def _json_array(p: Path) -> Iterator[tuple[int, Any, Optional[str]]]:
             yield number, None, f"{p}:{number}: item {number} is not a JSON object (got {type(item).__name__})"
 
 
-def _parquet(p: Path) -> Iterator[tuple[int, Any, Optional[str]]]:
+def _parquet(p: Path) -> Iterator[tuple[int, Any, str | None]]:
     try:
         import pyarrow.parquet as pq
 
@@ -97,7 +98,7 @@ def _parquet(p: Path) -> Iterator[tuple[int, Any, Optional[str]]]:
         yield number, row, None
 
 
-def _iter_rows(path: str | Path, what: str) -> Iterator[tuple[int, Any, Optional[str]]]:
+def _iter_rows(path: str | Path, what: str) -> Iterator[tuple[int, Any, str | None]]:
     p = check_file(path, what)
     if p.suffix == ".parquet":
         yield from _parquet(p)
@@ -194,8 +195,17 @@ def _map_columns(loaded: LoadedRows, mapping: dict[str, str], lenient: bool) -> 
     loaded.rows, loaded.numbers = rows, numbers
 
 
-def load_rows(name_or_path: str | Path, *, split: str = "train", config: str | None = None, prompt_key: str = "prompt",
-              label_key: str = "label", what: str = "data file", option: str = "--dataset", lenient: bool = False) -> LoadedRows:
+def load_rows(
+    name_or_path: str | Path,
+    *,
+    split: str = "train",
+    config: str | None = None,
+    prompt_key: str = "prompt",
+    label_key: str = "label",
+    what: str = "data file",
+    option: str = "--dataset",
+    lenient: bool = False,
+) -> LoadedRows:
     """Every row of a local file, a local folder or a hub dataset, numbered.
 
     - ``.jsonl``/``.json``/``.parquet`` file (any other suffix is read as JSON Lines): :func:`read_rows`

@@ -9,7 +9,7 @@ metrics: responses generated, zero-signal groups, groups that retired, ADORA TAS
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from rich.console import Console

@@ -8,8 +8,9 @@ the known ones.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from adora_openrlhf.config import RunConfig
 from adora_openrlhf.registry import Registry
@@ -71,6 +72,7 @@ def build_run_config(name: str, overrides: Mapping[str, Any] | None = None) -> R
 # The recipes
 # ---------------------------------------------------------------------------------------------------------
 
+
 def _local_recipe(name: str, description: str, base: Mapping[str, Any], changes: Mapping[str, Any] | None = None) -> Recipe:
     """Register a local-backend recipe: ``base`` settings with ``changes`` merged on top."""
     return register_recipe(Recipe(name, description, ("local",), _merge(dict(base), changes or {})))
@@ -108,19 +110,35 @@ _KK_TESTBED = {
     "adora": {"correct_threshold": 1.0, "edge_policy": "llm"},  # the ADORA K&K (LLM) reference's edge cases
     "sampling": {"n_keep": 8, "positive_threshold": 1.0},
     # 2-person puzzles over a pool of 3 names: 800 distinct puzzles, 600 for training and 200 held out
-    "data": {"task": "kk", "kk_num_people": [2], "kk_name_pool": 3, "kk_name_order": "pool", "num_train": 600, "num_eval": 200,
-             "prompt_template": "auto"},
+    "data": {"task": "kk", "kk_num_people": [2], "kk_name_pool": 3, "kk_name_order": "pool", "num_train": 600, "num_eval": 200, "prompt_template": "auto"},
     "model": {"tiny": {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4}, "generation_batch_size": 128},
-    "warmup": {"steps": 650, "lr": 3e-3, "lr_ramp": 0.03, "batch_size": 16, "style_shares": {"thorough": 0.85, "shortcut": 0.15},
-               "mix_steps": 60, "mix_lr": 1e-3, "mix": {"thorough": 0.3, "shortcut": 0.7}},
+    "warmup": {
+        "steps": 650,
+        "lr": 3e-3,
+        "lr_ramp": 0.03,
+        "batch_size": 16,
+        "style_shares": {"thorough": 0.85, "shortcut": 0.15},
+        "mix_steps": 60,
+        "mix_lr": 1e-3,
+        "mix": {"thorough": 0.3, "shortcut": 0.7},
+    },
     "train": {"lr": 1.5e-4, "micro_batch_size": 16},  # 3e-4 flips to thorough reasoning sooner but then degrades its execution
 }
 
 _local_recipe("kk-tiny", "Tiny random-init model and BPE tokenizer, direct-answer SFT warm-up, GRPO on generated 2-person K&K puzzles (CPU).", _KK_TINY)
 _local_recipe("kk-tiny-adora", "kk-tiny with ADORA length-rule attenuation.", _KK_TINY, {"adora": {"enabled": True}})
-_local_recipe("kk-tiny-ada", "kk-tiny with adaptive multi-round sampling (balance exit rule).", _KK_TINY, {"sampling": {"enabled": True, "exit_rule": "balance", "samples_per_round": 8, "max_rounds": 2}})
+_local_recipe(
+    "kk-tiny-ada",
+    "kk-tiny with adaptive multi-round sampling (balance exit rule).",
+    _KK_TINY,
+    {"sampling": {"enabled": True, "exit_rule": "balance", "samples_per_round": 8, "max_rounds": 2}},
+)
 
-_local_recipe("kk-testbed", "Embedded default, the K&K reasoning testbed: warm-up on thorough guess-and-check traces, then mostly shortcuts; GRPO selects thorough reasoning (CPU).", _KK_TESTBED)
+_local_recipe(
+    "kk-testbed",
+    "Embedded default, the K&K reasoning testbed: warm-up on thorough guess-and-check traces, then mostly shortcuts; GRPO selects thorough reasoning (CPU).",
+    _KK_TESTBED,
+)
 _local_recipe("kk-testbed-adora", "kk-testbed with ADORA length-rule attenuation.", _KK_TESTBED, {"adora": {"enabled": True}})
 
 
@@ -142,8 +160,12 @@ _GEO_TINY = {
     "train": {"lr": 5e-4, "micro_batch_size": 32},
 }
 
-_local_recipe("geo-tiny", "Vision-language path on CPU: tiny random-init Qwen2.5-VL, SFT warm-up, GRPO on generated shape images (count / most / larger).", _GEO_TINY)
-_local_recipe("geo-tiny-adora", "geo-tiny with ADORA's difficulty rule (TAS: 0 < group accuracy <= 0.5), attenuation 0.1.", _GEO_TINY, {"adora": {"enabled": True}})
+_local_recipe(
+    "geo-tiny", "Vision-language path on CPU: tiny random-init Qwen2.5-VL, SFT warm-up, GRPO on generated shape images (count / most / larger).", _GEO_TINY
+)
+_local_recipe(
+    "geo-tiny-adora", "geo-tiny with ADORA's difficulty rule (TAS: 0 < group accuracy <= 0.5), attenuation 0.1.", _GEO_TINY, {"adora": {"enabled": True}}
+)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -176,8 +198,13 @@ _KK_7B = {
     "adora": {"rule": "length", "mode": "attenuate", "lambda_att": 0.1, "correct_threshold": 1.0, "edge_policy": "llm"},
     "sampling": {"n_keep": 16, "positive_threshold": 0.5},
     "model": {"path": "Qwen/Qwen2.5-7B-Instruct-1M", "dtype": "bfloat16"},
-    "data": {"task": "kk", "train_path": "data/kk/train.jsonl", "eval_path": "data/kk/test.jsonl", "max_prompt_tokens": 400,
-             "kk_parser": "logic_rl"},  # Logic-RL's own answer rule: the reward the ADORA K&K results were trained with
+    "data": {
+        "task": "kk",
+        "train_path": "data/kk/train.jsonl",
+        "eval_path": "data/kk/test.jsonl",
+        "max_prompt_tokens": 400,
+        "kk_parser": "logic_rl",
+    },  # Logic-RL's own answer rule: the reward the ADORA K&K results were trained with
     "train": {"lr": 3e-7, "kl_coef": 0.001, "micro_batch_size": 4, "clip_eps_low": 0.2, "clip_eps_high": 0.2},
     "extra": {
         "openrlhf": {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from adora_openrlhf.cli_args import add_config_flags, format_config, load_config_file, overrides_from_args
 from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli
@@ -28,7 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     parser.add_argument("--recipe", default=None, help=f"named preset (default: the --config file's recipe, else kk-testbed); one of {sorted(RECIPES)}")
-    parser.add_argument("--config", default=None, metavar="FILE", help="YAML or JSON config (e.g. saved --print-config output) applied over the recipe; flags win over it")
+    parser.add_argument(
+        "--config", default=None, metavar="FILE", help="YAML or JSON config (e.g. saved --print-config output) applied over the recipe; flags win over it"
+    )
     parser.add_argument("--backend", default=None, choices=BACKENDS, help="engine (default: the recipe's first backend)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
     parser.add_argument("--overwrite", action="store_true", help="start a new run in an output_dir that holds a previous run's checkpoints, replacing it")
@@ -50,11 +52,10 @@ def _resume_hint(argv: Sequence[str], output_dir: str) -> str:
     return f"continue from step {found[-1][0]} with: python -m adora_openrlhf.train {' '.join(args)} --resume".replace("  ", " ")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     state: dict[str, str] = {}
-    return run_cli(lambda: _main(argv, state), argv,
-                   interrupted_hint=lambda: _resume_hint(argv, state["output_dir"]) if "output_dir" in state else "")
+    return run_cli(lambda: _main(argv, state), argv, interrupted_hint=lambda: _resume_hint(argv, state["output_dir"]) if "output_dir" in state else "")
 
 
 def _main(argv: Sequence[str], state: dict[str, str]) -> int:

@@ -13,10 +13,11 @@ import json
 import math
 import os
 import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any
 
 # Every variant changes only the method; the rest (learning rate, batch, group size n, rollout parameters,
 # steps) is the recipe's, chosen for GRPO. Adaptive variants share one budget: rounds of 8 responses per
@@ -112,7 +113,7 @@ def mean_sd(values: Iterable[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def t_quantile(p: float, df: int) -> float:
     """Quantile ``t`` of Student's t distribution with ``df`` degrees of freedom: P(T <= t) = p, for 0.5 <= p < 1.
 
@@ -139,7 +140,7 @@ def t_quantile(p: float, df: int) -> float:
     return math.sqrt(df) * math.tan((lo + hi) / 2)
 
 
-def mean_ci(values: Iterable[Optional[float]], level: float = 0.95) -> tuple[float, float]:
+def mean_ci(values: Iterable[float | None], level: float = 0.95) -> tuple[float, float]:
     """(mean, half-width) of the ``level`` confidence interval of the mean over the non-None values:
     half-width = t_{(1+level)/2, n-1} * s / sqrt(n), s the sample standard deviation (n - 1 in the
     denominator). One value: half-width 0 (no spread to estimate, shown as such); none: (nan, nan)."""
@@ -152,13 +153,13 @@ def mean_ci(values: Iterable[Optional[float]], level: float = 0.95) -> tuple[flo
     return statistics.fmean(values), t_quantile((1 + level) / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
 
 
-def fmt_mean_ci(values: Iterable[Optional[float]], digits: int = 3) -> str:
+def fmt_mean_ci(values: Iterable[float | None], digits: int = 3) -> str:
     """``mean ± half-width`` of :func:`mean_ci`, or ``n/a`` without values."""
     m, h = mean_ci(values)
     return "n/a" if math.isnan(m) else f"{m:.{digits}f} ± {h:.{digits}f}"
 
 
-def trapezoid_auc(curve: Sequence[tuple[float, float]]) -> Optional[float]:
+def trapezoid_auc(curve: Sequence[tuple[float, float]]) -> float | None:
     """Area under ``curve`` [(x, y), ...] (x increasing) by the trapezoid rule, divided by the x range:
     sum_i (x_{i+1} - x_i) (y_i + y_{i+1}) / 2 / (x_last - x_first), i.e. the curve's mean height. A single
     point gives its y; an empty curve None."""
@@ -181,7 +182,7 @@ def write_json(path: Path, payload: Any) -> None:
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
 
-def first_step_reaching(curve: Sequence[tuple[float, float]], target: float) -> Optional[float]:
+def first_step_reaching(curve: Sequence[tuple[float, float]], target: float) -> float | None:
     """x of the first point of ``curve`` [(x, accuracy), ...] whose accuracy is >= target, or None."""
     for x, acc in curve:
         if acc >= target:

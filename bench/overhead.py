@@ -22,8 +22,9 @@ import argparse
 import importlib.util
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -34,8 +35,13 @@ RECIPE = "kk-tiny"
 
 
 def component_table(runs: dict[str, list[dict[str, Any]]]) -> tuple[list[list[str]], dict[str, dict[str, float]]]:
-    keys = [("generate", "time/generate_s"), ("score", "time/score_s"), ("update", "time/train_s"),
-            ("advantages+ADORA", "time/advantage_s"), ("sampler bookkeeping", "time/sampler_overhead_s")]
+    keys = [
+        ("generate", "time/generate_s"),
+        ("score", "time/score_s"),
+        ("update", "time/train_s"),
+        ("advantages+ADORA", "time/advantage_s"),
+        ("sampler bookkeeping", "time/sampler_overhead_s"),
+    ]
     rows, stats = [], {}
     for variant, metrics in runs.items():
         steps = [m for m in metrics if "time/step_s" in m]
@@ -67,8 +73,16 @@ def raw_floor(model_dir: str, overrides: dict[str, Any], repeats: int) -> dict[s
     for _ in range(repeats):
         t0 = time.perf_counter()
         with torch.no_grad():
-            out = model.generate(**batch, do_sample=True, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=0,
-                                 max_new_tokens=cfg.rollout.max_new_tokens, pad_token_id=tokenizer.pad_token_id, use_cache=True)
+            out = model.generate(
+                **batch,
+                do_sample=True,
+                temperature=cfg.rollout.temperature,
+                top_p=cfg.rollout.top_p,
+                top_k=0,
+                max_new_tokens=cfg.rollout.max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                use_cache=True,
+            )
         t1 = time.perf_counter()
         mask = (out != tokenizer.pad_token_id).long()
         mask[:, : batch["input_ids"].shape[1]] = batch["attention_mask"]
@@ -82,8 +96,12 @@ def raw_floor(model_dir: str, overrides: dict[str, Any], repeats: int) -> dict[s
         optimizer.zero_grad(set_to_none=True)
         gen_times.append(t1 - t0)
         train_times.append(time.perf_counter() - t1)
-    return {"generate_s": statistics.median(gen_times), "train_s": statistics.median(train_times),
-            "floor_s": statistics.median(g + t for g, t in zip(gen_times, train_times)), "sequences": len(texts)}
+    return {
+        "generate_s": statistics.median(gen_times),
+        "train_s": statistics.median(train_times),
+        "floor_s": statistics.median(g + t for g, t in zip(gen_times, train_times)),
+        "sequences": len(texts),
+    }
 
 
 def run_trl(model_dir: str, overrides: dict[str, Any], steps: int, out: Path) -> dict[str, Any]:
@@ -102,11 +120,16 @@ def run_trl(model_dir: str, overrides: dict[str, Any], steps: int, out: Path) ->
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     train_rows, _ = load_rows(cfg.data, cfg.seed)
     order = batch_indices(0, steps * cfg.prompts_per_step, len(train_rows), cfg.seed)
-    data = Dataset.from_list([
-        {"prompt": render_prompt(train_rows[i].prompt, tokenizer, cfg.data.prompt_template), "label": train_rows[i].label,
-         "names": train_rows[i].meta["names"]}
-        for i in order
-    ])
+    data = Dataset.from_list(
+        [
+            {
+                "prompt": render_prompt(train_rows[i].prompt, tokenizer, cfg.data.prompt_template),
+                "label": train_rows[i].label,
+                "names": train_rows[i].meta["names"],
+            }
+            for i in order
+        ]
+    )
 
     def reward(prompts, completions, label, names, **_):
         return [kk_reward(c, lab, {"names": nm}).reward for c, lab, nm in zip(completions, label, names)]
@@ -124,12 +147,30 @@ def run_trl(model_dir: str, overrides: dict[str, Any], steps: int, out: Path) ->
     timer = StepTimer()
     n = cfg.sampling.n_keep
     args = GRPOConfig(
-        output_dir=str(out / "trl"), per_device_train_batch_size=cfg.prompts_per_step * n, num_generations=n,
-        steps_per_generation=1, num_iterations=1, max_completion_length=cfg.rollout.max_new_tokens,
-        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, learning_rate=cfg.train.lr, lr_scheduler_type="constant",
-        warmup_steps=0, weight_decay=cfg.train.weight_decay, max_grad_norm=cfg.train.max_grad_norm, beta=0.0,
-        epsilon=cfg.train.clip_eps_low, loss_type="dapo", max_steps=steps, use_cpu=True, report_to=[], logging_steps=1,
-        save_strategy="no", shuffle_dataset=False, seed=cfg.seed, disable_tqdm=True,
+        output_dir=str(out / "trl"),
+        per_device_train_batch_size=cfg.prompts_per_step * n,
+        num_generations=n,
+        steps_per_generation=1,
+        num_iterations=1,
+        max_completion_length=cfg.rollout.max_new_tokens,
+        temperature=cfg.rollout.temperature,
+        top_p=cfg.rollout.top_p,
+        learning_rate=cfg.train.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=cfg.train.weight_decay,
+        max_grad_norm=cfg.train.max_grad_norm,
+        beta=0.0,
+        epsilon=cfg.train.clip_eps_low,
+        loss_type="dapo",
+        max_steps=steps,
+        use_cpu=True,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        shuffle_dataset=False,
+        seed=cfg.seed,
+        disable_tqdm=True,
     )
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer, callbacks=[timer])
     trainer.train()
@@ -157,8 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from_init = {**base, "model.path": init, "warmup.steps": 0}
 
     variants = {"GRPO": VARIANTS["GRPO"], "Ada-balance+ADORA": VARIANTS["Ada-balance+ADORA"]}
-    runs = {name: run_training(RunSpec(name, 0, RECIPE, {**from_init, **v, "steps": steps}, str(out / "runs" / name)))["metrics"]
-            for name, v in variants.items()}
+    runs = {
+        name: run_training(RunSpec(name, 0, RECIPE, {**from_init, **v, "steps": steps}, str(out / "runs" / name)))["metrics"] for name, v in variants.items()
+    }
     comp_rows, comp_stats = component_table(runs)
     comp = markdown_table(["variant", "step s", "generate", "score", "update", "advantages+ADORA", "sampler bookkeeping"], comp_rows)
 
@@ -167,8 +209,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     median_step = statistics.median(grpo_steps)
     floor_table = markdown_table(
         ["", "seconds", "ratio to floor"],
-        [["raw generate", f"{floor['generate_s']:.3f}", ""], ["raw forward/backward/step", f"{floor['train_s']:.3f}", ""],
-         ["floor (sum)", f"{floor['floor_s']:.3f}", "1.00"], ["local backend GRPO step (median)", f"{median_step:.3f}", f"{median_step / floor['floor_s']:.2f}x"]],
+        [
+            ["raw generate", f"{floor['generate_s']:.3f}", ""],
+            ["raw forward/backward/step", f"{floor['train_s']:.3f}", ""],
+            ["floor (sum)", f"{floor['floor_s']:.3f}", "1.00"],
+            ["local backend GRPO step (median)", f"{median_step:.3f}", f"{median_step / floor['floor_s']:.2f}x"],
+        ],
     )
 
     trl_table, trl_result = "TRL not installed: pip install -c requirements/constraints.txt -r requirements/bench.txt", None
@@ -181,13 +227,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         trl_s = statistics.median(trl_result["step_s"])
         trl_table = markdown_table(
             ["trainer", "s / step (median)", "ratio", f"train reward, mean of last {last} steps"],
-            [["adora_openrlhf local (GRPO)", f"{local_s:.2f}", "1.00", f"{statistics.fmean(m['reward/mean'] for m in local_steps[-last:]):.3f}"],
-             ["TRL GRPOTrainer", f"{trl_s:.2f}", f"{trl_s / local_s:.2f}x", f"{statistics.fmean(trl_result['reward'][-last:]):.3f}"]],
+            [
+                ["adora_openrlhf local (GRPO)", f"{local_s:.2f}", "1.00", f"{statistics.fmean(m['reward/mean'] for m in local_steps[-last:]):.3f}"],
+                ["TRL GRPOTrainer", f"{trl_s:.2f}", f"{trl_s / local_s:.2f}x", f"{statistics.fmean(trl_result['reward'][-last:]):.3f}"],
+            ],
         )
-    settings = {"recipe": RECIPE, "steps": steps, "trl_steps": trl_steps, "threads": torch.get_num_threads(),
-                "total_wall_s": round(time.perf_counter() - started)}
-    report = (f"settings: {settings}\n\n## Step components\n\n{comp}\n\n## Local step vs raw floor ({floor['sequences']} sequences)\n\n"
-              f"{floor_table}\n\n## Local backend vs TRL GRPOTrainer\n\n{trl_table}\n")
+    settings = {
+        "recipe": RECIPE,
+        "steps": steps,
+        "trl_steps": trl_steps,
+        "threads": torch.get_num_threads(),
+        "total_wall_s": round(time.perf_counter() - started),
+    }
+    report = (
+        f"settings: {settings}\n\n## Step components\n\n{comp}\n\n## Local step vs raw floor ({floor['sequences']} sequences)\n\n"
+        f"{floor_table}\n\n## Local backend vs TRL GRPOTrainer\n\n{trl_table}\n"
+    )
     (out / "table.md").write_text(report)
     write_json(out / "results.json", {"settings": settings, "components": comp_stats, "floor": floor, "grpo_step_s": grpo_steps, "trl": trl_result})
     print(report)

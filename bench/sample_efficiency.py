@@ -21,11 +21,11 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
-from adora_openrlhf.log_setup import setup_logging
 from bench.common import (
     FROM_WARM_START,
     VARIANTS,
@@ -74,7 +74,7 @@ def choose_target(acc_step0: Sequence[float], margin: float) -> float:
     return max(acc_step0) + margin
 
 
-def _mean(series: Sequence[tuple[Any, float]]) -> Optional[float]:
+def _mean(series: Sequence[tuple[Any, float]]) -> float | None:
     return sum(v for _, v in series) / len(series) if series else None
 
 
@@ -104,7 +104,7 @@ def run_record(run: dict[str, Any], target: float, adora_on: bool) -> dict[str, 
     }
 
 
-def _ratio(value: Optional[float], reference: Optional[float]) -> str:
+def _ratio(value: float | None, reference: float | None) -> str:
     return f" ({value / reference:.2f}x)" if reference and value is not None else ""
 
 
@@ -117,8 +117,22 @@ def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[
     grpo = by_variant.get("GRPO", [])
     ref_responses = mean_ci(r["responses"] for r in grpo)[0] if grpo else None
     ref_wall = mean_ci(r["wall_s"] for r in grpo)[0] if grpo else None
-    keys = ("acc_step0", "acc_final", "gain", "auc", "steps_to_target", "responses_to_target", "responses", "zero_signal", "length_mean",
-            "length_first_step", "length_final_step", "length_std_over_mean_step0", "tas_fraction_first20", "wall_s")
+    keys = (
+        "acc_step0",
+        "acc_final",
+        "gain",
+        "auc",
+        "steps_to_target",
+        "responses_to_target",
+        "responses",
+        "zero_signal",
+        "length_mean",
+        "length_first_step",
+        "length_final_step",
+        "length_std_over_mean_step0",
+        "tas_fraction_first20",
+        "wall_s",
+    )
     rows, stats = [], {}
     for variant, group in by_variant.items():
         group = [{**r, "gain": r["acc_final"] - r["acc_step0"]} for r in group]
@@ -126,27 +140,43 @@ def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[
         stats[variant] = {k: dict(zip(("mean", "ci95"), mean_ci(v) if v else (None, None)), n=len(v)) for k, v in values.items()}
         stats[variant]["reached_target"] = f"{len(values['steps_to_target'])}/{len(group)}"
         responses, wall = stats[variant]["responses"]["mean"], stats[variant]["wall_s"]["mean"]
-        rows.append([
-            variant,
-            str(len(group)),
-            fmt_mean_ci(values["acc_step0"]),
-            fmt_mean_ci(values["acc_final"]),
-            fmt_mean_ci(values["gain"]),
-            fmt_mean_ci(values["auc"]),
-            stats[variant]["reached_target"],
-            fmt_mean_ci(values["steps_to_target"], 1),
-            fmt_mean_ci(values["responses_to_target"], 0),
-            fmt_mean_ci(values["responses"], 0) + _ratio(responses, ref_responses),
-            fmt_mean_ci(values["zero_signal"]),
-            fmt_mean_ci(values["length_mean"], 1),
-            fmt_mean_ci(values["tas_fraction_first20"]),
-            fmt_mean_ci(values["wall_s"], 0) + _ratio(wall, ref_wall),
-        ])
+        rows.append(
+            [
+                variant,
+                str(len(group)),
+                fmt_mean_ci(values["acc_step0"]),
+                fmt_mean_ci(values["acc_final"]),
+                fmt_mean_ci(values["gain"]),
+                fmt_mean_ci(values["auc"]),
+                stats[variant]["reached_target"],
+                fmt_mean_ci(values["steps_to_target"], 1),
+                fmt_mean_ci(values["responses_to_target"], 0),
+                fmt_mean_ci(values["responses"], 0) + _ratio(responses, ref_responses),
+                fmt_mean_ci(values["zero_signal"]),
+                fmt_mean_ci(values["length_mean"], 1),
+                fmt_mean_ci(values["tas_fraction_first20"]),
+                fmt_mean_ci(values["wall_s"], 0) + _ratio(wall, ref_wall),
+            ]
+        )
     return rows, stats
 
 
-HEADER = ["variant", "seeds", "acc step 0", "acc final", "gain", "AUC", "reached target", "steps to target", "responses to target",
-          "responses (vs GRPO)", "zero-signal frac", "resp. length", "TAS frac (first 20)", "wall s (vs GRPO)"]
+HEADER = [
+    "variant",
+    "seeds",
+    "acc step 0",
+    "acc final",
+    "gain",
+    "AUC",
+    "reached target",
+    "steps to target",
+    "responses to target",
+    "responses (vs GRPO)",
+    "zero-signal frac",
+    "resp. length",
+    "TAS frac (first 20)",
+    "wall s (vs GRPO)",
+]
 
 
 def band(series: Sequence[Sequence[tuple[float, float]]]) -> tuple[list[float], list[float], list[float]]:
@@ -166,8 +196,12 @@ def plot(runs: Sequence[dict[str, Any]], variants: Sequence[str], path: Path, ti
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    panels = [("acc_vs_step", "RL step", "held-out greedy accuracy"), ("acc_vs_responses", "responses generated (mean over seeds)", "held-out greedy accuracy"),
-              ("zero_signal", "RL step", "zero-signal group fraction"), ("length", "RL step", "mean response length (tokens)")]
+    panels = [
+        ("acc_vs_step", "RL step", "held-out greedy accuracy"),
+        ("acc_vs_responses", "responses generated (mean over seeds)", "held-out greedy accuracy"),
+        ("zero_signal", "RL step", "zero-signal group fraction"),
+        ("length", "RL step", "mean response length (tokens)"),
+    ]
     palette = plt.get_cmap("tab10").colors
     per_run = [(r["variant"], curves(r["metrics"])) for r in runs]
     for ax, (key, xlabel, ylabel) in zip(axes.flat, panels):
@@ -230,8 +264,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=int, help="held-out evaluation every k RL steps (default: the recipe's)")
     parser.add_argument("--num-eval", type=int, help="held-out puzzles (default: the recipe's)")
     parser.add_argument("--target-margin", type=float, default=0.05, help="target = max step-0 accuracy over runs + this")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra dotted override for the warm start and every run, e.g. --set warmup.steps=100 (repeatable)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra dotted override for the warm start and every run, e.g. --set warmup.steps=100 (repeatable)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="runs in parallel (one torch thread each)")
     parser.add_argument("--quick", action="store_true", help=f"a small smoke run: {QUICK} (flags and --set win)")
     parser.add_argument("--out", default="bench/results/sample_efficiency")
@@ -261,8 +300,11 @@ def _run(args: argparse.Namespace) -> int:
         runs = [load_run(v, seed, out / "runs" / f"{v}_seed{seed}") for seed in args.seeds for v in variants]
     else:
         inits = run_pool(_warm, [(args.recipe, seed, base, out) for seed in args.seeds], args.workers)
-        specs = [RunSpec(v, seed, args.recipe, {**base, **o, "model.path": init, **FROM_WARM_START}, str(out / "runs" / f"{v}_seed{seed}"))
-                 for seed, init in zip(args.seeds, inits) for v, o in variants.items()]
+        specs = [
+            RunSpec(v, seed, args.recipe, {**base, **o, "model.path": init, **FROM_WARM_START}, str(out / "runs" / f"{v}_seed{seed}"))
+            for seed, init in zip(args.seeds, inits)
+            for v, o in variants.items()
+        ]
         runs = run_pool(run_training, specs, args.workers)
     step0 = [c["acc_vs_step"][0][1] for c in (curves(r["metrics"]) for r in runs) if c["acc_vs_step"]]
     if not step0:
@@ -272,17 +314,32 @@ def _run(args: argparse.Namespace) -> int:
     rows, stats = summarise(records)
     table = markdown_table(HEADER, rows)
     settings = {
-        "recipe": args.recipe, "seeds": args.seeds, "steps": cfg.steps, "eval_every": cfg.eval_every, "num_eval": cfg.data.num_eval,
-        "prompts_per_step": cfg.prompts_per_step, "n_keep": cfg.sampling.n_keep, "lr": cfg.train.lr, "temperature": cfg.rollout.temperature,
-        "max_new_tokens": cfg.rollout.max_new_tokens, "overrides": base, "variants": variants, "quick": args.quick,
-        "target_margin": args.target_margin, "target_accuracy": target, "ci": "95%, Student t over seeds: mean ± t(0.975, n-1) * sd / sqrt(n)",
-        "workers": args.workers, "total_wall_s": round(time.perf_counter() - started),
+        "recipe": args.recipe,
+        "seeds": args.seeds,
+        "steps": cfg.steps,
+        "eval_every": cfg.eval_every,
+        "num_eval": cfg.data.num_eval,
+        "prompts_per_step": cfg.prompts_per_step,
+        "n_keep": cfg.sampling.n_keep,
+        "lr": cfg.train.lr,
+        "temperature": cfg.rollout.temperature,
+        "max_new_tokens": cfg.rollout.max_new_tokens,
+        "overrides": base,
+        "variants": variants,
+        "quick": args.quick,
+        "target_margin": args.target_margin,
+        "target_accuracy": target,
+        "ci": "95%, Student t over seeds: mean ± t(0.975, n-1) * sd / sqrt(n)",
+        "workers": args.workers,
+        "total_wall_s": round(time.perf_counter() - started),
     }
     if args.report_only and (out / "results.json").exists():
         settings["total_wall_s"] = json.loads((out / "results.json").read_text()).get("settings", {}).get("total_wall_s")
-    intro = (f"{args.recipe}, seeds {args.seeds}, {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x {cfg.sampling.n_keep} kept responses, "
-             f"{cfg.data.num_eval} held-out puzzles (greedy). Mean ± 95% CI half-width over seeds (Student t). "
-             f"Target = max step-0 accuracy {max(step0):.3f} + {args.target_margin} = {target:.3f}; steps and responses to target over the runs that reached it.")
+    intro = (
+        f"{args.recipe}, seeds {args.seeds}, {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x {cfg.sampling.n_keep} kept responses, "
+        f"{cfg.data.num_eval} held-out puzzles (greedy). Mean ± 95% CI half-width over seeds (Student t). "
+        f"Target = max step-0 accuracy {max(step0):.3f} + {args.target_margin} = {target:.3f}; steps and responses to target over the runs that reached it."
+    )
     (out / "table.md").write_text(f"settings: {json.dumps(settings, default=str)}\n\n{intro}\n\n{table}\n")
     write_json(out / "results.json", {"settings": settings, "summary": stats, "runs": records})
     plot(runs, list(variants), out / "curves.png", f"{args.recipe}: mean over seeds {args.seeds} with 95% CI")

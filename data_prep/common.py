@@ -15,9 +15,10 @@ import json
 import logging
 import os
 import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any
 
 logger = logging.getLogger(__name__)
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -35,10 +36,10 @@ class NumberedRows:
     rows: list[Any]
     numbers: list[int]
     bad: list[str] = field(default_factory=list)
-    where: Optional[str] = None
+    where: str | None = None
 
 
-def load_numbered(name_or_path: str, split: str, config: Optional[str] = None) -> NumberedRows:
+def load_numbered(name_or_path: str, split: str, config: str | None = None) -> NumberedRows:
     """Rows of a hub dataset (``"HuggingFaceH4/MATH-500"``), a local folder or a local file, with their numbers
     (:func:`adora_openrlhf.datafiles.load_rows`); local ``.jsonl``/``.json`` files are read line by line, bad lines
     skipped and reported. Local files hold one split, so ``split`` is ignored for them."""
@@ -56,7 +57,7 @@ def load_rows(name_or_path: str, split: str, config: str | None = None) -> list[
     return load_numbered(name_or_path, split, config).rows
 
 
-def first_field(row: Mapping[str, Any], names: Sequence[str]) -> tuple[Optional[str], Any]:
+def first_field(row: Mapping[str, Any], names: Sequence[str]) -> tuple[str | None, Any]:
     """The first of ``names`` present in ``row`` with a non-empty value, as (name, value)."""
     for name in names:
         value = row.get(name)
@@ -88,7 +89,7 @@ def answer_text(value: Any) -> str:
     raise TypeError(f"expected text or a number, got {type(value).__name__}")
 
 
-def last_boxed(text: str) -> Optional[str]:
+def last_boxed(text: str) -> str | None:
     """Contents of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, braces balanced; None if none."""
     starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
     if not starts:
@@ -97,7 +98,7 @@ def last_boxed(text: str) -> Optional[str]:
     while i < len(text) and depth:
         depth += {"{": 1, "}": -1}.get(text[i], 0)
         i += 1
-    return text[start: i - 1].strip() if depth == 0 else None
+    return text[start : i - 1].strip() if depth == 0 else None
 
 
 @dataclass
@@ -109,18 +110,23 @@ class ConversionReport:
     duplicates: int = 0
 
     def summary(self, name: str, out: Path) -> str:
-        return (f"{name}: wrote {self.written} rows to {out}; rejected {len(self.rejected)} malformed rows; "
-                f"dropped {self.duplicates} duplicates")
+        return f"{name}: wrote {self.written} rows to {out}; rejected {len(self.rejected)} malformed rows; dropped {self.duplicates} duplicates"
 
 
-def locate(message: str, where: Optional[str], number: int) -> str:
+def locate(message: str, where: str | None, number: int) -> str:
     """``row 7: field ...`` -> ``FILE:7: field ...`` when the rows come from file ``where``."""
     return re.sub(r"^row \d+:\s*", f"{where}:{number}: ", message) if where else message
 
 
-def convert_rows(raw_rows: Iterable[Mapping[str, Any]], convert: Callable[[Mapping[str, Any], int], dict[str, Any]],
-                 desc: str, dedup_key: Optional[Callable[[dict[str, Any]], str]] = None, total: Optional[int] = None,
-                 progress: bool = True, numbered: Optional[NumberedRows] = None) -> tuple[list[dict[str, Any]], ConversionReport]:
+def convert_rows(
+    raw_rows: Iterable[Mapping[str, Any]],
+    convert: Callable[[Mapping[str, Any], int], dict[str, Any]],
+    desc: str,
+    dedup_key: Callable[[dict[str, Any]], str] | None = None,
+    total: int | None = None,
+    progress: bool = True,
+    numbered: NumberedRows | None = None,
+) -> tuple[list[dict[str, Any]], ConversionReport]:
     """Apply ``convert(raw, row_number)`` to every row with a progress bar; collect rejects and duplicates.
     With ``numbered`` (from :func:`load_numbered`) its rows are converted under their file line numbers,
     its unreadable lines count as rejected, and messages name ``FILE:LINE``."""
@@ -181,8 +187,9 @@ def write_converted(rows: Sequence[dict[str, Any]], report: ConversionReport, na
     """Write ``rows`` to ``out`` and log the report; a conversion that leaves no row writes nothing and raises."""
     if not rows:
         print_report(report, name, out, summary=False)
-        raise ValueError(f"{name}: no rows to write to {out} ({len(report.rejected)} rejected as malformed, "
-                         f"{report.duplicates} duplicates); nothing was written")
+        raise ValueError(
+            f"{name}: no rows to write to {out} ({len(report.rejected)} rejected as malformed, {report.duplicates} duplicates); nothing was written"
+        )
     report.written = write_jsonl(rows, out)
     print_report(report, name, out)
     return report.written
@@ -203,7 +210,7 @@ def prompt_key(row: Mapping[str, Any]) -> str:
     return json.dumps(row["prompt"], sort_keys=True, ensure_ascii=False)
 
 
-def save_image(value: Any, dest: Path, number: int, field: str, base_dir: Optional[Path] = None) -> str:
+def save_image(value: Any, dest: Path, number: int, field: str, base_dir: Path | None = None) -> str:
     """Write one image to ``dest`` (PNG) and return its path as text.
 
     ``value`` may be a PIL image (what ``datasets`` decodes an ``Image`` feature to), a dict with
@@ -243,9 +250,17 @@ def safe_name(text: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("._") or "x"
 
 
-def run_image_converter(argv: Optional[Sequence[str]], *, prog: str, title: str, source: str, default_dataset: str,
-                        default_split: str, split_help: str,
-                        convert_row: Callable[[Mapping[str, Any], int, Path, Optional[Path]], dict[str, Any]]) -> int:
+def run_image_converter(
+    argv: Sequence[str] | None,
+    *,
+    prog: str,
+    title: str,
+    source: str,
+    default_dataset: str,
+    default_split: str,
+    split_help: str,
+    convert_row: Callable[[Mapping[str, Any], int, Path, Path | None], dict[str, Any]],
+) -> int:
     """CLI of a dataset with images: load ``--dataset``/``--split``, convert every row with
     ``convert_row(raw, row_number, image_dir, base_dir)`` (images saved under OUT/images/SPLIT/), write
     OUT/SPLIT.jsonl and print the summary. Returns the exit code (2 when the dataset cannot be loaded)."""

@@ -17,8 +17,9 @@ CLI::
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
 from data_prep.common import RowError, answer_text, convert_rows, load_numbered, prompt_key, write_converted
@@ -65,13 +66,14 @@ def convert_dapo_row(raw: Mapping[str, Any], number: int, reward_style: str = "d
     return {"prompt": messages, "label": label, "source": SOURCE, "meta": meta}
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m data_prep.dapo_math", description="DAPO-Math-17k -> JSONL schema")
     parser.add_argument("--out", required=True, help="output folder; writes <split>.jsonl")
     parser.add_argument("--dataset", default=DEFAULT_DATASET, help="hub name, local folder, or .parquet/.jsonl file")
     parser.add_argument("--split", default="train")
-    parser.add_argument("--reward-style", default="dapo", choices=["dapo", "math_verify"],
-                        help="dapo: last 'Answer:' line, +1/-1; math_verify: boxed/last expression, 1/0")
+    parser.add_argument(
+        "--reward-style", default="dapo", choices=["dapo", "math_verify"], help="dapo: last 'Answer:' line, +1/-1; math_verify: boxed/last expression, 1/0"
+    )
     parser.add_argument("--max-rows", type=int, default=None, help="keep at most this many (after de-duplication)")
     parser.add_argument("--keep-duplicates", action="store_true", help="keep repeated prompts")
     add_debug_flag(parser)
@@ -82,8 +84,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ValueError(f"--max-rows: must be >= 1, got {args.max_rows}")
         check_output_dir(args.out, "--out")
         numbered = load_numbered(args.dataset, args.split)
-        rows, report = convert_rows(numbered.rows, lambda r, n: convert_dapo_row(r, n, args.reward_style), "DAPO-Math",
-                                    dedup_key=None if args.keep_duplicates else prompt_key, numbered=numbered)
+        rows, report = convert_rows(
+            numbered.rows,
+            lambda r, n: convert_dapo_row(r, n, args.reward_style),
+            "DAPO-Math",
+            dedup_key=None if args.keep_duplicates else prompt_key,
+            numbered=numbered,
+        )
         if args.max_rows is not None:
             rows = rows[: args.max_rows]
         write_converted(rows, report, SOURCE, Path(args.out) / f"{args.split}.jsonl")

@@ -29,9 +29,10 @@ import argparse
 import json
 import logging
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 from adora_openrlhf.log_setup import setup_logging
 
@@ -115,7 +116,7 @@ def draw(shapes: Sequence[Shape], size: int = IMAGE_SIZE):
 # Question kinds: rng, level -> (shapes, question, label, choices or None, think line)
 # ---------------------------------------------------------------------------------------------------------
 
-Task = Callable[[random.Random, int], tuple[list[Shape], str, str, Optional[list[str]], str]]
+Task = Callable[[random.Random, int], tuple[list[Shape], str, str, list[str] | None, str]]
 TASKS: dict[str, Task] = {}
 
 
@@ -210,8 +211,9 @@ def _signature(row: dict[str, Any]) -> str:
     return json.dumps([row["prompt"], row["meta"]["shapes"]])
 
 
-def generate_splits(num_train: int, num_eval: int, seed: int, tasks: Sequence[str] = tuple(TASKS),
-                    levels: Sequence[int] = LEVELS) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def generate_splits(
+    num_train: int, num_eval: int, seed: int, tasks: Sequence[str] = tuple(TASKS), levels: Sequence[int] = LEVELS
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, held-out) rows with no image in common (held-out drawn from its own seed stream)."""
     held = generate_rows(num_eval, seed * 7919 + 104_729, tasks, levels)
     seen = {_signature(r) for r in held}
@@ -238,7 +240,7 @@ def write_split(rows: Sequence[dict[str, Any]], out: Path, split: str) -> Path:
     return path
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m data_prep.geo_synth", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--num-train", type=int, default=2000)

@@ -16,8 +16,9 @@ CLI::
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 from data_prep.common import (
     RowError,
@@ -52,7 +53,7 @@ def _images(raw: Mapping[str, Any], number: int) -> list[Any]:
     return list(images)
 
 
-def convert_geometry_row(raw: Mapping[str, Any], number: int, image_dir: Path, base_dir: Optional[Path] = None) -> dict[str, Any]:
+def convert_geometry_row(raw: Mapping[str, Any], number: int, image_dir: Path, base_dir: Path | None = None) -> dict[str, Any]:
     """One Geometry3K row -> one schema row (writes its images under ``image_dir``)."""
     if not isinstance(raw, Mapping):
         raise RowError(f"row {number}: expected a record, got {type(raw).__name__}")
@@ -78,22 +79,25 @@ def convert_geometry_row(raw: Mapping[str, Any], number: int, image_dir: Path, b
         if "choices" in meta:
             index = ord(meta["answer_letter"]) - ord("A")
             if not 0 <= index < len(meta["choices"]):
-                raise RowError(
-                    f"row {number}: field 'ground_truth': letter {letter!r} outside the {len(meta['choices'])} choices"
-                )
+                raise RowError(f"row {number}: field 'ground_truth': letter {letter!r} outside the {len(meta['choices'])} choices")
     row_id = raw.get("id", number)
     meta["id"] = row_id if isinstance(row_id, (int, str)) else str(row_id)
-    paths = [
-        save_image(img, image_dir / f"{safe_name(row_id)}_{k}.png", number, f"images[{k}]", base_dir)
-        for k, img in enumerate(images)
-    ]
+    paths = [save_image(img, image_dir / f"{safe_name(row_id)}_{k}.png", number, f"images[{k}]", base_dir) for k, img in enumerate(images)]
     return {"prompt": build_vlm_prompt(problem, len(images)), "label": label, "images": paths, "source": SOURCE, "meta": meta}
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_image_converter(argv, prog="python -m data_prep.geometry3k", title="Geometry3K", source=SOURCE,
-                               default_dataset=DEFAULT_DATASET, default_split="train", split_help="train | validation | test",
-                               convert_row=convert_geometry_row)
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_image_converter(
+        argv,
+        prog="python -m data_prep.geometry3k",
+        title="Geometry3K",
+        source=SOURCE,
+        default_dataset=DEFAULT_DATASET,
+        default_split="train",
+        split_help="train | validation | test",
+        convert_row=convert_geometry_row,
+    )
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -25,14 +25,14 @@ from __future__ import annotations
 import argparse
 import ast
 import itertools
-import json
 import logging
 import random
 import re
 import sys
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any
 
 from data_prep.common import RowError, write_jsonl
 
@@ -45,9 +45,32 @@ MIN_PEOPLE, MAX_PEOPLE = 2, 8
 
 # A fixed pool of short, distinct, single-token-ish names; no name is a prefix-word of another.
 NAMES: tuple[str, ...] = (
-    "Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry", "Irene", "Jack",
-    "Kate", "Liam", "Mia", "Noah", "Olivia", "Paul", "Quinn", "Rose", "Sam", "Tina",
-    "Uma", "Victor", "Wendy", "Xavier", "Yara", "Zoe",
+    "Alice",
+    "Bob",
+    "Carol",
+    "David",
+    "Emma",
+    "Frank",
+    "Grace",
+    "Henry",
+    "Irene",
+    "Jack",
+    "Kate",
+    "Liam",
+    "Mia",
+    "Noah",
+    "Olivia",
+    "Paul",
+    "Quinn",
+    "Rose",
+    "Sam",
+    "Tina",
+    "Uma",
+    "Victor",
+    "Wendy",
+    "Xavier",
+    "Yara",
+    "Zoe",
 )
 
 ROLE_WORD = {True: "knight", False: "knave"}
@@ -168,10 +191,7 @@ def render_statement(statement: Statement, names: Sequence[str]) -> str:
 
 def render_quiz(names: Sequence[str], statements: Sequence[Statement]) -> str:
     """Compact quiz text (the tiny CPU model has a short context)."""
-    lines = [
-        f"Knights always tell the truth and knaves always lie. You meet {len(names)} inhabitants: "
-        f"{', '.join(names[:-1])} and {names[-1]}."
-    ]
+    lines = [f"Knights always tell the truth and knaves always lie. You meet {len(names)} inhabitants: {', '.join(names[:-1])} and {names[-1]}."]
     for name, statement in zip(names, statements):
         text = render_statement(statement, names)
         lines.append(f'{name} says: "{text[0].upper()}{text[1:]}."')
@@ -182,8 +202,7 @@ def render_quiz(names: Sequence[str], statements: Sequence[Statement]) -> str:
 NAME_ORDERS = ("random", "pool")
 
 
-def generate_puzzle(num_people: int, rng: random.Random, max_tries: int = 10_000, name_pool: int = len(NAMES),
-                    name_order: str = "random") -> KKPuzzle:
+def generate_puzzle(num_people: int, rng: random.Random, max_tries: int = 10_000, name_pool: int = len(NAMES), name_order: str = "random") -> KKPuzzle:
     """A fresh puzzle with exactly one solution: sample statements until :func:`solve` finds a unique one.
 
     Names are drawn from the first ``name_pool`` entries of :data:`NAMES`; with ``name_order="pool"`` the
@@ -300,7 +319,7 @@ def trace_kind(response: str) -> str:
     """``"shortcut"`` when the thinking is the bare guess, ``"thorough"`` when it tests candidates
     (starts with ``try``), ``"other"`` otherwise."""
     start = response.find("<think>")
-    think = response[start + len("<think>"):].lstrip() if start >= 0 else response.lstrip()
+    think = response[start + len("<think>") :].lstrip() if start >= 0 else response.lstrip()
     if think.startswith(SHORTCUT_THINK):
         return "shortcut"
     if think.startswith("try "):
@@ -336,8 +355,7 @@ def build_kk_prompt(quiz: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": KK_SYSTEM_PROMPT}, {"role": "user", "content": quiz}]
 
 
-def make_row(quiz: str, names: Sequence[str], solution: Sequence[bool],
-             statements: Optional[Sequence[Statement]] = None) -> dict[str, Any]:
+def make_row(quiz: str, names: Sequence[str], solution: Sequence[bool], statements: Sequence[Statement] | None = None) -> dict[str, Any]:
     names = [str(n) for n in names]
     solution = [bool(s) for s in solution]
     meta: dict[str, Any] = {"num_people": len(names), "names": names, "solution": solution}
@@ -374,8 +392,15 @@ def iter_puzzles(num_people: Sequence[int], seed: int, name_pool: int = len(NAME
         yield generate_puzzle(int(k), rng, name_pool=name_pool, name_order=name_order)
 
 
-def generate_rows(num: int, num_people: Sequence[int], seed: int, exclude_quizzes: Iterable[str] = (),
-                  progress: bool = False, name_pool: int = len(NAMES), name_order: str = "random") -> list[dict[str, Any]]:
+def generate_rows(
+    num: int,
+    num_people: Sequence[int],
+    seed: int,
+    exclude_quizzes: Iterable[str] = (),
+    progress: bool = False,
+    name_pool: int = len(NAMES),
+    name_order: str = "random",
+) -> list[dict[str, Any]]:
     """``num`` rows with pairwise different quizzes, none in ``exclude_quizzes``; deterministic under ``seed``."""
     from tqdm.auto import tqdm
 
@@ -394,24 +419,32 @@ def generate_rows(num: int, num_people: Sequence[int], seed: int, exclude_quizze
             rows.append(kk_row(puzzle))
             bar.update(1)
     if len(rows) < num:
-        raise ValueError(f"num: only {len(rows)} distinct puzzles found for people counts {list(num_people)} and a pool of "
-                         f"{name_pool} names; ask for fewer or allow more names")
+        raise ValueError(
+            f"num: only {len(rows)} distinct puzzles found for people counts {list(num_people)} and a pool of "
+            f"{name_pool} names; ask for fewer or allow more names"
+        )
     return rows
 
 
-def generate_splits(num_train: int, num_eval: int, num_people: Sequence[int], seed: int,
-                    eval_num_people: Optional[Sequence[int]] = None, progress: bool = False, name_pool: int = len(NAMES),
-                    name_order: str = "random") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def generate_splits(
+    num_train: int,
+    num_eval: int,
+    num_people: Sequence[int],
+    seed: int,
+    eval_num_people: Sequence[int] | None = None,
+    progress: bool = False,
+    name_pool: int = len(NAMES),
+    name_order: str = "random",
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Train and eval rows with no quiz in common (eval is drawn first, from seed + 1, then excluded from train)."""
-    eval_rows = generate_rows(num_eval, eval_num_people or num_people, seed + 1, progress=progress, name_pool=name_pool,
-                              name_order=name_order)
-    train_rows = generate_rows(num_train, num_people, seed, exclude_quizzes={row_quiz(r) for r in eval_rows}, progress=progress,
-                               name_pool=name_pool, name_order=name_order)
+    eval_rows = generate_rows(num_eval, eval_num_people or num_people, seed + 1, progress=progress, name_pool=name_pool, name_order=name_order)
+    train_rows = generate_rows(
+        num_train, num_people, seed, exclude_quizzes={row_quiz(r) for r in eval_rows}, progress=progress, name_pool=name_pool, name_order=name_order
+    )
     return train_rows, eval_rows
 
 
-def split_disjoint(train_rows: Sequence[dict[str, Any]], eval_rows: Sequence[dict[str, Any]]
-                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+def split_disjoint(train_rows: Sequence[dict[str, Any]], eval_rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """Drop training rows whose quiz text also occurs in ``eval_rows`` (and duplicates inside each set).
 
     Returns ``(train, eval, dropped)`` where ``dropped`` counts the removed rows.
@@ -489,8 +522,9 @@ def convert_public_row(raw: Any, row_number: int) -> dict[str, Any]:
     return make_row(quiz.strip(), names, solution, statements)
 
 
-def convert_public_rows(raw_rows: Iterable[Any], progress: bool = False, numbers: Optional[Sequence[int]] = None,
-                        where: Optional[str] = None) -> tuple[list[dict[str, Any]], list[str]]:
+def convert_public_rows(
+    raw_rows: Iterable[Any], progress: bool = False, numbers: Sequence[int] | None = None, where: str | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
     """Convert every row; malformed ones are skipped and their messages returned. Rows are numbered by
     ``numbers`` (their 1-based file lines) or from 1; with ``where`` (the file) messages read ``FILE:LINE: ...``."""
     from tqdm.auto import tqdm
@@ -542,7 +576,7 @@ def parse_people(spec: str) -> list[int]:
     return counts
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli
 
     parser = OneLineParser(prog="python -m data_prep.kk", description=__doc__.split("\n\n")[0])
@@ -575,8 +609,9 @@ def _main(args: argparse.Namespace) -> int:
         train, evals = generate_splits(args.num_train, args.num_eval, people, args.seed, eval_people, progress=True)
         n_train = write_jsonl(train, out / "train.jsonl")
         n_eval = write_jsonl(evals, out / "test.jsonl")
-        logger.info(f"kk: wrote {n_train} train and {n_eval} test rows to {out} (people {people}, seed {args.seed}); "
-                    f"rejected 0 rows; train and test share no quiz")
+        logger.info(
+            f"kk: wrote {n_train} train and {n_eval} test rows to {out} (people {people}, seed {args.seed}); rejected 0 rows; train and test share no quiz"
+        )
         return 0
     train, rejected = convert_file(args.from_jsonl, progress=True)
     evals: list[dict[str, Any]] = []
@@ -588,12 +623,13 @@ def _main(args: argparse.Namespace) -> int:
         logger.warning("rejected %s", message)
     if not train or (args.eval_jsonl and not evals):
         empty = args.from_jsonl if not train else args.eval_jsonl
-        raise ValueError(f"{empty}: no usable K&K rows ({len(rejected)} rejected, {dropped} duplicate or "
-                         "train/test-overlapping); nothing was written")
+        raise ValueError(f"{empty}: no usable K&K rows ({len(rejected)} rejected, {dropped} duplicate or train/test-overlapping); nothing was written")
     n_train = write_jsonl(train, out / "train.jsonl")
     n_eval = write_jsonl(evals, out / "test.jsonl") if args.eval_jsonl else 0
-    logger.info(f"kk: wrote {n_train} train and {n_eval} test rows to {out}; rejected {len(rejected)} malformed rows; "
-                f"dropped {dropped} duplicate or train/test-overlapping rows")
+    logger.info(
+        f"kk: wrote {n_train} train and {n_eval} test rows to {out}; rejected {len(rejected)} malformed rows; "
+        f"dropped {dropped} duplicate or train/test-overlapping rows"
+    )
     return 0
 
 

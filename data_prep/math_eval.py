@@ -16,9 +16,10 @@ CLI::
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
 from data_prep.common import (
@@ -85,14 +86,14 @@ def convert_math_row(raw: Mapping[str, Any], number: int, source: str) -> dict[s
     return {"prompt": build_math_prompt(question), "label": label, "source": source, "meta": meta}
 
 
-def convert_benchmark(name: str, out_dir: Path, dataset: Optional[str] = None, split: Optional[str] = None) -> int:
+def convert_benchmark(name: str, out_dir: Path, dataset: str | None = None, split: str | None = None) -> int:
     bench = BENCHMARKS[name]
     numbered = load_numbered(dataset or bench.dataset, split or bench.split)
     rows, report = convert_rows(numbered.rows, lambda r, n: convert_math_row(r, n, bench.source), name, numbered=numbered)
     return write_converted(rows, report, name, out_dir / f"{name}.jsonl")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m data_prep.math_eval", description="math eval sets -> JSONL schema")
     parser.add_argument("--out", required=True, help="output folder; writes <benchmark>.jsonl")
     parser.add_argument("--benchmark", default="all", choices=[*BENCHMARKS, "all"])

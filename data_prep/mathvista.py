@@ -17,8 +17,9 @@ CLI::
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 from data_prep.common import RowError, require_text, run_image_converter, safe_name, save_image
 from data_prep.geometry3k import build_vlm_prompt
@@ -29,7 +30,7 @@ QUESTION_TYPES = ("multi_choice", "free_form")
 ANSWER_TYPES = ("integer", "float", "text", "list")
 
 
-def _question_text(raw: Mapping[str, Any], number: int, choices: Optional[list[str]]) -> str:
+def _question_text(raw: Mapping[str, Any], number: int, choices: list[str] | None) -> str:
     query = raw.get("query")
     if isinstance(query, str) and query.strip():
         return query.strip()
@@ -40,9 +41,7 @@ def _question_text(raw: Mapping[str, Any], number: int, choices: Optional[list[s
     return question
 
 
-def convert_mathvista_row(
-    raw: Mapping[str, Any], number: int, image_dir: Path, base_dir: Optional[Path] = None
-) -> dict[str, Any]:
+def convert_mathvista_row(raw: Mapping[str, Any], number: int, image_dir: Path, base_dir: Path | None = None) -> dict[str, Any]:
     """One MathVista row -> one schema row (writes its image under ``image_dir``)."""
     if not isinstance(raw, Mapping):
         raise RowError(f"row {number}: expected a record, got {type(raw).__name__}")
@@ -85,14 +84,21 @@ def convert_mathvista_row(
         for key in ("category", "task", "context", "grade"):
             if metadata.get(key):
                 meta[key] = str(metadata[key])
-    return {"prompt": build_vlm_prompt(_question_text(raw, number, choices)), "label": answer.strip(), "images": [path],
-            "source": SOURCE, "meta": meta}
+    return {"prompt": build_vlm_prompt(_question_text(raw, number, choices)), "label": answer.strip(), "images": [path], "source": SOURCE, "meta": meta}
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_image_converter(argv, prog="python -m data_prep.mathvista", title="MathVista", source=SOURCE,
-                               default_dataset=DEFAULT_DATASET, default_split="testmini", split_help="testmini | test",
-                               convert_row=convert_mathvista_row)
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_image_converter(
+        argv,
+        prog="python -m data_prep.mathvista",
+        title="MathVista",
+        source=SOURCE,
+        default_dataset=DEFAULT_DATASET,
+        default_split="testmini",
+        split_help="testmini | test",
+        convert_row=convert_mathvista_row,
+    )
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -16,9 +16,10 @@ Subsets reported besides "all":
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 Row = dict[str, Any]
 
@@ -28,7 +29,7 @@ class Benchmark:
     name: str
     source: str  # reward registry key used to grade the responses
     subsets: Callable[[Mapping[str, Any]], list[str]]  # row -> subset labels (besides "all")
-    load: Optional[Callable[[int, Path], list[Row]]] = None  # (seed, cache dir) -> rows, when no file is given
+    load: Callable[[int, Path], list[Row]] | None = None  # (seed, cache dir) -> rows, when no file is given
 
 
 def read_located(path: str | Path) -> list[tuple[str, Row]]:
@@ -141,7 +142,7 @@ def get_benchmark(name: str) -> Benchmark:
     return BENCHMARKS[name]
 
 
-def row_file(bench: Benchmark, explicit_file: Optional[str], data_dir: Optional[str]) -> Optional[Path]:
+def row_file(bench: Benchmark, explicit_file: str | None, data_dir: str | None) -> Path | None:
     """The file ``bench`` reads its rows from, or None when its loader provides them."""
     if explicit_file:
         return Path(explicit_file)
@@ -151,7 +152,7 @@ def row_file(bench: Benchmark, explicit_file: Optional[str], data_dir: Optional[
 
 
 def load_located_rows(
-    bench: Benchmark, explicit_file: Optional[str], data_dir: Optional[str], seed: int, limit: Optional[int], cache_dir: Path
+    bench: Benchmark, explicit_file: str | None, data_dir: str | None, seed: int, limit: int | None, cache_dir: Path
 ) -> list[tuple[str, Row]]:
     """(location, row) of ``bench``'s rows from the explicit file, DATA_DIR/NAME.jsonl or its loader (which may
     write converted files under ``cache_dir``), cut to ``limit``. Locations are ``file:line`` or ``NAME row N``."""
@@ -166,8 +167,6 @@ def load_located_rows(
     return located[:limit] if limit else located
 
 
-def load_rows(
-    bench: Benchmark, explicit_file: Optional[str], data_dir: Optional[str], seed: int, limit: Optional[int], cache_dir: Path
-) -> list[Row]:
+def load_rows(bench: Benchmark, explicit_file: str | None, data_dir: str | None, seed: int, limit: int | None, cache_dir: Path) -> list[Row]:
     """Rows of ``bench`` (see :func:`load_located_rows`)."""
     return [row for _, row in load_located_rows(bench, explicit_file, data_dir, seed, limit, cache_dir)]

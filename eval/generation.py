@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -41,7 +42,7 @@ def resolve_dtype(dtype: str = "auto") -> str:
 ENGINE_ARGS_SET_ELSEWHERE = {"model": "--model", "seed": "--seed", "dtype": "--dtype", "trust_remote_code": "always true"}
 
 
-def parse_engine_args(items: Optional[Sequence[str]]) -> dict[str, Any]:
+def parse_engine_args(items: Sequence[str] | None) -> dict[str, Any]:
     """``KEY=VALUE`` items (``--vllm-arg``) -> keyword arguments of ``vllm.LLM``; a VALUE that parses as JSON
     (``true``, ``2048``, ``0.5``, ``{"image": 2}``) is taken as that value, anything else as a string."""
     kwargs: dict[str, Any] = {}
@@ -59,7 +60,7 @@ def parse_engine_args(items: Optional[Sequence[str]]) -> dict[str, Any]:
 
 
 class Generator(Protocol):
-    def generate(self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Optional[Sequence[int]] = None) -> list[list[str]]:
+    def generate(self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None) -> list[list[str]]:
         """k responses for each row (row i sampled with ``seeds[i]`` when given)."""
 
 
@@ -104,7 +105,7 @@ class HFGenerator:
         texts = [vlm.render_vlm_prompt(row["prompt"], self.processor, "auto") for row in rows]
         return vlm.encode_vlm_prompts(self.processor, texts, [row.get("images") or [] for row in rows], 1 << 30, "benchmark")
 
-    def generate(self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Optional[Sequence[int]] = None) -> list[list[str]]:
+    def generate(self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None) -> list[list[str]]:
         from adora_openrlhf.backends.local.rollout import generate_responses
         from adora_openrlhf.config import SamplingParams
 
@@ -153,14 +154,18 @@ class VLLMGenerator:
         from vllm import LLM, SamplingParams
 
         self.llm = LLM(
-            model=model_path, tensor_parallel_size=tensor_parallel_size, seed=sampling.seed, trust_remote_code=True,
-            dtype=resolve_dtype(dtype), **engine_kwargs,
+            model=model_path,
+            tensor_parallel_size=tensor_parallel_size,
+            seed=sampling.seed,
+            trust_remote_code=True,
+            dtype=resolve_dtype(dtype),
+            **engine_kwargs,
         )
         self.tokenizer = self.llm.get_tokenizer()
         self.sampling = sampling
         self._params_cls = SamplingParams
 
-    def sampling_params(self, k: int, seed: Optional[int] = None) -> Any:
+    def sampling_params(self, k: int, seed: int | None = None) -> Any:
         """vLLM ``SamplingParams`` for k samples of one row (``seed`` overrides the run's seed)."""
         kwargs = vllm_sampling_kwargs(self.sampling, k)
         if seed is not None:
@@ -177,7 +182,7 @@ class VLLMGenerator:
         images = [Image.open(path).convert("RGB") for path in row["images"]]
         return {"prompt": text, "multi_modal_data": {"image": images if len(images) > 1 else images[0]}}
 
-    def generate(self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Optional[Sequence[int]] = None) -> list[list[str]]:
+    def generate(self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None) -> list[list[str]]:
         params = [self.sampling_params(k, seed) for seed in (seeds if seeds is not None else [None] * len(rows))]
         outputs = self.llm.generate([self.request(row) for row in rows], params, use_tqdm=False)
         return [[self.tokenizer.decode(list(choice.token_ids), skip_special_tokens=True) for choice in out.outputs] for out in outputs]

@@ -22,14 +22,15 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any
 
 from tqdm.auto import tqdm
 
-from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
 from adora_openrlhf.backends.local.model_source import check_model_source
+from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
 from eval.benchmarks import Benchmark, get_benchmark, load_located_rows, row_file
 from eval.generation import DTYPES, GENERATORS, EvalSampling, Generator, parse_engine_args, pick_engine, resolve_dtype
 from eval.metrics import markdown_table, score_records
@@ -69,8 +70,10 @@ def check_rows(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]
                 raise ValueError(f"{where}: field 'label': the {bench.source!r} reward cannot parse it ({err})") from None
         pid = problem_id(row, index)
         if pid in first:
-            raise ValueError(f"{where}: problem id {pid!r} of --bench {bench.name} repeats {first[pid]}; give every "
-                             "problem its own meta.id (otherwise their samples would be merged)")
+            raise ValueError(
+                f"{where}: problem id {pid!r} of --bench {bench.name} repeats {first[pid]}; give every "
+                "problem its own meta.id (otherwise their samples would be merged)"
+            )
         first[pid] = where
 
 
@@ -99,8 +102,7 @@ def check_eval_config(out_dir: Path, wanted: Mapping[str, Any]) -> None:
     changed = [key for key in sorted(set(saved) | set(wanted)) if saved.get(key) != wanted.get(key)]
     if changed:
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {wanted.get(k)!r}" for k in changed)
-        raise ValueError(f"--out: {out_dir} holds samples generated with other settings ({details}); "
-                         "use a new --out for this model and these settings")
+        raise ValueError(f"--out: {out_dir} holds samples generated with other settings ({details}); use a new --out for this model and these settings")
 
 
 def grade(source: str, response: str, row: Mapping[str, Any]) -> dict[str, Any]:
@@ -206,7 +208,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def parse_bench_files(items: Optional[Sequence[str]]) -> dict[str, str]:
+def parse_bench_files(items: Sequence[str] | None) -> dict[str, str]:
     files = {}
     for item in items or []:
         if "=" not in item:
@@ -220,7 +222,11 @@ def parse_bench_files(items: Optional[Sequence[str]]) -> dict[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m eval.run", description="avg@k and pass@k on AIME/AMC/MATH500/MathVista/K&K.")
-    parser.add_argument("--model", required=True, help="local model directory (Hugging Face format, e.g. a training step directory) or hub name owner/name (with HF_HUB_OFFLINE=1: from the hub cache)")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="local model directory (Hugging Face format, e.g. a training step directory) or hub name owner/name (with HF_HUB_OFFLINE=1: from the hub cache)",
+    )
     parser.add_argument("--bench", default="kk", help="comma-separated: kk,aime24,aime25,amc23,math500,mathvista,geo_synth")
     parser.add_argument("--k", type=int, default=8, help="samples per problem (avg@k, pass@1..k)")
     parser.add_argument("--out", required=True, help="output directory (samples.jsonl, eval_config.json, report.json, report.md)")
@@ -234,8 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=8, help="problems per generation call")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", default="auto", help=f"{' | '.join(DTYPES)}: weights' dtype for either engine (auto: float32 on CPU, bfloat16 with CUDA)")
-    parser.add_argument("--vllm-arg", action="append", metavar="KEY=VALUE",
-                        help="keyword argument of vllm.LLM (VALUE parsed as JSON when it is), e.g. max_model_len=4096, enforce_eager=true; repeatable")
+    parser.add_argument(
+        "--vllm-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="keyword argument of vllm.LLM (VALUE parsed as JSON when it is), e.g. max_model_len=4096, enforce_eager=true; repeatable",
+    )
     add_debug_flag(parser)
     return parser
 
@@ -267,11 +277,10 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--model: {args.model} is neither a local directory nor a hub name (owner/name)")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     out = {"dir": "the output directory"}
-    return run_cli(lambda: _main(argv, out), argv,
-                   interrupted_hint=lambda: f"finished samples are kept in {out['dir']}; rerun the same command to continue")
+    return run_cli(lambda: _main(argv, out), argv, interrupted_hint=lambda: f"finished samples are kept in {out['dir']}; rerun the same command to continue")
 
 
 def _main(argv: Sequence[str], out: dict[str, str]) -> int:

@@ -18,30 +18,83 @@ def _cfg(backend: str, overrides: dict) -> RunConfig:
     values.update(backend=backend, extra=overrides.get("extra", {}))
     return RunConfig.from_dict(values)
 
+
 # a valid value other than BASE's for every field the openrlhf backend maps to an OpenRLHF flag
 MAPPED_VALUES = {
-    "seed": 7, "steps": 3, "prompts_per_step": 16, "output_dir": "runs/elsewhere", "save_every": 3, "eval_every": 3,
-    "eval_samples": 4, "rollout.temperature": 0.7, "rollout.top_p": 0.9, "rollout.max_new_tokens": 64,
-    "advantage.estimator": "rloo", "sampling.n_keep": 6, "model.path": "owner/other", "model.lora_rank": 8,
-    "model.lora_alpha": 32, "model.lora_target_modules": ["q_proj"], "model.dtype": "float16", "data.train_path": "other.jsonl",
-    "data.eval_path": "other_eval.jsonl", "data.max_prompt_tokens": 256, "train.lr": 3e-6, "train.weight_decay": 0.01,
-    "train.clip_eps_low": 0.1, "train.clip_eps_high": 0.3, "train.kl_coef": 0.01, "train.max_grad_norm": 0.5,
-    "train.ppo_epochs": 2, "train.micro_batch_size": 4, "train.loss_agg": "seq_mean_token_mean",
+    "seed": 7,
+    "steps": 3,
+    "prompts_per_step": 16,
+    "output_dir": "runs/elsewhere",
+    "save_every": 3,
+    "eval_every": 3,
+    "eval_samples": 4,
+    "rollout.temperature": 0.7,
+    "rollout.top_p": 0.9,
+    "rollout.max_new_tokens": 64,
+    "advantage.estimator": "rloo",
+    "sampling.n_keep": 6,
+    "model.path": "owner/other",
+    "model.lora_rank": 8,
+    "model.lora_alpha": 32,
+    "model.lora_target_modules": ["q_proj"],
+    "model.dtype": "float16",
+    "data.train_path": "other.jsonl",
+    "data.eval_path": "other_eval.jsonl",
+    "data.max_prompt_tokens": 256,
+    "train.lr": 3e-6,
+    "train.weight_decay": 0.01,
+    "train.clip_eps_low": 0.1,
+    "train.clip_eps_high": 0.3,
+    "train.kl_coef": 0.01,
+    "train.max_grad_norm": 0.5,
+    "train.ppo_epochs": 2,
+    "train.micro_batch_size": 4,
+    "train.loss_agg": "seq_mean_token_mean",
 }
 
 # a value each backend refuses (with adaptive sampling off)
 REFUSED_VALUES = {
-    "rollout.min_p": 0.05, "rollout.repetition_penalty": 1.1, "model.generation_batch_size": 8,
-    "model.init_kwargs": {"revision": "v2"}, "model.merge_lora_on_save": True, "data.prompt_template": "compact",
-    "data.kk_num_people": [3], "data.kk_name_pool": 5, "data.kk_name_order": "pool", "data.num_train": 10, "data.num_eval": 5,
-    "data.geo_tasks": ["count"], "data.geo_levels": [1], "warmup.steps": 10, "warmup.lr": 0.01, "warmup.batch_size": 4,
-    "warmup.style": "thorough", "warmup.mix_steps": 5, "warmup.mix_lr": 0.01, "warmup.mix": {"thorough": 1.0},
-    "warmup.style_shares": {"thorough": 1.0}, "warmup.lr_ramp": 0.1, "report_to": ["none"],
-    "extra": {"openrlhf": {"vllm.num_engines": 2}}, "max_missing_reward_fraction": 0.5,
-    **{f"model.tiny.{k}": v for k, v in {"vocab_size": 600, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-                                         "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 512}.items()},
-    **{f"model.tiny_vision.{k}": v for k, v in {"image_size": 32, "patch_size": 4, "spatial_merge_size": 1, "depth": 1,
-                                                "hidden_size": 32, "intermediate_size": 64, "num_heads": 1}.items()},
+    "rollout.min_p": 0.05,
+    "rollout.repetition_penalty": 1.1,
+    "model.generation_batch_size": 8,
+    "model.init_kwargs": {"revision": "v2"},
+    "model.merge_lora_on_save": True,
+    "data.prompt_template": "compact",
+    "data.kk_num_people": [3],
+    "data.kk_name_pool": 5,
+    "data.kk_name_order": "pool",
+    "data.num_train": 10,
+    "data.num_eval": 5,
+    "data.geo_tasks": ["count"],
+    "data.geo_levels": [1],
+    "warmup.steps": 10,
+    "warmup.lr": 0.01,
+    "warmup.batch_size": 4,
+    "warmup.style": "thorough",
+    "warmup.mix_steps": 5,
+    "warmup.mix_lr": 0.01,
+    "warmup.mix": {"thorough": 1.0},
+    "warmup.style_shares": {"thorough": 1.0},
+    "warmup.lr_ramp": 0.1,
+    "report_to": ["none"],
+    "extra": {"openrlhf": {"vllm.num_engines": 2}},
+    "max_missing_reward_fraction": 0.5,
+    **{
+        f"model.tiny.{k}": v
+        for k, v in {
+            "vocab_size": 600,
+            "hidden_size": 64,
+            "intermediate_size": 96,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "max_position_embeddings": 512,
+        }.items()
+    },
+    **{
+        f"model.tiny_vision.{k}": v
+        for k, v in {"image_size": 32, "patch_size": 4, "spatial_merge_size": 1, "depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 1}.items()
+    },
 }
 
 
@@ -96,8 +149,12 @@ def test_every_recipe_passes_its_own_backends_checks():
 
 def test_openrlhf_flags_of_shared_model_and_eval_fields():
     flags = pytest.importorskip("adora_openrlhf.backends.openrlhf.flags")
-    derived = flags.derived_flags(build_run_config(BASE, {"model.lora_rank": 16, "model.lora_alpha": 32, "model.dtype": "float16",
-                                                          "model.init_kwargs": {"attn_implementation": "sdpa"}, "eval_samples": 0}))
+    derived = flags.derived_flags(
+        build_run_config(
+            BASE,
+            {"model.lora_rank": 16, "model.lora_alpha": 32, "model.dtype": "float16", "model.init_kwargs": {"attn_implementation": "sdpa"}, "eval_samples": 0},
+        )
+    )
     assert (derived["ds.lora.rank"], derived["ds.lora.alpha"], derived["ds.param_dtype"]) == (16, 32, "fp16")
     assert derived["ds.lora.target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"] and derived["ds.attn_implementation"] == "sdpa"
     assert (derived["eval.n_samples_per_prompt"], derived["eval.temperature"]) == (1, 0.0)
@@ -111,8 +168,18 @@ def test_openrlhf_namespace_values_flow_back_into_the_config():
     pytest.importorskip("openrlhf")
     from adora_openrlhf.backends.openrlhf import launcher
 
-    passthrough = ["--ds.lora.rank", "8", "--ds.lora.target_modules", "all-linear", "--ds.param_dtype", "fp16",
-                   "--eval.n_samples_per_prompt", "3", "--eval.temperature", "0.6"]  # the recipe's flags say greedy (temperature 0)
+    passthrough = [
+        "--ds.lora.rank",
+        "8",
+        "--ds.lora.target_modules",
+        "all-linear",
+        "--ds.param_dtype",
+        "fp16",
+        "--eval.n_samples_per_prompt",
+        "3",
+        "--eval.temperature",
+        "0.6",
+    ]  # the recipe's flags say greedy (temperature 0)
     _, args, cfg = launcher.prepare(build_run_config(BASE), passthrough)
     assert (args.ds.lora.rank, cfg.model.lora_rank, cfg.model.lora_target_modules, cfg.model.dtype) == (8, 8, ["all-linear"], "float16")
     assert cfg.eval_samples == 3

@@ -20,10 +20,40 @@ from data_prep import dapo_math, geometry3k, kk, math_eval
 from eval import run as eval_run
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ["--recipe", "kk-tiny", "--warmup.steps", "0", "--steps", "1", "--prompts_per_step", "1", "--sampling.n_keep", "2", "--data.num_train", "8",
-        "--data.num_eval", "2", "--data.kk_num_people", "[2]", "--rollout.max_new_tokens", "4", "--eval_samples", "0",
-        "--model.tiny.hidden_size", "16", "--model.tiny.intermediate_size", "32", "--model.tiny.num_hidden_layers", "1",
-        "--model.tiny.num_attention_heads", "2", "--model.tiny.num_key_value_heads", "1", "--model.tiny.vocab_size", "300"]
+FAST = [
+    "--recipe",
+    "kk-tiny",
+    "--warmup.steps",
+    "0",
+    "--steps",
+    "1",
+    "--prompts_per_step",
+    "1",
+    "--sampling.n_keep",
+    "2",
+    "--data.num_train",
+    "8",
+    "--data.num_eval",
+    "2",
+    "--data.kk_num_people",
+    "[2]",
+    "--rollout.max_new_tokens",
+    "4",
+    "--eval_samples",
+    "0",
+    "--model.tiny.hidden_size",
+    "16",
+    "--model.tiny.intermediate_size",
+    "32",
+    "--model.tiny.num_hidden_layers",
+    "1",
+    "--model.tiny.num_attention_heads",
+    "2",
+    "--model.tiny.num_key_value_heads",
+    "1",
+    "--model.tiny.vocab_size",
+    "300",
+]
 KK_LABEL = "(1) Alice is a knight\n(2) Bob is a knave"
 
 
@@ -83,24 +113,27 @@ def bad_files(tmp_path):
 # ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--train.max_grad_norm", "-1"], "train.max_grad_norm: must be a finite number > 0, got -1.0"),
-    (["--train.max_grad_norm", "0"], "train.max_grad_norm"),
-    (["--rollout.temperature", "nan"], "rollout.temperature"),
-    (["--train.lr", "inf"], "train.lr"),
-    (["--sampling.escalation", '[{"temperature": 1.2}, {"top_p": 1.5}]'], "sampling.escalation[1].top_p"),
-    (["--sampling.escalation", '[{"top_k": "x"}]'], "sampling.escalation[0].top_k"),
-    (["--data.kk_num_people", "[2, 9]"], "data.kk_num_people[1]"),
-    (["--model.tiny.num_attention_heads", "0"], "model.tiny.num_attention_heads"),
-    (["--seed", "-1"], "seed:"),
-    (["--steps", "1.5"], "--steps: cannot parse"),
-    (["--save_every", "-2"], "save_every"),
-    (["--train.clip_eps_low", "1.5"], "train.clip_eps_low"),
-    (["--sampling.max_responses_per_prompt", "0"], "sampling.max_responses_per_prompt"),
-    (["--recipe", "nope"], "unknown recipe"),
-    (["--frobnicate", "1"], "unknown flag"),
-    (["--resume", "--overwrite"], "--overwrite: cannot be combined with --resume"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--train.max_grad_norm", "-1"], "train.max_grad_norm: must be a finite number > 0, got -1.0"),
+        (["--train.max_grad_norm", "0"], "train.max_grad_norm"),
+        (["--rollout.temperature", "nan"], "rollout.temperature"),
+        (["--train.lr", "inf"], "train.lr"),
+        (["--sampling.escalation", '[{"temperature": 1.2}, {"top_p": 1.5}]'], "sampling.escalation[1].top_p"),
+        (["--sampling.escalation", '[{"top_k": "x"}]'], "sampling.escalation[0].top_k"),
+        (["--data.kk_num_people", "[2, 9]"], "data.kk_num_people[1]"),
+        (["--model.tiny.num_attention_heads", "0"], "model.tiny.num_attention_heads"),
+        (["--seed", "-1"], "seed:"),
+        (["--steps", "1.5"], "--steps: cannot parse"),
+        (["--save_every", "-2"], "save_every"),
+        (["--train.clip_eps_low", "1.5"], "train.clip_eps_low"),
+        (["--sampling.max_responses_per_prompt", "0"], "sampling.max_responses_per_prompt"),
+        (["--recipe", "nope"], "unknown recipe"),
+        (["--frobnicate", "1"], "unknown flag"),
+        (["--resume", "--overwrite"], "--overwrite: cannot be combined with --resume"),
+    ],
+)
 def test_train_bad_values(tmp_path, capsys, argv, needle):
     code = call(train_cli.main, ["--output-dir", str(tmp_path / "run")] + argv)
     assert code == 2
@@ -119,14 +152,17 @@ def test_train_bad_data_files(tmp_path, capsys, bad_files, kind, option):
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("row, needle", [
-    ({"prompt": "p", "label": "Alice is a knight"}, ":2: field 'label': the 'kk' reward cannot parse it"),
-    ({"prompt": "p", "label": "(1) Carol is a knight", "meta": {"names": ["Alice"]}}, ":2: field 'label'"),
-    ({"label": KK_LABEL}, ":2: field 'prompt'"),
-    ({"prompt": "p", "label": ""}, ":2: field 'label'"),
-    ({"prompt": "p", "label": KK_LABEL, "meta": [1]}, ":2: field 'meta'"),
-    ({"prompt": "p", "label": KK_LABEL, "source": "chess"}, ":2: field 'source'"),
-])
+@pytest.mark.parametrize(
+    "row, needle",
+    [
+        ({"prompt": "p", "label": "Alice is a knight"}, ":2: field 'label': the 'kk' reward cannot parse it"),
+        ({"prompt": "p", "label": "(1) Carol is a knight", "meta": {"names": ["Alice"]}}, ":2: field 'label'"),
+        ({"label": KK_LABEL}, ":2: field 'prompt'"),
+        ({"prompt": "p", "label": ""}, ":2: field 'label'"),
+        ({"prompt": "p", "label": KK_LABEL, "meta": [1]}, ":2: field 'meta'"),
+        ({"prompt": "p", "label": KK_LABEL, "source": "chess"}, ":2: field 'source'"),
+    ],
+)
 def test_train_bad_rows_name_file_line_and_field(tmp_path, capsys, row, needle):
     data = write_rows(tmp_path / "train.jsonl", [kk_row(0), row, kk_row(2)])
     code = call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--data.train_path", str(data), *FAST])
@@ -227,8 +263,7 @@ def _eval_argv(tmp_path, bench_file, *extra):
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text("{}")  # a directory that looks like a model but does not load
-    return ["--model", str(model), "--bench", "kk", "--bench-file", f"kk={bench_file}", "--k", "2", "--engine", "hf",
-            "--out", str(tmp_path / "eval"), *extra]
+    return ["--model", str(model), "--bench", "kk", "--bench-file", f"kk={bench_file}", "--k", "2", "--engine", "hf", "--out", str(tmp_path / "eval"), *extra]
 
 
 @pytest.mark.parametrize("kind", ["missing", "directory", "empty", "bad_json", "not_utf8", "not_object", "blank_only"])
@@ -240,19 +275,22 @@ def test_eval_bad_bench_files(tmp_path, capsys, bad_files, kind):
     assert snapshot(tmp_path) == {**before, "model": (True, 0), "model/config.json": (False, 2)}
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["--k", "0"], "--k: must be >= 1"),
-    (["--k", "two"], "argument --k: invalid int value"),
-    (["--top-p", "1.5"], "--top-p"),
-    (["--temperature", "-1"], "--temperature"),
-    (["--temperature", "nan"], "--temperature"),
-    (["--limit", "0"], "--limit"),
-    (["--batch-size", "0"], "--batch-size"),
-    (["--max-new-tokens", "0"], "--max-new-tokens"),
-    (["--bench", "kk,gsm9k"], "unknown benchmark 'gsm9k'"),
-    (["--engine", "tgi"], "--engine"),
-    (["--data-dir", "/no/such/dir"], "--data-dir"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--k", "0"], "--k: must be >= 1"),
+        (["--k", "two"], "argument --k: invalid int value"),
+        (["--top-p", "1.5"], "--top-p"),
+        (["--temperature", "-1"], "--temperature"),
+        (["--temperature", "nan"], "--temperature"),
+        (["--limit", "0"], "--limit"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--max-new-tokens", "0"], "--max-new-tokens"),
+        (["--bench", "kk,gsm9k"], "unknown benchmark 'gsm9k'"),
+        (["--engine", "tgi"], "--engine"),
+        (["--data-dir", "/no/such/dir"], "--data-dir"),
+    ],
+)
 def test_eval_bad_arguments(tmp_path, capsys, extra, needle):
     bench = write_rows(tmp_path / "kk.jsonl", [kk_row(0)])
     assert call(eval_run.main, _eval_argv(tmp_path, bench, *extra)) == 2
@@ -301,8 +339,15 @@ def test_eval_ctrl_c_hint(tmp_path, capsys, monkeypatch):
 # ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv, needle", [(["--n", "0"], "--n: must be >= 1"), (["--steps", "x"], "argument --steps"),
-                                          (["--prompts", "-3"], "--prompts"), (["--bogus"], "unrecognized arguments: --bogus")])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--n", "0"], "--n: must be >= 1"),
+        (["--steps", "x"], "argument --steps"),
+        (["--prompts", "-3"], "--prompts"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
 def test_demo_bad_arguments(capsys, argv, needle):
     assert call(demo.main, argv) == 2
     assert_one_line(capsys.readouterr().err, needle)
@@ -333,13 +378,15 @@ def test_converters_refuse_unusable_inputs(tmp_path, capsys, bad_files, converte
 def test_converters_skip_bad_lines_and_fail_when_no_row_is_left(tmp_path, capsys, converter):
     main, flag = CONVERTERS[converter]
     src = tmp_path / "in.jsonl"
-    src.write_bytes(b'{"broken": \n' + b'[1]\n' + b'\xff\xfe\n')
+    src.write_bytes(b'{"broken": \n' + b"[1]\n" + b"\xff\xfe\n")
     before = snapshot(tmp_path)
     assert call(main, ["--out", str(tmp_path / "out"), flag, str(src)]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("warning: rejected", "error"))]
-    assert err[:3] == [f"warning: rejected {src}:1: not valid JSON (Expecting value at column 12)",
-                       f"warning: rejected {src}:2: expected a JSON object per line, got list",
-                       f"warning: rejected {src}:3: not UTF-8 text (byte 1 of the line); re-save the file as UTF-8"]
+    assert err[:3] == [
+        f"warning: rejected {src}:1: not valid JSON (Expecting value at column 12)",
+        f"warning: rejected {src}:2: expected a JSON object per line, got list",
+        f"warning: rejected {src}:3: not UTF-8 text (byte 1 of the line); re-save the file as UTF-8",
+    ]
     assert err[-1].startswith("error: ") and "nothing was written" in err[-1]
     assert snapshot(tmp_path) == before
 

@@ -15,9 +15,14 @@ def fake_run(variant, seed, accs, responses_per_step, zero=0.5, eval_every=1, wa
     """metrics.jsonl records as the local trainer writes them: step 0 (warm-up + eval), then one per RL step."""
     metrics = [{"step": 0, "eval/greedy_accuracy": accs[0]}]
     for step in range(1, (len(accs) - 1) * eval_every + 1):
-        record = {"step": step, "sampling/responses_generated": responses_per_step, "advantage/zero_signal_fraction": zero,
-                  "response/length_mean": 10.0 + step, "response/length_std_over_mean": 0.1 * step,
-                  "adora/tas_fraction": tas(step) if tas else 0.0}
+        record = {
+            "step": step,
+            "sampling/responses_generated": responses_per_step,
+            "advantage/zero_signal_fraction": zero,
+            "response/length_mean": 10.0 + step,
+            "response/length_std_over_mean": 0.1 * step,
+            "adora/tas_fraction": tas(step) if tas else 0.0,
+        }
         if step % eval_every == 0:
             record["eval/greedy_accuracy"] = accs[step // eval_every]
         metrics.append(record)
@@ -97,8 +102,12 @@ def test_run_record_fields():
 
 
 def test_summarise_means_cis_and_reached_counts():
-    runs = [fake_run("GRPO", 0, [0.1, 0.2, 0.4], 32, wall=10.0), fake_run("GRPO", 1, [0.1, 0.35, 0.2], 32, wall=20.0),
-            fake_run("Ada-pos", 0, [0.1, 0.35, 0.5], 64, wall=30.0), fake_run("Ada-pos", 1, [0.1, 0.1, 0.1], 64, wall=30.0)]
+    runs = [
+        fake_run("GRPO", 0, [0.1, 0.2, 0.4], 32, wall=10.0),
+        fake_run("GRPO", 1, [0.1, 0.35, 0.2], 32, wall=20.0),
+        fake_run("Ada-pos", 0, [0.1, 0.35, 0.5], 64, wall=30.0),
+        fake_run("Ada-pos", 1, [0.1, 0.1, 0.1], 64, wall=30.0),
+    ]
     records = [run_record(r, target=0.3, adora_on=False) for r in runs]
     rows, stats = summarise(records)
     assert [r[0] for r in rows] == ["GRPO", "Ada-pos"] and all(len(r) == len(HEADER) for r in rows)
@@ -160,7 +169,8 @@ def test_helpers():
 
 
 def test_component_fractions():
-    metrics = [{"time/step_s": 2.0, "time/generate_s": 1.0, "time/score_s": 0.1, "time/train_s": 0.8,
-                "time/advantage_s": 0.02, "time/sampler_overhead_s": 0.04}] * 3
+    metrics = [
+        {"time/step_s": 2.0, "time/generate_s": 1.0, "time/score_s": 0.1, "time/train_s": 0.8, "time/advantage_s": 0.02, "time/sampler_overhead_s": 0.04}
+    ] * 3
     rows, stats = component_table({"GRPO": metrics})
     assert stats["GRPO"]["step_s"] == 2.0 and rows[0][2] == "1.0000 (50.00%)" and rows[0][5] == "0.0200 (1.00%)"

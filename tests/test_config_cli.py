@@ -24,7 +24,11 @@ def test_every_recipe_builds():
 
 def test_cluster_recipes_follow_their_reference_edge_policy():
     """K&K and DAPO follow the LLM reference's ADORA edge groups, Geometry3K the VLM reference's."""
-    policies = {name: (build_run_config(name).adora.edge_policy, build_run_config(name).adora.truncation_length) for name in RECIPES if "openrlhf" in RECIPES[name].backends}
+    policies = {
+        name: (build_run_config(name).adora.edge_policy, build_run_config(name).adora.truncation_length)
+        for name in RECIPES
+        if "openrlhf" in RECIPES[name].backends
+    }
     for name, (policy, cut) in policies.items():
         if name.startswith("kk-"):
             assert (policy, cut) == ("llm", None), name
@@ -80,7 +84,7 @@ def test_cli_errors_name_the_field(argv, message, capsys):
 
 # ---- --help, --config FILE ---------------------------------------------------------------------------------
 
-from adora_openrlhf.cli_args import LEAF_FIELDS, field_help, load_config_file  # noqa: E402
+from adora_openrlhf.cli_args import LEAF_FIELDS, field_help  # noqa: E402
 
 
 def test_every_field_has_help_and_appears_in_help_output(capsys):

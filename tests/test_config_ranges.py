@@ -38,10 +38,16 @@ def test_list_elements_and_types_are_named():
         build_run_config("kk-tiny", {"steps": True})
 
 
-NUMERIC = sorted(name for name, hint in LEAF_TYPES.items()
-                 if (typing.get_args(hint) or (hint,))[0] in (int, float) and name not in ("recipe", "backend"))
-ANY_VALUE = st.one_of(st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.none(),
-                      st.text(max_size=5), st.lists(st.integers(-3, 3), max_size=3), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+NUMERIC = sorted(name for name, hint in LEAF_TYPES.items() if (typing.get_args(hint) or (hint,))[0] in (int, float) and name not in ("recipe", "backend"))
+ANY_VALUE = st.one_of(
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=5),
+    st.lists(st.integers(-3, 3), max_size=3),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+)
 
 
 @settings(max_examples=300, deadline=None)

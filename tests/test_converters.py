@@ -41,20 +41,31 @@ def test_helpers(tmp_path):
 
 # ---------------------------------------------------------------- DAPO-Math
 
-DAPO_PROMPT = ("Solve the following math problem step by step. The last line of your response should be of the form "
-               "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\nWhat is 2+3?\n\n"
-               "Remember to put your answer on its own line after \"Answer:\".")
+DAPO_PROMPT = (
+    "Solve the following math problem step by step. The last line of your response should be of the form "
+    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\nWhat is 2+3?\n\n"
+    'Remember to put your answer on its own line after "Answer:".'
+)
 
 
 def _dapo_row(truth="5", index="a1", prompt=DAPO_PROMPT):
-    return {"data_source": "math_dapo", "prompt": [{"content": prompt, "role": "user"}], "ability": "MATH",
-            "reward_model": {"ground_truth": truth, "style": "rule-lighteval/MATH_v2"}, "extra_info": {"index": index}}
+    return {
+        "data_source": "math_dapo",
+        "prompt": [{"content": prompt, "role": "user"}],
+        "ability": "MATH",
+        "reward_model": {"ground_truth": truth, "style": "rule-lighteval/MATH_v2"},
+        "extra_info": {"index": index},
+    }
 
 
 def test_dapo_converter_parquet_dedup_and_rejects(tmp_path, capsys):
-    rows = [_dapo_row(), _dapo_row(), _dapo_row("7", "b2", DAPO_PROMPT.replace("2+3", "3+4")),
-            {"prompt": [{"content": "x", "role": "user"}], "reward_model": {"ground_truth": "", "style": "rule"}},
-            {"prompt": "", "reward_model": {"ground_truth": "1", "style": "rule"}}]
+    rows = [
+        _dapo_row(),
+        _dapo_row(),
+        _dapo_row("7", "b2", DAPO_PROMPT.replace("2+3", "3+4")),
+        {"prompt": [{"content": "x", "role": "user"}], "reward_model": {"ground_truth": "", "style": "rule"}},
+        {"prompt": "", "reward_model": {"ground_truth": "1", "style": "rule"}},
+    ]
     src = tmp_path / "dapo.jsonl"
     _jsonl(src, rows)
     assert dapo_math.main(["--out", str(tmp_path / "out"), "--dataset", str(src)]) == 0
@@ -122,14 +133,16 @@ def test_math_eval_rows_grade_with_their_reward(tmp_path):
 
 
 def test_geometry3k_parquet_with_images(tmp_path, capsys):
-    features = datasets.Features({
-        "images": datasets.Sequence(datasets.Image()),
-        "problem": datasets.Value("string"),
-        "answer": datasets.Value("string"),
-        "id": datasets.Value("int64"),
-        "choices": datasets.Sequence(datasets.Value("string")),
-        "ground_truth": datasets.Value("string"),
-    })
+    features = datasets.Features(
+        {
+            "images": datasets.Sequence(datasets.Image()),
+            "problem": datasets.Value("string"),
+            "answer": datasets.Value("string"),
+            "id": datasets.Value("int64"),
+            "choices": datasets.Sequence(datasets.Value("string")),
+            "ground_truth": datasets.Value("string"),
+        }
+    )
     data = {
         "images": [[_image()], [_image((0, 255, 0))], []],
         "problem": ["<image>Find x.", "Find the area.", "Find y."],
@@ -158,9 +171,11 @@ def test_geometry3k_jsonl_relative_paths_and_bad_image(tmp_path):
     (tmp_path / "img").mkdir()
     _image().save(tmp_path / "img" / "a.png")
     (tmp_path / "img" / "broken.png").write_bytes(b"not a png")
-    rows = [{"images": ["img/a.png"], "problem": "Find x.", "answer": "3"},
-            {"images": ["img/broken.png"], "problem": "Find x.", "answer": "3"},
-            {"images": ["img/a.png"], "problem": "Find x.", "answer": ""}]
+    rows = [
+        {"images": ["img/a.png"], "problem": "Find x.", "answer": "3"},
+        {"images": ["img/broken.png"], "problem": "Find x.", "answer": "3"},
+        {"images": ["img/a.png"], "problem": "Find x.", "answer": ""},
+    ]
     src = _jsonl(tmp_path / "geo.jsonl", rows)
     raw = load_rows(str(src), "train")
     ok = geometry3k.convert_geometry_row(raw[0], 1, tmp_path / "out", base_dir=tmp_path)
@@ -176,19 +191,44 @@ def test_geometry3k_jsonl_relative_paths_and_bad_image(tmp_path):
 
 def _mathvista_rows():
     return [
-        {"pid": "1", "question": "Which bar is tallest?", "image": "images/1.png", "choices": ["red", "blue"],
-         "unit": None, "precision": None, "answer": "blue", "question_type": "multi_choice", "answer_type": "text",
-         "metadata": {"category": "math-targeted-vqa", "task": "figure question answering"},
-         "query": "Hint: Please answer the question and provide the correct option letter.\n"
-                  "Question: Which bar?\nChoices:\n(A) red\n(B) blue"},
-        {"pid": "2", "question": "What is the length?", "image": "images/2.png", "choices": None, "unit": "cm",
-         "precision": 1.0, "answer": "1.2", "question_type": "free_form", "answer_type": "float", "metadata": {}, "query": None},
-        {"pid": "3", "question": "Pick one", "image": "images/1.png", "choices": ["a", "b"], "precision": None,
-         "answer": "c", "question_type": "multi_choice", "answer_type": "text"},
-        {"pid": "4", "question": "How many?", "image": "images/1.png", "answer": "2", "question_type": "free_form",
-         "answer_type": "number"},
-        {"pid": "5", "question": "Float?", "image": "images/1.png", "answer": "2.5", "question_type": "free_form",
-         "answer_type": "float", "precision": None},
+        {
+            "pid": "1",
+            "question": "Which bar is tallest?",
+            "image": "images/1.png",
+            "choices": ["red", "blue"],
+            "unit": None,
+            "precision": None,
+            "answer": "blue",
+            "question_type": "multi_choice",
+            "answer_type": "text",
+            "metadata": {"category": "math-targeted-vqa", "task": "figure question answering"},
+            "query": "Hint: Please answer the question and provide the correct option letter.\nQuestion: Which bar?\nChoices:\n(A) red\n(B) blue",
+        },
+        {
+            "pid": "2",
+            "question": "What is the length?",
+            "image": "images/2.png",
+            "choices": None,
+            "unit": "cm",
+            "precision": 1.0,
+            "answer": "1.2",
+            "question_type": "free_form",
+            "answer_type": "float",
+            "metadata": {},
+            "query": None,
+        },
+        {
+            "pid": "3",
+            "question": "Pick one",
+            "image": "images/1.png",
+            "choices": ["a", "b"],
+            "precision": None,
+            "answer": "c",
+            "question_type": "multi_choice",
+            "answer_type": "text",
+        },
+        {"pid": "4", "question": "How many?", "image": "images/1.png", "answer": "2", "question_type": "free_form", "answer_type": "number"},
+        {"pid": "5", "question": "Float?", "image": "images/1.png", "answer": "2.5", "question_type": "free_form", "answer_type": "float", "precision": None},
     ]
 
 
@@ -217,13 +257,28 @@ def test_mathvista_jsonl(tmp_path, capsys):
 
 
 def test_mathvista_decoded_image_from_parquet(tmp_path):
-    features = datasets.Features({
-        "pid": datasets.Value("string"), "question": datasets.Value("string"), "decoded_image": datasets.Image(),
-        "choices": datasets.Sequence(datasets.Value("string")), "precision": datasets.Value("float64"),
-        "answer": datasets.Value("string"), "question_type": datasets.Value("string"), "answer_type": datasets.Value("string"),
-    })
-    data = {"pid": ["7"], "question": ["How many?"], "decoded_image": [_image()], "choices": [None], "precision": [None],
-            "answer": ["3"], "question_type": ["free_form"], "answer_type": ["integer"]}
+    features = datasets.Features(
+        {
+            "pid": datasets.Value("string"),
+            "question": datasets.Value("string"),
+            "decoded_image": datasets.Image(),
+            "choices": datasets.Sequence(datasets.Value("string")),
+            "precision": datasets.Value("float64"),
+            "answer": datasets.Value("string"),
+            "question_type": datasets.Value("string"),
+            "answer_type": datasets.Value("string"),
+        }
+    )
+    data = {
+        "pid": ["7"],
+        "question": ["How many?"],
+        "decoded_image": [_image()],
+        "choices": [None],
+        "precision": [None],
+        "answer": ["3"],
+        "question_type": ["free_form"],
+        "answer_type": ["integer"],
+    }
     src = tmp_path / "mv.parquet"
     datasets.Dataset.from_dict(data, features=features).to_parquet(str(src))
     raw = load_rows(str(src), "testmini")

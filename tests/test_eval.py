@@ -161,8 +161,12 @@ def test_cli_errors(argv, message, tmp_path, capsys):
 def test_engine_args_and_dtype():
     from eval.generation import parse_engine_args, resolve_dtype
 
-    assert parse_engine_args(["max_model_len=4096", "enforce_eager=true", "limit_mm_per_prompt={\"image\": 2}", "quantization=fp8"]) == {
-        "max_model_len": 4096, "enforce_eager": True, "limit_mm_per_prompt": {"image": 2}, "quantization": "fp8"}
+    assert parse_engine_args(["max_model_len=4096", "enforce_eager=true", 'limit_mm_per_prompt={"image": 2}', "quantization=fp8"]) == {
+        "max_model_len": 4096,
+        "enforce_eager": True,
+        "limit_mm_per_prompt": {"image": 2},
+        "quantization": "fp8",
+    }
     assert parse_engine_args(None) == {}
     assert resolve_dtype("bfloat16") == "bfloat16"
     assert resolve_dtype("auto") == ("bfloat16" if torch.cuda.is_available() else "float32")
@@ -170,7 +174,11 @@ def test_engine_args_and_dtype():
 
 @given(
     key=st.from_regex(r"[a-z_][a-z0-9_]{0,20}", fullmatch=True).filter(lambda k: k not in ("model", "seed", "dtype", "trust_remote_code")),
-    value=st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5), lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3), max_leaves=6),
+    value=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
+        max_leaves=6,
+    ),
 )
 def test_engine_args_round_trip_json_values(key, value):
     from eval.generation import parse_engine_args
@@ -239,15 +247,39 @@ def test_end_to_end_with_tiny_local_model(tmp_path):
     from adora_openrlhf.recipes import build_run_config
     from data_prep.kk import generate_rows
 
-    cfg = build_run_config("kk-tiny", {
-        "output_dir": str(tmp_path / "run"), "warmup.steps": 3, "data.num_train": 40, "data.num_eval": 4,
-        "model.tiny.hidden_size": 32, "model.tiny.intermediate_size": 64, "model.tiny.num_hidden_layers": 1,
-    })
+    cfg = build_run_config(
+        "kk-tiny",
+        {
+            "output_dir": str(tmp_path / "run"),
+            "warmup.steps": 3,
+            "data.num_train": 40,
+            "data.num_eval": 4,
+            "model.tiny.hidden_size": 32,
+            "model.tiny.intermediate_size": 64,
+            "model.tiny.num_hidden_layers": 1,
+        },
+    )
     model_dir = warm_start(cfg, tmp_path / "model")
     bench_file = tmp_path / "kk.jsonl"
     bench_file.write_text("".join(json.dumps(r) + "\n" for r in generate_rows(3, [2, 3], seed=5)))
-    argv = ["--model", str(model_dir), "--bench", "kk", "--bench-file", f"kk={bench_file}", "--k", "2",
-            "--out", str(tmp_path / "eval"), "--max-new-tokens", "8", "--engine", "hf", "--temperature", "1.0"]
+    argv = [
+        "--model",
+        str(model_dir),
+        "--bench",
+        "kk",
+        "--bench-file",
+        f"kk={bench_file}",
+        "--k",
+        "2",
+        "--out",
+        str(tmp_path / "eval"),
+        "--max-new-tokens",
+        "8",
+        "--engine",
+        "hf",
+        "--temperature",
+        "1.0",
+    ]
     assert main(argv) == 0
     records = read_records(tmp_path / "eval" / SAMPLES_FILE)
     assert len(records) == 6 and all(isinstance(r["response"], str) for r in records)

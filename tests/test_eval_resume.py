@@ -30,8 +30,25 @@ def tiny_model(tmp_path_factory):
 
 
 def _argv(model, bench_file, out, *extra):
-    return ["--model", str(model), "--bench", "kk", "--bench-file", f"kk={bench_file}", "--k", "2", "--out", str(out),
-            "--max-new-tokens", "6", "--engine", "hf", "--temperature", "1.0", *extra]
+    return [
+        "--model",
+        str(model),
+        "--bench",
+        "kk",
+        "--bench-file",
+        f"kk={bench_file}",
+        "--k",
+        "2",
+        "--out",
+        str(out),
+        "--max-new-tokens",
+        "6",
+        "--engine",
+        "hf",
+        "--temperature",
+        "1.0",
+        *extra,
+    ]
 
 
 def test_rerun_with_other_settings_is_refused_and_writes_nothing(tiny_model, tmp_path, capsys):
@@ -45,8 +62,11 @@ def test_rerun_with_other_settings_is_refused_and_writes_nothing(tiny_model, tmp
         if (model / name).exists():
             (other_model / name).write_bytes((model / name).read_bytes())
     capsys.readouterr()
-    for extra, changed in ((["--temperature", "0.7"], "temperature: 1.0 -> 0.7"), (["--seed", "1"], "seed: 0 -> 1"),
-                           (["--max-new-tokens", "7"], "max_new_tokens: 6 -> 7")):
+    for extra, changed in (
+        (["--temperature", "0.7"], "temperature: 1.0 -> 0.7"),
+        (["--seed", "1"], "seed: 0 -> 1"),
+        (["--max-new-tokens", "7"], "max_new_tokens: 6 -> 7"),
+    ):
         assert main(_argv(model, bench_file, out, *extra)) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and changed in err and "use a new --out" in err and "Traceback" not in err

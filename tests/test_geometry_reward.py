@@ -54,8 +54,15 @@ def test_multiple_choice(response, correct):
 
 @pytest.mark.parametrize(
     "answer, label, precision, equal",
-    [("1.24", "1.2", 1, True), ("1.3", "1.2", 1, False), ("1.2 cm", "1.2", 1, True), ("3.14159", "3.14", 2, True),
-     ("1,200", "1200", 0, True), ("x", "1", 0, False), ("2.5", "3", 0, False)],
+    [
+        ("1.24", "1.2", 1, True),
+        ("1.3", "1.2", 1, False),
+        ("1.2 cm", "1.2", 1, True),
+        ("3.14159", "3.14", 2, True),
+        ("1,200", "1200", 0, True),
+        ("x", "1", 0, False),
+        ("2.5", "3", 0, False),
+    ],
 )
 def test_numeric_equal(answer, label, precision, equal):
     assert numeric_equal(answer, label, precision) is equal

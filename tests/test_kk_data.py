@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_prep import kk
 from adora_openrlhf.rewards.kk import parse_kk_answer
+from data_prep import kk
 
 
 def _to_python(statement) -> str:
@@ -46,9 +46,11 @@ def test_generated_puzzles_have_exactly_one_solution(num_people):
         assert len(puzzle.names) == len(set(puzzle.names)) == num_people
         for name in puzzle.names:
             assert name in puzzle.quiz
+
         # statements are about others only
         def targets(s):
             return [s[1]] if s[0] in ("telling-truth", "lying") else [t for sub in s[1:] for t in targets(sub)]
+
         for speaker, statement in enumerate(puzzle.statements):
             assert speaker not in targets(statement)
 
@@ -73,8 +75,12 @@ def test_solution_text_and_row_schema():
     row = kk.kk_row(puzzle)
     assert set(row) == {"prompt", "label", "source", "meta"}
     assert row["source"] == "kk" and row["label"] == puzzle.solution_text
-    assert row["meta"] == {"num_people": 3, "names": list(puzzle.names), "solution": list(puzzle.solution),
-                           "statements": kk.statements_to_json(puzzle.statements)}
+    assert row["meta"] == {
+        "num_people": 3,
+        "names": list(puzzle.names),
+        "solution": list(puzzle.solution),
+        "statements": kk.statements_to_json(puzzle.statements),
+    }
     assert row["prompt"][0]["role"] == "system" and "<think>" in row["prompt"][0]["content"]
     assert "<answer>" in row["prompt"][0]["content"]
     assert row["prompt"][1] == {"role": "user", "content": puzzle.quiz}

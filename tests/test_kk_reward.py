@@ -120,9 +120,7 @@ def test_parse_variants(text):
     assert parse_kk_answer(text, NAMES) == {"Alice": True, "Bob": False, "Carol": True}
 
 
-@pytest.mark.parametrize(
-    "text", ["", "Alice is a knight", "Alice is a knight, Bob is a knave, Carol is a knight or a knave", None]
-)
+@pytest.mark.parametrize("text", ["", "Alice is a knight", "Alice is a knight, Bob is a knave, Carol is a knight or a knave", None])
 def test_parse_rejects(text):
     assert parse_kk_answer(text, NAMES) is None
 

@@ -59,9 +59,18 @@ def _check_run(tmp_path, cfg):
         assert math.isfinite(r["train/loss"]) and math.isfinite(r["train/grad_norm"])
         assert 0.0 < r["train/entropy"] < math.log(1024)  # mean token entropy (nats), below log(vocab size)
         assert 0.0 <= r["response/truncated_fraction"] <= 1.0 and r["response/length_max"] <= 40
-        for key in ("reward/mean", "reward/accuracy", "response/length_mean", "advantage/zero_signal_fraction",
-                    "sampling/responses_generated", "adora/tas_fraction", "adora/mean_weight",
-                    "time/generate_s", "time/score_s", "time/train_s"):
+        for key in (
+            "reward/mean",
+            "reward/accuracy",
+            "response/length_mean",
+            "advantage/zero_signal_fraction",
+            "sampling/responses_generated",
+            "adora/tas_fraction",
+            "adora/mean_weight",
+            "time/generate_s",
+            "time/score_s",
+            "time/train_s",
+        ):
             assert key in r, key
     assert "eval/greedy_accuracy" in records[0] and "eval/greedy_accuracy" in steps[-1]
     assert min(r["advantage/zero_signal_fraction"] for r in steps) < 1.0, "no group had a learning signal"
@@ -178,8 +187,10 @@ def test_local_checkpoint_with_lora_and_chat_template(tmp_path):
     small = TinyModelConfig(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
     build_tiny_model(small, tok, seed=0).save_pretrained(str(tmp_path / "ckpt"))
     tok.save_pretrained(str(tmp_path / "ckpt"))
-    cfg = _cfg(tmp_path, **{"model.path": str(tmp_path / "ckpt"), "model.lora_rank": 4, "warmup.steps": 0, "steps": 2,
-                            "train.kl_coef": 0.05, "data.max_prompt_tokens": 1024})
+    cfg = _cfg(
+        tmp_path,
+        **{"model.path": str(tmp_path / "ckpt"), "model.lora_rank": 4, "warmup.steps": 0, "steps": 2, "train.kl_coef": 0.05, "data.max_prompt_tokens": 1024},
+    )
     train(cfg)
     out = tmp_path / "run"
     records = _records(out)

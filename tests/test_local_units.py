@@ -141,8 +141,18 @@ def test_rollout_log_probs_match_training_forward(tok, model):
     ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + p for p in prompts])
     mask = (ids != tok.pad_token_id).long()
     torch.manual_seed(0)
-    out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=0, max_new_tokens=5, min_new_tokens=5,
-                         output_logits=True, return_dict_in_generate=True, pad_token_id=tok.pad_token_id, eos_token_id=None)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=True,
+        top_k=0,
+        max_new_tokens=5,
+        min_new_tokens=5,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=None,
+    )
     resp = out.sequences[:, width:]
     gen_lp = torch.stack([torch.log_softmax(l, -1).gather(-1, resp[:, i : i + 1]).squeeze(-1) for i, l in enumerate(out.logits)], 1)
     with torch.no_grad():
@@ -166,8 +176,14 @@ def test_generation_honours_sampling_params(tok, model):
 
 
 def test_engine_batches_requests_by_params_and_scores(tok, model):
-    rows = [Row(prompt="Alice says: Bob is a knave.", label="(1) Alice is a knight\n(2) Bob is a knave", source="kk",
-                meta={"names": ["Alice", "Bob"], "solution": [True, False], "num_people": 2})] * 2
+    rows = [
+        Row(
+            prompt="Alice says: Bob is a knave.",
+            label="(1) Alice is a knight\n(2) Bob is a knave",
+            source="kk",
+            meta={"names": ["Alice", "Bob"], "solution": [True, False], "num_people": 2},
+        )
+    ] * 2
     ids = [tok(r.prompt).input_ids for r in rows]
     engine = RolloutEngine(model, tok, ids, rows, make_reward_fns(rows), positive_threshold=1.0, batch_size=4)
     hot = SamplingParams(max_new_tokens=4, temperature=1.3)

@@ -247,6 +247,7 @@ def test_timeout_inside_math_verify_is_not_swallowed(monkeypatch):
 
 def test_concurrent_callers_do_not_queue(grader):
     """Four callers at once each get a worker: every call returns within its own limit."""
+
     def call(config, fn, out):
         out.append(timed(mr.safe_grade, "x", "1", config, grade_fn=fn, process_grader=grader))
 
@@ -291,7 +292,7 @@ def test_property_dapo_never_raises(text):
 
 
 @settings(max_examples=40, deadline=None)
-@given(value=st.integers(-10**6, 10**6))
+@given(value=st.integers(-(10**6), 10**6))
 def test_property_integer_answer_line_roundtrip(value):
     assert mr.score_math(f"work\nAnswer: {value}", str(value), DAPO).reward == 1.0
     assert mr.score_math(f"work\nAnswer: {value + 1}", str(value), DAPO).reward == -1.0

@@ -21,8 +21,14 @@ from data_prep.kk import generate_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
-TINY_FLAGS = {"model.tiny.vocab_size": 300, "model.tiny.hidden_size": 32, "model.tiny.intermediate_size": 64,
-              "model.tiny.num_hidden_layers": 1, "model.tiny.num_attention_heads": 2, "model.tiny.num_key_value_heads": 1}
+TINY_FLAGS = {
+    "model.tiny.vocab_size": 300,
+    "model.tiny.hidden_size": 32,
+    "model.tiny.intermediate_size": 64,
+    "model.tiny.num_hidden_layers": 1,
+    "model.tiny.num_attention_heads": 2,
+    "model.tiny.num_key_value_heads": 1,
+}
 INPUT = torch.tensor([[5, 6, 7, 8, 9]])
 
 
@@ -91,16 +97,43 @@ def test_eval_run_takes_a_hub_name_and_train_names_a_missing_one(tok, tmp_path):
     bench = tmp_path / "kk.jsonl"
     bench.write_text("".join(json.dumps(r) + "\n" for r in generate_rows(2, [2], seed=5)))
     env = _env(HF_HUB_CACHE=str(tmp_path / "cache"))
-    argv = [sys.executable, "-m", "eval.run", "--model", "owner/tiny", "--bench", "kk", "--bench-file", f"kk={bench}", "--k", "1",
-            "--temperature", "0", "--max-new-tokens", "4", "--engine", "hf", "--out", str(tmp_path / "eval")]
+    argv = [
+        sys.executable,
+        "-m",
+        "eval.run",
+        "--model",
+        "owner/tiny",
+        "--bench",
+        "kk",
+        "--bench-file",
+        f"kk={bench}",
+        "--k",
+        "1",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "4",
+        "--engine",
+        "hf",
+        "--out",
+        str(tmp_path / "eval"),
+    ]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert len((tmp_path / "eval" / "samples.jsonl").read_text().splitlines()) == 2
-    missing = subprocess.run([sys.executable, "-m", "adora_openrlhf.train", "--model", "owner/missing", "--output-dir", str(tmp_path / "run")],
-                             env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    missing = subprocess.run(
+        [sys.executable, "-m", "adora_openrlhf.train", "--model", "owner/missing", "--output-dir", str(tmp_path / "run")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
-    assert missing.stderr.startswith("error: model.path: 'owner/missing' is not a local directory and not in the Hugging Face hub cache "
-                                     "(HF_HUB_OFFLINE=1); download it first (`hf download owner/missing`) or unset HF_HUB_OFFLINE")
+    assert missing.stderr.startswith(
+        "error: model.path: 'owner/missing' is not a local directory and not in the Hugging Face hub cache "
+        "(HF_HUB_OFFLINE=1); download it first (`hf download owner/missing`) or unset HF_HUB_OFFLINE"
+    )
     assert not (tmp_path / "run").exists()
 
 
@@ -145,8 +178,29 @@ def test_step_dir_is_a_hugging_face_model_directory(tok, tmp_path):
     assert (state.step, state.data_position) == (3, 12) and opt2.state_dict()["state"].keys() == opt.state_dict()["state"].keys()
     bench = tmp_path / "kk.jsonl"
     bench.write_text("".join(json.dumps(r) + "\n" for r in generate_rows(2, [2], seed=5)))
-    assert eval_main(["--model", str(step), "--bench", "kk", "--bench-file", f"kk={bench}", "--k", "1", "--temperature", "0",
-                      "--max-new-tokens", "4", "--engine", "hf", "--out", str(tmp_path / "eval")]) == 0
+    assert (
+        eval_main(
+            [
+                "--model",
+                str(step),
+                "--bench",
+                "kk",
+                "--bench-file",
+                f"kk={bench}",
+                "--k",
+                "1",
+                "--temperature",
+                "0",
+                "--max-new-tokens",
+                "4",
+                "--engine",
+                "hf",
+                "--out",
+                str(tmp_path / "eval"),
+            ]
+        )
+        == 0
+    )
     assert len((tmp_path / "eval" / "samples.jsonl").read_text().splitlines()) == 2
 
 

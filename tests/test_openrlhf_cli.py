@@ -17,10 +17,10 @@ import pytest
 pytest.importorskip("openrlhf", reason="needs requirements/openrlhf-cpu-test.txt")
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "openrlhf"))
 
-from adora_openrlhf.backends.openrlhf import entry, flags  # noqa: E402
-from adora_openrlhf.config import ConfigError  # noqa: E402
-from adora_openrlhf.recipes import RECIPES, build_run_config  # noqa: E402
-from adora_openrlhf.train import main  # noqa: E402
+from adora_openrlhf.backends.openrlhf import entry, flags
+from adora_openrlhf.config import ConfigError
+from adora_openrlhf.recipes import RECIPES, build_run_config
+from adora_openrlhf.train import main
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_RECIPES = sorted(name for name, recipe in RECIPES.items() if "openrlhf" in recipe.backends)
@@ -94,8 +94,19 @@ def test_recipes_carry_the_reference_optimiser_and_evaluation_settings(capsys):
 
 def test_openrlhf_flags_pass_through_and_win(capsys):
     report = dry_run(
-        capsys, "--recipe", "dapo-math-adora", "--rollout.n_samples_per_prompt", "8", "--sampling.max_rounds", "2",
-        "--vllm.num_engines", "4", "--reward.overlong_buffer_len", "512", "--adora.mode", "amplify",
+        capsys,
+        "--recipe",
+        "dapo-math-adora",
+        "--rollout.n_samples_per_prompt",
+        "8",
+        "--sampling.max_rounds",
+        "2",
+        "--vllm.num_engines",
+        "4",
+        "--reward.overlong_buffer_len",
+        "512",
+        "--adora.mode",
+        "amplify",
     )
     args, cfg = report["openrlhf_args"], report["run_config"]
     assert args["rollout"]["n_samples_per_prompt"] == 8 and cfg["sampling"]["n_keep"] == 8  # reconciled
@@ -111,11 +122,19 @@ def test_unknown_flag_is_refused_by_openrlhfs_parser(capsys):
 @pytest.mark.parametrize(
     "recipe, extra, message",
     [
-        ("dapo-math-adora", ["--algo.dynamic_filtering_enable"], "sampling.enabled: adaptive multi-round sampling and --algo.dynamic_filtering_enable are alternatives"),
+        (
+            "dapo-math-adora",
+            ["--algo.dynamic_filtering_enable"],
+            "sampling.enabled: adaptive multi-round sampling and --algo.dynamic_filtering_enable are alternatives",
+        ),
         ("geo3k-qwen2.5vl-7b-adora", ["--train.async_enable"], "train.async_enable: the adora_openrlhf trainer runs OpenRLHF's synchronous PPOTrainer"),
         ("dapo-math-adora", ["--train.async_enable"], "OpenRLHF rejected the arguments: Async RLHF is not supported with --vllm.enable_sleep"),
         ("dapo-math-adora", ["--algo.advantage.estimator", "gae"], "algo.advantage.estimator: 'gae' is not a group estimator of this package"),
-        ("geo3k-qwen2.5vl-7b-adora", ["--sampling.enabled", "true", "--vllm.num_engines", "0"], "sampling.enabled: the sampler generates with vLLM; set --vllm.num_engines >= 1"),
+        (
+            "geo3k-qwen2.5vl-7b-adora",
+            ["--sampling.enabled", "true", "--vllm.num_engines", "0"],
+            "sampling.enabled: the sampler generates with vLLM; set --vllm.num_engines >= 1",
+        ),
         ("dapo-math-adora", ["--actor.num_gpus_per_node", "2048"], "OpenRLHF rejected the arguments: The number of sample batches"),
         ("dapo-math-adora", ["--train.loss_agg", "seq_mean_token_sum_norm"], "train.loss_agg: 'seq_mean_token_sum_norm' has no OpenRLHF 0.11 equivalent"),
         ("dapo-math-adora", ["--sampling.drop_unfinished", "true"], "sampling.drop_unfinished: the openrlhf backend needs rollout.batch_size groups per step"),
@@ -178,8 +197,9 @@ def test_trainer_import_is_resolved_only_inside_the_call():
     sentinel = object()
 
     def probe():
-        from openrlhf.trainer.ppo_trainer import PPOTrainer
         import json as json_module
+
+        from openrlhf.trainer.ppo_trainer import PPOTrainer
 
         return PPOTrainer, json_module
 
@@ -201,9 +221,7 @@ def test_openrlhf_train_imports_the_trainer_we_resolve():
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_recipe_script_dry_run(script, tmp_path):
     env = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "DATA_DIR": str(tmp_path / "data"), "OUTPUT_DIR": str(tmp_path / "out")}
-    done = subprocess.run(
-        ["bash", str(REPO / "recipes" / script), "--ckpt.max_num", "2"], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
+    done = subprocess.run(["bash", str(REPO / "recipes" / script), "--ckpt.max_num", "2"], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["run_config"]["recipe"] == SCRIPTS[script]
@@ -220,7 +238,9 @@ def test_recipe_script_submits_a_ray_job(tmp_path):
     (fake_bin / "ray").chmod(0o755)
     env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "DATA_DIR": "/shared/data", "RAY_ADDRESS": "http://head:8265"}
     env.pop("DRY_RUN", None)
-    done = subprocess.run(["bash", str(REPO / "recipes" / "dapo_math_adora.sh"), "--sampling.max_rounds", "3"], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", str(REPO / "recipes" / "dapo_math_adora.sh"), "--sampling.max_rounds", "3"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     argv = done.stdout.splitlines()
     assert argv[:4] == ["job", "submit", "--address", "http://head:8265"]

@@ -18,12 +18,12 @@ pytest.importorskip("openrlhf", reason="needs requirements/openrlhf-cpu-test.txt
 pytest.importorskip("deepspeed", reason="needs requirements/openrlhf-cpu-test.txt")
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "openrlhf"))
 
-import torch  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpu_stubs import import_openrlhf  # noqa: E402
-from orl_testkit import openrlhf_args, openrlhf_maker, ready_for_advantages, response_dict, rollout_experiences  # noqa: E402
+from gpu_stubs import import_openrlhf
+from orl_testkit import openrlhf_args, openrlhf_maker, ready_for_advantages, response_dict, rollout_experiences
 
 (ours,) = import_openrlhf("adora_openrlhf.backends.openrlhf.experience_maker")
 from adora_openrlhf.recipes import build_run_config  # noqa: E402
@@ -180,8 +180,14 @@ def test_group_norm_equals_openrlhf_for_any_rollout(n, groups, micro, data):
 def test_dynamic_batching_order_is_respected():
     """Micro-batches re-ordered by sequence length (--train.dynamic_batch_enable) still group by prompt."""
     args = openrlhf_args(
-        "--train.dynamic_batch_enable", "--vllm.num_engines", "1", "--ds.attn_implementation", "eager",
-        "--rollout.max_tokens_per_gpu", "40", n=4,
+        "--train.dynamic_batch_enable",
+        "--vllm.num_engines",
+        "1",
+        "--ds.attn_implementation",
+        "eager",
+        "--rollout.max_tokens_per_gpu",
+        "40",
+        n=4,
     )
     cfg = run_config(**{"adora.enabled": True})
     maker = openrlhf_maker(args, ours.AdoraExperienceMaker, run_config=cfg)
@@ -274,4 +280,3 @@ def test_gamma_override_is_warned(caplog):
         maker.compute_advantages_and_returns(ready_for_advantages(maker, rollout_experiences(args, responses_for(GROUPS[:1]))))
     assert args.algo.advantage.gamma == 1.0
     assert "algo.advantage.gamma=0.9 is set to 1.0" in caplog.text
-

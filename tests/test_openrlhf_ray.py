@@ -37,9 +37,7 @@ ray = pytest.importorskip("ray")
 )
 from adora_openrlhf.recipes import build_run_config  # noqa: E402
 
-KK_LABEL = json.dumps(
-    {"source": "kk", "label": "(1) Zoey is a knight\n(2) Oliver is a knave", "meta": {"names": ["Zoey", "Oliver"]}}
-)
+KK_LABEL = json.dumps({"source": "kk", "label": "(1) Zoey is a knight\n(2) Oliver is a knave", "meta": {"names": ["Zoey", "Oliver"]}})
 PROMPTS = ["Puzzle [mixed]: Zoey says Oliver lies.", "Puzzle [hard]: Zoey says Oliver lies.", "Puzzle [solved]: Zoey says Oliver lies."]
 GENERATE_KWARGS = {"do_sample": True, "max_len": 256, "max_new_tokens": 128, "temperature": 1.0, "top_p": 1.0}
 
@@ -178,8 +176,15 @@ def test_overlong_penalty_is_inside_the_pool_baseline(ray_cluster):
     (here pool = kept: the [mixed] prompt retires after one round of n = 4)."""
     engine = make_engine()
     args = openrlhf_args(
-        "--vllm.num_engines", "1", "--rollout.max_new_tokens", "128", "--reward.overlong_buffer_len", "100",
-        n=4, estimator="dr_grpo", micro_batch=4,
+        "--vllm.num_engines",
+        "1",
+        "--rollout.max_new_tokens",
+        "128",
+        "--reward.overlong_buffer_len",
+        "100",
+        n=4,
+        estimator="dr_grpo",
+        micro_batch=4,
     )
     cfg = sampler_config(**{"sampling.samples_per_round": 4})
     experiences, _, _ = generator(args, [engine], cfg)._generate_vllm(prompt_batches(PROMPTS[:1]), 1, False, **GENERATE_KWARGS)
@@ -269,8 +274,16 @@ def test_missing_reward_is_a_clear_error():
     args = openrlhf_args(n=4)
     experience = plain_generator(args)._process_response_into_experience(
         {
-            "prompt": "p", "label": "l", "images": None, "mm_train_inputs": None, "observation_tokens": [1, 2, 3],
-            "action_ranges": [(1, 3)], "rollout_log_probs": None, "truncated": False, "reward": None, "scores": None,
+            "prompt": "p",
+            "label": "l",
+            "images": None,
+            "mm_train_inputs": None,
+            "observation_tokens": [1, 2, 3],
+            "action_ranges": [(1, 3)],
+            "rollout_log_probs": None,
+            "truncated": False,
+            "reward": None,
+            "scores": None,
             "extra_logs": {},
         },
     )
@@ -282,7 +295,9 @@ def test_missing_reward_is_a_clear_error():
 def test_vllm_params_carry_every_escalated_field():
     from adora_openrlhf.config import SamplingParams
 
-    params = gen_mod.vllm_sampling_params(SamplingParams(temperature=1.4, top_p=0.9, top_k=50, min_p=0.1, repetition_penalty=1.2), {"max_new_tokens": 64}, logprobs=True)
+    params = gen_mod.vllm_sampling_params(
+        SamplingParams(temperature=1.4, top_p=0.9, top_k=50, min_p=0.1, repetition_penalty=1.2), {"max_new_tokens": 64}, logprobs=True
+    )
     assert (params.temperature, params.top_p, params.top_k, params.min_p, params.repetition_penalty) == (1.4, 0.9, 50, 0.1, 1.2)
     assert params.max_tokens == 64 and params.min_tokens == 1 and params.logprobs == 1 and params.skip_special_tokens is False
 
@@ -297,7 +312,9 @@ def test_trainer_actor_builds_our_classes_in_its_own_process(ray_cluster, tmp_pa
     tokenizer = tiny_tokenizer()
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
     tokenizer.save_pretrained(model_dir)
-    Qwen2Config(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1).save_pretrained(model_dir)
+    Qwen2Config(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1).save_pretrained(
+        model_dir
+    )
     data = tmp_path / "train.jsonl"
     with data.open("w") as handle:
         for prompt in PROMPTS:
@@ -305,17 +322,49 @@ def test_trainer_actor_builds_our_classes_in_its_own_process(ray_cluster, tmp_pa
 
     cfg = build_run_config(
         "dapo-math-adora",
-        {"model.path": str(model_dir), "data.train_path": str(data), "data.eval_path": None, "output_dir": str(tmp_path / "out"),
-         "prompts_per_step": 3, "sampling.max_rounds": 3, "sampling.samples_per_round": 4,
-         "sampling.escalation": [{"temperature": 1.3}], "rollout.max_new_tokens": 128, "data.max_prompt_tokens": 128},
+        {
+            "model.path": str(model_dir),
+            "data.train_path": str(data),
+            "data.eval_path": None,
+            "output_dir": str(tmp_path / "out"),
+            "prompts_per_step": 3,
+            "sampling.max_rounds": 3,
+            "sampling.samples_per_round": 4,
+            "sampling.escalation": [{"temperature": 1.3}],
+            "rollout.max_new_tokens": 128,
+            "data.max_prompt_tokens": 128,
+        },
     )
-    argv, args, cfg = launcher.prepare(cfg, ["--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1", "--rollout.micro_batch_size", "4", "--train.batch_size", "12", "--reward.overlong_buffer_len", "64"])
+    argv, args, cfg = launcher.prepare(
+        cfg,
+        [
+            "--actor.num_gpus_per_node",
+            "1",
+            "--vllm.num_engines",
+            "1",
+            "--rollout.micro_batch_size",
+            "4",
+            "--train.batch_size",
+            "12",
+            "--reward.overlong_buffer_len",
+            "64",
+        ],
+    )
     strategy = utils_mod.get_strategy(args)
     engine = make_engine()
     actor = trainer_mod.RemoteAdoraPPOTrainer.options(num_cpus=0).remote(
-        cfg.model.path, strategy, None, None, None, None, [engine],
-        do_sample=True, max_len=args.data.max_len, max_new_tokens=args.rollout.max_new_tokens,
-        temperature=args.rollout.temperature, top_p=args.rollout.top_p,
+        cfg.model.path,
+        strategy,
+        None,
+        None,
+        None,
+        None,
+        [engine],
+        do_sample=True,
+        max_len=args.data.max_len,
+        max_new_tokens=args.rollout.max_new_tokens,
+        temperature=args.rollout.temperature,
+        top_p=args.rollout.top_p,
     )
     classes = ray.get(actor.component_classes.remote())
     assert classes == {

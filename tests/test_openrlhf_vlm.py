@@ -20,14 +20,14 @@ import pytest
 pytest.importorskip("openrlhf", reason="needs requirements/openrlhf-cpu-test.txt")
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "openrlhf"))
 
-import torch  # noqa: E402
+import torch
 
-from adora_openrlhf.backends.local import vlm  # noqa: E402
-from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer  # noqa: E402
-from adora_openrlhf.backends.local.update import pack, token_log_probs  # noqa: E402
-from adora_openrlhf.config import TinyModelConfig, TinyVisionConfig  # noqa: E402
-from data_prep import geo_synth  # noqa: E402
-from gpu_stubs import import_openrlhf  # noqa: E402
+from adora_openrlhf.backends.local import vlm
+from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
+from adora_openrlhf.backends.local.update import pack, token_log_probs
+from adora_openrlhf.config import TinyModelConfig, TinyVisionConfig
+from data_prep import geo_synth
+from gpu_stubs import import_openrlhf
 
 actor_module, vlm_utils, prompts_dataset, orl_utils = import_openrlhf(
     "openrlhf.models.actor", "openrlhf.utils.vlm_utils", "openrlhf.datasets.prompts_dataset", "openrlhf.utils.utils"

@@ -90,10 +90,11 @@ def test_lock_is_exclusive_across_processes(tmp_path):
     import sys
 
     out = tmp_path / "run"
-    code = ("import sys, time; from pathlib import Path; from adora_openrlhf.backends.local.rundir import RunDirLock\n"
-            "with RunDirLock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(30)")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True,
-                              cwd=os.path.dirname(os.path.dirname(__file__)))
+    code = (
+        "import sys, time; from pathlib import Path; from adora_openrlhf.backends.local.rundir import RunDirLock\n"
+        "with RunDirLock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(30)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(ConfigError, match=f"pid {holder.pid}"):
@@ -136,8 +137,7 @@ def test_resume_compares_data_files_by_content(tmp_path, monkeypatch):
     out = tmp_path / "run"
     train(_cfg(out, **{"data.train_path": str(data)}))
     monkeypatch.chdir(tmp_path)
-    assert rundir.config_differences(json.loads((out / "config.json").read_text()),
-                                     _cfg(out, **{"data.train_path": "a/train.jsonl"}).to_dict()) == []
+    assert rundir.config_differences(json.loads((out / "config.json").read_text()), _cfg(out, **{"data.train_path": "a/train.jsonl"}).to_dict()) == []
     copy = tmp_path / "b.jsonl"
     copy.write_bytes(data.read_bytes())
     train(_cfg(out, steps=2, **{"data.train_path": str(copy)}), resume=True)  # a moved copy of the same file

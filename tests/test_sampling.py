@@ -184,8 +184,13 @@ def test_config_errors():
 def test_sampler_properties(probs, n, per_round, rounds, rule, cap, seed, drop):
     try:
         c = AdaptiveSamplingConfig(
-            enabled=True, exit_rule=rule, n_keep=n, samples_per_round=per_round, max_rounds=rounds,
-            max_responses_per_prompt=cap, drop_unfinished=drop,
+            enabled=True,
+            exit_rule=rule,
+            n_keep=n,
+            samples_per_round=per_round,
+            max_rounds=rounds,
+            max_responses_per_prompt=cap,
+            drop_unfinished=drop,
         )
     except ConfigError:
         assert min(rounds * per_round, cap or 10**9) < n
@@ -197,8 +202,10 @@ def test_sampler_properties(probs, n, per_round, rounds, rule, cap, seed, drop):
 
         def generate(requests):
             return [
-                [ScoredResponse(reward=float(ok), positive=ok, length=rng.randint(1, 9), payload=(q.prompt_index, next(ids)))
-                 for ok in (rng.random() < probs[q.prompt_index] for _ in range(q.num_samples))]
+                [
+                    ScoredResponse(reward=float(ok), positive=ok, length=rng.randint(1, 9), payload=(q.prompt_index, next(ids)))
+                    for ok in (rng.random() < probs[q.prompt_index] for _ in range(q.num_samples))
+                ]
                 for q in requests
             ]
 

@@ -7,14 +7,17 @@ one core), and a check of the whole loop's direction: rollout, reward, advantage
 
 import json
 
+from test_local_e2e import TINY
+
 from adora_openrlhf.backends.local.trainer import train
 from adora_openrlhf.recipes import build_run_config
-from test_local_e2e import TINY
 
 
 def test_rl_on_a_fixed_subset_raises_the_training_reward(tmp_path):
-    cfg = build_run_config("kk-tiny", {**TINY, "data.num_train": 4, "prompts_per_step": 4, "sampling.n_keep": 8, "steps": 20,
-                                       "train.lr": 5e-4, "output_dir": str(tmp_path / "run")})
+    cfg = build_run_config(
+        "kk-tiny",
+        {**TINY, "data.num_train": 4, "prompts_per_step": 4, "sampling.n_keep": 8, "steps": 20, "train.lr": 5e-4, "output_dir": str(tmp_path / "run")},
+    )
     train(cfg)
     steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()][1:]
     assert [r["step"] for r in steps] == list(range(1, 21))

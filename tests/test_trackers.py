@@ -55,9 +55,15 @@ def test_report_none_writes_jsonl_only(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
 
 
-@pytest.mark.parametrize("value, parsed", [
-    ("tensorboard", ["tensorboard"]), ("tensorboard, wandb", ["tensorboard", "wandb"]), ("none", ["none"]), ([], []),
-])
+@pytest.mark.parametrize(
+    "value, parsed",
+    [
+        ("tensorboard", ["tensorboard"]),
+        ("tensorboard, wandb", ["tensorboard", "wandb"]),
+        ("none", ["none"]),
+        ([], []),
+    ],
+)
 def test_report_to_accepts_lists_and_comma_lists(value, parsed, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "wandb" else real(name, *a))
@@ -69,11 +75,14 @@ def test_report_to_flag_takes_a_comma_list():
     assert parse_value("report_to", LEAF_TYPES["report_to"], '["none"]') == ["none"]
 
 
-@pytest.mark.parametrize("value, needle", [
-    ("tb", "report_to: unknown tracker(s) ['tb']; choose from ['tensorboard', 'wandb', 'none']"),
-    ("none,tensorboard", "report_to: 'none' cannot be combined"),
-    (3, "report_to: must be a list or comma list"),
-])
+@pytest.mark.parametrize(
+    "value, needle",
+    [
+        ("tb", "report_to: unknown tracker(s) ['tb']; choose from ['tensorboard', 'wandb', 'none']"),
+        ("none,tensorboard", "report_to: 'none' cannot be combined"),
+        (3, "report_to: must be a list or comma list"),
+    ],
+)
 def test_report_to_bad_values_name_the_field(value, needle):
     with pytest.raises(ConfigError) as err:
         RunConfig(report_to=value)

@@ -31,11 +31,20 @@ def model_dir(tmp_path_factory):
     from adora_openrlhf.recipes import build_run_config
 
     tmp = tmp_path_factory.mktemp("vllm_eval")
-    cfg = build_run_config("kk-tiny", {
-        "output_dir": str(tmp / "run"), "warmup.steps": 3, "data.num_train": 40, "data.num_eval": 4,
-        "model.tiny.hidden_size": 64, "model.tiny.intermediate_size": 128, "model.tiny.num_hidden_layers": 2,
-        "model.tiny.num_attention_heads": 2, "model.tiny.num_key_value_heads": 1,
-    })
+    cfg = build_run_config(
+        "kk-tiny",
+        {
+            "output_dir": str(tmp / "run"),
+            "warmup.steps": 3,
+            "data.num_train": 40,
+            "data.num_eval": 4,
+            "model.tiny.hidden_size": 64,
+            "model.tiny.intermediate_size": 128,
+            "model.tiny.num_hidden_layers": 2,
+            "model.tiny.num_attention_heads": 2,
+            "model.tiny.num_key_value_heads": 1,
+        },
+    )
     return warm_start(cfg, tmp / "model")
 
 
@@ -50,9 +59,30 @@ def test_eval_run_with_vllm_writes_k_samples_and_resumes(model_dir, bench_rows, 
     bench_file = tmp_path / "kk.jsonl"
     bench_file.write_text("".join(json.dumps(r) + "\n" for r in bench_rows))
     out = tmp_path / "eval"
-    argv = ["--model", str(model_dir), "--bench", "kk", "--bench-file", f"kk={bench_file}", "--k", str(K),
-            "--out", str(out), "--max-new-tokens", "12", "--engine", "vllm", "--temperature", "1.0", "--top-p", "0.9",
-            "--vllm-arg", "enforce_eager=true", "--vllm-arg", "max_model_len=512"]
+    argv = [
+        "--model",
+        str(model_dir),
+        "--bench",
+        "kk",
+        "--bench-file",
+        f"kk={bench_file}",
+        "--k",
+        str(K),
+        "--out",
+        str(out),
+        "--max-new-tokens",
+        "12",
+        "--engine",
+        "vllm",
+        "--temperature",
+        "1.0",
+        "--top-p",
+        "0.9",
+        "--vllm-arg",
+        "enforce_eager=true",
+        "--vllm-arg",
+        "max_model_len=512",
+    ]
     assert main(argv) == 0
     records = read_records(out / SAMPLES_FILE)
     assert len(records) == len(bench_rows) * K
@@ -109,9 +139,8 @@ def test_greedy_answers_agree_with_transformers(model_dir):
 
     from adora_openrlhf.backends.local.rollout import generate_responses
     from adora_openrlhf.config import SamplingParams as LocalParams
-    from eval.generation import render_prompt
-
     from data_prep.kk import generate_rows
+    from eval.generation import render_prompt
 
     bench_rows = generate_rows(8, [2, 3], seed=11)
     sampling = EvalSampling(temperature=0.0, max_new_tokens=GREEDY_TOKENS)

@@ -37,6 +37,7 @@ sys.path.insert(0, str(FIXTURES))
 
 import ray  # noqa: E402
 import torch  # noqa: E402
+
 from gpu_stubs import import_openrlhf  # noqa: E402
 from orl_testkit import openrlhf_args, openrlhf_maker, ready_for_advantages  # noqa: E402
 
@@ -84,9 +85,17 @@ def answer_model(tokenizer, answers=ANSWERS):
 
     hidden = 64
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=256, tie_word_embeddings=False,
-        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     model = Qwen2ForCausalLM(config)
     half = hidden // 2
@@ -145,8 +154,15 @@ def ray_cluster():
 def engine(ray_cluster, model_dir):
     """OpenRLHF's own engine factory and actor, as its train(args) driver calls it (one engine, TP 1)."""
     (engine,) = engine_mod.create_vllm_engines(
-        num_engines=1, tensor_parallel_size=1, pretrain=str(model_dir), seed=0, full_determinism=False,
-        enable_prefix_caching=False, enforce_eager=True, max_model_len=MAX_LEN, gpu_memory_utilization=0.5,
+        num_engines=1,
+        tensor_parallel_size=1,
+        pretrain=str(model_dir),
+        seed=0,
+        full_determinism=False,
+        enable_prefix_caching=False,
+        enforce_eager=True,
+        max_model_len=MAX_LEN,
+        gpu_memory_utilization=0.5,
         logprobs_mode="processed_logprobs",  # what OpenRLHF passes with --algo.advantage.is_correction_level
         remote_rm_url=flags_mod.reward_file_path(),
     )
@@ -155,8 +171,12 @@ def engine(ray_cluster, model_dir):
 
 def generator(args, engines, cfg, tokenizer):
     return gen_mod.AdoraSamplesGenerator(
-        strategy=type("S", (), {"args": args})(), prompts_dataloader=None, eval_dataloader=None,
-        tokenizer=tokenizer, vllm_engines=engines, run_config=cfg,
+        strategy=type("S", (), {"args": args})(),
+        prompts_dataloader=None,
+        eval_dataloader=None,
+        tokenizer=tokenizer,
+        vllm_engines=engines,
+        run_config=cfg,
     )
 
 
@@ -177,11 +197,19 @@ def test_adaptive_sampler_over_a_real_engine(engine, model_dir):
 
     tokenizer = load_tokenizer(str(model_dir))
     args = openrlhf_args("--vllm.num_engines", "1", "--algo.advantage.is_correction_level", "token", n=4, estimator="dr_grpo", micro_batch=4)
-    cfg = build_run_config("kk-tiny", {
-        "sampling.enabled": True, "sampling.exit_rule": "pos", "sampling.n_keep": 4, "sampling.samples_per_round": 8,
-        "sampling.max_rounds": 3, "sampling.positive_threshold": 0.5, "advantage.estimator": "dr_grpo",
-        "sampling.escalation": [{"repetition_penalty": 100.0}, {"top_k": 1}],
-    })
+    cfg = build_run_config(
+        "kk-tiny",
+        {
+            "sampling.enabled": True,
+            "sampling.exit_rule": "pos",
+            "sampling.n_keep": 4,
+            "sampling.samples_per_round": 8,
+            "sampling.max_rounds": 3,
+            "sampling.positive_threshold": 0.5,
+            "advantage.estimator": "dr_grpo",
+            "sampling.escalation": [{"repetition_penalty": 100.0}, {"top_k": 1}],
+        },
+    )
     gen = generator(args, [engine], cfg, tokenizer)
     experiences, consumed, exhausted = gen._generate_vllm(prompt_batches(PROMPTS, LABELS), 3, False, **GENERATE_KWARGS)
     assert consumed == 3 and not exhausted and len(experiences) == 12
@@ -264,8 +292,16 @@ def test_weights_reloaded_from_a_saved_policy(ray_cluster, model_dir, tmp_path):
     tokenizer = load_tokenizer(str(model_dir))
     seven, five = answer_token(tokenizer, "7"), answer_token(tokenizer, "5")
     actor = reload_mod.RemoteReloadableRolloutActor.options(num_cpus=1, num_gpus=1).remote(
-        model=str(model_dir), enforce_eager=True, tensor_parallel_size=1, seed=0, distributed_executor_backend="uni",
-        max_model_len=MAX_LEN, dtype="bfloat16", gpu_memory_utilization=0.5, num_gpus=1, max_logprobs=2,
+        model=str(model_dir),
+        enforce_eager=True,
+        tensor_parallel_size=1,
+        seed=0,
+        distributed_executor_backend="uni",
+        max_model_len=MAX_LEN,
+        dtype="bfloat16",
+        gpu_memory_utilization=0.5,
+        num_gpus=1,
+        max_logprobs=2,
     )
     prompt = tokenizer(PROMPTS[0], add_special_tokens=False)["input_ids"]
     params = SamplingParams(temperature=1.0, max_tokens=1, logprobs=2, top_k=1)

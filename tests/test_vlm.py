@@ -20,7 +20,7 @@ from adora_openrlhf.backends.local.data import Row, validate_rows
 from adora_openrlhf.backends.local.rollout import RolloutEngine, generate_responses, make_reward_fns
 from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
 from adora_openrlhf.backends.local.update import pack, token_log_probs
-from adora_openrlhf.config import AdoraConfig, AdaptiveSamplingConfig, ConfigError, SamplingParams, TinyModelConfig, TinyVisionConfig
+from adora_openrlhf.config import AdaptiveSamplingConfig, AdoraConfig, ConfigError, SamplingParams, TinyModelConfig, TinyVisionConfig
 from adora_openrlhf.recipes import build_run_config
 from adora_openrlhf.rewards.base import get_reward_fn
 from data_prep import geo_synth
@@ -175,9 +175,20 @@ def test_rollout_log_probs_match_training_forward_with_images(tiny, rows):
     input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in ids])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids])
     torch.manual_seed(0)
-    out = model.generate(input_ids=input_ids, attention_mask=mask, do_sample=True, top_k=0, max_new_tokens=5, min_new_tokens=5,
-                         output_logits=True, return_dict_in_generate=True, pad_token_id=pad, eos_token_id=None,
-                         suppress_tokens=vlm.vision_token_ids(model), **vlm.extra_model_inputs(model, input_ids, extras))
+    out = model.generate(
+        input_ids=input_ids,
+        attention_mask=mask,
+        do_sample=True,
+        top_k=0,
+        max_new_tokens=5,
+        min_new_tokens=5,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=pad,
+        eos_token_id=None,
+        suppress_tokens=vlm.vision_token_ids(model),
+        **vlm.extra_model_inputs(model, input_ids, extras),
+    )
     resp = out.sequences[:, width:]
     gen_lp = torch.stack([torch.log_softmax(l, -1).gather(-1, resp[:, i : i + 1]).squeeze(-1) for i, l in enumerate(out.logits)], 1)
     with torch.no_grad():
@@ -320,17 +331,48 @@ def test_eval_run_on_generated_images_and_mathvista_rows(tmp_path):
     model_dir = warm_start(cfg, tmp_path / "model")
     images = [r["images"][0] for r in geo_synth.generate_rows(2, 9)]
     raw = [
-        {"pid": "1", "question": "How many shapes?", "query": "Hint: answer with an integer.\nQuestion: How many shapes?", "answer": "3",
-         "question_type": "free_form", "answer_type": "integer", "decoded_image": images[0], "metadata": {"category": "math-targeted-vqa", "task": "counting"}},
-        {"pid": "2", "question": "Which colour?", "answer": "red", "choices": ["red", "blue"], "question_type": "multi_choice",
-         "answer_type": "text", "decoded_image": images[1], "metadata": {"category": "general-vqa", "task": "colour"}},
+        {
+            "pid": "1",
+            "question": "How many shapes?",
+            "query": "Hint: answer with an integer.\nQuestion: How many shapes?",
+            "answer": "3",
+            "question_type": "free_form",
+            "answer_type": "integer",
+            "decoded_image": images[0],
+            "metadata": {"category": "math-targeted-vqa", "task": "counting"},
+        },
+        {
+            "pid": "2",
+            "question": "Which colour?",
+            "answer": "red",
+            "choices": ["red", "blue"],
+            "question_type": "multi_choice",
+            "answer_type": "text",
+            "decoded_image": images[1],
+            "metadata": {"category": "general-vqa", "task": "colour"},
+        },
     ]
     mathvista = tmp_path / "mathvista.jsonl"
     mathvista.write_text("".join(json.dumps(convert_mathvista_row(r, i + 1, tmp_path / "mv_images")) + "\n" for i, r in enumerate(raw)))
     for bench, extra in (("geo_synth", ["--limit", "3"]), ("mathvista", ["--bench-file", f"mathvista={mathvista}"])):
         out = tmp_path / f"eval_{bench}"
-        argv = ["--model", str(model_dir), "--bench", bench, "--k", "2", "--out", str(out), "--max-new-tokens", "6",
-                "--engine", "hf", "--temperature", "1.0", *extra]
+        argv = [
+            "--model",
+            str(model_dir),
+            "--bench",
+            bench,
+            "--k",
+            "2",
+            "--out",
+            str(out),
+            "--max-new-tokens",
+            "6",
+            "--engine",
+            "hf",
+            "--temperature",
+            "1.0",
+            *extra,
+        ]
         assert main(argv) == 0
         records = read_records(out / SAMPLES_FILE)
         assert len(records) == (6 if bench == "geo_synth" else 4) and all(isinstance(r["response"], str) for r in records)

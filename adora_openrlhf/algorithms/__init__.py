@@ -1,13 +1,5 @@
 """Engine-free algorithm core: tensors and small dataclasses in, tensors out. No engine imports here."""
 
-from adora_openrlhf.algorithms.advantages import (
-    ADVANTAGE_ESTIMATORS,
-    GroupStats,
-    PoolStats,
-    broadcast_to_tokens,
-    compute_group_advantages,
-    register_estimator,
-)
 from adora_openrlhf.algorithms.adora import (
     GROUP_RULES,
     AdoraResult,
@@ -16,6 +8,14 @@ from adora_openrlhf.algorithms.adora import (
     classify_groups,
     length_shaped_rewards,
     register_rule,
+)
+from adora_openrlhf.algorithms.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    GroupStats,
+    PoolStats,
+    broadcast_to_tokens,
+    compute_group_advantages,
+    register_estimator,
 )
 from adora_openrlhf.algorithms.sampling import (
     EXIT_RULES,

@@ -33,8 +33,9 @@ over the group's correct responses (as the reference: u = 0 when they all have o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -106,7 +107,7 @@ class AdoraResult:
         }
 
 
-def _validate(rewards: torch.Tensor, lengths: torch.Tensor, **optional: Optional[torch.Tensor]) -> None:
+def _validate(rewards: torch.Tensor, lengths: torch.Tensor, **optional: torch.Tensor | None) -> None:
     if rewards.dim() != 2:
         raise ValueError(f"rewards: expected shape [num_prompts, n], got {tuple(rewards.shape)}")
     if rewards.shape[1] == 0:
@@ -122,9 +123,9 @@ def classify_groups(
     rewards: torch.Tensor,
     lengths: torch.Tensor,
     cfg: AdoraConfig,
-    correct: Optional[torch.Tensor] = None,
-    truncated: Optional[torch.Tensor] = None,
-    valid: Optional[torch.Tensor] = None,
+    correct: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
+    valid: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(group class [G] long, number of correct responses [G] long) under ``cfg.rule``.
 
@@ -147,9 +148,9 @@ def adora_weights(
     rewards: torch.Tensor,
     lengths: torch.Tensor,
     cfg: AdoraConfig,
-    correct: Optional[torch.Tensor] = None,
-    truncated: Optional[torch.Tensor] = None,
-    valid: Optional[torch.Tensor] = None,
+    correct: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
+    valid: torch.Tensor | None = None,
 ) -> AdoraResult:
     """Per-group weights: attenuate -> lambda_att on TDS groups; amplify -> lambda_amp on TAS groups.
 
@@ -178,8 +179,8 @@ def length_shaped_rewards(
     rewards: torch.Tensor,
     lengths: torch.Tensor,
     cfg: AdoraConfig,
-    correct: Optional[torch.Tensor] = None,
-    truncated: Optional[torch.Tensor] = None,
+    correct: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Rewards after the optional length shaping of the reference LLM code (see module docstring)."""
     _validate(rewards, lengths, correct=correct, truncated=truncated)

@@ -22,8 +22,9 @@ bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Union
+from typing import Union
 
 import torch
 
@@ -51,7 +52,7 @@ class PoolStats:
             raise ValueError("PoolStats.count: every pool must hold at least one reward")
 
     @staticmethod
-    def from_rewards(pools: Sequence[Sequence[float]]) -> "PoolStats":
+    def from_rewards(pools: Sequence[Sequence[float]]) -> PoolStats:
         """Statistics of explicit per-group reward lists."""
         if len(pools) == 0:
             empty = torch.zeros(0)
@@ -116,7 +117,7 @@ def rloo(rewards: torch.Tensor, mask: torch.Tensor, m: _Moments, eps: float) -> 
     return torch.where(m.count > 1, adv, torch.zeros_like(adv))
 
 
-def _as_padded(rewards: RewardsLike) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+def _as_padded(rewards: RewardsLike) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Dense [G, n] tensor (mask None) or padded [G, n_max] tensor plus validity mask for ragged input."""
     if isinstance(rewards, torch.Tensor):
         if rewards.dim() != 2:
@@ -140,7 +141,7 @@ def _as_padded(rewards: RewardsLike) -> tuple[torch.Tensor, Optional[torch.Tenso
     return padded, mask
 
 
-def _group_moments(rewards: torch.Tensor, mask: Optional[torch.Tensor]) -> _Moments:
+def _group_moments(rewards: torch.Tensor, mask: torch.Tensor | None) -> _Moments:
     """Mean and unbiased std over each row (masked when ragged); std 0 for single-element groups."""
     if mask is None:
         n = rewards.shape[1]
@@ -156,7 +157,7 @@ def _group_moments(rewards: torch.Tensor, mask: Optional[torch.Tensor]) -> _Mome
     return _Moments(count=count, mean=mean, std=std)
 
 
-def _uniform_rows(rewards: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+def _uniform_rows(rewards: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     if mask is None:
         return rewards.max(-1).values == rewards.min(-1).values
     big = torch.finfo(rewards.dtype).max
@@ -169,8 +170,8 @@ def compute_group_advantages(
     rewards: RewardsLike,
     estimator: str = "group_norm",
     eps: float = 1e-9,
-    pool_stats: Optional[PoolStats] = None,
-) -> tuple[Union[torch.Tensor, list[torch.Tensor]], GroupStats]:
+    pool_stats: PoolStats | None = None,
+) -> tuple[torch.Tensor | list[torch.Tensor], GroupStats]:
     """Advantages per response and per-group statistics.
 
     Args:
@@ -223,7 +224,5 @@ def broadcast_to_tokens(advantages: torch.Tensor, action_mask: torch.Tensor) -> 
     advantages: [B]; action_mask: [B, T] (1 for response tokens). Returns [B, T].
     """
     if advantages.dim() != 1 or action_mask.dim() != 2 or advantages.shape[0] != action_mask.shape[0]:
-        raise ValueError(
-            f"broadcast_to_tokens: expected advantages [B] and action_mask [B, T], got {tuple(advantages.shape)} and {tuple(action_mask.shape)}"
-        )
+        raise ValueError(f"broadcast_to_tokens: expected advantages [B] and action_mask [B, T], got {tuple(advantages.shape)} and {tuple(action_mask.shape)}")
     return advantages.unsqueeze(-1) * action_mask.to(advantages.dtype)

@@ -13,7 +13,7 @@ by OpenRLHF 0.11).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,8 +30,8 @@ class GroupBatch:
 
     rewards: torch.Tensor  # float rewards
     lengths: torch.Tensor  # response lengths in tokens
-    correct: Optional[torch.Tensor] = None  # bool; None -> rewards > adora.correct_threshold
-    truncated: Optional[torch.Tensor] = None  # bool; None -> nothing truncated
+    correct: torch.Tensor | None = None  # bool; None -> rewards > adora.correct_threshold
+    truncated: torch.Tensor | None = None  # bool; None -> nothing truncated
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def compute_step_advantages(
     batch: GroupBatch,
     advantage_cfg: AdvantageConfig,
     adora_cfg: AdoraConfig,
-    pool_stats: Optional[PoolStats] = None,
+    pool_stats: PoolStats | None = None,
 ) -> AdvantageOutput:
     """Advantages for one step: estimator (with pool statistics when given) then ADORA weights.
 

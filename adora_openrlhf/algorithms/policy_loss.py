@@ -24,14 +24,14 @@ Aggregation of a per-token quantity ``x`` (registry :data:`LOSS_AGGREGATIONS`):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import torch
 
 from adora_openrlhf.registry import Registry
 
-Aggregator = Callable[[torch.Tensor, torch.Tensor, Optional[int]], torch.Tensor]
+Aggregator = Callable[[torch.Tensor, torch.Tensor, int | None], torch.Tensor]
 LOSS_AGGREGATIONS: Registry[Aggregator] = Registry("loss aggregation", "train.loss_agg")
 
 
@@ -41,14 +41,14 @@ def register_aggregation(name: str) -> Callable[[Aggregator], Aggregator]:
 
 
 @register_aggregation("token_mean")
-def token_mean(values: torch.Tensor, mask: torch.Tensor, norm_length: Optional[int] = None) -> torch.Tensor:
+def token_mean(values: torch.Tensor, mask: torch.Tensor, norm_length: int | None = None) -> torch.Tensor:
     """sum(m * x) / sum(m) over the whole batch (every token weighs the same)."""
     mask = mask.to(values.dtype)
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 @register_aggregation("seq_mean_token_mean")
-def seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, norm_length: Optional[int] = None) -> torch.Tensor:
+def seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, norm_length: int | None = None) -> torch.Tensor:
     """Mean over sequences of each sequence's token mean (every sequence weighs the same)."""
     mask = mask.to(values.dtype)
     per_seq = (values * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
@@ -56,14 +56,14 @@ def seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, norm_length: O
 
 
 @register_aggregation("seq_mean_token_sum_norm")
-def seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor, norm_length: Optional[int] = None) -> torch.Tensor:
+def seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor, norm_length: int | None = None) -> torch.Tensor:
     """Mean over sequences of each sequence's token sum divided by a constant length (Dr. GRPO)."""
     mask = mask.to(values.dtype)
     length = float(norm_length if norm_length is not None else values.shape[-1])
     return ((values * mask).sum(-1) / length).mean()
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, norm_length: Optional[int] = None) -> torch.Tensor:
+def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, norm_length: int | None = None) -> torch.Tensor:
     """Reduce per-token ``values`` [B, T] to a scalar with aggregation ``mode``."""
     aggregation = LOSS_AGGREGATIONS.get(mode)
     if values.shape != mask.shape:
@@ -116,8 +116,8 @@ def policy_loss(
     clip_eps_high: float = 0.2,
     loss_agg: str = "token_mean",
     kl_coef: float = 0.0,
-    ref_log_probs: Optional[torch.Tensor] = None,
-    norm_length: Optional[int] = None,
+    ref_log_probs: torch.Tensor | None = None,
+    norm_length: int | None = None,
 ) -> PolicyLossOutput:
     """``agg(L_ppo) + kl_coef * agg(KL_k3)``, both aggregated with ``loss_agg`` over the response ``mask``.
 

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Optional, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -132,7 +133,7 @@ class PromptGroup:
     prompt_index: int
     kept: list[ScoredResponse]  # n_keep responses in generation order (fewer only if the pool was smaller)
     pool_rewards: list[float]  # every reward generated for this prompt this step
-    retired_round: Optional[int]  # round in which the exit rule held; None = never retired (fallback)
+    retired_round: int | None  # round in which the exit rule held; None = never retired (fallback)
 
 
 @dataclass
@@ -195,7 +196,7 @@ class AdaptiveSampler:
         num_prompts: int,
         generate: GenerateFn,
         step: int = 0,
-        prompt_keys: Optional[Sequence[Hashable]] = None,
+        prompt_keys: Sequence[Hashable] | None = None,
     ) -> SamplingResult:
         """Run the rounds for ``num_prompts`` prompts and return kept groups, pool statistics and metrics.
 
@@ -209,7 +210,7 @@ class AdaptiveSampler:
         cfg, n = self.cfg, self.cfg.n_keep
         rng = random.Random(f"{self.seed}:{step}")
         pools: list[list[ScoredResponse]] = [[] for _ in range(num_prompts)]
-        retired_round: list[Optional[int]] = [None] * num_prompts
+        retired_round: list[int | None] = [None] * num_prompts
         active = list(range(num_prompts))
         retired_per_round: list[int] = []
         budget, per_round = self._budget(), self._per_round()
@@ -228,9 +229,7 @@ class AdaptiveSampler:
                 raise ValueError(f"generate: returned {len(outputs)} response lists for {len(requests)} requests")
             for req, responses in zip(requests, outputs):
                 if len(responses) != req.num_samples:
-                    raise ValueError(
-                        f"generate: prompt {req.prompt_index} asked for {req.num_samples} responses, got {len(responses)}"
-                    )
+                    raise ValueError(f"generate: prompt {req.prompt_index} asked for {req.num_samples} responses, got {len(responses)}")
                 for resp in responses:
                     resp.round = round_index
                 pools[req.prompt_index].extend(responses)

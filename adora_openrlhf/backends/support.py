@@ -14,8 +14,9 @@ so no field is silently ignored.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Union
+from typing import Any, Union
 
 from adora_openrlhf.config import ConfigError, RunConfig
 
@@ -61,43 +62,90 @@ OPENRLHF: dict[str, Support] = {
     "max_missing_reward_fraction": USED,  # samples_generator.check_missing_rewards
     **{f"rollout.{name}": MAPPED for name in ("temperature", "top_p", "max_new_tokens")},  # --rollout.*
     "rollout.top_k": USED,  # AdoraPPOTrainer adds it to OpenRLHF's generate_kwargs (its vLLM SamplingParams read top_k)
-    "rollout.min_p": Refused("OpenRLHF 0.11.2's own rollout sends no min_p to vLLM; it is used only by adaptive sampling (--sampling.enabled true)", _sampling_off),
-    "rollout.repetition_penalty": Refused("OpenRLHF 0.11.2's own rollout sends no repetition_penalty to vLLM; it is used only by adaptive sampling "
-                                          "(--sampling.enabled true)", _sampling_off),
+    "rollout.min_p": Refused(
+        "OpenRLHF 0.11.2's own rollout sends no min_p to vLLM; it is used only by adaptive sampling (--sampling.enabled true)", _sampling_off
+    ),
+    "rollout.repetition_penalty": Refused(
+        "OpenRLHF 0.11.2's own rollout sends no repetition_penalty to vLLM; it is used only by adaptive sampling (--sampling.enabled true)", _sampling_off
+    ),
     "advantage.estimator": MAPPED,  # --algo.advantage.estimator
     "advantage.eps": USED,  # AdoraExperienceMaker: group advantages of this package
-    **{f"adora.{name}": USED for name in ("enabled", "rule", "mode", "lambda_att", "lambda_amp", "tau", "correct_threshold",
-                                          "drop_truncated_negatives", "edge_policy", "truncation_length", "length_shaping",
-                                          "shaping_beta", "shaping_p")},  # AdoraExperienceMaker
+    **{
+        f"adora.{name}": USED
+        for name in (
+            "enabled",
+            "rule",
+            "mode",
+            "lambda_att",
+            "lambda_amp",
+            "tau",
+            "correct_threshold",
+            "drop_truncated_negatives",
+            "edge_policy",
+            "truncation_length",
+            "length_shaping",
+            "shaping_beta",
+            "shaping_p",
+        )
+    },  # AdoraExperienceMaker
     "sampling.n_keep": MAPPED,  # --rollout.n_samples_per_prompt
-    **{f"sampling.{name}": USED for name in ("enabled", "exit_rule", "positive_threshold", "samples_per_round", "max_rounds",
-                                             "max_responses_per_prompt", "pool_scope", "drop_unfinished", "escalation",
-                                             "trigger_after_step")},  # AdoraSamplesGenerator (flags.reconcile refuses drop_unfinished)
+    **{
+        f"sampling.{name}": USED
+        for name in (
+            "enabled",
+            "exit_rule",
+            "positive_threshold",
+            "samples_per_round",
+            "max_rounds",
+            "max_responses_per_prompt",
+            "pool_scope",
+            "drop_unfinished",
+            "escalation",
+            "trigger_after_step",
+        )
+    },  # AdoraSamplesGenerator (flags.reconcile refuses drop_unfinished)
     "model.path": MAPPED,  # --actor.model_name_or_path
-    **{f"model.tiny.{name}": _TINY for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                                                 "num_attention_heads", "num_key_value_heads", "max_position_embeddings")},
-    **{f"model.tiny_vision.{name}": _TINY for name in ("image_size", "patch_size", "spatial_merge_size", "depth", "hidden_size",
-                                                        "intermediate_size", "num_heads")},
+    **{
+        f"model.tiny.{name}": _TINY
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "max_position_embeddings",
+        )
+    },
+    **{
+        f"model.tiny_vision.{name}": _TINY
+        for name in ("image_size", "patch_size", "spatial_merge_size", "depth", "hidden_size", "intermediate_size", "num_heads")
+    },
     "model.lora_rank": MAPPED,  # --ds.lora.rank
     "model.lora_alpha": MAPPED,  # --ds.lora.alpha
     "model.lora_target_modules": MAPPED,  # --ds.lora.target_modules (["all-linear"]: OpenRLHF's default)
     "model.dtype": MAPPED,  # --ds.param_dtype bf16 | fp16 (derived_flags refuses float32, which DeepSpeed does not train in)
     "model.generation_batch_size": Refused("the local backend's generate batch; on the cluster vLLM batches itself (see --rollout.micro_batch_size)"),
-    "model.init_kwargs": Refused('OpenRLHF builds the model itself; of model.init_kwargs it takes {"attn_implementation": ...} '
-                                 '(--ds.attn_implementation) and {"trust_remote_code": true} (always on)',
-                                 allowed=lambda value: set(value) <= {"attn_implementation", "trust_remote_code"}
-                                 and value.get("trust_remote_code", True) is True),  # attn_implementation: MAPPED
+    "model.init_kwargs": Refused(
+        'OpenRLHF builds the model itself; of model.init_kwargs it takes {"attn_implementation": ...} '
+        '(--ds.attn_implementation) and {"trust_remote_code": true} (always on)',
+        allowed=lambda value: set(value) <= {"attn_implementation", "trust_remote_code"} and value.get("trust_remote_code", True) is True,
+    ),  # attn_implementation: MAPPED
     "model.merge_lora_on_save": Refused("OpenRLHF saves its checkpoints its own way; merge the adapters of its final model afterwards"),
     "data.task": USED,  # reward routing; geometry adds --data.image_key
     "data.train_path": MAPPED,  # --data.prompt_dataset
     "data.eval_path": MAPPED,  # --eval.dataset
     **{f"data.{name}": _GENERATED for name in ("kk_num_people", "kk_name_pool", "kk_name_order", "num_train", "num_eval", "geo_tasks", "geo_levels")},
     "data.max_prompt_tokens": MAPPED,  # --data.max_len = max_prompt_tokens + rollout.max_new_tokens
-    "data.prompt_template": Refused("OpenRLHF renders prompts with the tokenizer's chat template (--data.apply_chat_template); use auto or chat",
-                                    allowed=lambda value: value in ("auto", "chat")),  # auto/chat: MAPPED to --data.apply_chat_template
+    "data.prompt_template": Refused(
+        "OpenRLHF renders prompts with the tokenizer's chat template (--data.apply_chat_template); use auto or chat",
+        allowed=lambda value: value in ("auto", "chat"),
+    ),  # auto/chat: MAPPED to --data.apply_chat_template
     "data.kk_parser": USED,  # ADORA_KK_PARSER in every Ray worker (launcher.ray_env_vars)
-    **{f"train.{name}": MAPPED for name in ("lr", "weight_decay", "clip_eps_low", "clip_eps_high", "kl_coef", "max_grad_norm",
-                                            "ppo_epochs", "micro_batch_size", "loss_agg")},  # --actor.*, --algo.kl.*, --train.*
+    **{
+        f"train.{name}": MAPPED
+        for name in ("lr", "weight_decay", "clip_eps_low", "clip_eps_high", "kl_coef", "max_grad_norm", "ppo_epochs", "micro_batch_size", "loss_agg")
+    },  # --actor.*, --algo.kl.*, --train.*
     **{f"warmup.{name}": _WARMUP for name in ("steps", "lr", "batch_size", "style", "style_shares", "lr_ramp", "mix_steps", "mix_lr", "mix")},
     "report_to": Refused("the openrlhf backend logs through OpenRLHF's own options (--logger.tensorboard_dir DIR, --logger.wandb.key KEY)"),
 }

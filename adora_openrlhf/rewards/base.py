@@ -8,8 +8,9 @@ unparsable answers score as wrong and are counted in ``info``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 from adora_openrlhf.registry import Registry
 
@@ -18,7 +19,7 @@ from adora_openrlhf.registry import Registry
 class RewardResult:
     reward: float  # scalar training reward (format + answer terms, task-specific scale)
     correct: bool  # the task's 0/1 correctness ("score" in OpenRLHF's reward hook)
-    extracted: Optional[str] = None  # the answer parsed from the response, None if none
+    extracted: str | None = None  # the answer parsed from the response, None if none
     info: Mapping[str, float] = field(default_factory=dict)  # extra scalars to log (format_ok, timeout, ...)
 
 

@@ -18,8 +18,9 @@ else the last ``\\boxed{}``, else the last line (after "answer is" / "Answer:" w
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 from adora_openrlhf.rewards.base import RewardResult, register_reward
 from adora_openrlhf.rewards.math import REWARD_STYLES, final_segment, normalize_answer_line, safe_grade
@@ -41,7 +42,7 @@ class GeometryRewardConfig:
 DEFAULT_GEOMETRY_CONFIG = GeometryRewardConfig()
 
 
-def _last_boxed(text: str) -> Optional[str]:
+def _last_boxed(text: str) -> str | None:
     starts = [m.end() for m in re.finditer(r"\\boxed\s*\{", text)]
     if not starts:
         return None
@@ -49,10 +50,10 @@ def _last_boxed(text: str) -> Optional[str]:
     while i < len(text) and depth:
         depth += {"{": 1, "}": -1}.get(text[i], 0)
         i += 1
-    return text[starts[-1]: i - 1].strip() if depth == 0 else None
+    return text[starts[-1] : i - 1].strip() if depth == 0 else None
 
 
-def extract_final_answer(response: str) -> Optional[str]:
+def extract_final_answer(response: str) -> str | None:
     """The final answer: last <answer> block, else last \\boxed{}, else the last non-empty line."""
     tail = final_segment(response)
     blocks = re.findall(r"<answer>(.*?)</answer>", tail, flags=re.DOTALL)
@@ -79,7 +80,7 @@ def format_ok(response: str, config: GeometryRewardConfig) -> bool:
     return _last_boxed(tail) is not None or re.search(r"<answer>.+?</answer>", tail, flags=re.DOTALL) is not None
 
 
-def choice_index(answer: str, choices: Sequence[str]) -> Optional[int]:
+def choice_index(answer: str, choices: Sequence[str]) -> int | None:
     """Index of the option an answer names: its exact text first, else a letter ("B", "(B)", "Option B").
 
     Texts come first because an option may itself start with a lone letter ("a logarithmic function",
@@ -97,7 +98,7 @@ def choice_index(answer: str, choices: Sequence[str]) -> Optional[int]:
     return None
 
 
-def first_number(text: str) -> Optional[float]:
+def first_number(text: str) -> float | None:
     match = _NUMBER.search(normalize_answer_line(text))
     if not match:
         return None
@@ -151,9 +152,7 @@ def score_geometry(response: str, label: str, meta: Mapping[str, Any], config: G
 
 
 @register_reward("geometry3k", "mathvista", "geo_synth")
-def geometry_reward(
-    response: str, label: str, meta: Mapping[str, Any], config: GeometryRewardConfig = DEFAULT_GEOMETRY_CONFIG
-) -> RewardResult:
+def geometry_reward(response: str, label: str, meta: Mapping[str, Any], config: GeometryRewardConfig = DEFAULT_GEOMETRY_CONFIG) -> RewardResult:
     """Geometry3K / MathVista reward; ``meta["think_opened_in_prompt"]`` overrides the config flag."""
     if isinstance(meta, Mapping) and "think_opened_in_prompt" in meta:
         config = replace(config, think_opened_in_prompt=bool(meta["think_opened_in_prompt"]))

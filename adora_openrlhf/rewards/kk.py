@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any
 
 from adora_openrlhf.rewards.base import RewardResult, register_reward
 
@@ -60,7 +61,7 @@ def format_ok(response: str, think_opened_in_prompt: bool = False) -> bool:
     return positions == sorted(positions)
 
 
-def extract_answer_block(response: str) -> Optional[str]:
+def extract_answer_block(response: str) -> str | None:
     """Contents of the last ``<answer>...</answer>`` block, stripped; None when there is none."""
     matches = re.findall(r"<answer>(.*?)</answer>", response, flags=re.DOTALL)
     return matches[-1].strip() if matches else None
@@ -87,7 +88,7 @@ def _is_knight(match: re.Match[str]) -> bool:
     return (match.group("role").lower() == "knight") != bool(match.group("neg"))
 
 
-def parse_kk_answer(text: Optional[str], names: Sequence[str]) -> Optional[dict[str, bool]]:
+def parse_kk_answer(text: str | None, names: Sequence[str]) -> dict[str, bool] | None:
     """Roles stated in ``text`` for every name (True = knight), or None when any name has no role or two roles.
 
     The lenient parser. Accepts "(k) Name is a knight" lines in any order, with or without numbers, any
@@ -115,7 +116,7 @@ def parse_kk_answer(text: Optional[str], names: Sequence[str]) -> Optional[dict[
     return roles
 
 
-def parse_kk_answer_logic_rl(text: Optional[str], names: Sequence[str]) -> Optional[dict[str, bool]]:
+def parse_kk_answer_logic_rl(text: str | None, names: Sequence[str]) -> dict[str, bool] | None:
     """Roles under Logic-RL's own answer rule (True = knight), or None when it does not parse.
 
     Two conditions, both case-insensitive: the substrings "knight" and "knave" together occur exactly
@@ -137,7 +138,7 @@ def parse_kk_answer_logic_rl(text: Optional[str], names: Sequence[str]) -> Optio
     return roles
 
 
-KK_PARSERS: dict[str, Callable[[Optional[str], Sequence[str]], Optional[dict[str, bool]]]] = {
+KK_PARSERS: dict[str, Callable[[str | None, Sequence[str]], dict[str, bool] | None]] = {
     "lenient": parse_kk_answer,
     "logic_rl": parse_kk_answer_logic_rl,
 }
@@ -145,7 +146,7 @@ KK_PARSER_ENV = "ADORA_KK_PARSER"  # run-wide parser choice when a row's meta na
 DEFAULT_KK_REWARD_CONFIG = KKRewardConfig()
 
 
-def parse_kk_label(label: str, names: Optional[Sequence[str]] = None) -> dict[str, bool]:
+def parse_kk_label(label: str, names: Sequence[str] | None = None) -> dict[str, bool]:
     """Ground-truth roles from a canonical solution text; raises ValueError naming the label when malformed."""
     if names:
         roles = parse_kk_answer(label, names)
@@ -210,9 +211,7 @@ def config_for(meta: Mapping[str, Any], config: KKRewardConfig) -> KKRewardConfi
 
 
 @register_reward("kk")
-def kk_reward(
-    response: str, label: str, meta: Mapping[str, Any], config: KKRewardConfig = DEFAULT_KK_REWARD_CONFIG
-) -> RewardResult:
+def kk_reward(response: str, label: str, meta: Mapping[str, Any], config: KKRewardConfig = DEFAULT_KK_REWARD_CONFIG) -> RewardResult:
     """K&K reward with Logic-RL's constants; the row's meta may override the parser and the think flag."""
     meta = meta if isinstance(meta, Mapping) else {}
     return score_kk(response, label, meta, config_for(meta, config))

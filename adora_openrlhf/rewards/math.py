@@ -40,8 +40,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 from adora_openrlhf.rewards.base import RewardResult, register_reward
 
@@ -106,11 +107,11 @@ def _unwrap(text: str, command: str) -> str:
         while k < len(text) and depth:
             depth += {"{": 1, "}": -1}.get(text[k], 0)
             k += 1
-        out.append(text[j + len(token): k - 1 if depth == 0 else k])
+        out.append(text[j + len(token) : k - 1 if depth == 0 else k])
         i = k
 
 
-def extract_answer_line(response: str, tail_chars: int = 300) -> Optional[str]:
+def extract_answer_line(response: str, tail_chars: int = 300) -> str | None:
     """DAPO: the content of the last ``Answer: ...`` line within the last ``tail_chars`` characters."""
     matches = re.findall(r"(?i)answer\s*:\s*([^\n]+)", response[-tail_chars:] if tail_chars > 0 else response)
     return matches[-1].strip() if matches else None
@@ -130,7 +131,7 @@ def normalize_answer_line(answer: str) -> str:
     return text.rstrip(".").strip()
 
 
-def parse_int(text: str) -> Optional[int]:
+def parse_int(text: str) -> int | None:
     """``"042"`` -> 42, ``"-7"`` -> -7, ``"3.0"`` -> 3; anything else -> None."""
     match = re.fullmatch(r"\s*([+-]?\d+)(?:\.0+)?\s*", text)
     return int(match.group(1)) if match else None
@@ -141,7 +142,7 @@ _SPACE_THOUSANDS = re.compile(r"(?<=\d)(?:\s|\\ |\\;|~)(?=\d{3}(?!\d))")
 _NUMBER_WITH_UNIT = re.compile(r"\s*([+-]?\d+)(?:\.0+)?\s*(?:[A-Za-z]{2,}\.?\s*)+(?:\^\{?\d\}?)?\s*")
 
 
-def answer_integer(answer: str) -> Optional[int]:
+def answer_integer(answer: str) -> int | None:
     """The integer a normalized ``Answer:`` line states, or None.
 
     Beyond :func:`parse_int` (which keeps ``042``, ``+42``, ``42.0``): the text after the last ``=``
@@ -186,7 +187,7 @@ def any_pair_equal(gold: list, pred: list, float_rounding: int = 6) -> bool:
     """
     from math_verify import verify
 
-    first_error: Optional[Exception] = None
+    first_error: Exception | None = None
     compared = False
     for g in gold:
         for p in pred:
@@ -201,7 +202,7 @@ def any_pair_equal(gold: list, pred: list, float_rounding: int = 6) -> bool:
     return False
 
 
-def math_verify_equal(label: str, answer_text: str, float_rounding: int = 6) -> tuple[bool, Optional[str]]:
+def math_verify_equal(label: str, answer_text: str, float_rounding: int = 6) -> tuple[bool, str | None]:
     """math-verify comparison of ``answer_text`` with ``label``; returns (equal, extracted answer string).
 
     math-verify's own signal timeouts are disabled here (they only work in the main thread); the caller
@@ -223,8 +224,9 @@ def math_verify_equal(label: str, answer_text: str, float_rounding: int = 6) -> 
     return any_pair_equal(gold, pred, float_rounding), str(pred[-1])
 
 
-def grade_response(response: str, label: str, style: str, answer_after_think: bool = True,
-                   dapo_tail_chars: int = 300, float_rounding: int = 6) -> tuple[bool, Optional[str]]:
+def grade_response(
+    response: str, label: str, style: str, answer_after_think: bool = True, dapo_tail_chars: int = 300, float_rounding: int = 6
+) -> tuple[bool, str | None]:
     """(correct, extracted) of one response under ``style``; may raise (callers catch everything)."""
     text = final_segment(response) if answer_after_think else response
     if style == "dapo":
@@ -240,11 +242,11 @@ def grade_response(response: str, label: str, style: str, answer_after_think: bo
     return math_verify_equal(label, text, float_rounding)
 
 
-GradeFn = Callable[..., tuple[bool, Optional[str]]]
+GradeFn = Callable[..., tuple[bool, str | None]]
 _REFIRE_S = 0.05  # after the limit the alarm fires again every this many seconds until the call ends
 
 
-def run_with_alarm(fn: GradeFn, args: tuple, timeout_s: float) -> tuple[str, bool, Optional[str], str]:
+def run_with_alarm(fn: GradeFn, args: tuple, timeout_s: float) -> tuple[str, bool, str | None, str]:
     """Run ``fn(*args)`` in the main thread under a SIGALRM interval timer.
 
     Returns ``(status, correct, extracted, message)`` with status ``"ok"``, ``"timeout"`` or ``"error"``.
@@ -306,14 +308,18 @@ class _Worker:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from adora_openrlhf.rewards.math import worker_main; worker_main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0, env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            bufsize=0,
+            env=env,
         )
         self._buffer = b""
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def read_line(self, wait_s: float) -> Optional[dict[str, Any]]:
+    def read_line(self, wait_s: float) -> dict[str, Any] | None:
         """The next JSON line, or None when none came within ``wait_s`` seconds or the worker died."""
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
@@ -336,12 +342,12 @@ class _Worker:
         reply = self.read_line(wait_s)
         return bool(reply and reply.get("ready"))
 
-    def request(self, payload: dict[str, Any], wait_s: float) -> Optional[dict[str, Any]]:
+    def request(self, payload: dict[str, Any], wait_s: float) -> dict[str, Any] | None:
         """Send one request; the reply, or None when none came within ``wait_s`` seconds or the worker died."""
         assert self.proc.stdin is not None
         data = memoryview(json.dumps(payload).encode() + b"\n")
         while data:  # an unbuffered pipe write may be partial
-            data = data[os.write(self.proc.stdin.fileno(), data):]
+            data = data[os.write(self.proc.stdin.fileno(), data) :]
         return self.read_line(wait_s)
 
     def kill(self) -> None:
@@ -385,7 +391,7 @@ class ProcessGrader:
         """Workers alive or starting."""
         return self._count
 
-    def _acquire(self, timeout_s: float) -> tuple[Optional[_Worker], bool, float]:
+    def _acquire(self, timeout_s: float) -> tuple[_Worker | None, bool, float]:
         """(idle worker or None, whether a new one must be started, seconds of the limit left)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
@@ -404,7 +410,7 @@ class ProcessGrader:
                     return None, False, 0.0
                 self._cond.wait(remaining)
 
-    def _release(self, worker: Optional[_Worker]) -> None:
+    def _release(self, worker: _Worker | None) -> None:
         with self._cond:
             if worker is not None and worker.alive() and not self._closed:
                 self._idle.append(worker)
@@ -421,7 +427,7 @@ class ProcessGrader:
             raise RuntimeError(f"grading worker did not start within {self.startup_timeout_s}s")
         return worker
 
-    def run(self, fn: GradeFn, args: tuple, timeout_s: float) -> tuple[str, bool, Optional[str], str]:
+    def run(self, fn: GradeFn, args: tuple, timeout_s: float) -> tuple[str, bool, str | None, str]:
         worker, start, remaining = self._acquire(timeout_s)
         if worker is None and not start:
             return "timeout", False, None, f"no grading worker became free within {timeout_s}s ({self.max_processes} busy)"
@@ -482,8 +488,9 @@ GRADER_COUNTS = {"calls": 0, "timeouts": 0, "errors": 0}  # process-wide tally, 
 _COUNTS_LOCK = threading.Lock()
 
 
-def safe_grade(response: str, label: str, config: MathRewardConfig, grade_fn: GradeFn = grade_response,
-               process_grader: Optional[ProcessGrader] = None) -> tuple[str, bool, Optional[str], str]:
+def safe_grade(
+    response: str, label: str, config: MathRewardConfig, grade_fn: GradeFn = grade_response, process_grader: ProcessGrader | None = None
+) -> tuple[str, bool, str | None, str]:
     """Grade under ``config.timeout_s`` from any thread; returns ``(status, correct, extracted, message)``.
 
     ``mode`` ``auto`` and ``process`` use the process grader (a hard wall-clock limit); ``inline`` uses
@@ -525,7 +532,7 @@ def score_math(response: str, label: str, config: MathRewardConfig, grade_fn: Gr
     return RewardResult(reward=float(reward), correct=bool(correct), extracted=extracted, info=info)
 
 
-def config_for(meta: Optional[Mapping[str, Any]]) -> MathRewardConfig:
+def config_for(meta: Mapping[str, Any] | None) -> MathRewardConfig:
     """The style's config, with optional per-row ``meta["grader_timeout_s"]`` and ``meta["answer_scope"]``."""
     meta = meta if isinstance(meta, Mapping) else {}
     style = str(meta.get("reward_style", "math_verify"))

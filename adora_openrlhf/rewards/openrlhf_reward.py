@@ -28,7 +28,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +46,7 @@ def check_package() -> None:
 
         base._load_builtin_rewards()
     except ImportError as err:
-        raise ImportError(
-            f"{__file__}: the reward file cannot import adora_openrlhf ({err}); every rollout would score 0. {INSTALL_HINT}"
-        ) from err
+        raise ImportError(f"{__file__}: the reward file cannot import adora_openrlhf ({err}); every rollout would score 0. {INSTALL_HINT}") from err
 
 
 check_package()  # at load time: OpenRLHF loads this file when its rollout engines start
@@ -63,7 +62,7 @@ ASSISTANT_MARKERS = (  # where the response starts when the prompt text cannot b
 )
 
 
-def encode_reward_label(source: str, label: str, meta: Optional[Mapping[str, Any]] = None) -> str:
+def encode_reward_label(source: str, label: str, meta: Mapping[str, Any] | None = None) -> str:
     """The JSON text carried in a row's ``reward_label`` column."""
     return json.dumps({"source": source, "label": label, "meta": dict(meta or {})}, ensure_ascii=False, sort_keys=True)
 
@@ -123,11 +122,11 @@ def strip_end_markers(response: str) -> str:
 def split_response(query: str, prompt: str) -> str:
     """The response part of ``query`` (= prompt + response as OpenRLHF decodes it), end markers removed."""
     if prompt and query.startswith(prompt):
-        return strip_end_markers(query[len(prompt):])
+        return strip_end_markers(query[len(prompt) :])
     for marker in ASSISTANT_MARKERS:  # re-decoded prompts can differ (e.g. expanded image tokens)
         position = query.rfind(marker)
         if position >= 0:
-            return strip_end_markers(query[position + len(marker):])
+            return strip_end_markers(query[position + len(marker) :])
     return strip_end_markers(query)
 
 

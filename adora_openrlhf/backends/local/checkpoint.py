@@ -24,7 +24,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -69,7 +69,7 @@ def list_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def latest_checkpoint(output_dir: str | Path) -> Optional[Path]:
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
     found = list_checkpoints(output_dir)
     return found[-1][1] if found else None
 
@@ -89,8 +89,7 @@ def export_model(model, directory: str | Path, merge_lora: bool = False) -> None
         model.save_pretrained(str(directory))
 
 
-def save_checkpoint(output_dir: str | Path, model, optimizer, tokenizer, state: TrainerState, keep_last: int = 3,
-                    merge_lora: bool = False) -> Path:
+def save_checkpoint(output_dir: str | Path, model, optimizer, tokenizer, state: TrainerState, keep_last: int = 3, merge_lora: bool = False) -> Path:
     """Write the checkpoint of ``state.step`` atomically (layout in the module docstring); prune old ones (step 0
     is kept). ``tokenizer`` is the tokenizer or, for vision-language policies, the processor."""
     root = checkpoint_dir(output_dir)
@@ -124,8 +123,10 @@ def check_layout(path: str | Path) -> None:
 
     path = Path(path)
     if (path / "model.pt").exists() and not (path / STATE_DIR).exists():
-        raise ConfigError(f"--resume: checkpoint {str(path)!r} has the earlier layout (model.pt); this version resumes from "
-                          "step directories in the Hugging Face layout: start a new run (--overwrite) or resume with the version that wrote it")
+        raise ConfigError(
+            f"--resume: checkpoint {str(path)!r} has the earlier layout (model.pt); this version resumes from "
+            "step directories in the Hugging Face layout: start a new run (--overwrite) or resume with the version that wrote it"
+        )
 
 
 def load_lora_adapters(path: str | Path, model) -> None:

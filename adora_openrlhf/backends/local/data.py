@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 from adora_openrlhf.config import ConfigError, DataConfig
 
@@ -57,7 +58,7 @@ def _kk_label_ok(label: str, meta: dict[str, Any]) -> None:
 LABEL_CHECKS: dict[str, Callable[[str, dict[str, Any]], None]] = {"kk": _kk_label_ok}
 
 
-def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str, lines: Optional[Sequence[int]] = None) -> list[Row]:
+def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str, lines: Sequence[int] | None = None) -> list[Row]:
     """Rows from raw dicts; a malformed row raises ``WHERE:LINE: field 'name': what is wrong`` (``lines``: each
     row's 1-based line in its file; default: its 1-based position)."""
     from adora_openrlhf.rewards.base import get_reward_fn
@@ -71,7 +72,7 @@ def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str
         if not (isinstance(prompt, str) and prompt.strip()) and not (isinstance(prompt, list) and prompt):
             raise ConfigError(f"{at}: field 'prompt': missing or empty (a string or a list of chat messages)")
         if isinstance(prompt, list) and not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt):
-            raise ConfigError(f"{at}: field 'prompt': a list prompt must hold chat messages {{\"role\": text, \"content\": text}}")
+            raise ConfigError(f'{at}: field \'prompt\': a list prompt must hold chat messages {{"role": text, "content": text}}')
         label = r.get("label")
         if label is None or isinstance(label, (dict, list, bool)) or str(label).strip() == "":
             raise ConfigError(f"{at}: field 'label': missing, empty or not text (the ground-truth answer)")
@@ -143,7 +144,7 @@ def load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
 
 
 def _load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
-    held: Optional[list[Row]] = None
+    held: list[Row] | None = None
     if cfg.eval_path is not None:
         raw, lines, where = _load_path(cfg.eval_path, "data.eval_path")
         held = validate_rows(raw, where, cfg.task, lines)
@@ -161,11 +162,13 @@ def _load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
         from data_prep.kk import generate_splits
 
         try:
-            train_raw, eval_raw = generate_splits(cfg.num_train, cfg.num_eval, cfg.kk_num_people, seed, name_pool=cfg.kk_name_pool,
-                                                  name_order=cfg.kk_name_order)
+            train_raw, eval_raw = generate_splits(
+                cfg.num_train, cfg.num_eval, cfg.kk_num_people, seed, name_pool=cfg.kk_name_pool, name_order=cfg.kk_name_order
+            )
         except (ValueError, RuntimeError) as err:  # e.g. more puzzles asked for than exist for these people counts
-            raise ConfigError(f"data.num_train: cannot generate {cfg.num_train} + {cfg.num_eval} puzzles for "
-                              f"kk_num_people {cfg.kk_num_people} ({err})") from None
+            raise ConfigError(
+                f"data.num_train: cannot generate {cfg.num_train} + {cfg.num_eval} puzzles for kk_num_people {cfg.kk_num_people} ({err})"
+            ) from None
         train = validate_rows(train_raw, "generated train", cfg.task)
         if held is None:
             return train, validate_rows(eval_raw, "generated eval", cfg.task)
@@ -219,7 +222,7 @@ def reward_fn_for(row: Row):
         raise ConfigError(f"data: {err.args[0]}") from None
 
 
-def first_bad_prompt(lengths: Sequence[int], limit: int) -> Optional[int]:
+def first_bad_prompt(lengths: Sequence[int], limit: int) -> int | None:
     for i, n in enumerate(lengths):
         if n > limit:
             return i

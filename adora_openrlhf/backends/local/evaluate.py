@@ -6,15 +6,25 @@ responses per prompt with the rollout sampling parameters, the distribution RL t
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from adora_openrlhf.backends.local.rollout import generate_responses
 from adora_openrlhf.backends.local.sft import style_fractions
 from adora_openrlhf.config import SamplingParams
 
 
-def evaluate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], rows: Sequence[Any], reward_fns: Sequence[Any],
-             params: SamplingParams, samples: int, batch_size: int, extras: Optional[Sequence[Any]] = None) -> dict[str, float]:
+def evaluate(
+    model,
+    tokenizer,
+    prompt_ids: Sequence[Sequence[int]],
+    rows: Sequence[Any],
+    reward_fns: Sequence[Any],
+    params: SamplingParams,
+    samples: int,
+    batch_size: int,
+    extras: Sequence[Any] | None = None,
+) -> dict[str, float]:
     """Metrics ``eval/greedy_accuracy``, ``eval/greedy_reward``, ``eval/greedy_format``,
     ``eval/greedy_length_mean``, the behaviour shares of the task's probe (``eval/greedy_thorough_fraction``
     for K&K) and the same for ``sampled`` when ``samples > 0``. ``extras`` holds each row's extra model inputs
@@ -23,8 +33,15 @@ def evaluate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], rows: Sequen
     metrics: dict[str, float] = {}
     for name, k, greedy in views:
         index = [i for i in range(len(rows)) for _ in range(k)]
-        outputs = generate_responses(model, tokenizer, [prompt_ids[i] for i in index], params, batch_size, greedy=greedy,
-                                     extras=[extras[i] for i in index] if extras is not None else None)
+        outputs = generate_responses(
+            model,
+            tokenizer,
+            [prompt_ids[i] for i in index],
+            params,
+            batch_size,
+            greedy=greedy,
+            extras=[extras[i] for i in index] if extras is not None else None,
+        )
         correct = rewards = well_formed = length = 0.0
         texts = []
         for i, (response, _) in zip(index, outputs, strict=True):

@@ -13,8 +13,9 @@ import logging
 import math
 import os
 import uuid
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def flat_hparams(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 class TensorBoardTracker:
     """Scalars to ``<run>/tb``; the config as an HParams session and as a ``config`` text summary."""
 
-    def __init__(self, run_dir: Path, config: Optional[Mapping[str, Any]], resume_step: Optional[int]):
+    def __init__(self, run_dir: Path, config: Mapping[str, Any] | None, resume_step: int | None):
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(run_dir / "tb"), purge_step=None if resume_step is None else resume_step + 1)
@@ -65,7 +66,7 @@ class WandbTracker:
     config as its ``config``. ``WANDB_MODE=offline`` writes the run locally with no network (``wandb sync``
     uploads it later). A resumed training continues the same wandb run (its id is kept in ``wandb/run_id``)."""
 
-    def __init__(self, run_dir: Path, config: Optional[Mapping[str, Any]], resume_step: Optional[int]):
+    def __init__(self, run_dir: Path, config: Mapping[str, Any] | None, resume_step: int | None):
         import wandb
 
         folder = run_dir / "wandb"
@@ -73,8 +74,14 @@ class WandbTracker:
         id_file = folder / "run_id"
         run_id = id_file.read_text().strip() if resume_step is not None and id_file.exists() else uuid.uuid4().hex[:8]
         id_file.write_text(run_id + "\n")
-        self.run = wandb.init(project=os.environ.get(WANDB_PROJECT_ENV, "adora_openrlhf"), dir=str(run_dir), id=run_id,
-                              name=run_dir.name, config=dict(config) if config is not None else None, resume="allow")
+        self.run = wandb.init(
+            project=os.environ.get(WANDB_PROJECT_ENV, "adora_openrlhf"),
+            dir=str(run_dir),
+            id=run_id,
+            name=run_dir.name,
+            config=dict(config) if config is not None else None,
+            resume="allow",
+        )
 
     def log(self, step: int, scalars: Mapping[str, float]) -> None:
         self.run.log(dict(scalars), step=step)
@@ -92,8 +99,13 @@ class MetricsLogger:
     ``report_to`` (keys of :data:`TRACKERS`; ``"none"`` or an empty list = JSONL only). On resume, records after
     the resumed step are dropped first, so the file holds each step once."""
 
-    def __init__(self, output_dir: str | Path, resume_step: Optional[int] = None, report_to: tuple[str, ...] | list[str] = ("tensorboard",),
-                 config: Optional[Mapping[str, Any]] = None):
+    def __init__(
+        self,
+        output_dir: str | Path,
+        resume_step: int | None = None,
+        report_to: tuple[str, ...] | list[str] = ("tensorboard",),
+        config: Mapping[str, Any] | None = None,
+    ):
         self.dir = Path(output_dir)
         self.path = self.dir / "metrics.jsonl"
         self.dir.mkdir(parents=True, exist_ok=True)

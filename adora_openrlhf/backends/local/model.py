@@ -8,8 +8,6 @@ adapters when ``model.lora_rank > 0`` (only the adapters are trained).
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from adora_openrlhf.config import ConfigError, ModelConfig, TinyModelConfig
@@ -51,7 +49,7 @@ def build_tiny_model(cfg: TinyModelConfig, tokenizer, seed: int):
     return model
 
 
-def load_pretrained(path: str, dtype: str = "float32", init_kwargs: Optional[dict] = None, option: str = "model.path"):
+def load_pretrained(path: str, dtype: str = "float32", init_kwargs: dict | None = None, option: str = "model.path"):
     """A Hugging Face causal LM: a local directory (config.json and weights) or a hub name ``owner/name``
     (hub cache, or the hub unless ``HF_HUB_OFFLINE=1``), with ``init_kwargs`` passed to ``from_pretrained``."""
     from transformers import AutoModelForCausalLM

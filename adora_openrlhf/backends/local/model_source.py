@@ -12,8 +12,9 @@ tokenizer or processor understands (:func:`loader_kwargs`) goes to theirs.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from adora_openrlhf.config import ConfigError
 
@@ -21,7 +22,7 @@ from adora_openrlhf.config import ConfigError
 FILE_KWARGS = ("trust_remote_code", "revision", "cache_dir", "token", "local_files_only", "subfolder")
 
 
-def loader_kwargs(init_kwargs: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+def loader_kwargs(init_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
     """The part of ``model.init_kwargs`` that a tokenizer, processor or config loader takes too."""
     return {k: v for k, v in (init_kwargs or {}).items() if k in FILE_KWARGS}
 
@@ -33,7 +34,7 @@ def hub_offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE)
 
 
-def model_file(source: str, filename: str, option: str = "model.path", init_kwargs: Optional[Mapping[str, Any]] = None) -> Path:
+def model_file(source: str, filename: str, option: str = "model.path", init_kwargs: Mapping[str, Any] | None = None) -> Path:
     """The local path of ``filename`` of model ``source`` (a directory, or a hub name resolved through the hub
     cache and, unless offline, the hub); :class:`ConfigError` naming ``option`` when it cannot be found."""
     from transformers.utils import cached_file
@@ -59,7 +60,7 @@ def model_file(source: str, filename: str, option: str = "model.path", init_kwar
     return Path(found)
 
 
-def check_model_source(source: str, option: str = "model.path", init_kwargs: Optional[Mapping[str, Any]] = None) -> None:
+def check_model_source(source: str, option: str = "model.path", init_kwargs: Mapping[str, Any] | None = None) -> None:
     """ConfigError naming ``option`` unless ``source`` is an existing local path or a hub model whose
     ``config.json`` can be found (in the cache when offline). An existing local path passes unread: the loader
     names what is wrong with it."""
@@ -67,7 +68,7 @@ def check_model_source(source: str, option: str = "model.path", init_kwargs: Opt
         model_file(source, "config.json", option, init_kwargs)
 
 
-def model_config_dict(source: str, init_kwargs: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+def model_config_dict(source: str, init_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``config.json`` of ``source`` as a dict ({} when a local directory has none)."""
     path = model_file(source, "config.json", init_kwargs=init_kwargs)
     return json.loads(path.read_text()) if path.exists() else {}

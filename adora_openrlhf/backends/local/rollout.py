@@ -12,8 +12,9 @@ for the policy update).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import torch
 
@@ -64,7 +65,7 @@ def generate_responses(
     params: SamplingParams,
     batch_size: int,
     greedy: bool = False,
-    extras: Optional[Sequence[Optional[dict[str, torch.Tensor]]]] = None,
+    extras: Sequence[dict[str, torch.Tensor] | None] | None = None,
 ) -> list[tuple[list[int], bool]]:
     """``(response ids, truncated)`` for each prompt (token ids), in order.
 
@@ -111,8 +112,17 @@ def generate_responses(
 class RolloutEngine:
     """Generates and scores responses for one step's prompts; accumulates generate/score wall time."""
 
-    def __init__(self, model, tokenizer, prompt_ids: Sequence[Sequence[int]], rows: Sequence[Any], reward_fns: Sequence[Any],
-                 positive_threshold: float, batch_size: int, extras: Optional[Sequence[Optional[dict[str, torch.Tensor]]]] = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        prompt_ids: Sequence[Sequence[int]],
+        rows: Sequence[Any],
+        reward_fns: Sequence[Any],
+        positive_threshold: float,
+        batch_size: int,
+        extras: Sequence[dict[str, torch.Tensor] | None] | None = None,
+    ):
         self.model = model
         self.extras = extras  # per training row: extra model inputs of its prompt (vision rows), or None
         self.tokenizer = tokenizer
@@ -185,5 +195,3 @@ def make_reward_fns(rows: Sequence[Any]) -> list[Any]:
 
     cache: dict[str, Any] = {}
     return [cache.setdefault(r.source, reward_fn_for(r)) for r in rows]
-
-

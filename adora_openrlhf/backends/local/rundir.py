@@ -23,7 +23,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from adora_openrlhf.backends.local import checkpoint as ckpt
 from adora_openrlhf.config import ConfigError, RunConfig
@@ -48,7 +48,7 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def same_location(a: Optional[str], b: Optional[str]) -> bool:
+def same_location(a: str | None, b: str | None) -> bool:
     """True when two path options name the same thing: equal text, the same file/directory, or files with equal
     bytes (a moved copy). Hub names (not on disk) compare as text."""
     if a == b:
@@ -94,11 +94,13 @@ def check_resume_config(saved_path: Path, cfg: RunConfig) -> None:
     if changed:
         flat_saved, flat_now = _flatten(saved), _flatten(now)
         details = ", ".join(f"{k}: {flat_saved.get(k)!r} -> {flat_now.get(k)!r}" for k in changed[:8])
-        raise ConfigError(f"--resume: the config differs from the saved run in {details}; resume with the same options "
-                          f"(only {sorted(RESUMABLE_CHANGES)} may change) or use a new --output-dir")
+        raise ConfigError(
+            f"--resume: the config differs from the saved run in {details}; resume with the same options "
+            f"(only {sorted(RESUMABLE_CHANGES)} may change) or use a new --output-dir"
+        )
 
 
-def check_previous_run(out: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> Optional[Path]:
+def check_previous_run(out: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> Path | None:
     """The checkpoint to resume from (None for a new run), after the read-only checks of the module docstring."""
     if resume and overwrite:
         raise ConfigError("--overwrite: cannot be combined with --resume (one continues the run, the other replaces it)")
@@ -134,7 +136,7 @@ class RunDirLock:
         self.out = out
         self.handle = None
 
-    def __enter__(self) -> "RunDirLock":
+    def __enter__(self) -> RunDirLock:
         self.out.mkdir(parents=True, exist_ok=True)
         path = self.out / LOCK_FILE
         handle = open(path, "a+", encoding="utf-8")
@@ -150,8 +152,7 @@ class RunDirLock:
             holder = handle.read().strip() or "another process"
             handle.close()
             raise ConfigError(
-                f"output_dir: {str(self.out)!r} is in use by a running training ({holder}); wait for it to finish "
-                "or choose another --output-dir"
+                f"output_dir: {str(self.out)!r} is in use by a running training ({holder}); wait for it to finish or choose another --output-dir"
             ) from None
         handle.seek(0)
         handle.truncate()

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -166,8 +167,21 @@ def lr_factor(step: int, steps: int, ramp: float) -> float:
     return max(0.0, (steps - step) / (steps - rise))
 
 
-def _phase(model, tokenizer, prompt_ids, rows, steps: int, lr: float, batch_size: int, pick_style, rng: random.Random,
-           micro_batch_size: int, desc: str, extras: Optional[Sequence[Any]] = None, ramp: float = 0.0) -> list[float]:
+def _phase(
+    model,
+    tokenizer,
+    prompt_ids,
+    rows,
+    steps: int,
+    lr: float,
+    batch_size: int,
+    pick_style,
+    rng: random.Random,
+    micro_batch_size: int,
+    desc: str,
+    extras: Sequence[Any] | None = None,
+    ramp: float = 0.0,
+) -> list[float]:
     """``steps`` AdamW steps (lr schedule :func:`lr_factor`) on random batches of demonstrations; returns the
     losses. ``extras`` holds each row's extra model inputs (images) or is None for text rows."""
     device = next(model.parameters()).device
@@ -194,8 +208,7 @@ def _phase(model, tokenizer, prompt_ids, rows, steps: int, lr: float, batch_size
         # micro-batches of similar length waste less compute on padding (the loss is a sum over tokens)
         order = sorted(range(len(chosen)), key=lambda j: len(prompt_ids[chosen[j]]) + len(responses[j]))
         chosen, responses = [chosen[j] for j in order], [responses[j] for j in order]
-        batch = pack([prompt_ids[i] for i in chosen], responses, tokenizer.pad_token_id,
-                     [extras[i] for i in chosen] if extras is not None else None)
+        batch = pack([prompt_ids[i] for i in chosen], responses, tokenizer.pad_token_id, [extras[i] for i in chosen] if extras is not None else None)
         optimizer.zero_grad(set_to_none=True)
         total_tokens = float(batch.action_mask.sum())
         step_loss = 0.0
@@ -203,8 +216,12 @@ def _phase(model, tokenizer, prompt_ids, rows, steps: int, lr: float, batch_size
             rows_slice = slice(start, start + micro_batch_size)
             mask = batch.action_mask[rows_slice].to(device)
             width = int(batch.attention_mask[rows_slice].sum(-1).max())
-            sub = type(batch)(batch.input_ids[rows_slice, :width].to(device), batch.attention_mask[rows_slice, :width].to(device), mask[:, : width - 1],
-                              batch.extras[rows_slice] if batch.extras is not None else None)
+            sub = type(batch)(
+                batch.input_ids[rows_slice, :width].to(device),
+                batch.attention_mask[rows_slice, :width].to(device),
+                mask[:, : width - 1],
+                batch.extras[rows_slice] if batch.extras is not None else None,
+            )
             lp = token_log_probs(model, sub)
             loss = -(lp * sub.action_mask).sum() / total_tokens
             loss.backward()
@@ -227,7 +244,7 @@ def supervised_warmup(
     cfg: WarmupConfig,
     seed: int,
     micro_batch_size: int,
-    extras: Optional[Sequence[Optional[dict[str, torch.Tensor]]]] = None,
+    extras: Sequence[dict[str, torch.Tensor] | None] | None = None,
 ) -> list[float]:
     """Both warm-up phases; returns the per-step losses (phase 1 then phase 2).
 
@@ -243,12 +260,26 @@ def supervised_warmup(
             pick, name = (lambda: rng.choices(first, first_weights)[0]), "+".join(first)
         else:
             pick, name = (lambda: cfg.style), cfg.style
-        losses += _phase(model, tokenizer, prompt_ids, rows, cfg.steps, cfg.lr, cfg.batch_size, pick, rng,
-                         micro_batch_size, f"warm-up (SFT, {name})", extras, cfg.lr_ramp)
+        losses += _phase(
+            model, tokenizer, prompt_ids, rows, cfg.steps, cfg.lr, cfg.batch_size, pick, rng, micro_batch_size, f"warm-up (SFT, {name})", extras, cfg.lr_ramp
+        )
     if cfg.mix_steps > 0:
         styles, weights = _mix_weights(cfg.mix)
-        losses += _phase(model, tokenizer, prompt_ids, rows, cfg.mix_steps, cfg.mix_lr, cfg.batch_size,
-                         lambda: rng.choices(styles, weights)[0], rng, micro_batch_size, "warm-up (SFT, mixed)", extras, cfg.lr_ramp)
+        losses += _phase(
+            model,
+            tokenizer,
+            prompt_ids,
+            rows,
+            cfg.mix_steps,
+            cfg.mix_lr,
+            cfg.batch_size,
+            lambda: rng.choices(styles, weights)[0],
+            rng,
+            micro_batch_size,
+            "warm-up (SFT, mixed)",
+            extras,
+            cfg.lr_ramp,
+        )
     return losses
 
 

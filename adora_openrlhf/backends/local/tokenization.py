@@ -15,7 +15,8 @@ into the text the model continues:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from adora_openrlhf.registry import Registry
 

@@ -63,8 +63,9 @@ def _check_runnable(cfg: RunConfig) -> None:
         local = Path(cfg.model.path)
         readable = (local / "config.json").is_file() or not local.exists()  # else the loader names what is wrong
         if cfg.data.task == "geometry" and readable and not vlm.is_vlm_checkpoint(cfg.model.path, cfg.model.init_kwargs):
-            raise ConfigError(f"model.path: data.task 'geometry' needs a vision-language checkpoint (config.json with a vision_config), "
-                              f"{cfg.model.path!r} has none")
+            raise ConfigError(
+                f"model.path: data.task 'geometry' needs a vision-language checkpoint (config.json with a vision_config), {cfg.model.path!r} has none"
+            )
 
 
 def _seed_everything(seed: int) -> None:
@@ -194,8 +195,9 @@ def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict
         return _train_in(cfg, out, started, device, resume_from, train_rows, eval_rows, tokenizer, processor, model, encoded, rewards)
 
 
-def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Path | None, train_rows, eval_rows,
-              tokenizer, processor, model, encoded, rewards) -> dict[str, Any]:
+def _train_in(
+    cfg: RunConfig, out: Path, started: float, device, resume_from: Path | None, train_rows, eval_rows, tokenizer, processor, model, encoded, rewards
+) -> dict[str, Any]:
     """The run itself, in the locked ``out``."""
     logger.info("config:\n%s", format_config(cfg))
     (out / "config.json").write_text(format_config(cfg) + "\n")
@@ -204,23 +206,27 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
         saved_tokenizer.save_pretrained(str(out / "tokenizer"))
     total, trainable = count_parameters(model)
     tiny = "tiny Qwen2.5-VL-style (random init)" if processor is not None else "tiny Qwen2-style (random init)"
-    logger.info(f"policy: {tiny if cfg.model.path is None else cfg.model.path}, {total:,} parameters "
-                f"({trainable:,} trainable), vocab {len(tokenizer)}, device {device}; {len(train_rows)} train / {len(eval_rows)} held-out prompts")
+    logger.info(
+        f"policy: {tiny if cfg.model.path is None else cfg.model.path}, {total:,} parameters "
+        f"({trainable:,} trainable), vocab {len(tokenizer)}, device {device}; {len(train_rows)} train / {len(eval_rows)} held-out prompts"
+    )
     (train_ids, train_extras), (eval_ids, eval_extras) = encoded
     train_rewards, eval_rewards = rewards
 
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     sampler = AdaptiveSampler(cfg.sampling, cfg.rollout, seed=cfg.seed)
-    engine = RolloutEngine(model, tokenizer, train_ids, train_rows, train_rewards, cfg.sampling.positive_threshold, cfg.model.generation_batch_size,
-                           extras=train_extras)
+    engine = RolloutEngine(
+        model, tokenizer, train_ids, train_rows, train_rewards, cfg.sampling.positive_threshold, cfg.model.generation_batch_size, extras=train_extras
+    )
 
     def run_eval(step: int) -> dict[str, float]:
         """Held-out metrics; sampled with its own seed so evaluating never shifts the training RNG stream."""
         t0 = time.perf_counter()
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(cfg.seed * 100_003 + step)
-            result = evaluate(model, tokenizer, eval_ids, eval_rows, eval_rewards, cfg.rollout, cfg.eval_samples, cfg.model.generation_batch_size,
-                              extras=eval_extras)
+            result = evaluate(
+                model, tokenizer, eval_ids, eval_rows, eval_rewards, cfg.rollout, cfg.eval_samples, cfg.model.generation_batch_size, extras=eval_extras
+            )
         return {**result, "time/eval_s": time.perf_counter() - t0}
 
     # ---- warm-up or resume ------------------------------------------------------------------------------
@@ -228,8 +234,10 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
         try:
             state = ckpt.load_trainer_state(resume_from, optimizer)
         except (OSError, RuntimeError, EOFError, KeyError, ValueError) as err:
-            raise ConfigError(f"--resume: checkpoint {str(resume_from)!r} is unreadable ({type(err).__name__}: "
-                              f"{' '.join(str(err).split())[:160]}); move it away to resume from the one before") from None
+            raise ConfigError(
+                f"--resume: checkpoint {str(resume_from)!r} is unreadable ({type(err).__name__}: "
+                f"{' '.join(str(err).split())[:160]}); move it away to resume from the one before"
+            ) from None
         sampler.load_state_dict(state.sampler)
         ckpt.restore_rng(state.rng)
         start_step, position = state.step, state.data_position
@@ -244,8 +252,9 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
             warm.update({"warmup/first_loss": losses[0], "warmup/final_loss": float(np.mean(losses[-10:]))})
         start_step, position = 0, 0
         metrics_log.log(0, {**warm, **run_eval(0)})
-        ckpt.save_checkpoint(out, model, optimizer, saved_tokenizer, ckpt.TrainerState(0, 0, sampler.state_dict(), ckpt.capture_rng()),
-                             merge_lora=cfg.model.merge_lora_on_save)
+        ckpt.save_checkpoint(
+            out, model, optimizer, saved_tokenizer, ckpt.TrainerState(0, 0, sampler.state_dict(), ckpt.capture_rng()), merge_lora=cfg.model.merge_lora_on_save
+        )
 
     ref_model = None
     if cfg.train.kl_coef > 0 and cfg.model.lora_rank == 0:  # LoRA runs use the base model (adapters off) as reference
@@ -281,29 +290,49 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
             advantage_seconds = time.perf_counter() - t0
             samples = [r.payload for x in g for r in x.kept]
             t0 = time.perf_counter()
-            packed = pack([s.prompt_ids for s in samples], [s.response_ids for s in samples], tokenizer.pad_token_id,
-                          [train_extras[s.row_index] for s in samples] if train_extras is not None else None)
-            update = policy_update(model, optimizer, packed, adv.advantages.reshape(-1), cfg.train, norm_length,
-                                   ref_model=ref_model, use_lora_reference=cfg.train.kl_coef > 0 and cfg.model.lora_rank > 0)
+            packed = pack(
+                [s.prompt_ids for s in samples],
+                [s.response_ids for s in samples],
+                tokenizer.pad_token_id,
+                [train_extras[s.row_index] for s in samples] if train_extras is not None else None,
+            )
+            update = policy_update(
+                model,
+                optimizer,
+                packed,
+                adv.advantages.reshape(-1),
+                cfg.train,
+                norm_length,
+                ref_model=ref_model,
+                use_lora_reference=cfg.train.kl_coef > 0 and cfg.model.lora_rank > 0,
+            )
             train_seconds = time.perf_counter() - t0
             if not math.isfinite(update["train/loss"]):
                 raise FloatingPointError(f"step {step + 1}: the policy loss is not finite ({update['train/loss']}); lower --lr")
             metrics.update({**_rollout_metrics(g, train_rows), **adv.metrics, **update})
-        metrics.update({
-            "time/generate_s": engine.generate_seconds,
-            "time/score_s": engine.score_seconds,
-            "time/train_s": train_seconds,
-            "time/advantage_s": advantage_seconds,  # estimator + ADORA weights
-            "time/sampler_overhead_s": sampling_seconds - engine.generate_seconds - engine.score_seconds,  # rounds, exit rules, down-sampling
-            "time/step_s": time.perf_counter() - step_start,
-        })
+        metrics.update(
+            {
+                "time/generate_s": engine.generate_seconds,
+                "time/score_s": engine.score_seconds,
+                "time/train_s": train_seconds,
+                "time/advantage_s": advantage_seconds,  # estimator + ADORA weights
+                "time/sampler_overhead_s": sampling_seconds - engine.generate_seconds - engine.score_seconds,  # rounds, exit rules, down-sampling
+                "time/step_s": time.perf_counter() - step_start,
+            }
+        )
         done = step + 1
         if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
             metrics.update(run_eval(done))
         metrics_log.log(done, metrics)
         if (cfg.save_every and done % cfg.save_every == 0) or done == cfg.steps:
-            ckpt.save_checkpoint(out, model, optimizer, saved_tokenizer, ckpt.TrainerState(done, position, sampler.state_dict(), ckpt.capture_rng()),
-                                 merge_lora=cfg.model.merge_lora_on_save)
+            ckpt.save_checkpoint(
+                out,
+                model,
+                optimizer,
+                saved_tokenizer,
+                ckpt.TrainerState(done, position, sampler.state_dict(), ckpt.capture_rng()),
+                merge_lora=cfg.model.merge_lora_on_save,
+            )
         bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.2f}", acc=f"{metrics.get('reward/accuracy', float('nan')):.2f}")
     bar.close()
     metrics_log.close()

@@ -21,8 +21,9 @@ micro-batches are accumulated into one optimiser step per epoch, after clipping 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import torch
 
@@ -35,11 +36,12 @@ class PackedBatch:
     input_ids: torch.Tensor  # [B, L]
     attention_mask: torch.Tensor  # [B, L]
     action_mask: torch.Tensor  # [B, L - 1], 1 where the predicted token is a response token
-    extras: Optional[list[Optional[dict[str, torch.Tensor]]]] = None  # per sequence: its prompt's extra model inputs (vision rows)
+    extras: list[dict[str, torch.Tensor] | None] | None = None  # per sequence: its prompt's extra model inputs (vision rows)
 
 
-def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
-         extras: Optional[Sequence[Optional[dict[str, torch.Tensor]]]] = None) -> PackedBatch:
+def pack(
+    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int, extras: Sequence[dict[str, torch.Tensor] | None] | None = None
+) -> PackedBatch:
     """Right-padded ``prompt + response`` sequences with the response (action) mask; ``extras[b]`` are the
     extra model inputs of sequence ``b``'s prompt (pixel values of a vision row), kept for the forward pass."""
     if len(prompts) != len(responses):
@@ -92,7 +94,6 @@ def entropy_from_log_probs(log_probs: torch.Tensor) -> torch.Tensor:
     return -(probs * log_probs.masked_fill(probs == 0, 0.0)).sum(-1)
 
 
-
 def _slice(batch: PackedBatch, rows: slice, device) -> PackedBatch:
     ids = batch.input_ids[rows]
     width = int(batch.attention_mask[rows].sum(-1).max())  # drop columns that are padding for the whole slice
@@ -122,7 +123,7 @@ def policy_update(
     advantages: torch.Tensor,
     cfg: PolicyLossConfig,
     norm_length: int,
-    ref_model: Optional[Any] = None,
+    ref_model: Any | None = None,
     use_lora_reference: bool = False,
 ) -> dict[str, float]:
     """One or more PPO epochs over ``batch`` with per-sequence ``advantages`` [B]; returns metrics."""
@@ -131,8 +132,8 @@ def policy_update(
     slices = [slice(s, min(s + cfg.micro_batch_size, size)) for s in range(0, size, cfg.micro_batch_size)]
     params = [p for p in model.parameters() if p.requires_grad]
     need_ref = cfg.kl_coef > 0
-    ref_lp: list[Optional[torch.Tensor]] = [None] * len(slices)
-    old_lp: list[Optional[torch.Tensor]] = [None] * len(slices)
+    ref_lp: list[torch.Tensor | None] = [None] * len(slices)
+    old_lp: list[torch.Tensor | None] = [None] * len(slices)
     with torch.no_grad():
         for i, rows in enumerate(slices):
             mb = _slice(batch, rows, device)

@@ -24,8 +24,9 @@ torchvision loads them with ``AutoProcessor``).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import torch
 
@@ -119,7 +120,7 @@ def build_tiny_vlm(text_cfg, vision_cfg, tokenizer, seed: int):
         return Qwen2_5_VLForConditionalGeneration(config)
 
 
-def is_vlm_checkpoint(path: str, init_kwargs: Optional[dict] = None) -> bool:
+def is_vlm_checkpoint(path: str, init_kwargs: dict | None = None) -> bool:
     """True when the checkpoint's config (a local directory or a hub name) has a ``vision_config`` (OpenRLHF's
     test, ``utils.is_vlm_model``)."""
     from adora_openrlhf.backends.local.model_source import model_config_dict
@@ -127,7 +128,7 @@ def is_vlm_checkpoint(path: str, init_kwargs: Optional[dict] = None) -> bool:
     return "vision_config" in model_config_dict(path, init_kwargs)
 
 
-def load_vlm(path: str, dtype: str = "float32", init_kwargs: Optional[dict] = None):
+def load_vlm(path: str, dtype: str = "float32", init_kwargs: dict | None = None):
     """A vision-language checkpoint, local directory or hub name (``AutoModelForImageTextToText``, as OpenRLHF's
     actor loads it), with ``init_kwargs`` passed to ``from_pretrained``."""
     from transformers import AutoModelForImageTextToText
@@ -137,7 +138,7 @@ def load_vlm(path: str, dtype: str = "float32", init_kwargs: Optional[dict] = No
     return AutoModelForImageTextToText.from_pretrained(path, dtype=DTYPES[dtype], **(init_kwargs or {}))
 
 
-def load_processor(path: str, init_kwargs: Optional[dict] = None):
+def load_processor(path: str, init_kwargs: dict | None = None):
     """The checkpoint's processor (``AutoProcessor``); when its video processor cannot be built (no torchvision,
     no video config), :class:`ImageOnlyQwen2_5_VLProcessor` from the same files. Sets the tokenizer's pad token to eos when it has none."""
     from transformers import AutoProcessor
@@ -208,7 +209,7 @@ def encode_vlm_prompts(processor, texts: Sequence[str], images: Sequence[Sequenc
     """(prompt token ids, extra model inputs) per prompt. Each text must hold one vision block per image; a
     mismatch or a prompt over ``max_tokens`` (image tokens included) raises naming the row."""
     ids_out: list[list[int]] = []
-    extras: list[Optional[dict[str, torch.Tensor]]] = []
+    extras: list[dict[str, torch.Tensor] | None] = []
     for i, (text, refs) in enumerate(zip(texts, images)):
         blocks = text.count("<|image_pad|>")
         if blocks != len(refs):
@@ -221,8 +222,10 @@ def encode_vlm_prompts(processor, texts: Sequence[str], images: Sequence[Sequenc
             extras.append(None)
         ids = out["input_ids"][0].tolist()
         if len(ids) > max_tokens:
-            raise ConfigError(f"{where} row {i}: prompt has {len(ids)} tokens (image tokens included), more than "
-                              f"data.max_prompt_tokens={max_tokens}; raise it or use smaller images")
+            raise ConfigError(
+                f"{where} row {i}: prompt has {len(ids)} tokens (image tokens included), more than "
+                f"data.max_prompt_tokens={max_tokens}; raise it or use smaller images"
+            )
         ids_out.append(ids)
     return ids_out, extras
 
@@ -230,11 +233,12 @@ def encode_vlm_prompts(processor, texts: Sequence[str], images: Sequence[Sequenc
 def vision_token_ids(model) -> list[int]:
     """Ids of the vision special tokens of ``model`` (never sampled: a generated ``<|image_pad|>`` would have no pixels)."""
     config = model.config
-    return [getattr(config, k) for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
-            if getattr(config, k, None) is not None]
+    return [
+        getattr(config, k) for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id") if getattr(config, k, None) is not None
+    ]
 
 
-def extra_model_inputs(model, input_ids: torch.Tensor, extras: Sequence[Optional[dict[str, torch.Tensor]]]) -> dict[str, torch.Tensor]:
+def extra_model_inputs(model, input_ids: torch.Tensor, extras: Sequence[dict[str, torch.Tensor] | None]) -> dict[str, torch.Tensor]:
     """Model keyword inputs for a batch whose sequence ``b`` belongs to a prompt with extra inputs ``extras[b]``:
     each key concatenated over the batch (dim 0, batch order), and ``mm_token_type_ids`` (1 at ``<|image_pad|>``).
     Empty when no sequence has extra inputs (text-only models and rows)."""

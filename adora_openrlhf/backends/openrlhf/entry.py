@@ -25,9 +25,10 @@ import importlib
 import importlib.util
 import sys
 import types
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, redirect_stdout
 from types import SimpleNamespace
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from adora_openrlhf.config import ConfigError
 
@@ -66,12 +67,7 @@ def _is_main_guard(node: ast.stmt) -> bool:
 
 
 def _is_train_call(node: ast.stmt) -> bool:
-    return (
-        isinstance(node, ast.Expr)
-        and isinstance(node.value, ast.Call)
-        and isinstance(node.value.func, ast.Name)
-        and node.value.func.id == "train"
-    )
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and node.value.func.id == "train"
 
 
 def parser_program(source: str, filename: str) -> types.CodeType:
@@ -79,18 +75,12 @@ def parser_program(source: str, filename: str) -> types.CodeType:
     tree = ast.parse(source, filename)
     guards = [node for node in tree.body if _is_main_guard(node)]
     if len(guards) != 1 or not guards[0].body or not _is_train_call(guards[0].body[-1]):
-        raise ConfigError(
-            f"backend: {filename} does not end its __main__ block with train(args) as openrlhf 0.11.x does; "
-            "install openrlhf==0.11.2"
-        )
+        raise ConfigError(f"backend: {filename} does not end its __main__ block with train(args) as openrlhf 0.11.x does; install openrlhf==0.11.2")
     stdlib_imports = [
         node
         for node in tree.body
         if isinstance(node, (ast.Import, ast.ImportFrom))
-        and all(
-            (alias.name if isinstance(node, ast.Import) else (node.module or "")).split(".")[0] in sys.stdlib_module_names
-            for alias in node.names
-        )
+        and all((alias.name if isinstance(node, ast.Import) else (node.module or "")).split(".")[0] in sys.stdlib_module_names for alias in node.names)
     ]
     module = ast.Module(body=stdlib_imports + guards[0].body[:-1], type_ignores=[])
     return compile(module, filename, "exec")
@@ -118,7 +108,7 @@ def parse_openrlhf_args(argv: Sequence[str]) -> SimpleNamespace:
     # OpenRLHF prints its warnings to stdout; they go to stderr so that --print-args output stays JSON
     with _argv(["openrlhf.cli.train_ppo_ray", *argv]), redirect_stdout(sys.stderr):
         try:
-            exec(program, namespace)  # noqa: S102 - OpenRLHF's own parser code, from the installed package
+            exec(program, namespace)  # OpenRLHF's own parser code, from the installed package
         except AssertionError as err:
             raise OpenRLHFArgsError(f"OpenRLHF rejected the arguments: {err}") from None
     return namespace["args"]
@@ -130,9 +120,7 @@ def _trainer_import_in(train_fn: types.FunctionType) -> bool:
 
     tree = ast.parse(inspect.getsource(train_fn))
     return any(
-        isinstance(node, ast.ImportFrom)
-        and node.module == TRAINER_MODULE
-        and any(alias.name == TRAINER_NAME and alias.asname is None for alias in node.names)
+        isinstance(node, ast.ImportFrom) and node.module == TRAINER_MODULE and any(alias.name == TRAINER_NAME and alias.asname is None for alias in node.names)
         for node in ast.walk(tree)
     )
 
@@ -158,7 +146,6 @@ def run_openrlhf_train(args: SimpleNamespace, trainer_actor_cls: Any) -> None:
     entry = importlib.import_module(ENTRY_MODULE)
     if not _trainer_import_in(entry.train):
         raise ConfigError(
-            f"backend: {ENTRY_MODULE}.train does not import {TRAINER_NAME} from {TRAINER_MODULE} as openrlhf 0.11.x "
-            "does; install openrlhf==0.11.2"
+            f"backend: {ENTRY_MODULE}.train does not import {TRAINER_NAME} from {TRAINER_MODULE} as openrlhf 0.11.x does; install openrlhf==0.11.2"
         )
     with_trainer(entry.train, trainer_actor_cls)(args)

@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 import torch
 from openrlhf.models.utils import compute_reward
@@ -69,13 +69,13 @@ class FlatRollout:
     raw_rewards: torch.Tensor  # [N] float, before length penalties (the correctness signal)
     lengths: torch.Tensor  # [N] response tokens
     truncated: torch.Tensor  # [N] bool
-    scores: Optional[torch.Tensor]  # [N] float, None when any sample has no score
-    pool: Optional[PoolStats]  # per sample (every sample of a group carries its group's values), None if absent
+    scores: torch.Tensor | None  # [N] float, None when any sample has no score
+    pool: PoolStats | None  # per sample (every sample of a group carries its group's values), None if absent
     order: torch.Tensor  # [N] long: position of each concatenated sample
     split_sizes: list[int]  # samples per experience, to split back
 
 
-def _cat(experiences: Sequence[Experience], getter) -> Optional[torch.Tensor]:
+def _cat(experiences: Sequence[Experience], getter) -> torch.Tensor | None:
     values = [getter(e) for e in experiences]
     if any(v is None for v in values):
         return None
@@ -89,7 +89,7 @@ def flatten_rollout(experiences: Sequence[Experience]) -> FlatRollout:
     if sorted(order.tolist()) != list(range(len(order))):
         raise ValueError("Experience.index: the samples' positions must be a permutation of 0..N-1 (set by split_rollout_samples)")
 
-    def ordered(flat: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    def ordered(flat: torch.Tensor | None) -> torch.Tensor | None:
         if flat is None:
             return None
         out = torch.empty_like(flat)

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from adora_openrlhf.config import ConfigError, RunConfig
 
@@ -68,15 +69,17 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
     if not cfg.data.train_path:
         raise ConfigError("data.train_path: the openrlhf backend needs a prompt dataset (JSONL from data_prep or a dataset name); pass --data.train_path PATH")
     if cfg.train.loss_agg not in LOSS_AGG_MODES:
-        raise ConfigError(
-            f"train.loss_agg: {cfg.train.loss_agg!r} has no OpenRLHF 0.11 equivalent; choose one of {sorted(LOSS_AGG_MODES)}"
-        )
+        raise ConfigError(f"train.loss_agg: {cfg.train.loss_agg!r} has no OpenRLHF 0.11 equivalent; choose one of {sorted(LOSS_AGG_MODES)}")
     if cfg.model.dtype not in PARAM_DTYPES:
-        raise ConfigError(f"model.dtype: not supported by the openrlhf backend (got {cfg.model.dtype!r}); DeepSpeed trains in bf16 or fp16 "
-                          "(--ds.param_dtype): set --model.dtype bfloat16 or float16")
+        raise ConfigError(
+            f"model.dtype: not supported by the openrlhf backend (got {cfg.model.dtype!r}); DeepSpeed trains in bf16 or fp16 "
+            "(--ds.param_dtype): set --model.dtype bfloat16 or float16"
+        )
     if cfg.report_to != ["tensorboard"]:
-        raise ConfigError("report_to: the openrlhf backend logs through OpenRLHF's own options "
-                          "(--logger.tensorboard_dir DIR, --logger.wandb.key KEY); leave report_to at its default")
+        raise ConfigError(
+            "report_to: the openrlhf backend logs through OpenRLHF's own options "
+            "(--logger.tensorboard_dir DIR, --logger.wandb.key KEY); leave report_to at its default"
+        )
     out_dir = Path(cfg.output_dir)
     flags: dict[str, Any] = {
         "actor.model_name_or_path": cfg.model.path,
@@ -168,10 +171,7 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
         )
     if cfg.sampling.enabled:
         if args.algo.dynamic_filtering_enable:
-            raise ConfigError(
-                "sampling.enabled: adaptive multi-round sampling and --algo.dynamic_filtering_enable are alternatives; "
-                "use one of them"
-            )
+            raise ConfigError("sampling.enabled: adaptive multi-round sampling and --algo.dynamic_filtering_enable are alternatives; use one of them")
         if not args.reward.remote_url:
             raise ConfigError("sampling.enabled: the sampler needs rewards at rollout time; set --reward.remote_url (the reward file)")
         if not args.vllm.num_engines:
@@ -233,8 +233,7 @@ def run_config_from_args(args: SimpleNamespace) -> RunConfig:
     text = getattr(args, ARGS_ATTR, None)
     if not text:
         raise ConfigError(
-            f"args.{ARGS_ATTR}: OpenRLHF's namespace carries no adora_openrlhf config; launch with "
-            "`python -m adora_openrlhf.train --backend openrlhf ...`"
+            f"args.{ARGS_ATTR}: OpenRLHF's namespace carries no adora_openrlhf config; launch with `python -m adora_openrlhf.train --backend openrlhf ...`"
         )
     return RunConfig.from_dict(json.loads(text))
 

@@ -14,12 +14,13 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from adora_openrlhf.config import ConfigError, RunConfig
 from adora_openrlhf.backends.openrlhf.entry import ENTRY_MODULE, parse_openrlhf_args, run_openrlhf_train
 from adora_openrlhf.backends.openrlhf.flags import attach_run_config, build_argv, namespace_to_dict, reconcile, signal_description
+from adora_openrlhf.config import ConfigError, RunConfig
 
 
 def prepare(cfg: RunConfig, passthrough: Sequence[str] = (), resume: bool = False) -> tuple[list[str], Any, RunConfig]:

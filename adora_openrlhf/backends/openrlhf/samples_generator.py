@@ -39,7 +39,8 @@ from __future__ import annotations
 import heapq
 import json
 import logging
-from typing import Any, Hashable, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import ray
 import torch
@@ -50,8 +51,8 @@ from openrlhf.trainer.ppo_utils.samples_generator import SamplingParams as VllmS
 from tqdm import tqdm
 
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, GenerationRequest, SamplingResult, ScoredResponse
-from adora_openrlhf.config import RunConfig, SamplingParams
 from adora_openrlhf.backends.openrlhf.experience_maker import LENGTH_PENALIZED, POOL_COUNT, POOL_MEAN, POOL_STD, RAW_REWARD
+from adora_openrlhf.config import RunConfig, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -208,9 +209,7 @@ class AdoraSamplesGenerator(SamplesGenerator):
         def generate(requests: Sequence[GenerationRequest]) -> list[list[ScoredResponse]]:
             return self.generate_round(requests, prompts, labels, images, generate_kwargs)
 
-        result = self.sampler.sample(
-            len(prompts), generate, step=self.sampling_step, prompt_keys=[prompt_key(p, l) for p, l in zip(prompts, labels)]
-        )
+        result = self.sampler.sample(len(prompts), generate, step=self.sampling_step, prompt_keys=[prompt_key(p, l) for p, l in zip(prompts, labels)])
         self.sampling_step += 1
         return kept_experiences(result), len(prompts), exhausted
 

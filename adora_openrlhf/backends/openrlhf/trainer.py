@@ -102,8 +102,7 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
         elif states.get("global_step", 0) > 0:
             self.samples_generator.sampling_step = int(states["global_step"])
             logger.warning(
-                "resume: the checkpoint has no adaptive-sampler state; its step counter resumes at global_step=%d and "
-                "the history pool starts empty",
+                "resume: the checkpoint has no adaptive-sampler state; its step counter resumes at global_step=%d and the history pool starts empty",
                 self.samples_generator.sampling_step,
             )
         return states

@@ -20,8 +20,8 @@ Importing this module needs vLLM (``openrlhf.trainer.ray.vllm_engine`` imports i
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import ray
 import torch
@@ -38,8 +38,7 @@ def safetensors_weights(model_dir: str | Path) -> Iterator[tuple[str, torch.Tens
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(
-            f"model_dir: no *.safetensors file in {str(model_dir)!r}; save the policy there with "
-            "save_pretrained(model_dir) (safetensors is its default format)"
+            f"model_dir: no *.safetensors file in {str(model_dir)!r}; save the policy there with save_pretrained(model_dir) (safetensors is its default format)"
         )
     for path in files:
         with safe_open(str(path), framework="pt") as handle:
