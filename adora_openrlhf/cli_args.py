@@ -3,7 +3,8 @@
 ``--adora.lambda_att 0.1``, ``--sampling.exit_rule pos``, ``--train.lr 1e-5``, ``--steps 20`` ... Values are
 parsed by the field's type (bools accept true/false/1/0/yes/no; lists and dicts take JSON, e.g.
 ``--sampling.escalation '[{"temperature": 1.2}]'``; a list of names also takes ``a,b``). A few short aliases
-exist for the common ones; a list of names also takes a comma list, ``--report_to tensorboard,wandb``. Each flag's ``--help`` text is the field's ``metadata["help"]`` and its default.
+exist for the common ones; a list of names also takes a comma list, ``--report_to tensorboard,wandb``.
+Each flag's ``--help`` text is the field's ``metadata["help"]`` and its default.
 
 ``--config FILE`` (YAML or JSON, nested like ``--print-config``'s output) sits between the recipe and the flags:
 recipe < file < flags. :func:`load_config_file` turns it into dotted overrides; an unknown key is an error naming it.

@@ -99,7 +99,7 @@ def raw_floor(model_dir: str, overrides: dict[str, Any], repeats: int) -> dict[s
     return {
         "generate_s": statistics.median(gen_times),
         "train_s": statistics.median(train_times),
-        "floor_s": statistics.median(g + t for g, t in zip(gen_times, train_times)),
+        "floor_s": statistics.median(g + t for g, t in zip(gen_times, train_times, strict=True)),
         "sequences": len(texts),
     }
 
@@ -132,7 +132,7 @@ def run_trl(model_dir: str, overrides: dict[str, Any], steps: int, out: Path) ->
     )
 
     def reward(prompts, completions, label, names, **_):
-        return [kk_reward(c, lab, {"names": nm}).reward for c, lab, nm in zip(completions, label, names)]
+        return [kk_reward(c, lab, {"names": nm}).reward for c, lab, nm in zip(completions, label, names, strict=True)]
 
     class StepTimer(TrainerCallback):
         def __init__(self):

@@ -50,7 +50,7 @@ def curves(metrics: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per-run series from ``metrics.jsonl`` records: held-out greedy accuracy vs step and vs cumulative
     generated responses, and per RL step the zero-signal fraction, mean length, length std/mean and TAS fraction."""
     steps = [m for m in metrics if "sampling/responses_generated" in m]
-    cumulative = dict(zip([m["step"] for m in steps], accumulate(m["sampling/responses_generated"] for m in steps)))
+    cumulative = dict(zip([m["step"] for m in steps], accumulate(m["sampling/responses_generated"] for m in steps), strict=True))
     evals = [(m["step"], m["eval/greedy_accuracy"]) for m in metrics if "eval/greedy_accuracy" in m]
 
     def per_step(key: str) -> list[tuple[int, float]]:
@@ -137,7 +137,7 @@ def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[
     for variant, group in by_variant.items():
         group = [{**r, "gain": r["acc_final"] - r["acc_step0"]} for r in group]
         values = {k: [r[k] for r in group if r.get(k) is not None] for k in keys}
-        stats[variant] = {k: dict(zip(("mean", "ci95"), mean_ci(v) if v else (None, None)), n=len(v)) for k, v in values.items()}
+        stats[variant] = {k: dict(zip(("mean", "ci95"), mean_ci(v) if v else (None, None), strict=True), n=len(v)) for k, v in values.items()}
         stats[variant]["reached_target"] = f"{len(values['steps_to_target'])}/{len(group)}"
         responses, wall = stats[variant]["responses"]["mean"], stats[variant]["wall_s"]["mean"]
         rows.append(
@@ -183,7 +183,7 @@ def band(series: Sequence[Sequence[tuple[float, float]]]) -> tuple[list[float], 
     """Mean x, mean y and the y's 95% CI half-width at each index, over runs (cut to the shortest series)."""
     length = min((len(s) for s in series), default=0)
     xs = [sum(s[i][0] for s in series) / len(series) for i in range(length)]
-    ys, hs = zip(*[mean_ci(s[i][1] for s in series) for i in range(length)]) if length else ((), ())
+    ys, hs = zip(*[mean_ci(s[i][1] for s in series) for i in range(length)], strict=True) if length else ((), ())
     return xs, list(ys), list(hs)
 
 
@@ -204,7 +204,7 @@ def plot(runs: Sequence[dict[str, Any]], variants: Sequence[str], path: Path, ti
     ]
     palette = plt.get_cmap("tab10").colors
     per_run = [(r["variant"], curves(r["metrics"])) for r in runs]
-    for ax, (key, xlabel, ylabel) in zip(axes.flat, panels):
+    for ax, (key, xlabel, ylabel) in zip(axes.flat, panels, strict=True):
         for i, variant in enumerate(variants):
             series = [c[key] for v, c in per_run if v == variant and c[key]]
             if not series:
@@ -212,7 +212,9 @@ def plot(runs: Sequence[dict[str, Any]], variants: Sequence[str], path: Path, ti
             xs, ys, hs = band(series)
             colour = palette[i % len(palette)]
             ax.plot(xs, ys, label=variant, color=colour, marker="o" if key.startswith("acc") else None, markersize=3)
-            ax.fill_between(xs, [y - h for y, h in zip(ys, hs)], [y + h for y, h in zip(ys, hs)], color=colour, alpha=0.15, linewidth=0)
+            ax.fill_between(
+                xs, [y - h for y, h in zip(ys, hs, strict=True)], [y + h for y, h in zip(ys, hs, strict=True)], color=colour, alpha=0.15, linewidth=0
+            )
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -302,7 +304,7 @@ def _run(args: argparse.Namespace) -> int:
         inits = run_pool(_warm, [(args.recipe, seed, base, out) for seed in args.seeds], args.workers)
         specs = [
             RunSpec(v, seed, args.recipe, {**base, **o, "model.path": init, **FROM_WARM_START}, str(out / "runs" / f"{v}_seed{seed}"))
-            for seed, init in zip(args.seeds, inits)
+            for seed, init in zip(args.seeds, inits, strict=True)
             for v, o in variants.items()
         ]
         runs = run_pool(run_training, specs, args.workers)

@@ -149,7 +149,7 @@ class KKPuzzle:
 
 
 def format_solution(names: Sequence[str], solution: Sequence[bool]) -> str:
-    return "\n".join(f"({k}) {name} is a {ROLE_WORD[bool(role)]}" for k, (name, role) in enumerate(zip(names, solution), 1))
+    return "\n".join(f"({k}) {name} is a {ROLE_WORD[bool(role)]}" for k, (name, role) in enumerate(zip(names, solution, strict=True), 1))
 
 
 def _random_leaf(speaker: int, num_people: int, rng: random.Random) -> Statement:
@@ -192,7 +192,7 @@ def render_statement(statement: Statement, names: Sequence[str]) -> str:
 def render_quiz(names: Sequence[str], statements: Sequence[Statement]) -> str:
     """Compact quiz text (the tiny CPU model has a short context)."""
     lines = [f"Knights always tell the truth and knaves always lie. You meet {len(names)} inhabitants: {', '.join(names[:-1])} and {names[-1]}."]
-    for name, statement in zip(names, statements):
+    for name, statement in zip(names, statements, strict=True):
         text = render_statement(statement, names)
         lines.append(f'{name} says: "{text[0].upper()}{text[1:]}."')
     lines.append("Who is a knight and who is a knave?")
@@ -532,7 +532,8 @@ def convert_public_rows(
     from data_prep.common import locate
 
     rows, rejected = [], []
-    numbered = zip(numbers if numbers is not None else range(1, 1 << 62), tqdm(raw_rows, desc="K&K rows", unit="row", disable=not progress))
+    counter = numbers if numbers is not None else range(1, 1 << 62)
+    numbered = zip(counter, tqdm(raw_rows, desc="K&K rows", unit="row", disable=not progress), strict=False)  # the counter outlasts the rows
     for number, raw in numbered:
         try:
             rows.append(convert_public_row(raw, number))

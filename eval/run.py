@@ -161,7 +161,7 @@ def evaluate_benchmark(
             chunk = todo[start : start + batch_problems]
             seeds = [problem_seed(seed, bench.name, problem_id(row, index)) for index, row in chunk]
             responses = generator.generate([row for _, row in chunk], k, seeds=seeds)
-            for (index, row), samples in zip(chunk, responses):
+            for (index, row), samples in zip(chunk, responses, strict=True):
                 pid = problem_id(row, index)
                 have = done.get((bench.name, pid), set())
                 for sample_index, response in enumerate(samples):

@@ -27,8 +27,8 @@ KK = AdoraConfig(enabled=True, correct_threshold=1.0)
 
 def reference_length_weight(rewards, lengths, truncated, threshold=1.0, lam=0.1):
     """Literal hand transcription of the reference rule for one group (lists in, weight out)."""
-    pos = [l for r, l in zip(rewards, lengths) if r > threshold]
-    neg = [l for r, l, t in zip(rewards, lengths, truncated) if r <= threshold and not t]
+    pos = [length for r, length in zip(rewards, lengths, strict=True) if r > threshold]
+    neg = [length for r, length, t in zip(rewards, lengths, truncated, strict=True) if r <= threshold and not t]
     max_pos = max(pos) if pos else float("-inf")
     mean_neg = sum(neg) / len(neg) if neg else float("inf")
     if not pos or max_pos > mean_neg:
@@ -72,8 +72,8 @@ def test_truncated_negatives_are_dropped_from_the_statistic():
 
 def reference_llm_length_weight(rewards, lengths, truncated, threshold=1.0, lam=0.1):
     """Hand transcription of the verl LLM reference for one group: -inf for an empty side."""
-    pos = [l for r, l in zip(rewards, lengths) if r > threshold]
-    neg = [l for r, l, t in zip(rewards, lengths, truncated) if r <= threshold and not t]
+    pos = [length for r, length in zip(rewards, lengths, strict=True) if r > threshold]
+    neg = [length for r, length, t in zip(rewards, lengths, truncated, strict=True) if r <= threshold and not t]
     max_pos = max(pos) if pos else float("-inf")
     mean_neg = sum(neg) / len(neg) if neg else float("-inf")
     return 1.0 if max_pos > mean_neg else lam
@@ -117,14 +117,14 @@ def test_both_policies_match_their_reference_transcriptions(n, g, data):
     response = st.tuples(st.sampled_from([-3.0, -1.0, -0.5, 0.0, 1.0, 3.0]), st.integers(1, 12), st.booleans())
     groups = data.draw(st.lists(st.lists(response, min_size=n, max_size=n), min_size=g, max_size=g))
     rewards = torch.tensor([[r for r, _, _ in g] for g in groups])
-    lengths = torch.tensor([[l for _, l, _ in g] for g in groups])
+    lengths = torch.tensor([[length for _, length, _ in g] for g in groups])
     truncated = torch.tensor([[t for _, _, t in g] for g in groups])
     vlm = adora_weights(rewards, lengths, KK, truncated=truncated).weights.tolist()
     llm = adora_weights(rewards, lengths, dataclasses.replace(KK, edge_policy="llm"), truncated=truncated).weights.tolist()
     for g, group in enumerate(groups):
-        r, l, t = zip(*group)
-        assert vlm[g] == pytest.approx(reference_length_weight(r, l, t))
-        assert llm[g] == pytest.approx(reference_llm_length_weight(r, l, t))
+        r, lens, t = zip(*group, strict=True)
+        assert vlm[g] == pytest.approx(reference_length_weight(r, lens, t))
+        assert llm[g] == pytest.approx(reference_llm_length_weight(r, lens, t))
 
 
 def test_correct_mask_overrides_threshold():

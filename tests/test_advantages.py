@@ -145,7 +145,7 @@ def test_properties_finite_zero_signal_and_centering(groups, name, ragged):
         rows = list(adv)
     else:
         rows, stats = compute_group_advantages([torch.tensor(g, dtype=torch.float32) for g in groups], name)
-    for g, a, zero in zip(groups, rows, stats.zero_signal.tolist()):
+    for g, a, zero in zip(groups, rows, stats.zero_signal.tolist(), strict=True):
         assert torch.isfinite(a).all()
         if len(set(g)) == 1:
             assert torch.equal(a, torch.zeros_like(a)) and zero

@@ -66,7 +66,7 @@ def test_trapezoid_auc_hand_computed():
 @given(st.lists(st.floats(0, 1), min_size=1, max_size=12), st.lists(st.integers(1, 20), min_size=11, max_size=11))
 def test_auc_is_a_mean_height(ys, gaps):
     xs = [0] + [sum(gaps[:i]) for i in range(1, len(ys))]
-    auc = trapezoid_auc(list(zip(xs, ys)))
+    auc = trapezoid_auc(list(zip(xs, ys, strict=True)))
     assert min(ys) - 1e-12 <= auc <= max(ys) + 1e-12
 
 
@@ -115,7 +115,7 @@ def test_summarise_means_cis_and_reached_counts():
     assert stats["Ada-pos"]["reached_target"] == "1/2" and stats["Ada-pos"]["steps_to_target"] == {"mean": 1.0, "ci95": 0.0, "n": 1}
     # GRPO final accuracy [0.4, 0.2]: mean 0.3, half-width 12.706205 * 0.141421 / sqrt(2) = 1.270620
     assert stats["GRPO"]["acc_final"]["mean"] == pytest.approx(0.3) and stats["GRPO"]["acc_final"]["ci95"] == pytest.approx(1.270620, abs=1e-6)
-    ada = dict(zip(HEADER, rows[1]))
+    ada = dict(zip(HEADER, rows[1], strict=True))
     assert ada["reached target"] == "1/2" and ada["gain"] == "0.200 ± 2.541"
     assert ada["responses (vs GRPO)"].endswith("(2.00x)") and ada["wall s (vs GRPO)"].endswith("(2.00x)")
     assert ada["TAS frac (first 20)"] == "n/a"

@@ -70,7 +70,7 @@ def test_solution_text_and_row_schema():
     puzzle = kk.generate_puzzle(3, random.Random(5))
     lines = puzzle.solution_text.split("\n")
     assert len(lines) == 3
-    for k, (line, name, role) in enumerate(zip(lines, puzzle.names, puzzle.solution), 1):
+    for k, (line, name, role) in enumerate(zip(lines, puzzle.names, puzzle.solution, strict=True), 1):
         assert line == f"({k}) {name} is a {'knight' if role else 'knave'}"
     row = kk.kk_row(puzzle)
     assert set(row) == {"prompt", "label", "source", "meta"}
@@ -120,7 +120,7 @@ def _public_row(puzzle):
         "names": list(puzzle.names),
         "knight_knave": {"knight": "knight", "knave": "knave"},
         "solution": list(puzzle.solution),
-        "solution_text": ", ".join(f"{n} is a {'knight' if s else 'knave'}" for n, s in zip(puzzle.names, puzzle.solution)),
+        "solution_text": ", ".join(f"{n} is a {'knight' if s else 'knave'}" for n, s in zip(puzzle.names, puzzle.solution, strict=True)),
         "solution_text_format": puzzle.solution_text,
         "statements": repr(puzzle.statements),
         "index": 0,

@@ -159,7 +159,7 @@ def test_property_parse_roundtrip(roles, data):
         prefix = f"({k}){spaces}" if numbered else ""
         lines.append(f"{prefix}{name}{spaces}is a {word}{data.draw(_PUNCT)}")
     text = data.draw(_SEP).join(lines)
-    assert parse_kk_answer(text, names) == dict(zip(names, roles))
+    assert parse_kk_answer(text, names) == dict(zip(names, roles, strict=True))
 
 
 @settings(max_examples=60, deadline=None)
@@ -273,7 +273,7 @@ def test_property_a_second_role_makes_the_answer_unparsable(roles, data):
     names = list(kk.NAMES[: len(roles)])
     hedged = data.draw(st.integers(0, len(roles) - 1))
     lines = []
-    for i, (name, knight) in enumerate(zip(names, roles)):
+    for i, (name, knight) in enumerate(zip(names, roles, strict=True)):
         role, other = ("knight", "knave") if knight else ("knave", "knight")
         line = f"({i + 1}) {name} is a {role}"
         if i == hedged:

@@ -124,7 +124,7 @@ def test_resume_continues_at_same_step_with_same_data(tmp_path):
     assert summary["resumed_from_step"] == 2
     a, b = _records(tmp_path / "full"), _records(tmp_path / "part")
     assert [r["step"] for r in b] == [0, 1, 2, 3, 4]
-    for ra, rb in zip(a[3:], b[3:]):  # steps 3 and 4: same prompts, same samples, same updates
+    for ra, rb in zip(a[3:], b[3:], strict=True):  # steps 3 and 4: same prompts, same samples, same updates
         assert rb["sampling/first_round_mean_reward"] == pytest.approx(ra["sampling/first_round_mean_reward"])
         assert rb["train/loss"] == pytest.approx(ra["train/loss"], rel=1e-4, abs=1e-6)
     end_a, end_b = _final_weights(tmp_path / "full"), _final_weights(tmp_path / "part")

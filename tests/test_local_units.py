@@ -91,7 +91,7 @@ def test_gradient_does_not_depend_on_micro_batch_size(tok, loss_agg):
         model = copy.deepcopy(base)
         cfg = PolicyLossConfig(lr=1.0, loss_agg=loss_agg, micro_batch_size=micro, max_grad_norm=1e9)
         policy_update(model, torch.optim.SGD(model.parameters(), lr=1.0), batch, advantages, cfg, norm_length=8)
-        deltas.append(torch.cat([(p - q).flatten() for p, q in zip(model.parameters(), base.parameters())]))
+        deltas.append(torch.cat([(p - q).flatten() for p, q in zip(model.parameters(), base.parameters(), strict=True)]))
     assert deltas[1].abs().max() > 0
     assert torch.allclose(deltas[0], deltas[1], rtol=1e-5, atol=1e-7)  # log-probs are computed in float32
 
@@ -154,7 +154,7 @@ def test_rollout_log_probs_match_training_forward(tok, model):
         eos_token_id=None,
     )
     resp = out.sequences[:, width:]
-    gen_lp = torch.stack([torch.log_softmax(l, -1).gather(-1, resp[:, i : i + 1]).squeeze(-1) for i, l in enumerate(out.logits)], 1)
+    gen_lp = torch.stack([torch.log_softmax(step_logits, -1).gather(-1, resp[:, i : i + 1]).squeeze(-1) for i, step_logits in enumerate(out.logits)], 1)
     with torch.no_grad():
         lp = token_log_probs(model, pack(prompts, resp.tolist(), tok.pad_token_id))
     for i, p in enumerate(prompts):
@@ -275,7 +275,7 @@ def test_checkpoint_round_trip_and_partial_save_ignored(tok, tmp_path):
     opt2 = torch.optim.AdamW(other.parameters(), lr=1e-3)
     loaded = ckpt.load_trainer_state(ckpt.latest_checkpoint(tmp_path), opt2)
     assert loaded.step == 5 and loaded.data_position == 40
-    assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), other.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), other.state_dict().values(), strict=True))
     assert opt2.state_dict()["state"].keys() == opt.state_dict()["state"].keys()
     ckpt.restore_rng(loaded.rng)
     assert torch.equal(torch.rand(3), expected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import replace
@@ -151,10 +152,8 @@ def napping_grade(*args):
 
 def swallowing_grade(*args):
     """Catches the timeout and answers anyway, as a broad ``except`` inside a grading library would."""
-    try:
+    with contextlib.suppress(BaseException):
         time.sleep(30)
-    except BaseException:  # noqa: BLE001
-        pass
     return True, "swallowed"
 
 

@@ -147,7 +147,7 @@ def test_equals_openrlhf_exactly_with_adora_off(estimator):
     cfg = run_config(**{"advantage.estimator": estimator})
     responses = responses_for(GROUPS) + responses_for([[(5, 0.5, 0.0, False), (7, 2.0, 1.0, False), (2, -1.0, 0.0, True), (9, 0.25, 0.0, False)]])
     theirs, mine = both_paths(args, responses, cfg)
-    for a, b in zip(theirs, mine):
+    for a, b in zip(theirs, mine, strict=True):
         assert torch.equal(a.advantages, b.advantages)
         assert torch.equal(a.returns, b.returns)
         assert torch.equal(a.info["return"], b.info["return"])
@@ -168,11 +168,11 @@ def test_group_norm_equals_openrlhf_for_any_rollout(n, groups, micro, data):
     lengths = data.draw(st.lists(st.integers(1, 12), min_size=n * groups, max_size=n * groups))
     responses = [
         response_dict(prompt_len=2 + i // n, response_len=length, reward=r, score=float(r > 0.5), prompt=f"q{i // n}")
-        for i, (r, length) in enumerate(zip(rewards, lengths))
+        for i, (r, length) in enumerate(zip(rewards, lengths, strict=True))
     ]
     args = openrlhf_args(n=n, micro_batch=micro)
     theirs, mine = both_paths(args, responses, run_config())
-    for a, b in zip(theirs, mine):
+    for a, b in zip(theirs, mine, strict=True):
         assert torch.equal(a.advantages, b.advantages)
         assert torch.equal(a.returns, b.returns)
 
@@ -233,8 +233,8 @@ def test_adora_advantages_do_not_depend_on_micro_batching(micro, rule, mode):
     reference = scalars(1)
     assert scalars(micro) == reference
     plain = scalar_by_sample(both_paths(openrlhf_args(n=4, micro_batch=micro), responses_for(GROUPS), run_config())[0])
-    assert all(abs(a) <= abs(p) * (cfg.adora.lambda_amp if mode == "amplify" else 1) + 1e-9 for a, p in zip(reference, plain))
-    assert all((a > 0) == (p > 0) and (a < 0) == (p < 0) for a, p in zip(reference, plain))  # weights never flip signs
+    assert all(abs(a) <= abs(p) * (cfg.adora.lambda_amp if mode == "amplify" else 1) + 1e-9 for a, p in zip(reference, plain, strict=True))
+    assert all((a > 0) == (p > 0) and (a < 0) == (p < 0) for a, p in zip(reference, plain, strict=True))  # weights never flip signs
 
 
 # ---------------------------------------------------------------------------------------------------------

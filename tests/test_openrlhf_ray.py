@@ -143,7 +143,7 @@ def test_adaptive_rounds_escalation_and_balanced_down_sampling(ray_cluster):
         for row, index in enumerate(batch.index):
             got[index] = float(batch.advantages[row][batch.action_mask[row].bool()][0])
     means = [1.25] * 4 + [0.375] * 4 + [3.0] * 4
-    assert [got[i] for i in range(12)] == pytest.approx([r - m for r, m in zip(rewards, means)], abs=1e-6)
+    assert [got[i] for i in range(12)] == pytest.approx([r - m for r, m in zip(rewards, means, strict=True)], abs=1e-6)
 
 
 def test_sampler_off_keeps_openrlhf_dynamic_filtering(ray_cluster):

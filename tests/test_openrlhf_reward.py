@@ -42,7 +42,7 @@ def _as_openrlhf_would(reward_func, queries, prompts, labels):
     openrlhf.trainer.ppo_utils.samples_generator._process_response_into_experience."""
 
     async def run():
-        return await asyncio.gather(*[asyncio.to_thread(reward_func, [q], [p], [l]) for q, p, l in zip(queries, prompts, labels)])
+        return await asyncio.gather(*[asyncio.to_thread(reward_func, [q], [p], [label]) for q, p, label in zip(queries, prompts, labels, strict=True)])
 
     infos = []
     for result in asyncio.run(run()):
@@ -65,7 +65,7 @@ def test_kk_rows_end_to_end(tmp_path):
         "<think>reasoning</think><answer>no idea</answer><|im_end|>",
         "just an answer<|im_end|>",
     ]
-    queries = [p + r for p, r in zip(prompts, responses)]
+    queries = [p + r for p, r in zip(prompts, responses, strict=True)]
     infos = _as_openrlhf_would(reward_func, queries, prompts, [r["reward_label"] for r in rows])
     assert [i["reward"].item() for i in infos] == [3.0, -1.0, -3.0]
     assert [i["score"].item() for i in infos] == [1.0, 0.0, 0.0]
@@ -90,7 +90,7 @@ def test_mixed_sources_batch_shapes():
     ]
     responses = ["<think>t</think><answer>(1) Alice is a knight\n(2) Bob is a knave</answer>", "work\nAnswer: 41", "\\boxed{0.5}", "<think>t</think>\\boxed{B}"]
     prompts = ["<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"] * 4
-    result = hook.reward_func([p + r for p, r in zip(prompts, responses)], prompts, labels)
+    result = hook.reward_func([p + r for p, r in zip(prompts, responses, strict=True)], prompts, labels)
     assert result["rewards"].dtype == torch.float32 and result["rewards"].shape == (4,)
     assert result["rewards"].tolist() == pytest.approx([3.0, -1.0, 1.0, 1.0])
     assert result["scores"].tolist() == [1.0, 0.0, 1.0, 1.0]
@@ -139,7 +139,7 @@ def test_math_rows_from_worker_threads(tmp_path):
     )
     prompts = [_chat(r["prompt"]) for r in rows]
     responses = ["<think>t</think> so \\boxed{0.5}<|im_end|>", "<think>t</think> so \\boxed{4}<|im_end|>"]
-    infos = _as_openrlhf_would(_load_like_openrlhf(), [p + r for p, r in zip(prompts, responses)], prompts, [r["reward_label"] for r in rows])
+    infos = _as_openrlhf_would(_load_like_openrlhf(), [p + r for p, r in zip(prompts, responses, strict=True)], prompts, [r["reward_label"] for r in rows])
     assert [i["reward"].item() for i in infos] == [1.0, 0.0]
     assert [i["grader_timeout"].item() + i["grader_error"].item() for i in infos] == [0.0, 0.0]
 
@@ -169,7 +169,8 @@ def test_reward_file_that_cannot_import_the_package_fails_at_load(tmp_path):
         except ImportError as err:
             print("LOAD FAILED:", err)
             sys.exit(3)
-        print("LOADED; reward of a correct K&K answer:", module.reward_func(["x"], [""], ['{{"source": "kk", "label": "a", "meta": {{}}}}'])["rewards"].tolist())
+        rewards = module.reward_func(["x"], [""], ['{{"source": "kk", "label": "a", "meta": {{}}}}'])["rewards"]
+        print("LOADED; reward of a correct K&K answer:", rewards.tolist())
         """
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)

@@ -85,12 +85,12 @@ def test_openrlhf_actor_log_probs_equal_the_local_update(checkpoint):
     responses = [[40, 41, 42, 43], [44, 45], [46, 47, 48]]
     pad = processor.tokenizer.pad_token_id
     p_width, r_width = max(map(len, prompts)), max(map(len, responses))
-    sequences = torch.tensor([[pad] * (p_width - len(p)) + p + r + [pad] * (r_width - len(r)) for p, r in zip(prompts, responses)])
-    attention = torch.tensor([[0] * (p_width - len(p)) + [1] * (len(p) + len(r)) + [0] * (r_width - len(r)) for p, r in zip(prompts, responses)])
+    sequences = torch.tensor([[pad] * (p_width - len(p)) + p + r + [pad] * (r_width - len(r)) for p, r in zip(prompts, responses, strict=True)])
+    attention = torch.tensor([[0] * (p_width - len(p)) + [1] * (len(p) + len(r)) + [0] * (r_width - len(r)) for p, r in zip(prompts, responses, strict=True)])
     action_mask = torch.tensor([[1] * len(r) + [0] * (r_width - len(r)) for r in responses])
     mm = vlm_utils.merge_mm_train_inputs([per_sample], "cpu")
     with torch.no_grad():
         theirs = actor(sequences, action_mask=action_mask, attention_mask=attention, **mm)
         ours = token_log_probs(actor.model, pack(prompts, responses, pad, per_sample))
-    for b, (p, r) in enumerate(zip(prompts, responses)):
+    for b, (p, r) in enumerate(zip(prompts, responses, strict=True)):
         assert torch.allclose(theirs[b, : len(r)], ours[b, len(p) - 1 : len(p) - 1 + len(r)], atol=1e-5)

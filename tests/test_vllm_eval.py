@@ -153,19 +153,19 @@ def test_greedy_answers_agree_with_transformers(model_dir):
     vl_ids = [list(o.outputs[0].token_ids) for o in outs]
 
     same = 0
-    for prompt, a, b, out in zip(prompts, hf_ids, vl_ids, outs):
+    for prompt, a, b, out in zip(prompts, hf_ids, vl_ids, outs, strict=True):
         with torch.no_grad():
             logits = hf.model(torch.tensor([prompt + b])).logits[0, len(prompt) - 1 : -1].float()
         logprobs = torch.log_softmax(logits, dim=-1)
-        vllm_logprobs = [step[token].logprob for step, token in zip(out.outputs[0].logprobs, b)]
+        vllm_logprobs = [step[token].logprob for step, token in zip(out.outputs[0].logprobs, b, strict=True)]
         assert vllm_logprobs == pytest.approx([float(logprobs[i, t]) for i, t in enumerate(b)], abs=1e-4)
         if a == b:
             same += 1
             continue
-        j = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+        j = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)  # the responses may differ in length
         gap = abs(float(logits[j, a[j]] - logits[j, b[j]]))
         assert gap < LOGIT_TIE, f"engines diverge at token {j} although the logits differ by {gap}"
     assert same >= len(prompts) - 1
     # the evaluation's own text path: identical tokens give identical responses
     hf_texts, vl_texts = hf.generate(bench_rows, 1), vl.generate(bench_rows, 1)
-    assert sum(h == v for h, v in zip(hf_texts, vl_texts)) == same
+    assert sum(h == v for h, v in zip(hf_texts, vl_texts, strict=True)) == same

@@ -181,7 +181,7 @@ def generator(args, engines, cfg, tokenizer):
 
 
 def prompt_batches(prompts, labels):
-    return iter([(["dapo_math"], [p], [l], [None]) for p, l in zip(prompts, labels)])
+    return iter([(["dapo_math"], [p], [label], [None]) for p, label in zip(prompts, labels, strict=True)])
 
 
 def action_tokens(experience) -> list[int]:

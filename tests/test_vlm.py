@@ -40,7 +40,7 @@ def components(image, colour) -> list[int]:
     hit = np.all(pixels == np.array(colour, dtype=pixels.dtype), axis=-1)
     seen = np.zeros_like(hit)
     areas = []
-    for y, x in zip(*np.nonzero(hit)):
+    for y, x in zip(*np.nonzero(hit), strict=True):
         if seen[y, x]:
             continue
         queue, area = deque([(y, x)]), 0
@@ -135,7 +135,7 @@ def test_processor_round_trip(tiny, rows):
     assert json.loads((path / "processor_config.json").read_text())["processor_class"] == "Qwen2_5_VLProcessor"
     ids, extras = encode(processor, rows)
     ids2, extras2 = encode(loaded, rows)
-    assert ids == ids2 and all(torch.equal(a[k], b[k]) for a, b in zip(extras, extras2) for k in vlm.EXTRA_INPUT_KEYS)
+    assert ids == ids2 and all(torch.equal(a[k], b[k]) for a, b in zip(extras, extras2, strict=True) for k in vlm.EXTRA_INPUT_KEYS)
     # a 32x32 image, 8-pixel patches: a 4x4 grid, merged 2x2 -> 4 image tokens between the vision start/end tokens
     assert extras[0]["image_grid_thw"].tolist() == [[1, 4, 4]] and tuple(extras[0]["pixel_values"].shape) == (16, 3 * 2 * 8 * 8)
     image_id = loaded.tokenizer.convert_tokens_to_ids("<|image_pad|>")
@@ -190,7 +190,7 @@ def test_rollout_log_probs_match_training_forward_with_images(tiny, rows):
         **vlm.extra_model_inputs(model, input_ids, extras),
     )
     resp = out.sequences[:, width:]
-    gen_lp = torch.stack([torch.log_softmax(l, -1).gather(-1, resp[:, i : i + 1]).squeeze(-1) for i, l in enumerate(out.logits)], 1)
+    gen_lp = torch.stack([torch.log_softmax(step_logits, -1).gather(-1, resp[:, i : i + 1]).squeeze(-1) for i, step_logits in enumerate(out.logits)], 1)
     with torch.no_grad():
         lp = token_log_probs(model, pack(ids, resp.tolist(), pad, extras))
         text_only = token_log_probs(model, pack(ids, resp.tolist(), pad))  # without the image inputs the positions differ

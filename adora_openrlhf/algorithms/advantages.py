@@ -24,13 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import torch
 
 from adora_openrlhf.registry import Registry
 
-RewardsLike = Union[torch.Tensor, Sequence[torch.Tensor]]
+RewardsLike = torch.Tensor | Sequence[torch.Tensor]
 
 
 @dataclass(frozen=True)

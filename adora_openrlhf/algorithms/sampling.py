@@ -227,7 +227,7 @@ class AdaptiveSampler:
             outputs = generate(requests)
             if len(outputs) != len(requests):
                 raise ValueError(f"generate: returned {len(outputs)} response lists for {len(requests)} requests")
-            for req, responses in zip(requests, outputs):
+            for req, responses in zip(requests, outputs, strict=True):
                 if len(responses) != req.num_samples:
                     raise ValueError(f"generate: prompt {req.prompt_index} asked for {req.num_samples} responses, got {len(responses)}")
                 for resp in responses:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from adora_openrlhf.config import ConfigError, RunConfig
 
@@ -42,7 +42,7 @@ class Refused:
     allowed: Callable[[Any], bool] = lambda value: False
 
 
-Support = Union[str, Refused]
+Support = str | Refused
 
 _GENERATED = Refused("generated data is a local-backend feature; write the rows with `python -m data_prep.kk --out DIR` and pass --data.train_path")
 _TINY = Refused("the openrlhf backend trains model.path (a Hugging Face model); the tiny model is local-only")

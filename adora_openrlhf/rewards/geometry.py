@@ -73,9 +73,8 @@ def extract_final_answer(response: str) -> str | None:
 def format_ok(response: str, config: GeometryRewardConfig) -> bool:
     """One <think>...</think> block (when required) followed by \\boxed{} or <answer>...</answer>."""
     text = "<think>" + response if config.think_opened_in_prompt else response
-    if config.require_think:
-        if text.count("<think>") != 1 or text.count("</think>") != 1 or text.find("<think>") > text.find("</think>"):
-            return False
+    if config.require_think and (text.count("<think>") != 1 or text.count("</think>") != 1 or text.find("<think>") > text.find("</think>")):
+        return False
     tail = final_segment(text)
     return _last_boxed(tail) is not None or re.search(r"<answer>.+?</answer>", tail, flags=re.DOTALL) is not None
 

@@ -158,7 +158,7 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
         raise ValueError(f"reward_func: got {len(queries)} queries, {len(prompts)} prompts and {len(labels)} labels")
     rewards, scores = [], []
     logs: dict[str, list[float]] = {key: [] for key in EXTRA_LOG_KEYS}
-    for query, prompt, label in zip(queries, prompts, labels):
+    for query, prompt, label in zip(queries, prompts, labels, strict=True):
         reward, score, row_logs = score_one(query, prompt, label)
         rewards.append(reward)
         scores.append(score)

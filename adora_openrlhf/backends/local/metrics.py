@@ -167,13 +167,13 @@ def plot_reward_curve(metrics_path: str | Path, out_path: str | Path, window: in
     for key, label in (("eval/greedy_accuracy", "held-out accuracy (greedy)"), ("eval/sampled_accuracy", "held-out accuracy (sampled)")):
         points = [(r["step"], r[key]) for r in evals if key in r]
         if points:
-            ax_a.plot(*zip(*points), marker="o", label=label)
+            ax_a.plot(*zip(*points, strict=True), marker="o", label=label)
     _plot_keys(ax_h, records, (("train/entropy", "mean token entropy (nats)"),))
     _plot_keys(ax_l, records, (("response/length_mean", "mean length"), ("response/length_max", "max length")))
     clipped = [(r["step"], r["response/truncated_fraction"]) for r in records if "response/truncated_fraction" in r]
     if clipped:
         ax_t = ax_l.twinx()
-        ax_t.plot(*zip(*clipped), color="tab:red", alpha=0.5, linestyle="--", label="truncated fraction")
+        ax_t.plot(*zip(*clipped, strict=True), color="tab:red", alpha=0.5, linestyle="--", label="truncated fraction")
         ax_t.set_ylim(0, 1)
         ax_t.set_ylabel("truncated fraction")
         ax_t.legend(loc="upper right")
@@ -194,4 +194,4 @@ def _plot_keys(ax, records, keys) -> None:
     for key, label in keys:
         points = [(r["step"], r[key]) for r in records if key in r]
         if points:
-            ax.plot(*zip(*points), label=label)
+            ax.plot(*zip(*points, strict=True), label=label)

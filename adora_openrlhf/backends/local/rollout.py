@@ -165,7 +165,7 @@ class RolloutEngine:
                 more = {"extras": [self.extras[row] for _, row in items]} if self.extras is not None else {}
                 responses = generate_responses(self.model, self.tokenizer, prompts, params, self.batch_size, **more)
                 t1 = time.perf_counter()
-                for (r_index, row), prompt, (response, truncated) in zip(items, prompts, responses):
+                for (r_index, row), prompt, (response, truncated) in zip(items, prompts, responses, strict=True):
                     outputs[r_index].append(self.score(row, prompt, response, truncated))
                 self.generate_seconds += t1 - t0
                 self.score_seconds += time.perf_counter() - t1

@@ -46,11 +46,11 @@ def pack(
     extra model inputs of sequence ``b``'s prompt (pixel values of a vision row), kept for the forward pass."""
     if len(prompts) != len(responses):
         raise ValueError(f"responses: {len(responses)} responses for {len(prompts)} prompts")
-    width = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    width = max(len(p) + len(r) for p, r in zip(prompts, responses, strict=True))
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     attn = torch.zeros((len(prompts), width), dtype=torch.long)
     action = torch.zeros((len(prompts), width - 1), dtype=torch.float32)
-    for b, (p, r) in enumerate(zip(prompts, responses)):
+    for b, (p, r) in enumerate(zip(prompts, responses, strict=True)):
         seq = list(p) + list(r)
         ids[b, : len(seq)] = torch.tensor(seq, dtype=torch.long)
         attn[b, : len(seq)] = 1

@@ -150,7 +150,7 @@ def load_processor(path: str, init_kwargs: dict | None = None):
     except (ImportError, OSError) as err:  # the video processor: torchvision missing, or no video config saved
         try:
             processor = ImageOnlyQwen2_5_VLProcessor.from_pretrained(path, **loader_kwargs(init_kwargs))
-        except Exception:
+        except Exception:  # noqa: BLE001 - whatever the fallback's failure, the first error is the one to report
             raise err from None
     if not hasattr(processor, "image_processor"):
         raise ConfigError(f"model.path: {path!r} has no image processor; data.task 'geometry' needs a vision-language checkpoint")
@@ -210,7 +210,7 @@ def encode_vlm_prompts(processor, texts: Sequence[str], images: Sequence[Sequenc
     mismatch or a prompt over ``max_tokens`` (image tokens included) raises naming the row."""
     ids_out: list[list[int]] = []
     extras: list[dict[str, torch.Tensor] | None] = []
-    for i, (text, refs) in enumerate(zip(texts, images)):
+    for i, (text, refs) in enumerate(zip(texts, images, strict=True)):
         blocks = text.count("<|image_pad|>")
         if blocks != len(refs):
             raise ConfigError(f"{where} row {i} field 'images': {len(refs)} image(s) for {blocks} image slot(s) (<image> tags) in the prompt")

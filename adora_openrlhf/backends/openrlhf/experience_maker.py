@@ -199,7 +199,7 @@ class AdoraExperienceMaker(RemoteExperienceMaker):
                 args.algo.advantage.estimator,
             )
             args.algo.advantage.gamma = 1.0
-        for i, (experience, advantage) in enumerate(zip(experiences, scalar)):
+        for i, (experience, advantage) in enumerate(zip(experiences, scalar, strict=True)):
             for key, parts in info_split.items():
                 experience.info[key] = parts[i]
             token_reward = compute_reward(

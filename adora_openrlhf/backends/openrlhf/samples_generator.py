@@ -209,7 +209,9 @@ class AdoraSamplesGenerator(SamplesGenerator):
         def generate(requests: Sequence[GenerationRequest]) -> list[list[ScoredResponse]]:
             return self.generate_round(requests, prompts, labels, images, generate_kwargs)
 
-        result = self.sampler.sample(len(prompts), generate, step=self.sampling_step, prompt_keys=[prompt_key(p, l) for p, l in zip(prompts, labels)])
+        result = self.sampler.sample(
+            len(prompts), generate, step=self.sampling_step, prompt_keys=[prompt_key(p, label) for p, label in zip(prompts, labels, strict=True)]
+        )
         self.sampling_step += 1
         return kept_experiences(result), len(prompts), exhausted
 
@@ -241,7 +243,7 @@ class AdoraSamplesGenerator(SamplesGenerator):
         max_length = generate_kwargs.get("max_len", 2048)
         engines = self._assign_engines([r.num_samples for r in requests])
         refs = []
-        for request, engine_index in zip(requests, engines):
+        for request, engine_index in zip(requests, engines, strict=True):
             p = request.prompt_index
             refs.append(
                 self.vllm_engines[engine_index].generate_responses.remote(
