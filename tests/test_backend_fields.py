@@ -27,7 +27,10 @@ MAPPED_VALUES = {
     "data.eval_path": "other_eval.jsonl", "data.max_prompt_tokens": 256, "train.lr": 3e-6, "train.weight_decay": 0.01,
     "train.clip_eps_low": 0.1, "train.clip_eps_high": 0.3, "train.kl_coef": 0.01, "train.max_grad_norm": 0.5,
     "train.ppo_epochs": 2, "train.micro_batch_size": 4, "train.loss_agg": "seq_mean_token_mean",
+    "dynamic_filtering.enabled": True, "dynamic_filtering.score_range": [0.1, 0.9],
 }
+# fields whose flag is emitted only under another field's value: both command lines are built with it
+MAPPED_WHEN = {"dynamic_filtering.score_range": {"dynamic_filtering.enabled": True}}
 
 # a value each backend refuses (with adaptive sampling off)
 REFUSED_VALUES = {
@@ -37,7 +40,7 @@ REFUSED_VALUES = {
     "data.geo_tasks": ["count"], "data.geo_levels": [1], "warmup.steps": 10, "warmup.lr": 0.01, "warmup.batch_size": 4,
     "warmup.style": "thorough", "warmup.mix_steps": 5, "warmup.mix_lr": 0.01, "warmup.mix": {"thorough": 1.0},
     "warmup.style_shares": {"thorough": 1.0}, "warmup.lr_ramp": 0.1, "report_to": ["none"],
-    "extra": {"openrlhf": {"vllm.num_engines": 2}}, "max_missing_reward_fraction": 0.5,
+    "extra": {"openrlhf": {"vllm.num_engines": 2}}, "max_missing_reward_fraction": 0.5, "dynamic_filtering.max_refills": 8,
     **{f"model.tiny.{k}": v for k, v in {"vocab_size": 600, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
                                          "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 512}.items()},
     **{f"model.tiny_vision.{k}": v for k, v in {"image_size": 32, "patch_size": 4, "spatial_merge_size": 1, "depth": 1,
@@ -58,9 +61,10 @@ def test_mapped_fields_change_the_openrlhf_command_line():
     flags = pytest.importorskip("adora_openrlhf.backends.openrlhf.flags")
     mapped = sorted(d for d, entry in BACKEND_FIELDS["openrlhf"].items() if entry == MAPPED)
     assert sorted(MAPPED_VALUES) == mapped  # a newly mapped field needs a value here
-    base = flags.build_argv(_cfg("openrlhf", {}))
     for dotted, value in MAPPED_VALUES.items():
-        argv = flags.build_argv(_cfg("openrlhf", {dotted: value}))
+        condition = MAPPED_WHEN.get(dotted, {})
+        base = flags.build_argv(_cfg("openrlhf", condition))
+        argv = flags.build_argv(_cfg("openrlhf", {**condition, dotted: value}))
         assert argv != base, dotted
 
 

@@ -73,6 +73,10 @@ OPENRLHF: dict[str, Support] = {
     **{f"sampling.{name}": USED for name in ("enabled", "exit_rule", "positive_threshold", "samples_per_round", "max_rounds",
                                              "max_responses_per_prompt", "pool_scope", "drop_unfinished", "escalation",
                                              "trigger_after_step")},  # AdoraSamplesGenerator (flags.reconcile refuses drop_unfinished)
+    "dynamic_filtering.enabled": MAPPED,  # --algo.dynamic_filtering_enable
+    "dynamic_filtering.score_range": MAPPED,  # --algo.dynamic_filtering_range LOW HIGH (emitted with enabled)
+    "dynamic_filtering.max_refills": Refused("OpenRLHF refills dropped prompts until its data runs out, with no cap per step; "
+                                             "leave dynamic_filtering.max_refills at its default"),
     "model.path": MAPPED,  # --actor.model_name_or_path
     **{f"model.tiny.{name}": _TINY for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                                  "num_attention_heads", "num_key_value_heads", "max_position_embeddings")},
@@ -105,6 +109,7 @@ OPENRLHF: dict[str, Support] = {
 # The local backend runs every field in its own code (trainer.py and the modules it calls), except these two.
 LOCAL: dict[str, Support] = {
     **{dotted: USED for dotted in OPENRLHF},
+    **{f"dynamic_filtering.{name}": USED for name in ("enabled", "score_range", "max_refills")},  # trainer._filtered_sample
     "extra": Refused("extra holds backend-specific options (extra.openrlhf: OpenRLHF flags); the local backend has none"),
     "max_missing_reward_fraction": Refused("the local backend scores every response itself; this limit is for OpenRLHF's reward executor"),
 }
