@@ -259,6 +259,58 @@ class AdaptiveSamplingConfig:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# DAPO dynamic filtering (the simple alternative to adaptive sampling)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DynamicFilteringConfig:
+    """DAPO dynamic filtering (see ``algorithms/dynamic_filtering.py``), OpenRLHF's ``--algo.dynamic_filtering_enable``.
+
+    A prompt's group of ``n_keep`` responses is kept when ``low < mean(scores) < high`` (scores: the task's 0/1
+    correctness); other groups are dropped and as many new prompts are drawn from the data and sampled in their
+    place, at most ``max_refills`` times per step. An alternative to adaptive sampling (``sampling.enabled``).
+    """
+
+    enabled: bool = field(
+        default=False, metadata={"help": "drop groups whose mean correctness is outside score_range and refill them with new prompts (DAPO dynamic sampling)"}
+    )
+    score_range: list[float] = field(
+        default_factory=lambda: [0.0, 1.0],
+        metadata={
+            "help": "[low, high]: a group is kept when low < mean correctness < high ([0, 1]: drop all-wrong and all-correct groups); "
+            "OpenRLHF's --algo.dynamic_filtering_range"
+        },
+    )
+    max_refills: int = field(
+        default=4,
+        metadata={
+            "help": "refill rounds per step at most, each sampling as many new prompts as were dropped; after them the step "
+            "trains on the groups it has (fewer than prompts_per_step, none = no update)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.score_range, tuple):  # OpenRLHF's namespace holds (low, high)
+            self.score_range = list(self.score_range)
+        _require(
+            isinstance(self.score_range, list) and len(self.score_range) == 2,
+            "dynamic_filtering.score_range",
+            f"must be two numbers [low, high] such as [0, 1], got {self.score_range!r}",
+        )
+        for i, value in enumerate(self.score_range):
+            _number(value, f"dynamic_filtering.score_range[{i}]")
+        low, high = self.score_range
+        _require(low < high, "dynamic_filtering.score_range", f"low must be below high (a group is kept when low < mean < high), got {self.score_range!r}")
+        _require(
+            low < 1 and high > 0,
+            "dynamic_filtering.score_range",
+            f"no group could ever be kept: a mean correctness lies in [0, 1], so low must be < 1 and high > 0, got {self.score_range!r}",
+        )
+        _number(self.max_refills, "dynamic_filtering.max_refills", integer=True, ge=0)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Model, data, optimisation, and the whole run
 # ---------------------------------------------------------------------------------------------------------
 
@@ -581,6 +633,9 @@ class RunConfig:
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig, metadata={"help": "group baseline (advantage estimator)"})
     adora: AdoraConfig = field(default_factory=AdoraConfig, metadata={"help": "ADORA advantage reweighting"})
     sampling: AdaptiveSamplingConfig = field(default_factory=AdaptiveSamplingConfig, metadata={"help": "n_keep = group size n"})
+    dynamic_filtering: DynamicFilteringConfig = field(
+        default_factory=DynamicFilteringConfig, metadata={"help": "DAPO dynamic filtering: drop all-correct/all-wrong groups and refill"}
+    )
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "policy model"})
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "training and held-out prompts"})
     train: PolicyLossConfig = field(default_factory=PolicyLossConfig, metadata={"help": "policy loss and optimiser"})
@@ -608,6 +663,19 @@ class RunConfig:
         self.report_to = parse_report_to(self.report_to)
         _number(self.max_missing_reward_fraction, "max_missing_reward_fraction", ge=0, le=1)
         _require(isinstance(self.output_dir, str) and self.output_dir.strip() != "", "output_dir", f"must be a directory path, got {self.output_dir!r}")
+        if self.dynamic_filtering.enabled:
+            _require(
+                not self.sampling.enabled,
+                "dynamic_filtering.enabled",
+                "DAPO dynamic filtering and adaptive sampling (sampling.enabled) are alternatives; use one: "
+                "--dynamic_filtering.enabled false or --sampling.enabled false",
+            )
+            _require(
+                self.sampling.n_keep >= 2,
+                "dynamic_filtering.enabled",
+                f"needs groups of 2 or more responses (sampling.n_keep = {self.sampling.n_keep}): a single response's mean "
+                "correctness is 0 or 1, outside the kept range; raise --sampling.n_keep",
+            )
 
     @property
     def n_samples_per_prompt(self) -> int:

@@ -34,6 +34,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "Ada-pos": {**_ADA, "sampling.exit_rule": "pos"},
     "Ada-balance": {**_ADA, "sampling.exit_rule": "balance"},
     "Ada-balance+ADORA": {**_ADA, "sampling.exit_rule": "balance", **_ADORA_ATT},
+    # DAPO dynamic filtering: all-correct and all-wrong groups are dropped and refilled with new prompts
+    # (at most dynamic_filtering.max_refills rounds per step), the simple alternative to adaptive sampling.
+    "DAPO-filter": {"dynamic_filtering.enabled": True},
     # adaGRPO: a prompt whose group has no correct answer (the judge) is retried with hotter sampling
     # parameters; the pos exit rule is that judge, escalation[0] the retry's parameter set.
     "adaGRPO": {**_ADA, "sampling.exit_rule": "pos", "sampling.escalation": [{"temperature": 1.3}]},

@@ -1,5 +1,5 @@
-"""Sample efficiency: GRPO, ADORA (attenuate, amplify), adaptive sampling (pos, balance, balance + ADORA) and
-adaGRPO escalation on one local recipe (default ``kk-testbed``), over several seeds.
+"""Sample efficiency: GRPO, ADORA (attenuate, amplify), adaptive sampling (pos, balance, balance + ADORA), DAPO
+dynamic filtering and adaGRPO escalation on one local recipe (default ``kk-testbed``), over several seeds.
 
 ``python -m bench.sample_efficiency [--recipe kk-testbed] [--seeds 0 1 2 3 4] [--variants ...] [--workers 2]
 [--target-margin 0.05] [--set KEY=VALUE ...] [--quick] [--report-only] [--out DIR]``

@@ -50,7 +50,11 @@ MAPPED_VALUES = {
     "train.ppo_epochs": 2,
     "train.micro_batch_size": 4,
     "train.loss_agg": "seq_mean_token_mean",
+    "dynamic_filtering.enabled": True,
+    "dynamic_filtering.score_range": [0.1, 0.9],
 }
+# fields whose flag is emitted only under another field's value: both command lines are built with it
+MAPPED_WHEN = {"dynamic_filtering.score_range": {"dynamic_filtering.enabled": True}}
 
 # a value each backend refuses (with adaptive sampling off)
 REFUSED_VALUES = {
@@ -79,6 +83,7 @@ REFUSED_VALUES = {
     "report_to": ["none"],
     "extra": {"openrlhf": {"vllm.num_engines": 2}},
     "max_missing_reward_fraction": 0.5,
+    "dynamic_filtering.max_refills": 8,
     **{
         f"model.tiny.{k}": v
         for k, v in {
@@ -111,9 +116,10 @@ def test_mapped_fields_change_the_openrlhf_command_line():
     flags = pytest.importorskip("adora_openrlhf.backends.openrlhf.flags")
     mapped = sorted(d for d, entry in BACKEND_FIELDS["openrlhf"].items() if entry == MAPPED)
     assert sorted(MAPPED_VALUES) == mapped  # a newly mapped field needs a value here
-    base = flags.build_argv(_cfg("openrlhf", {}))
     for dotted, value in MAPPED_VALUES.items():
-        argv = flags.build_argv(_cfg("openrlhf", {dotted: value}))
+        condition = MAPPED_WHEN.get(dotted, {})
+        base = flags.build_argv(_cfg("openrlhf", condition))
+        argv = flags.build_argv(_cfg("openrlhf", {**condition, dotted: value}))
         assert argv != base, dotted
 
 

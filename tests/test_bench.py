@@ -137,11 +137,13 @@ def test_variants_change_only_the_method():
     for name, overrides in VARIANTS.items():
         cfg = build_run_config("kk-testbed", {**FROM_WARM_START, **overrides}).to_dict()
         changed = {k for k in cfg if cfg[k] != base[k]}
-        assert changed <= {"adora", "sampling"}, (name, changed)
+        assert changed <= {"adora", "sampling", "dynamic_filtering"}, (name, changed)
         if cfg["adora"]["enabled"]:
             assert cfg["adora"]["edge_policy"] == "llm"
     assert build_run_config("kk-testbed", VARIANTS["GRPO+ADORA-amp"]).adora.mode == "amplify"
     assert build_run_config("kk-testbed", VARIANTS["adaGRPO"]).sampling.escalation == [{"temperature": 1.3}]
+    assert build_run_config("kk-testbed", VARIANTS["DAPO-filter"]).dynamic_filtering.enabled
+    assert list(VARIANTS).index("DAPO-filter") == list(VARIANTS).index("Ada-balance+ADORA") + 1
 
 
 def test_quick_overrides_build_for_both_kk_recipes():

@@ -104,6 +104,11 @@ OPENRLHF: dict[str, Support] = {
             "trigger_after_step",
         )
     },  # AdoraSamplesGenerator (flags.reconcile refuses drop_unfinished)
+    "dynamic_filtering.enabled": MAPPED,  # --algo.dynamic_filtering_enable
+    "dynamic_filtering.score_range": MAPPED,  # --algo.dynamic_filtering_range LOW HIGH (emitted with enabled)
+    "dynamic_filtering.max_refills": Refused(
+        "OpenRLHF refills dropped prompts until its data runs out, with no cap per step; leave dynamic_filtering.max_refills at its default"
+    ),
     "model.path": MAPPED,  # --actor.model_name_or_path
     **{
         f"model.tiny.{name}": _TINY
@@ -153,6 +158,7 @@ OPENRLHF: dict[str, Support] = {
 # The local backend runs every field in its own code (trainer.py and the modules it calls), except these two.
 LOCAL: dict[str, Support] = {
     **{dotted: USED for dotted in OPENRLHF},
+    **{f"dynamic_filtering.{name}": USED for name in ("enabled", "score_range", "max_refills")},  # trainer._filtered_sample
     "extra": Refused("extra holds backend-specific options (extra.openrlhf: OpenRLHF flags); the local backend has none"),
     "max_missing_reward_fraction": Refused("the local backend scores every response itself; this limit is for OpenRLHF's reward executor"),
 }

@@ -9,7 +9,10 @@ Each RL step:
 
 1. take the next ``prompts_per_step`` prompts of the seeded data order;
 2. :class:`AdaptiveSampler` drives batched generation + reward scoring (one round of ``n_keep`` per prompt
-   when adaptive sampling is off: plain GRPO), down-samples to ``n_keep`` and gives pool statistics;
+   when adaptive sampling is off: plain GRPO), down-samples to ``n_keep`` and gives pool statistics; with
+   ``dynamic_filtering.enabled`` (DAPO, :func:`_filtered_sample`) groups whose mean correctness is outside
+   ``score_range`` are dropped and as many next prompts sampled in their place, at most ``max_refills`` times
+   (the data position advances by every prompt consumed; a step that keeps no group makes no update);
 3. :func:`compute_step_advantages`: group advantages (pool statistics when adaptive sampling is on), then
    ADORA weights;
 4. :func:`policy_update`: token-level PPO-clip loss (+ k3 KL to the frozen step-0 policy when
@@ -34,6 +37,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from adora_openrlhf.algorithms.dynamic_filtering import filter_and_refill
 from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_step_advantages
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler
 from adora_openrlhf.backends.local import checkpoint as ckpt
@@ -158,6 +162,25 @@ def _rollout_metrics(groups, rows) -> dict[str, float]:
     }
 
 
+def _filtered_sample(cfg: RunConfig, sampler: AdaptiveSampler, engine: RolloutEngine, train_rows, position: int, step: int):
+    """One step's groups through DAPO dynamic filtering (``algorithms/dynamic_filtering.py``): batches of new prompts
+    of the data order from ``position`` on, each sampled by the (plain, one-round) sampler; groups outside
+    ``dynamic_filtering.score_range`` of mean correctness are dropped and refilled. Returns (result, prompts consumed)."""
+    drawn = 0
+
+    def sample_batch(count: int):
+        nonlocal drawn
+        rows = batch_indices(position + drawn, count, len(train_rows), cfg.seed)
+        drawn += count
+        return sampler.sample(count, engine.generate_fn(rows), step=step, prompt_keys=[row_key(train_rows[i]) for i in rows])
+
+    low, high = cfg.dynamic_filtering.score_range
+    filtered = filter_and_refill(
+        sample_batch, cfg.prompts_per_step, lambda response: float(response.payload.correct), low, high, cfg.dynamic_filtering.max_refills
+    )
+    return filtered.result, filtered.prompts_consumed
+
+
 def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
     """Run the whole training described by ``cfg``; returns the summary also written to ``summary.json``.
 
@@ -267,11 +290,22 @@ def _train_in(
     bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc="RL", unit="step", dynamic_ncols=True)
     for step in bar:
         step_start = time.perf_counter()
-        rows = batch_indices(position, cfg.prompts_per_step, len(train_rows), cfg.seed)
-        position += cfg.prompts_per_step
         engine.reset_timers()
         t0 = time.perf_counter()
-        result = sampler.sample(len(rows), engine.generate_fn(rows), step=step, prompt_keys=[row_key(train_rows[i]) for i in rows])
+        if cfg.dynamic_filtering.enabled:
+            result, consumed = _filtered_sample(cfg, sampler, engine, train_rows, position, step)
+            if not result.groups:
+                logger.info(
+                    "step %d: dynamic filtering kept no group of %d prompts (%d refills); no policy update this step",
+                    step + 1,
+                    consumed,
+                    cfg.dynamic_filtering.max_refills,
+                )
+        else:
+            rows = batch_indices(position, cfg.prompts_per_step, len(train_rows), cfg.seed)
+            result = sampler.sample(len(rows), engine.generate_fn(rows), step=step, prompt_keys=[row_key(train_rows[i]) for i in rows])
+            consumed = cfg.prompts_per_step
+        position += consumed
         sampling_seconds = time.perf_counter() - t0
         advantage_seconds = 0.0
         metrics: dict[str, float] = {**result.metrics}

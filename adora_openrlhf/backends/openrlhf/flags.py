@@ -4,14 +4,14 @@ The OpenRLHF command line of a run is built in three layers, later ones winning 
 value of a repeated option):
 
 1. flags derived from the :class:`RunConfig` (:func:`derived_flags`): model (dtype, LoRA), data keys, group size,
-   sampling defaults, estimator, optimiser, KL, checkpoints, evaluation samples, and the reward file of
+   sampling defaults, estimator, optimiser, KL, checkpoints, evaluation samples, DAPO dynamic filtering, and the reward file of
    :mod:`adora_openrlhf.rewards`; fields this backend cannot honour are refused (``backends/support.py``);
 2. the recipe's cluster flags, ``RunConfig.extra["openrlhf"]`` (a mapping ``{"actor.num_gpus_per_node": 8,
    "train.colocate_all": True, ...}``: dotted OpenRLHF names without the leading ``--``);
 3. the OpenRLHF flags typed on our command line (everything our parser does not know is passed through).
 
 After OpenRLHF's parser has validated the result, :func:`reconcile` copies the fields both sides share
-(group size, estimator, rollout temperature/top_p/max_new_tokens, dtype, LoRA, evaluation samples) from the
+(group size, estimator, rollout temperature/top_p/max_new_tokens, dtype, LoRA, evaluation samples, dynamic filtering) from the
 final namespace back into the
 RunConfig, so an OpenRLHF flag given explicitly is what both OpenRLHF and our classes use, and rejects
 combinations our classes do not support. :func:`attach_run_config` stores the RunConfig as JSON on the
@@ -127,6 +127,8 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
         flags.update({"algo.kl.use_loss": True, "algo.kl.estimator": "k3"})
     if cfg.data.eval_path:
         flags.update({"eval.dataset": cfg.data.eval_path, "eval.steps": cfg.eval_every if cfg.eval_every > 0 else -1})
+    if cfg.dynamic_filtering.enabled:  # DAPO dynamic filtering: OpenRLHF's own (our samples generator passes it through)
+        flags.update({"algo.dynamic_filtering_enable": True, "algo.dynamic_filtering_range": tuple(cfg.dynamic_filtering.score_range)})
     if cfg.data.task == "geometry":  # Qwen2.5-VL: one diagram per prompt
         flags.update({"data.image_key": "images", "data.max_images_per_prompt": 1})
     return flags
@@ -197,6 +199,8 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
     targets = args.ds.lora.target_modules
     values["model"]["lora_target_modules"] = ["all-linear"] if targets in ("all-linear", ["all-linear"]) else list(targets)
     values["eval_samples"] = 0 if args.eval.temperature == 0 else int(args.eval.n_samples_per_prompt)  # 0: greedy only
+    values["dynamic_filtering"]["enabled"] = bool(args.algo.dynamic_filtering_enable)
+    values["dynamic_filtering"]["score_range"] = [float(v) for v in args.algo.dynamic_filtering_range]
     values["rollout"]["temperature"] = float(args.rollout.temperature)
     values["rollout"]["top_p"] = float(args.rollout.top_p)
     if args.rollout.max_new_tokens is not None:

@@ -1,0 +1,141 @@
+"""DAPO dynamic filtering ("dynamic sampling"), the simple alternative to adaptive multi-round sampling.
+
+Rule (OpenRLHF 0.11.2 ``--algo.dynamic_filtering_enable``, ``samples_generator._generate_vllm``): a prompt's group
+of responses is kept iff ``low < mean(s) < high``, where ``s`` are the responses' scores (the task's 0/1
+correctness) and ``(low, high)`` is ``dynamic_filtering.score_range`` (default ``(0, 1)``: all-wrong and
+all-correct groups, whose group-normalised advantages are all 0, are dropped).
+
+Refill loop of one step (:func:`filter_and_refill`): sample ``num_prompts`` new prompts; keep the groups that
+pass; draw and sample as many new prompts as were dropped; repeat until ``num_prompts`` groups are kept or
+``max_refills`` refills were made (OpenRLHF refills until its data runs out; the cap keeps a step finite once most
+prompts are solved). The step then trains on the kept groups, possibly fewer than ``num_prompts``, possibly none.
+
+Engine-agnostic: the loop only sees ``sample_batch(count) -> SamplingResult`` (draw ``count`` prompts from the
+data stream and sample them, e.g. with :class:`AdaptiveSampler` in its plain one-round mode) and
+``score_of(response) -> float``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from adora_openrlhf.algorithms.advantages import PoolStats
+from adora_openrlhf.algorithms.sampling import PromptGroup, SamplingResult, ScoredResponse
+
+# sampler metrics that count work over every prompt sampled this step: summed over the batches
+_SUMMED = ("sampling/responses_generated", "sampling/unfinished_prompts", "sampling/dropped_prompts")
+
+
+def keeps_group(scores: Sequence[float], low: float, high: float) -> bool:
+    """True iff ``low < mean(scores) < high`` (the group carries a learning signal). An empty group is an error."""
+    if len(scores) == 0:
+        raise ValueError("keeps_group: a group needs at least one score")
+    mean = math.fsum(scores) / len(scores)
+    return low < mean < high
+
+
+@dataclass
+class FilteredBatch:
+    """What one step's refill loop ends with."""
+
+    result: SamplingResult  # the kept groups (prompt indices 0..K-1 in keep order), their pool stats, merged metrics
+    stream_indices: list[int]  # per kept group: its prompt's position among the prompts consumed this step
+    prompts_consumed: int  # prompts drawn from the data stream this step (the data position advances by this)
+    refills: int  # refill rounds made (<= max_refills)
+
+
+def filter_and_refill(
+    sample_batch: Callable[[int], SamplingResult],
+    num_prompts: int,
+    score_of: Callable[[ScoredResponse], float],
+    low: float = 0.0,
+    high: float = 1.0,
+    max_refills: int = 4,
+) -> FilteredBatch:
+    """Sample ``num_prompts`` prompts, drop the groups outside ``(low, high)`` and refill them (module docstring).
+
+    Each call ``sample_batch(count)`` must draw ``count`` new prompts, in data order after the previous call's, and
+    return one group per prompt (prompt indices ``0..count-1``) or fewer when the sampler itself drops some (those
+    count as consumed and dropped). At most ``num_prompts`` groups are kept, in the order they were sampled.
+    """
+    if num_prompts < 1:
+        raise ValueError(f"num_prompts: need at least one prompt, got {num_prompts}")
+    if max_refills < 0:
+        raise ValueError(f"max_refills: must be >= 0, got {max_refills}")
+    kept: list[PromptGroup] = []
+    stream_indices: list[int] = []
+    stats: list[tuple[int, float, float]] = []  # (count, mean, std) per kept group
+    batch_metrics: list[dict[str, float]] = []
+    consumed = refills = dropped_low = dropped_high = 0
+    while True:
+        count = num_prompts - len(kept)  # the first batch, then exactly the dropped count
+        batch = sample_batch(count)
+        indices = [g.prompt_index for g in batch.groups]
+        if any(not 0 <= i < count for i in indices) or indices != sorted(set(indices)):
+            raise ValueError(f"sample_batch: asked for {count} prompts, got groups of prompt indices {indices} (want increasing, in 0..{count - 1})")
+        batch_metrics.append(batch.metrics)
+        for i, group in enumerate(batch.groups):
+            scores = [float(score_of(r)) for r in group.kept]
+            if keeps_group(scores, low, high):  # at most `count` groups per batch: never more than num_prompts kept
+                kept.append(PromptGroup(len(kept), group.kept, group.pool_rewards, group.retired_round))
+                stream_indices.append(consumed + group.prompt_index)
+                stats.append((int(batch.pool_stats.count[i]), float(batch.pool_stats.mean[i]), float(batch.pool_stats.std[i])))
+            elif math.fsum(scores) / len(scores) >= high:
+                dropped_high += 1
+            else:
+                dropped_low += 1
+        consumed += count
+        if len(kept) >= num_prompts or refills >= max_refills:
+            break
+        refills += 1
+
+    pool_stats = PoolStats(
+        count=torch.tensor([s[0] for s in stats], dtype=torch.long),
+        mean=torch.tensor([s[1] for s in stats], dtype=torch.float32),
+        std=torch.tensor([s[2] for s in stats], dtype=torch.float32),
+    )
+    metrics = _merge_metrics(batch_metrics, kept, pool_stats)
+    metrics.update(
+        {
+            "filter/prompts_consumed": float(consumed),
+            "filter/kept_groups": float(len(kept)),
+            "filter/pass_rate": len(kept) / consumed,
+            "filter/refills": float(refills),
+            "filter/short_groups": float(num_prompts - len(kept)),
+            "filter/dropped_low": float(dropped_low),  # mean score <= low (with (0, 1): every response wrong)
+            "filter/dropped_high": float(dropped_high),  # mean score >= high (with (0, 1): every response correct)
+        }
+    )
+    result = SamplingResult(groups=kept, dropped=[], pool_stats=pool_stats, metrics=metrics)
+    return FilteredBatch(result=result, stream_indices=stream_indices, prompts_consumed=consumed, refills=refills)
+
+
+def _merge_metrics(batch_metrics: list[dict[str, float]], kept: list[PromptGroup], pool_stats: PoolStats) -> dict[str, float]:
+    """The sampler's metrics over every batch of the step: counts of work summed (responses generated, ...), rounds
+    used at most, the first-round mean reward over every response generated, and the kept-group ones (uniform and
+    zero-signal groups, pool mean reward) recomputed on the kept groups."""
+    merged: dict[str, float] = {}
+    generated = [m.get("sampling/responses_generated", 0.0) for m in batch_metrics]
+    for key in dict.fromkeys(k for m in batch_metrics for k in m):
+        values = [m.get(key, 0.0) for m in batch_metrics]
+        if key in _SUMMED or key.startswith("sampling/retired_round_"):
+            merged[key] = float(sum(values))
+        elif key == "sampling/rounds_used":
+            merged[key] = float(max(values))
+        elif key == "sampling/first_round_mean_reward":  # responses-weighted (plain sampling: every response is round 0)
+            merged[key] = sum(v * w for v, w in zip(values, generated, strict=True)) / sum(generated) if sum(generated) > 0 else 0.0
+        else:  # any other key: the value of the step's first batch (its original prompts)
+            merged[key] = float(values[0])
+    rewards = [r for g in kept for r in g.pool_rewards]
+    merged.update(
+        {
+            "sampling/uniform_kept_groups": float(sum(1 for g in kept if len({r.reward for r in g.kept}) <= 1)),
+            "sampling/zero_signal_groups": float(int((pool_stats.std == 0).sum())),
+            "sampling/pool_mean_reward": math.fsum(rewards) / len(rewards) if rewards else 0.0,
+        }
+    )
+    return merged
