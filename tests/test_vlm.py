@@ -231,6 +231,31 @@ def test_generation_never_samples_vision_tokens(tiny, rows):
     assert all(not banned & set(r) for r, _ in outs)
 
 
+def test_warmup_step_trains_the_vision_tower(tiny, rows):
+    """The warm-up forward gets each row's own pixels (swapping images changes the log-probs) and one warm-up
+    step moves the vision tower's weights (patch embedding, blocks, merger)."""
+    import copy
+
+    from adora_openrlhf.backends.local.sft import supervised_warmup
+    from adora_openrlhf.config import WarmupConfig
+
+    processor, model, _ = tiny
+    model = copy.deepcopy(model)
+    tok = processor.tokenizer
+    ids, extras = encode(processor, rows)
+    demos = [tok(r["meta"]["solution_text"], add_special_tokens=False)["input_ids"] for r in rows]
+    with torch.no_grad():
+        own = token_log_probs(model, pack(ids, demos, tok.pad_token_id, extras))
+        swapped = token_log_probs(model, pack(ids, demos, tok.pad_token_id, extras[1:] + extras[:1]))
+    assert not torch.allclose(own, swapped, atol=1e-4)
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if n.startswith("model.visual.")}
+    row_objs = [Row(prompt=r["prompt"], label=r["label"], images=tuple(r["images"]), source=r["source"], meta=r["meta"]) for r in rows]
+    supervised_warmup(model, tok, ids, row_objs, WarmupConfig(steps=1, lr=1e-3, batch_size=len(rows)), 0, 3, extras)
+    moved = {n for n, p in model.named_parameters() if n in before and not torch.equal(p, before[n])}
+    for part in ("patch_embed", "blocks.0.attn", "blocks.0.mlp", "merger.mlp"):
+        assert any(part in n for n in moved), part
+
+
 def test_difficulty_rule_classes_on_real_rollouts(tiny, rows):
     """Groups sampled from the tiny VLM through the rollout engine and the sampler, graded by the geometry
     reward: TAS exactly when 0 < p <= tau. A random-init policy is never right, so groups 1.. are graded
