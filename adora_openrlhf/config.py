@@ -315,6 +315,7 @@ class DynamicFilteringConfig:
 # ---------------------------------------------------------------------------------------------------------
 
 TASKS = ("kk", "math", "geometry")
+GEO_TASKS = ("count", "most", "larger", "colour")  # question kinds of data_prep.geo_synth.TASKS (a test keeps them equal)
 BACKENDS = ("local", "openrlhf")
 
 
@@ -498,9 +499,9 @@ class DataConfig:
             _require(value is None or (isinstance(value, str) and value.strip() != ""), f"data.{name}", f"must be a file path or dataset name, got {value!r}")
         _require(self.kk_parser in ("lenient", "logic_rl"), "data.kk_parser", f"unknown K&K answer parser {self.kk_parser!r}; choose lenient or logic_rl")
         _require(
-            isinstance(self.geo_tasks, list) and bool(self.geo_tasks) and all(t in ("count", "most", "larger") for t in self.geo_tasks),
+            isinstance(self.geo_tasks, list) and bool(self.geo_tasks) and all(t in GEO_TASKS for t in self.geo_tasks),
             "data.geo_tasks",
-            f"each must be one of count, most, larger, got {self.geo_tasks}",
+            f"each must be one of {', '.join(GEO_TASKS)}, got {self.geo_tasks}",
         )
         _require(
             isinstance(self.geo_levels, list) and bool(self.geo_levels), "data.geo_levels", f"must be a non-empty list of levels 1..4, got {self.geo_levels!r}"

@@ -1,7 +1,7 @@
 """A synthetic visual task drawn with PIL, in the Geometry3K row schema (images, prompt, label, choices).
 
 Each row is one small image (``IMAGE_SIZE`` x ``IMAGE_SIZE`` pixels, white background, flat-coloured circles,
-squares and triangles that never touch) and one question about it. Three question kinds (registry
+squares and triangles that never touch) and one question about it. Four question kinds (registry
 :data:`TASKS`):
 
 * ``count``: "How many red shapes are there?"; label the number (``answer_type`` ``integer``).
@@ -162,6 +162,19 @@ def most_task(rng: random.Random, level: int):
     shapes = place_shapes(rng, specs)
     choices = sorted(colours, key=list(COLOURS).index)
     return shapes, "Which colour has the most shapes?", colours[0], choices, f"{_counts_line(shapes)}."
+
+
+@register_task("colour")
+def colour_task(rng: random.Random, level: int):
+    """One shape of the asked kind, plus level - 1 distractors of the other kinds in the other colours; multiple
+    choice over all colours, label the colour of the shape of the asked kind."""
+    kind, colour = rng.choice(KINDS), rng.choice(list(COLOURS))
+    other_kinds = [k for k in KINDS if k != kind]
+    other_colours = [c for c in COLOURS if c != colour]
+    specs = [(kind, colour, _radius(rng))] + [(rng.choice(other_kinds), rng.choice(other_colours), _radius(rng)) for _ in range(level - 1)]
+    shapes = place_shapes(rng, specs)
+    seen = ", ".join(f"{s.colour} {s.kind}" for s in sorted(shapes, key=lambda s: s.x))
+    return shapes, f"What colour is the {kind}?", colour, list(COLOURS), f"{seen}."
 
 
 @register_task("larger")

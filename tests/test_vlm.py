@@ -34,39 +34,55 @@ VISION = TinyVisionConfig(image_size=32, patch_size=8, depth=1, hidden_size=16, 
 # ---------------------------------------------------------------------------------------------------------
 
 
-def components(image, colour) -> list[int]:
-    """Pixel areas of the 4-connected regions of exactly ``colour`` (flood fill)."""
+def regions(image, colour) -> list[tuple[int, int, int]]:
+    """(pixel area, box height, box width) of each 4-connected region of exactly ``colour`` (flood fill)."""
     pixels = np.asarray(image)
     hit = np.all(pixels == np.array(colour, dtype=pixels.dtype), axis=-1)
     seen = np.zeros_like(hit)
-    areas = []
+    found = []
     for y, x in zip(*np.nonzero(hit), strict=True):
         if seen[y, x]:
             continue
-        queue, area = deque([(y, x)]), 0
+        queue, cells = deque([(y, x)]), []
         seen[y, x] = True
         while queue:
             cy, cx = queue.popleft()
-            area += 1
+            cells.append((cy, cx))
             for ny, nx in ((cy + 1, cx), (cy - 1, cx), (cy, cx + 1), (cy, cx - 1)):
                 if 0 <= ny < hit.shape[0] and 0 <= nx < hit.shape[1] and hit[ny, nx] and not seen[ny, nx]:
                     seen[ny, nx] = True
                     queue.append((ny, nx))
-        areas.append(area)
-    return areas
+        ys, xs = [c[0] for c in cells], [c[1] for c in cells]
+        found.append((len(cells), max(ys) - min(ys) + 1, max(xs) - min(xs) + 1))
+    return found
+
+
+def components(image, colour) -> list[int]:
+    """Pixel areas of the 4-connected regions of exactly ``colour``."""
+    return [area for area, _, _ in regions(image, colour)]
+
+
+def kind_of(area: int, height: int, width: int) -> str:
+    """A region's shape kind from the share of its bounding box it fills: square 1, circle ~pi/4, triangle ~1/2."""
+    fill = area / (height * width)
+    return "square" if fill > 0.95 else "circle" if fill > 0.66 else "triangle"
 
 
 def answer_from_pixels(row) -> str:
     """The answer to ``row``'s question computed from its image alone."""
     image, meta, prompt = row["images"][0], row["meta"], row["prompt"]
-    regions = {c: components(image, rgb) for c, rgb in geo_synth.COLOURS.items()}
+    areas = {c: components(image, rgb) for c, rgb in geo_synth.COLOURS.items()}
     if meta["task"] == "count":
         colour = next(c for c in geo_synth.COLOURS if f"many {c} " in prompt)
-        return str(len(regions[colour]))
+        return str(len(areas[colour]))
     if meta["task"] == "most":
-        return max(meta["choices"], key=lambda c: len(regions[c]))
+        return max(meta["choices"], key=lambda c: len(areas[c]))
+    if meta["task"] == "colour":
+        kind = next(k for k in geo_synth.KINDS if f"the {k}?" in prompt)
+        (colour,) = [c for c, rgb in geo_synth.COLOURS.items() for region in regions(image, rgb) if kind_of(*region) == kind]
+        return colour
     first, second = meta["choices"]
-    return first if max(regions[first]) > max(regions[second]) else second
+    return first if max(areas[first]) > max(areas[second]) else second
 
 
 @settings(max_examples=40, deadline=None)
@@ -78,6 +94,24 @@ def test_generated_labels_are_right_by_construction(seed, task, level):
         assert row["label"] in row["meta"]["choices"] and row["meta"]["choices"][ord(row["meta"]["answer_letter"]) - 65] == row["label"]
     demo = get_reward_fn(row["source"])(row["meta"]["solution_text"], row["label"], row["meta"])
     assert demo.correct and demo.reward == pytest.approx(1.0)  # the demonstration earns the full reward
+
+
+def test_config_knows_every_question_kind():
+    from adora_openrlhf.config import GEO_TASKS
+
+    assert sorted(GEO_TASKS) == sorted(geo_synth.TASKS)
+    assert build_run_config("geo-tiny", {"data.geo_tasks": ["colour"]}).data.geo_tasks == ["colour"]
+    with pytest.raises(ConfigError, match="data.geo_tasks"):
+        build_run_config("geo-tiny", {"data.geo_tasks": ["shade"]})
+
+
+def test_colour_question_has_one_shape_of_the_asked_kind():
+    for level in geo_synth.LEVELS:
+        for row in geo_synth.generate_rows(20, level, ["colour"], [level]):
+            kinds = [s[0] for s in row["meta"]["shapes"]]
+            asked = row["prompt"].split("the ")[-1].split("?")[0]
+            assert len(kinds) == level and kinds.count(asked) == 1
+            assert row["meta"]["choices"] == list(geo_synth.COLOURS)
 
 
 def test_generator_is_reproducible_and_splits_are_disjoint(tmp_path):
@@ -206,6 +240,31 @@ def test_generation_never_samples_vision_tokens(tiny, rows):
     outs = generate_responses(model, processor.tokenizer, ids * 4, SamplingParams(temperature=2.0, max_new_tokens=12), 8, extras=extras * 4)
     banned = set(vlm.vision_token_ids(model))
     assert all(not banned & set(r) for r, _ in outs)
+
+
+def test_warmup_step_trains_the_vision_tower(tiny, rows):
+    """The warm-up forward gets each row's own pixels (swapping images changes the log-probs) and one warm-up
+    step moves the vision tower's weights (patch embedding, blocks, merger)."""
+    import copy
+
+    from adora_openrlhf.backends.local.sft import supervised_warmup
+    from adora_openrlhf.config import WarmupConfig
+
+    processor, model, _ = tiny
+    model = copy.deepcopy(model)
+    tok = processor.tokenizer
+    ids, extras = encode(processor, rows)
+    demos = [tok(r["meta"]["solution_text"], add_special_tokens=False)["input_ids"] for r in rows]
+    with torch.no_grad():
+        own = token_log_probs(model, pack(ids, demos, tok.pad_token_id, extras))
+        swapped = token_log_probs(model, pack(ids, demos, tok.pad_token_id, extras[1:] + extras[:1]))
+    assert not torch.allclose(own, swapped, atol=1e-4)
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if n.startswith("model.visual.")}
+    row_objs = [Row(prompt=r["prompt"], label=r["label"], images=tuple(r["images"]), source=r["source"], meta=r["meta"]) for r in rows]
+    supervised_warmup(model, tok, ids, row_objs, WarmupConfig(steps=1, lr=1e-3, batch_size=len(rows)), 0, 3, extras)
+    moved = {n for n, p in model.named_parameters() if n in before and not torch.equal(p, before[n])}
+    for part in ("patch_embed", "blocks.0.attn", "blocks.0.mlp", "merger.mlp"):
+        assert any(part in n for n in moved), part
 
 
 def test_difficulty_rule_classes_on_real_rollouts(tiny, rows):
