@@ -459,12 +459,23 @@ def test_ctrl_c_in_a_real_training_prints_how_to_resume(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     argv = [sys.executable, "-m", "adora_openrlhf.train", "--output-dir", str(out), *FAST, "--steps", "100000", "--save_every", "1"]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (out / "checkpoints" / "step_000001").exists() and time.time() < deadline:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=180)  # a loaded machine may take a while to write the interrupted step
+
+    from adora_openrlhf.backends.local.checkpoint import list_checkpoints
+
+    def rl_checkpoint_written() -> bool:  # a complete checkpoint after step 0; older ones are rotated away, so no fixed name
+        return (out / "checkpoints").is_dir() and any(step > 0 for step, _ in list_checkpoints(out))
+
+    # stderr goes to a file, not a pipe: the run logs every step, and a pipe nobody reads would fill and block it
+    err_path = tmp_path / "stderr.txt"
+    with open(err_path, "w") as err_file:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_file, text=True)
+        deadline = time.time() + 120
+        while not rl_checkpoint_written() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert rl_checkpoint_written(), "no RL checkpoint within 120 s"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=180)  # a loaded machine may take a while to write the interrupted step
+    err = err_path.read_text()
     assert proc.returncode == 130
     last = err.strip().splitlines()[-1]
     assert last.startswith("interrupted; continue from step") and last.endswith("--resume") and "Traceback" not in err
