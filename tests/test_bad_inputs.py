@@ -468,7 +468,11 @@ def test_ctrl_c_in_a_real_training_prints_how_to_resume(tmp_path):
     # stderr goes to a file, not a pipe: the run logs every step, and a pipe nobody reads would fill and block it
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err_file:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_file, text=True)
+        # Ctrl-C in a terminal: SIGINT at its default disposition in the child even when this test runs from a
+        # background job (a non-interactive shell starts those with SIGINT ignored, and a child inherits that)
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_file, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+        )
         deadline = time.time() + 120
         while not rl_checkpoint_written() and time.time() < deadline and proc.poll() is None:
             time.sleep(0.1)
