@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from adora_openrlhf.algorithms.advantages import PoolStats
-from adora_openrlhf.algorithms.sampling import PromptGroup, SamplingResult, ScoredResponse
+from adora_openrlhf.algorithms.sampling import PromptGroup, SamplingResult, ScoredResponse, kept_group_metrics
 
 # sampler metrics that count work over every prompt sampled this step: summed over the batches
 _SUMMED = ("sampling/responses_generated", "sampling/unfinished_prompts", "sampling/dropped_prompts")
@@ -130,12 +130,5 @@ def _merge_metrics(batch_metrics: list[dict[str, float]], kept: list[PromptGroup
             merged[key] = sum(v * w for v, w in zip(values, generated, strict=True)) / sum(generated) if sum(generated) > 0 else 0.0
         else:  # any other key: the value of the step's first batch (its original prompts)
             merged[key] = float(values[0])
-    rewards = [r for g in kept for r in g.pool_rewards]
-    merged.update(
-        {
-            "sampling/uniform_kept_groups": float(sum(1 for g in kept if len({r.reward for r in g.kept}) <= 1)),
-            "sampling/zero_signal_groups": float(int((pool_stats.std == 0).sum())),
-            "sampling/pool_mean_reward": math.fsum(rewards) / len(rewards) if rewards else 0.0,
-        }
-    )
+    merged.update(kept_group_metrics(kept, pool_stats))  # recomputed on the kept groups
     return merged

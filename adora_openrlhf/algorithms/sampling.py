@@ -148,6 +148,17 @@ class SamplingResult:
         return torch.tensor([[r.reward for r in g.kept] for g in self.groups], dtype=torch.float32)
 
 
+def kept_group_metrics(groups: Sequence[PromptGroup], pool_stats: PoolStats) -> dict[str, float]:
+    """Metrics of the groups a step trains on: groups whose kept rewards are all equal, groups whose pool has no
+    spread (zero signal), and the mean of every pool reward."""
+    pooled = sum(len(g.pool_rewards) for g in groups)
+    return {
+        "sampling/uniform_kept_groups": float(sum(1 for g in groups if len({r.reward for r in g.kept}) <= 1)),
+        "sampling/zero_signal_groups": float(int((pool_stats.std == 0).sum())) if groups else 0.0,
+        "sampling/pool_mean_reward": float(sum(sum(g.pool_rewards) for g in groups) / max(pooled, 1)),
+    }
+
+
 def escalated_params(cfg: AdaptiveSamplingConfig, base: SamplingParams, round_index: int, step: int) -> SamplingParams:
     """Sampling parameters for ``round_index``: defaults in round 0 or before ``trigger_after_step``,
     otherwise ``escalation[min(round_index - 1, len - 1)]`` applied over the defaults."""
@@ -290,16 +301,13 @@ class AdaptiveSampler:
     def _metrics(self, pools, groups, dropped, retired_per_round, rounds_used, pool_stats) -> dict[str, float]:
         first_round = [r.reward for pool in pools for r in pool if r.round == 0]
         unfinished = sum(1 for g in groups if g.retired_round is None) + len(dropped)
-        uniform_kept = sum(1 for g in groups if len({r.reward for r in g.kept}) <= 1)
         metrics: dict[str, float] = {
             "sampling/responses_generated": float(sum(len(p) for p in pools)),
             "sampling/rounds_used": float(rounds_used),
             "sampling/unfinished_prompts": float(unfinished if self.cfg.enabled else 0),
             "sampling/dropped_prompts": float(len(dropped)),
-            "sampling/uniform_kept_groups": float(uniform_kept),
-            "sampling/zero_signal_groups": float(int((pool_stats.std == 0).sum())) if groups else 0.0,
             "sampling/first_round_mean_reward": sum(first_round) / len(first_round) if first_round else 0.0,
-            "sampling/pool_mean_reward": float(sum(sum(g.pool_rewards) for g in groups) / max(sum(len(g.pool_rewards) for g in groups), 1)),
+            **kept_group_metrics(groups, pool_stats),
         }
         for r in range(self.rounds_allowed):
             metrics[f"sampling/retired_round_{r}"] = float(retired_per_round[r]) if r < len(retired_per_round) else 0.0
