@@ -317,6 +317,7 @@ class DynamicFilteringConfig:
 TASKS = ("kk", "math", "geometry")
 GEO_TASKS = ("count", "most", "larger", "colour")  # question kinds of data_prep.geo_synth.TASKS (a test keeps them equal)
 BACKENDS = ("local", "openrlhf")
+KV_CACHES = ("growing", "dynamic")  # backends/local/kv_cache.py: model.generate's key/value cache
 
 
 @dataclass
@@ -389,6 +390,13 @@ class ModelConfig:
     )
     dtype: str = field(default="float32", metadata={"help": '"float32" | "bfloat16" | "float16"'})
     generation_batch_size: int = field(default=64, metadata={"help": "local backend: sequences per model.generate call (memory bound)"})
+    kv_cache: str = field(
+        default="growing",
+        metadata={
+            "help": 'local backend: the KV cache of model.generate, "growing" (a preallocated buffer that doubles when full; '
+            'same tokens as "dynamic", faster decoding) or "dynamic" (transformers\' DynamicCache, which concatenates every token)'
+        },
+    )
     init_kwargs: dict[str, Any] = field(
         default_factory=dict,
         metadata={"help": 'extra from_pretrained arguments for model.path as a JSON object, e.g. {"trust_remote_code": true, "attn_implementation": "sdpa"}'},
@@ -402,6 +410,7 @@ class ModelConfig:
         if self.lora_target_modules == "all-linear":  # peft's spelling: one string
             self.lora_target_modules = ["all-linear"]
         _number(self.generation_batch_size, "model.generation_batch_size", integer=True, ge=1)
+        _require(self.kv_cache in KV_CACHES, "model.kv_cache", f"must be one of {list(KV_CACHES)}, got {self.kv_cache!r}")
         _number(self.lora_rank, "model.lora_rank", integer=True, ge=0)
         _number(self.lora_alpha, "model.lora_alpha", gt=0)
         _require(

@@ -61,6 +61,7 @@ REFUSED_VALUES = {
     "rollout.min_p": 0.05,
     "rollout.repetition_penalty": 1.1,
     "model.generation_batch_size": 8,
+    "model.kv_cache": "dynamic",
     "model.init_kwargs": {"revision": "v2"},
     "model.merge_lora_on_save": True,
     "data.prompt_template": "compact",

@@ -192,9 +192,9 @@ def test_engine_batches_requests_by_params_and_scores(tok, model):
 
     original = rollout.generate_responses
 
-    def spy(model_, tok_, prompts, params, batch_size, greedy=False):
+    def spy(model_, tok_, prompts, params, batch_size, greedy=False, **more):
         calls.append((len(prompts), params))
-        return original(model_, tok_, prompts, params, batch_size, greedy)
+        return original(model_, tok_, prompts, params, batch_size, greedy, **more)
 
     rollout.generate_responses = spy
     try:

@@ -242,6 +242,18 @@ def test_generation_never_samples_vision_tokens(tiny, rows):
     assert all(not banned & set(r) for r, _ in outs)
 
 
+def test_growing_kv_cache_gives_the_default_caches_tokens_with_images(tiny, rows):
+    processor, model, _ = tiny
+    ids, extras = encode(processor, rows)
+    outputs = {}
+    for kv_cache in ("growing", "dynamic"):
+        torch.manual_seed(3)
+        outputs[kv_cache] = generate_responses(
+            model, processor.tokenizer, ids, SamplingParams(temperature=1.0, max_new_tokens=80), 4, extras=extras, kv_cache=kv_cache
+        )
+    assert outputs["growing"] == outputs["dynamic"]
+
+
 def test_warmup_step_trains_the_vision_tower(tiny, rows):
     """The warm-up forward gets each row's own pixels (swapping images changes the log-probs) and one warm-up
     step moves the vision tower's weights (patch embedding, blocks, merger)."""

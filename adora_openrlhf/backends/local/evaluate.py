@@ -24,6 +24,7 @@ def evaluate(
     samples: int,
     batch_size: int,
     extras: Sequence[Any] | None = None,
+    kv_cache: str = "growing",
 ) -> dict[str, float]:
     """Metrics ``eval/greedy_accuracy``, ``eval/greedy_reward``, ``eval/greedy_format``,
     ``eval/greedy_length_mean``, the behaviour shares of the task's probe (``eval/greedy_thorough_fraction``
@@ -41,6 +42,7 @@ def evaluate(
             batch_size,
             greedy=greedy,
             extras=[extras[i] for i in index] if extras is not None else None,
+            kv_cache=kv_cache,
         )
         correct = rewards = well_formed = length = 0.0
         texts = []

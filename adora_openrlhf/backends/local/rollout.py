@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from adora_openrlhf.algorithms.sampling import GenerationRequest, ScoredResponse
+from adora_openrlhf.backends.local.kv_cache import growing_cache_for
 from adora_openrlhf.config import SamplingParams
 
 
@@ -66,13 +67,15 @@ def generate_responses(
     batch_size: int,
     greedy: bool = False,
     extras: Sequence[dict[str, torch.Tensor] | None] | None = None,
+    kv_cache: str = "growing",
 ) -> list[tuple[list[int], bool]]:
     """``(response ids, truncated)`` for each prompt (token ids), in order.
 
     A response ends at (and includes) the first eos; ``truncated`` is True when it hit ``max_new_tokens``
     without one. ``extras[i]``: prompt ``i``'s extra model inputs (a vision-language prompt's pixel values
     and image grid, see ``vlm.py``), passed to ``generate`` with its batch; vision special tokens are then
-    never sampled.
+    never sampled. ``kv_cache``: "growing" (``kv_cache.py``, same tokens, faster) or "dynamic" (transformers'
+    default).
     """
     device = next(model.parameters()).device
     config = generation_config(params, tokenizer, greedy)
@@ -98,6 +101,9 @@ def generate_responses(
                 from adora_openrlhf.backends.local.vlm import extra_model_inputs
 
                 more = extra_model_inputs(model, ids.to(device), extras[start : start + batch_size])
+            cache = growing_cache_for(model) if kv_cache == "growing" else None
+            if cache is not None:
+                more["past_key_values"] = cache
             generated = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, **more)
             for row in generated[:, width:].tolist():
                 if eos in row:
@@ -122,8 +128,10 @@ class RolloutEngine:
         positive_threshold: float,
         batch_size: int,
         extras: Sequence[dict[str, torch.Tensor] | None] | None = None,
+        kv_cache: str = "growing",
     ):
         self.model = model
+        self.kv_cache = kv_cache
         self.extras = extras  # per training row: extra model inputs of its prompt (vision rows), or None
         self.tokenizer = tokenizer
         self.prompt_ids = prompt_ids  # token ids of every training row's rendered prompt
@@ -163,7 +171,7 @@ class RolloutEngine:
                 t0 = time.perf_counter()
                 prompts = [self.prompt_ids[row] for _, row in items]
                 more = {"extras": [self.extras[row] for _, row in items]} if self.extras is not None else {}
-                responses = generate_responses(self.model, self.tokenizer, prompts, params, self.batch_size, **more)
+                responses = generate_responses(self.model, self.tokenizer, prompts, params, self.batch_size, kv_cache=self.kv_cache, **more)
                 t1 = time.perf_counter()
                 for (r_index, row), prompt, (response, truncated) in zip(items, prompts, responses, strict=True):
                     outputs[r_index].append(self.score(row, prompt, response, truncated))

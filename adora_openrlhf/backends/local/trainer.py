@@ -239,7 +239,15 @@ def _train_in(
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     sampler = AdaptiveSampler(cfg.sampling, cfg.rollout, seed=cfg.seed)
     engine = RolloutEngine(
-        model, tokenizer, train_ids, train_rows, train_rewards, cfg.sampling.positive_threshold, cfg.model.generation_batch_size, extras=train_extras
+        model,
+        tokenizer,
+        train_ids,
+        train_rows,
+        train_rewards,
+        cfg.sampling.positive_threshold,
+        cfg.model.generation_batch_size,
+        extras=train_extras,
+        kv_cache=cfg.model.kv_cache,
     )
 
     def run_eval(step: int) -> dict[str, float]:
@@ -248,7 +256,16 @@ def _train_in(
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(cfg.seed * 100_003 + step)
             result = evaluate(
-                model, tokenizer, eval_ids, eval_rows, eval_rewards, cfg.rollout, cfg.eval_samples, cfg.model.generation_batch_size, extras=eval_extras
+                model,
+                tokenizer,
+                eval_ids,
+                eval_rows,
+                eval_rewards,
+                cfg.rollout,
+                cfg.eval_samples,
+                cfg.model.generation_batch_size,
+                extras=eval_extras,
+                kv_cache=cfg.model.kv_cache,
             )
         return {**result, "time/eval_s": time.perf_counter() - t0}
 
