@@ -53,6 +53,7 @@ class RunSpec:
     recipe: str
     overrides: Mapping[str, Any]
     output_dir: str
+    reuse: bool = False  # keep a finished run with the same config; continue an interrupted one from its checkpoint
 
 
 def _init_worker(threads: int) -> None:
@@ -91,13 +92,29 @@ def load_run(variant: str, seed: int, run_dir: Path) -> dict[str, Any]:
 
 
 def run_training(spec: RunSpec) -> dict[str, Any]:
-    """One RL run; returns its summary and per-step metrics as :func:`load_run` reads them back."""
+    """One RL run; returns its summary and per-step metrics as :func:`load_run` reads them back.
+
+    With ``spec.reuse`` a run directory that already holds this exact config is not recomputed: a finished
+    run (summary.json) is read back, an interrupted one resumes from its last checkpoint. Anything else in the
+    directory (another config, no checkpoint) is replaced."""
+    from adora_openrlhf.backends.local import checkpoint as ckpt
     from adora_openrlhf.backends.local.trainer import train
     from adora_openrlhf.recipes import build_run_config
 
-    # a benchmark rerun recomputes its runs: replace what an earlier invocation left in the run directory
-    train(build_run_config(spec.recipe, {**spec.overrides, "seed": spec.seed, "output_dir": spec.output_dir}), overwrite=True)
-    return load_run(spec.variant, spec.seed, Path(spec.output_dir))
+    out = Path(spec.output_dir)
+    cfg = build_run_config(spec.recipe, {**spec.overrides, "seed": spec.seed, "output_dir": spec.output_dir})
+    same_config = False
+    if spec.reuse and (out / "config.json").exists():
+        try:
+            same_config = json.loads((out / "config.json").read_text()) == json.loads(json.dumps(cfg.to_dict(), default=str))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            same_config = False
+    if same_config and (out / "summary.json").exists():
+        return load_run(spec.variant, spec.seed, out)
+    resume = same_config and bool(ckpt.list_checkpoints(out))
+    # otherwise a benchmark rerun recomputes the run: replace what an earlier invocation left in its directory
+    train(cfg, resume=resume, overwrite=not resume)
+    return load_run(spec.variant, spec.seed, out)
 
 
 def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> list[Any]:

@@ -2,7 +2,7 @@
 dynamic filtering and adaGRPO escalation on one local recipe (default ``kk-testbed``), over several seeds.
 
 ``python -m bench.sample_efficiency [--recipe kk-testbed] [--seeds 0 1 2 3 4] [--variants ...] [--workers 2]
-[--target-margin 0.05] [--set KEY=VALUE ...] [--quick] [--report-only] [--out DIR]``
+[--target-margin 0.05] [--set KEY=VALUE ...] [--quick] [--report-only] [--fresh] [--out DIR]``
 
 Every variant uses the recipe's hyper-parameters (chosen for GRPO) and changes only the method
 (``bench/common.py`` VARIANTS). Per seed the supervised warm-up runs once; every variant of that seed starts
@@ -100,7 +100,9 @@ def run_record(run: dict[str, Any], target: float, adora_on: bool) -> dict[str, 
         "length_final_step": c["length"][-1][1] if c["length"] else None,
         "length_std_over_mean_step0": c["length_std_over_mean"][0][1] if c["length_std_over_mean"] else None,
         "tas_fraction_first20": _mean(tas) if adora_on else None,
-        "wall_s": run["summary"]["wall_time_s"],
+        # a resumed run's summary times only its last invocation: left out of the wall-time column
+        "wall_s": run["summary"]["wall_time_s"] if run["summary"].get("resumed_from_step") is None else None,
+        "resumed_from_step": run["summary"].get("resumed_from_step"),
     }
 
 
@@ -277,6 +279,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"a small smoke run: {QUICK} (flags and --set win)")
     parser.add_argument("--out", default="bench/results/sample_efficiency")
     parser.add_argument("--report-only", action="store_true", help="rebuild table, plot and results.json from the runs already in --out")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="recompute every run; by default a run directory holding the same config is reused when finished and resumed from its checkpoint when interrupted",
+    )
     args = parser.parse_args(argv)
     try:
         return _run(args)
@@ -303,7 +310,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         inits = run_pool(_warm, [(args.recipe, seed, base, out) for seed in args.seeds], args.workers)
         specs = [
-            RunSpec(v, seed, args.recipe, {**base, **o, "model.path": init, **FROM_WARM_START}, str(out / "runs" / f"{v}_seed{seed}"))
+            RunSpec(v, seed, args.recipe, {**base, **o, "model.path": init, **FROM_WARM_START}, str(out / "runs" / f"{v}_seed{seed}"), reuse=not args.fresh)
             for seed, init in zip(args.seeds, inits, strict=True)
             for v, o in variants.items()
         ]

@@ -99,6 +99,9 @@ def test_run_record_fields():
     assert rec["zero_signal"] == 0.5 and rec["length_mean"] == pytest.approx(sum(10.0 + s for s in range(1, 31)) / 30)
     assert run_record(run, target=0.9, adora_on=False)["tas_fraction_first20"] is None
     assert run_record(run, target=0.9, adora_on=False)["steps_to_target"] is None
+    resumed = {**run, "summary": {"wall_time_s": 5.0, "resumed_from_step": 12}}
+    assert run_record(resumed, target=0.45, adora_on=True)["wall_s"] is None  # times only its last invocation
+    assert run_record(resumed, target=0.45, adora_on=True)["resumed_from_step"] == 12
 
 
 def test_summarise_means_cis_and_reached_counts():
@@ -176,3 +179,32 @@ def test_component_fractions():
     ] * 3
     rows, stats = component_table({"GRPO": metrics})
     assert stats["GRPO"]["step_s"] == 2.0 and rows[0][2] == "1.0000 (50.00%)" and rows[0][5] == "0.0200 (1.00%)"
+
+
+def test_finished_runs_with_the_same_config_are_reused(tmp_path, monkeypatch):
+    """A rerun of the benchmark reads back a finished run holding the same config instead of recomputing it;
+    a changed setting or --fresh recomputes it."""
+    from adora_openrlhf.backends.local import trainer
+    from bench.common import RunSpec, run_training
+
+    overrides = {
+        **base_overrides("kk-tiny", True, {"steps": 2, "eval_every": 2, "data.num_eval": 8}, {"warmup.steps": 2}),
+        "data.num_train": 32,
+        "prompts_per_step": 2,
+        "sampling.n_keep": 2,
+        "rollout.max_new_tokens": 16,
+    }
+    spec = RunSpec("GRPO", 0, "kk-tiny", overrides, str(tmp_path / "run"), reuse=True)
+    first = run_training(spec)
+    assert first["summary"]["steps"] == 2 and (tmp_path / "run" / "summary.json").exists()
+
+    calls = []
+    monkeypatch.setattr(trainer, "train", lambda cfg, **kw: calls.append((cfg.train.lr, kw)))
+    monkeypatch.setattr("bench.common.load_run", lambda variant, seed, out: "read back")
+    again = run_training(spec)
+    assert calls == [] and again == "read back"
+
+    run_training(RunSpec("GRPO", 0, "kk-tiny", {**overrides, "train.lr": 1e-4}, spec.output_dir, reuse=True))
+    assert calls == [(1e-4, {"resume": False, "overwrite": True})]  # another config: recomputed over the old run
+    run_training(RunSpec("GRPO", 0, "kk-tiny", overrides, spec.output_dir, reuse=False))
+    assert len(calls) == 2  # --fresh recomputes even the same config
