@@ -390,6 +390,13 @@ class ModelConfig:
     )
     dtype: str = field(default="float32", metadata={"help": '"float32" | "bfloat16" | "float16"'})
     generation_batch_size: int = field(default=64, metadata={"help": "local backend: sequences per model.generate call (memory bound)"})
+    freeze_visual_encoder: bool = field(
+        default=False,
+        metadata={
+            "help": "vision-language models: keep the vision encoder and its projector into the language model fixed and train the "
+            "language model only (OpenRLHF's --actor.freeze_visual_encoder; every parameter outside language_model.* and lm_head.*)"
+        },
+    )
     kv_cache: str = field(
         default="growing",
         metadata={
@@ -673,6 +680,11 @@ class RunConfig:
         self.report_to = parse_report_to(self.report_to)
         _number(self.max_missing_reward_fraction, "max_missing_reward_fraction", ge=0, le=1)
         _require(isinstance(self.output_dir, str) and self.output_dir.strip() != "", "output_dir", f"must be a directory path, got {self.output_dir!r}")
+        _require(
+            not self.model.freeze_visual_encoder or self.data.task == "geometry",
+            "model.freeze_visual_encoder",
+            f"applies to vision-language models (data.task geometry), got data.task {self.data.task!r}; drop --model.freeze_visual_encoder",
+        )
         if self.dynamic_filtering.enabled:
             _require(
                 not self.sampling.enabled,

@@ -36,6 +36,7 @@ MAPPED_VALUES = {
     "model.path": "owner/other",
     "model.lora_rank": 8,
     "model.lora_alpha": 32,
+    "model.freeze_visual_encoder": True,
     "model.lora_target_modules": ["q_proj"],
     "model.dtype": "float16",
     "data.train_path": "other.jsonl",
@@ -54,7 +55,7 @@ MAPPED_VALUES = {
     "dynamic_filtering.score_range": [0.1, 0.9],
 }
 # fields whose flag is emitted only under another field's value: both command lines are built with it
-MAPPED_WHEN = {"dynamic_filtering.score_range": {"dynamic_filtering.enabled": True}}
+MAPPED_WHEN = {"dynamic_filtering.score_range": {"dynamic_filtering.enabled": True}, "model.freeze_visual_encoder": {"data.task": "geometry"}}
 
 # a value each backend refuses (with adaptive sampling off)
 REFUSED_VALUES = {

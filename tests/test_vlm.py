@@ -279,6 +279,46 @@ def test_warmup_step_trains_the_vision_tower(tiny, rows):
         assert any(part in n for n in moved), part
 
 
+def test_freeze_visual_encoder_trains_the_language_model_only(tiny, rows):
+    """OpenRLHF's --actor.freeze_visual_encoder rule: everything outside language_model.* and lm_head.* (vision
+    encoder and merger) keeps its weights through a warm-up step; the language model moves."""
+    import copy
+
+    from adora_openrlhf.backends.local.sft import supervised_warmup
+    from adora_openrlhf.config import WarmupConfig
+
+    processor, model, _ = tiny
+    model = copy.deepcopy(model)
+    tok = processor.tokenizer
+    vision = sum(p.numel() for n, p in model.named_parameters() if n.startswith("model.visual."))
+    assert vlm.freeze_visual_encoder(model) == vision > 0
+    ids, extras = encode(processor, rows)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    row_objs = [Row(prompt=r["prompt"], label=r["label"], images=tuple(r["images"]), source=r["source"], meta=r["meta"]) for r in rows]
+    supervised_warmup(model, tok, ids, row_objs, WarmupConfig(steps=1, lr=1e-3, batch_size=len(rows)), 0, 3, extras)
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved and all("language_model" in n or "lm_head" in n for n in moved)
+    assert any(".layers.0." in n for n in moved)
+
+
+def test_freeze_visual_encoder_config_and_flags():
+    from adora_openrlhf.recipes import build_run_config
+
+    with pytest.raises(ConfigError, match=r"^model.freeze_visual_encoder: applies to vision-language models \(data.task geometry\)"):
+        build_run_config("kk-tiny", {"model.freeze_visual_encoder": True})
+    with pytest.raises(ConfigError, match=r"^model.freeze_visual_encoder: the model has no language_model"):
+        vlm.freeze_visual_encoder(torch.nn.Linear(2, 2))
+    flags = pytest.importorskip("adora_openrlhf.backends.openrlhf.flags")
+    on = flags.derived_flags(build_run_config("geo3k-qwen2.5vl-7b-adora", {"model.freeze_visual_encoder": True}))
+    assert on["actor.freeze_visual_encoder"] is True
+    assert "actor.freeze_visual_encoder" not in flags.derived_flags(build_run_config("geo3k-qwen2.5vl-7b-adora"))
+    pytest.importorskip("openrlhf")
+    from adora_openrlhf.backends.openrlhf import launcher
+
+    _, args, cfg = launcher.prepare(build_run_config("geo3k-qwen2.5vl-7b-adora", {"model.freeze_visual_encoder": True}))
+    assert args.actor.freeze_visual_encoder is True and cfg.model.freeze_visual_encoder is True
+
+
 def test_difficulty_rule_classes_on_real_rollouts(tiny, rows):
     """Groups sampled from the tiny VLM through the rollout engine and the sampler, graded by the geometry
     reward: TAS exactly when 0 < p <= tau. A random-init policy is never right, so groups 1.. are graded

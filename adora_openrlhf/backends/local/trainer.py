@@ -97,7 +97,15 @@ def _build_tokenizer(cfg: RunConfig, train_rows, resume_from: Path | None):
 
 def _build_model(cfg: RunConfig, tokenizer, device, checkpoint: Path | None = None):
     """The policy: ``model.path`` or the tiny model (+ LoRA); with ``checkpoint`` (a step directory) the policy
-    saved there: its model files, or for LoRA the same base with the saved adapters."""
+    saved there: its model files, or for LoRA the same base with the saved adapters. With
+    ``model.freeze_visual_encoder`` the vision encoder and projector get no gradients (``vlm.freeze_visual_encoder``)."""
+    model = _load_policy(cfg, tokenizer, device, checkpoint)
+    if cfg.model.freeze_visual_encoder:
+        vlm.freeze_visual_encoder(model)
+    return model
+
+
+def _load_policy(cfg: RunConfig, tokenizer, device, checkpoint: Path | None = None):
     vision = cfg.data.task == "geometry"
     if checkpoint is not None and cfg.model.lora_rank == 0:
         dtype = cfg.model.dtype if cfg.model.path is not None else "float32"  # the tiny model is built in float32

@@ -120,6 +120,25 @@ def build_tiny_vlm(text_cfg, vision_cfg, tokenizer, seed: int):
         return Qwen2_5_VLForConditionalGeneration(config)
 
 
+def freeze_visual_encoder(model) -> int:
+    """Stop gradients to every parameter outside the language model (``language_model.*``) and the output head
+    (``lm_head.*``): the vision encoder and its projector (merger), OpenRLHF's ``--actor.freeze_visual_encoder``
+    rule (LoRA adapters inside them included). Returns how many parameters it froze; a model with no such
+    parameters (no ``language_model`` in any name) is an error rather than a silently frozen language model."""
+    names = [name for name, _ in model.named_parameters()]
+    if not any("language_model" in name for name in names):
+        raise ConfigError(
+            "model.freeze_visual_encoder: the model has no language_model.* parameters to keep training "
+            f"({type(model).__name__}); use a vision-language checkpoint such as Qwen2.5-VL or drop the option"
+        )
+    frozen = 0
+    for name, param in model.named_parameters():
+        if "language_model" not in name and "lm_head" not in name:
+            param.requires_grad_(False)
+            frozen += param.numel()
+    return frozen
+
+
 def is_vlm_checkpoint(path: str, init_kwargs: dict | None = None) -> bool:
     """True when the checkpoint's config (a local directory or a hub name) has a ``vision_config`` (OpenRLHF's
     test, ``utils.is_vlm_model``)."""

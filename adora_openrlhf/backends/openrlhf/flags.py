@@ -131,6 +131,8 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
         flags.update({"algo.dynamic_filtering_enable": True, "algo.dynamic_filtering_range": tuple(cfg.dynamic_filtering.score_range)})
     if cfg.data.task == "geometry":  # Qwen2.5-VL: one diagram per prompt
         flags.update({"data.image_key": "images", "data.max_images_per_prompt": 1})
+    if cfg.model.freeze_visual_encoder:
+        flags["actor.freeze_visual_encoder"] = True
     return flags
 
 
@@ -199,6 +201,7 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
     targets = args.ds.lora.target_modules
     values["model"]["lora_target_modules"] = ["all-linear"] if targets in ("all-linear", ["all-linear"]) else list(targets)
     values["eval_samples"] = 0 if args.eval.temperature == 0 else int(args.eval.n_samples_per_prompt)  # 0: greedy only
+    values["model"]["freeze_visual_encoder"] = bool(getattr(args.actor, "freeze_visual_encoder", False))
     values["dynamic_filtering"]["enabled"] = bool(args.algo.dynamic_filtering_enable)
     values["dynamic_filtering"]["score_range"] = [float(v) for v in args.algo.dynamic_filtering_range]
     values["rollout"]["temperature"] = float(args.rollout.temperature)
