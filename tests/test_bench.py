@@ -208,3 +208,14 @@ def test_finished_runs_with_the_same_config_are_reused(tmp_path, monkeypatch):
     assert calls == [(1e-4, {"resume": False, "overwrite": True})]  # another config: recomputed over the old run
     run_training(RunSpec("GRPO", 0, "kk-tiny", overrides, spec.output_dir, reuse=False))
     assert len(calls) == 2  # --fresh recomputes even the same config
+
+
+def test_kv_cache_bench_writes_its_table(tmp_path):
+    import json
+
+    from bench import kv_cache
+
+    assert kv_cache.main(["--batch", "3", "--prompt-tokens", "12", "--new-tokens", "5", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "results.json").read_text())["runs"][0]
+    assert record["new_tokens"] == 5 and record["identical_tokens"] is True and record["speedup"] > 0
+    assert "| 5 |" in (tmp_path / "table.md").read_text()
