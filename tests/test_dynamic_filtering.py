@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adora_openrlhf.algorithms.dynamic_filtering import filter_and_refill, keeps_group
+from adora_openrlhf.algorithms.dynamic_filtering import classify_group, filter_and_refill, keeps_group
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, SamplingResult, ScoredResponse
 from adora_openrlhf.config import AdaptiveSamplingConfig, ConfigError, DynamicFilteringConfig, SamplingParams
 from adora_openrlhf.recipes import build_run_config
@@ -62,6 +62,7 @@ def test_keeps_group_hand_cases():
     assert not keeps_group([2.0, 3.0], 0, 1) and not keeps_group([-0.5, 0.25], 0, 1)
     with pytest.raises(ValueError, match="at least one score"):
         keeps_group([], 0, 1)
+    assert [classify_group(s, 0.25, 0.75) for s in ([1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [2.0, 3.0])] == ["low", "keep", "high", "high"]
 
 
 # ---- the refill loop -------------------------------------------------------------------------------------

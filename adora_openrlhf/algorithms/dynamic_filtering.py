@@ -30,12 +30,18 @@ from adora_openrlhf.algorithms.sampling import PromptGroup, SamplingResult, Scor
 _SUMMED = ("sampling/responses_generated", "sampling/unfinished_prompts", "sampling/dropped_prompts")
 
 
-def keeps_group(scores: Sequence[float], low: float, high: float) -> bool:
-    """True iff ``low < mean(scores) < high`` (the group carries a learning signal). An empty group is an error."""
+def classify_group(scores: Sequence[float], low: float, high: float) -> str:
+    """``"keep"`` iff ``low < mean(scores) < high``; else ``"high"`` (mean >= high) or ``"low"`` (mean <= low).
+    An empty group is an error."""
     if len(scores) == 0:
         raise ValueError("keeps_group: a group needs at least one score")
     mean = math.fsum(scores) / len(scores)
-    return low < mean < high
+    return "keep" if low < mean < high else "high" if mean >= high else "low"
+
+
+def keeps_group(scores: Sequence[float], low: float, high: float) -> bool:
+    """True iff ``low < mean(scores) < high`` (the group carries a learning signal). An empty group is an error."""
+    return classify_group(scores, low, high) == "keep"
 
 
 @dataclass
@@ -79,12 +85,12 @@ def filter_and_refill(
             raise ValueError(f"sample_batch: asked for {count} prompts, got groups of prompt indices {indices} (want increasing, in 0..{count - 1})")
         batch_metrics.append(batch.metrics)
         for i, group in enumerate(batch.groups):
-            scores = [float(score_of(r)) for r in group.kept]
-            if keeps_group(scores, low, high):  # at most `count` groups per batch: never more than num_prompts kept
+            side = classify_group([float(score_of(r)) for r in group.kept], low, high)
+            if side == "keep":  # at most `count` groups per batch: never more than num_prompts kept
                 kept.append(PromptGroup(len(kept), group.kept, group.pool_rewards, group.retired_round))
                 stream_indices.append(consumed + group.prompt_index)
                 stats.append((int(batch.pool_stats.count[i]), float(batch.pool_stats.mean[i]), float(batch.pool_stats.std[i])))
-            elif math.fsum(scores) / len(scores) >= high:
+            elif side == "high":
                 dropped_high += 1
             else:
                 dropped_low += 1

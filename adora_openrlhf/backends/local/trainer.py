@@ -170,6 +170,12 @@ def _rollout_metrics(groups, rows) -> dict[str, float]:
     }
 
 
+def _sample_at(cfg: RunConfig, sampler: AdaptiveSampler, engine: RolloutEngine, train_rows, position: int, count: int, step: int):
+    """The sampler's result for the ``count`` prompts of the seeded data order from ``position`` on."""
+    rows = batch_indices(position, count, len(train_rows), cfg.seed)
+    return sampler.sample(count, engine.generate_fn(rows), step=step, prompt_keys=[row_key(train_rows[i]) for i in rows])
+
+
 def _filtered_sample(cfg: RunConfig, sampler: AdaptiveSampler, engine: RolloutEngine, train_rows, position: int, step: int):
     """One step's groups through DAPO dynamic filtering (``algorithms/dynamic_filtering.py``): batches of new prompts
     of the data order from ``position`` on, each sampled by the (plain, one-round) sampler; groups outside
@@ -178,9 +184,8 @@ def _filtered_sample(cfg: RunConfig, sampler: AdaptiveSampler, engine: RolloutEn
 
     def sample_batch(count: int):
         nonlocal drawn
-        rows = batch_indices(position + drawn, count, len(train_rows), cfg.seed)
         drawn += count
-        return sampler.sample(count, engine.generate_fn(rows), step=step, prompt_keys=[row_key(train_rows[i]) for i in rows])
+        return _sample_at(cfg, sampler, engine, train_rows, position + drawn - count, count, step)
 
     low, high = cfg.dynamic_filtering.score_range
     filtered = filter_and_refill(
@@ -327,8 +332,7 @@ def _train_in(
                     cfg.dynamic_filtering.max_refills,
                 )
         else:
-            rows = batch_indices(position, cfg.prompts_per_step, len(train_rows), cfg.seed)
-            result = sampler.sample(len(rows), engine.generate_fn(rows), step=step, prompt_keys=[row_key(train_rows[i]) for i in rows])
+            result = _sample_at(cfg, sampler, engine, train_rows, position, cfg.prompts_per_step, step)
             consumed = cfg.prompts_per_step
         position += consumed
         sampling_seconds = time.perf_counter() - t0
