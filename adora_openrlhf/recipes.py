@@ -145,6 +145,10 @@ _local_recipe("kk-testbed-adora", "kk-testbed with ADORA length-rule attenuation
 # The vision-language path on CPU: a tiny random-init Qwen2.5-VL (vision tower + language model, processor
 # saved with the run) on generated PIL images (data_prep/geo_synth.py), graded by the Geometry3K reward
 # (0.9 * correct + 0.1 * format, so correct_threshold 0.5), with ADORA's difficulty rule as in geo3k.
+# The vision encoder stays frozen (model.freeze_visual_encoder): trained at the warm-up's learning rate its
+# projector's outputs grew ~75x in norm and swamped the text tokens, so the policy ignored the image
+# (docs/local_backend.md, "What kept the warm-up from reading the images"). Questions: colour and larger,
+# levels 1-4 (the count / most kinds stayed at the majority baseline within a few CPU minutes).
 _GEO_TINY = {
     "steps": 40,
     "prompts_per_step": 8,
@@ -154,14 +158,23 @@ _GEO_TINY = {
     "rollout": {"temperature": 1.0, "max_new_tokens": 32},
     "adora": {"rule": "difficulty", "mode": "attenuate", "lambda_att": 0.1, "tau": 0.5, "correct_threshold": 0.5},
     "sampling": {"n_keep": 8, "positive_threshold": 0.5},
-    "data": {"task": "geometry", "num_train": 2000, "num_eval": 200, "max_prompt_tokens": 128, "prompt_template": "auto"},
-    "model": {"tiny": {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4}},
-    "warmup": {"steps": 150, "lr": 3e-3, "batch_size": 32},
-    "train": {"lr": 5e-4, "micro_batch_size": 32},
+    "data": {
+        "task": "geometry",
+        "geo_tasks": ["colour", "larger"],
+        "num_train": 2000,
+        "num_eval": 200,
+        "max_prompt_tokens": 128,
+        "prompt_template": "auto",
+    },
+    "model": {"tiny": {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4}, "freeze_visual_encoder": True},
+    "warmup": {"steps": 400, "lr": 1e-3, "batch_size": 32},
+    "train": {"lr": 1e-4, "micro_batch_size": 32},
 }
 
 _local_recipe(
-    "geo-tiny", "Vision-language path on CPU: tiny random-init Qwen2.5-VL, SFT warm-up, GRPO on generated shape images (count / most / larger).", _GEO_TINY
+    "geo-tiny",
+    "Vision-language path on CPU: tiny random-init Qwen2.5-VL (vision encoder frozen), SFT warm-up, GRPO on generated shape images (colour / larger).",
+    _GEO_TINY,
 )
 _local_recipe(
     "geo-tiny-adora", "geo-tiny with ADORA's difficulty rule (TAS: 0 < group accuracy <= 0.5), attenuation 0.1.", _GEO_TINY, {"adora": {"enabled": True}}
