@@ -1,5 +1,6 @@
-"""The growing KV cache (backends/local/kv_cache.py): same states as transformers' DynamicLayer, same tokens
-from model.generate, the default cache for models it does not cover, and the model.kv_cache setting."""
+"""The growing KV cache (backends/local/kv_cache.py): same states as transformers' DynamicLayer, the default
+cache for models it does not cover, and the model.kv_cache setting. Same tokens from model.generate:
+tests/test_local_units.py (text) and tests/test_vlm.py (images)."""
 
 import pytest
 import torch
@@ -7,23 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adora_openrlhf.backends.local.kv_cache import MIN_CAPACITY, growing_cache_for
-from adora_openrlhf.backends.local.model import build_tiny_model
-from adora_openrlhf.backends.local.rollout import generate_responses
-from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
-from adora_openrlhf.config import ConfigError, ModelConfig, SamplingParams, TinyModelConfig
-
-TINY = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
-CORPUS = ["Knights always tell the truth. Alice says: Bob is a knave.", "<think>Alice knight.</think>\n<answer>(1) Alice is a knight</answer>"] * 5
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return train_bpe_tokenizer(CORPUS, 300)
-
-
-@pytest.fixture(scope="module")
-def model(tok):
-    return build_tiny_model(TINY, tok, seed=0).eval()
+from adora_openrlhf.config import ConfigError, ModelConfig
 
 
 @settings(max_examples=30, deadline=None)
@@ -68,31 +53,6 @@ def test_layer_resyncs_after_its_keys_are_replaced():
     got_k, got_v = layer.update(k2, v2)
     assert torch.equal(got_k, torch.cat([k[1:, :, :7], k2], dim=-2))
     assert torch.equal(got_v, torch.cat([v[1:, :, :7], v2], dim=-2))
-
-
-@pytest.mark.parametrize("greedy", [True, False])
-def test_generate_gives_the_same_tokens_as_the_default_cache(tok, model, greedy):
-    prompts = [tok.encode(text) for text in ["Alice says", "Knights always tell the truth. Alice", "Bob is a knave."]] * 3
-    params = SamplingParams(temperature=1.0, max_new_tokens=2 * MIN_CAPACITY + 5)  # the buffer grows twice
-    outputs = {}
-    for kv_cache in ("growing", "dynamic"):
-        torch.manual_seed(7)
-        outputs[kv_cache] = generate_responses(model, tok, prompts, params, batch_size=4, greedy=greedy, kv_cache=kv_cache)
-    assert outputs["growing"] == outputs["dynamic"]
-    assert max(len(ids) for ids, _ in outputs["growing"]) > MIN_CAPACITY
-
-
-def test_models_with_other_layer_types_keep_the_default_cache(model):
-    class Sliding:
-        class config:
-            layer_types = ["full_attention", "sliding_attention"]
-
-            @classmethod
-            def get_text_config(cls, decoder=True):
-                return cls
-
-    assert growing_cache_for(Sliding()) is None
-    assert growing_cache_for(model) is not None
 
 
 def test_kv_cache_setting_is_validated():

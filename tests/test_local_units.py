@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, GenerationRequest
 from adora_openrlhf.backends.local import checkpoint as ckpt
 from adora_openrlhf.backends.local.data import Row, batch_indices, load_rows, validate_rows
+from adora_openrlhf.backends.local.kv_cache import MIN_CAPACITY, growing_cache_for
 from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model
 from adora_openrlhf.backends.local.rollout import RolloutEngine, generate_responses, make_reward_fns
 from adora_openrlhf.backends.local.sft import kk_demonstration, supervised_warmup
@@ -319,3 +320,28 @@ def test_impossible_generation_request_names_the_option(monkeypatch):
     monkeypatch.setattr(kk, "generate_splits", too_many)
     with pytest.raises(ConfigError, match=r"^data.num_train: cannot generate 50 \+ 5 puzzles for kk_num_people \[2\] \(num: only 12"):
         load_rows(DataConfig(num_train=50, num_eval=5, kk_num_people=[2]), seed=0)
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_generate_gives_the_same_tokens_as_the_default_cache(tok, model, greedy):
+    prompts = [tok.encode(text) for text in ["Alice says", "Knights always tell the truth. Alice", "Bob is a knave."]] * 3
+    params = SamplingParams(temperature=1.0, max_new_tokens=2 * MIN_CAPACITY + 5)  # the buffer grows twice
+    outputs = {}
+    for kv_cache in ("growing", "dynamic"):
+        torch.manual_seed(7)
+        outputs[kv_cache] = generate_responses(model, tok, prompts, params, batch_size=4, greedy=greedy, kv_cache=kv_cache)
+    assert outputs["growing"] == outputs["dynamic"]
+    assert max(len(ids) for ids, _ in outputs["growing"]) > MIN_CAPACITY
+
+
+def test_growing_kv_cache_covers_full_attention_models_only(model):
+    class Sliding:
+        class config:
+            layer_types = ["full_attention", "sliding_attention"]
+
+            @classmethod
+            def get_text_config(cls, decoder=True):
+                return cls
+
+    assert growing_cache_for(Sliding()) is None
+    assert growing_cache_for(model) is not None
