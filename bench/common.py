@@ -99,14 +99,15 @@ def run_training(spec: RunSpec) -> dict[str, Any]:
     directory (another config, no checkpoint) is replaced."""
     from adora_openrlhf.backends.local import checkpoint as ckpt
     from adora_openrlhf.backends.local.trainer import train
+    from adora_openrlhf.cli_args import format_config
     from adora_openrlhf.recipes import build_run_config
 
     out = Path(spec.output_dir)
     cfg = build_run_config(spec.recipe, {**spec.overrides, "seed": spec.seed, "output_dir": spec.output_dir})
     same_config = False
     if spec.reuse and (out / "config.json").exists():
-        try:
-            same_config = json.loads((out / "config.json").read_text()) == json.loads(json.dumps(cfg.to_dict(), default=str))
+        try:  # the trainer writes config.json with format_config: compare like with like, every field
+            same_config = json.loads((out / "config.json").read_text()) == json.loads(format_config(cfg))
         except (json.JSONDecodeError, UnicodeDecodeError):
             same_config = False
     if same_config and (out / "summary.json").exists():

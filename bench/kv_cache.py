@@ -65,21 +65,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu = {c: statistics.median(s) for c, s in cpu_seconds.items()}
         same = tokens["dynamic"] == tokens["growing"]
         speedup, cpu_speedup = median["dynamic"] / median["growing"], cpu["dynamic"] / cpu["growing"]
-        rows.append(
-            [
-                str(new_tokens),
-                f"{median['dynamic']:.2f}",
-                f"{median['growing']:.2f}",
-                f"{speedup:.2f}x",
-                f"{cpu['dynamic']:.2f}",
-                f"{cpu['growing']:.2f}",
-                f"{cpu_speedup:.2f}x",
-            ]
-            + ["yes" if same else "NO"]
-        )
+        seconds_cells = [f"{v:.2f}" for v in (median["dynamic"], median["growing"])]
+        cpu_cells = [f"{v:.2f}" for v in (cpu["dynamic"], cpu["growing"])]
+        rows.append([str(new_tokens), *seconds_cells, f"{speedup:.2f}x", *cpu_cells, f"{cpu_speedup:.2f}x", "yes" if same else "NO"])
         records.append(
-            {"new_tokens": new_tokens, "dynamic_s": median["dynamic"], "growing_s": median["growing"], "speedup": speedup}
-            | {"dynamic_cpu_s": cpu["dynamic"], "growing_cpu_s": cpu["growing"], "cpu_speedup": cpu_speedup, "identical_tokens": same}
+            {
+                "new_tokens": new_tokens,
+                "dynamic_s": median["dynamic"],
+                "growing_s": median["growing"],
+                "speedup": speedup,
+                "dynamic_cpu_s": cpu["dynamic"],
+                "growing_cpu_s": cpu["growing"],
+                "cpu_speedup": cpu_speedup,
+                "identical_tokens": same,
+            }
         )
         print(rows[-1], flush=True)
 

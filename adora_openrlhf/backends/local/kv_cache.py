@@ -6,8 +6,8 @@ T tokens, and about half of a decoding step's time for the local backend's tiny 
 :class:`GrowingLayer` writes the new states into a buffer whose capacity doubles when it is full
 (``capacity = max(needed, 2 * capacity, MIN_CAPACITY)``), so a token costs one slice copy and the total copy
 work is O(T). The attention layers read ``keys[..., :length, :]``, a view of the same values the default
-cache would hold, so generated tokens are identical (tests/test_kv_cache.py checks greedy and sampled
-decoding against the default cache).
+cache would hold, so generated tokens are identical (tests/test_local_units.py checks greedy and sampled
+decoding against the default cache, tests/test_vlm.py decoding with images, tests/test_kv_cache.py the layer).
 
 Only full-attention decoders use it (:func:`growing_cache_for`); a model with sliding-window or other layer
 types keeps the default cache.

@@ -184,8 +184,8 @@ def _filtered_sample(cfg: RunConfig, sampler: AdaptiveSampler, engine: RolloutEn
 
     def sample_batch(count: int):
         nonlocal drawn
-        drawn += count
-        return _sample_at(cfg, sampler, engine, train_rows, position + drawn - count, count, step)
+        start, drawn = position + drawn, drawn + count
+        return _sample_at(cfg, sampler, engine, train_rows, start, count, step)
 
     low, high = cfg.dynamic_filtering.score_range
     filtered = filter_and_refill(
