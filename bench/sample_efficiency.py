@@ -2,7 +2,7 @@
 dynamic filtering and adaGRPO escalation on one local recipe (default ``kk-testbed``), over several seeds.
 
 ``python -m bench.sample_efficiency [--recipe kk-testbed] [--seeds 0 1 2 3 4] [--variants ...] [--workers 2]
-[--target-margin 0.05] [--set KEY=VALUE ...] [--quick] [--report-only] [--fresh] [--out DIR]``
+[--target-margin 0.05] [--set KEY=VALUE ...] [--quick] [--report-only] [--fresh] [--merge RESULTS_JSON] [--out DIR]``
 
 Every variant uses the recipe's hyper-parameters (chosen for GRPO) and changes only the method
 (``bench/common.py`` VARIANTS). Per seed the supervised warm-up runs once; every variant of that seed starts
@@ -42,6 +42,23 @@ from bench.common import (
     write_json,
 )
 
+SERIES = ("acc_vs_responses", "zero_signal", "length")  # curves() series a record keeps besides acc_curve
+# settings two invocations must share for --merge to pool their records
+MERGE_KEYS = (
+    "recipe",
+    "steps",
+    "eval_every",
+    "num_eval",
+    "prompts_per_step",
+    "n_keep",
+    "lr",
+    "temperature",
+    "max_new_tokens",
+    "overrides",
+    "variants",
+    "target_margin",
+    "quick",
+)
 TAS_WINDOW = 20  # tas_fraction_first20: mean ADORA TAS fraction over the first this many RL steps
 QUICK = {"steps": 10, "eval_every": 5, "data.num_eval": 50, "warmup.steps": 40, "warmup.mix_steps": 10}  # --quick (smoke run)
 
@@ -103,6 +120,8 @@ def run_record(run: dict[str, Any], target: float, adora_on: bool) -> dict[str, 
         # a resumed run's summary times only its last invocation: left out of the wall-time column
         "wall_s": run["summary"]["wall_time_s"] if run["summary"].get("resumed_from_step") is None else None,
         "resumed_from_step": run["summary"].get("resumed_from_step"),
+        # per-step series for the plot, so that a later invocation can merge this record (--merge)
+        "series": {k: [list(p) for p in c[k]] for k in SERIES},
     }
 
 
@@ -189,9 +208,10 @@ def band(series: Sequence[Sequence[tuple[float, float]]]) -> tuple[list[float], 
     return xs, list(ys), list(hs)
 
 
-def plot(runs: Sequence[dict[str, Any]], variants: Sequence[str], path: Path, title: str) -> None:
+def plot(records: Sequence[dict[str, Any]], variants: Sequence[str], path: Path, title: str) -> None:
     """Accuracy vs steps and vs generated responses, zero-signal fraction and mean length per step: the mean
-    over seeds with a 95% CI band, one colour per variant."""
+    over seeds with a 95% CI band, one colour per variant. A panel drawn from fewer runs than the table (merged
+    records written before records kept per-step series) names the seeds it shows."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -205,10 +225,10 @@ def plot(runs: Sequence[dict[str, Any]], variants: Sequence[str], path: Path, ti
         ("length", "RL step", "mean response length (tokens)"),
     ]
     palette = plt.get_cmap("tab10").colors
-    per_run = [(r["variant"], curves(r["metrics"])) for r in runs]
+    per_run = [(r["variant"], r["seed"], {"acc_vs_step": r["acc_curve"], **r["series"]}) for r in records]
     for ax, (key, xlabel, ylabel) in zip(axes.flat, panels, strict=True):
         for i, variant in enumerate(variants):
-            series = [c[key] for v, c in per_run if v == variant and c[key]]
+            series = [c[key] for v, _, c in per_run if v == variant and c[key]]
             if not series:
                 continue
             xs, ys, hs = band(series)
@@ -217,6 +237,9 @@ def plot(runs: Sequence[dict[str, Any]], variants: Sequence[str], path: Path, ti
             ax.fill_between(
                 xs, [y - h for y, h in zip(ys, hs, strict=True)], [y + h for y, h in zip(ys, hs, strict=True)], color=colour, alpha=0.15, linewidth=0
             )
+        shown = sorted({seed for _, seed, c in per_run if c[key]})
+        if len(shown) < len({seed for _, seed, _ in per_run}):
+            ax.set_title(f"seeds {shown} (the others' records keep no per-step {key})", fontsize=9)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -225,6 +248,53 @@ def plot(runs: Sequence[dict[str, Any]], variants: Sequence[str], path: Path, ti
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def retarget(record: dict[str, Any], target: float) -> dict[str, Any]:
+    """``record`` with the target and the steps / responses needed to reach it recomputed from its curves."""
+    return {
+        **record,
+        "target": target,
+        "steps_to_target": first_step_reaching([tuple(p) for p in record["acc_curve"]], target),
+        "responses_to_target": first_step_reaching([tuple(p) for p in record["series"]["acc_vs_responses"]], target),
+    }
+
+
+def responses_curve_from_totals(record: dict[str, Any]) -> list[list[float]] | None:
+    """Accuracy vs cumulative responses for a record written before records kept their series. The cumulative
+    count is known exactly at step 0 (0), at the last step (``responses``) and at ``steps_to_target``
+    (``responses_to_target``, the count at that evaluation); None unless those cover every evaluation."""
+    curve = record["acc_curve"]
+    known = {curve[0][0]: 0.0, curve[-1][0]: float(record["responses"])}
+    if record.get("steps_to_target") is not None:
+        known[record["steps_to_target"]] = float(record["responses_to_target"])
+    if any(step not in known for step, _ in curve):
+        return None
+    return [[known[step], acc] for step, acc in curve]
+
+
+def earlier_records(path: Path, settings: dict[str, Any], seeds_now: Sequence[int]) -> list[dict[str, Any]]:
+    """``--merge``: the records of an earlier ``results.json`` for the seeds not run now. Its settings must
+    equal this invocation's on every key of MERGE_KEYS; a record without per-step series gets its
+    accuracy-vs-responses curve from :func:`responses_curve_from_totals` and empty per-step panels."""
+    if not path.is_file():
+        raise ValueError(f"--merge: {path} is not a file; pass the results.json of an earlier run of this benchmark")
+    earlier = json.loads(path.read_text())
+    for key in MERGE_KEYS:
+        mine, theirs = json.loads(json.dumps(settings.get(key), default=str)), earlier.get("settings", {}).get(key)
+        if mine != theirs:
+            raise ValueError(f"--merge: {path} was written with {key}={theirs!r} but this run has {mine!r}; merge only results of the same settings")
+    records = []
+    for rec in earlier["runs"]:
+        if rec["seed"] in seeds_now:
+            continue
+        if "series" not in rec:
+            responses = responses_curve_from_totals(rec)
+            if responses is None:
+                raise ValueError(f"--merge: {path}: {rec['variant']} seed {rec['seed']} keeps no per-step response counts; rerun that seed instead")
+            rec = {**rec, "series": {"acc_vs_responses": responses, "zero_signal": [], "length": []}}
+        records.append(rec)
+    return records
 
 
 def _parse_set(items: Sequence[str]) -> dict[str, Any]:
@@ -278,6 +348,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="runs in parallel (one torch thread each)")
     parser.add_argument("--quick", action="store_true", help=f"a small smoke run: {QUICK} (flags and --set win)")
     parser.add_argument("--out", default="bench/results/sample_efficiency")
+    parser.add_argument(
+        "--merge",
+        metavar="RESULTS_JSON",
+        help="pool the records of an earlier results.json of the same settings for the seeds not run now (e.g. seeds 0-2 run before, 3-4 now)",
+    )
     parser.add_argument("--report-only", action="store_true", help="rebuild table, plot and results.json from the runs already in --out")
     parser.add_argument(
         "--fresh",
@@ -304,27 +379,9 @@ def _run(args: argparse.Namespace) -> int:
     variants = {v: VARIANTS[v] for v in args.variants}
     adora_on = {v: _adora_on(args.recipe, {**base, **o}) for v, o in variants.items()}  # validates every variant too
     out = Path(args.out)
-    started = time.perf_counter()
-    if args.report_only:
-        runs = [load_run(v, seed, out / "runs" / f"{v}_seed{seed}") for seed in args.seeds for v in variants]
-    else:
-        inits = run_pool(_warm, [(args.recipe, seed, base, out) for seed in args.seeds], args.workers)
-        specs = [
-            RunSpec(v, seed, args.recipe, {**base, **o, "model.path": init, **FROM_WARM_START}, str(out / "runs" / f"{v}_seed{seed}"), reuse=not args.fresh)
-            for seed, init in zip(args.seeds, inits, strict=True)
-            for v, o in variants.items()
-        ]
-        runs = run_pool(run_training, specs, args.workers)
-    step0 = [c["acc_vs_step"][0][1] for c in (curves(r["metrics"]) for r in runs) if c["acc_vs_step"]]
-    if not step0:
-        raise ValueError(f"{out / 'runs'}: the runs hold no held-out evaluation (eval/greedy_accuracy)")
-    target = choose_target(step0, args.target_margin)
-    records = [run_record(r, target, adora_on[r["variant"]]) for r in runs]
-    rows, stats = summarise(records)
-    table = markdown_table(HEADER, rows)
     settings = {
         "recipe": args.recipe,
-        "seeds": args.seeds,
+        "seeds": sorted(args.seeds),
         "steps": cfg.steps,
         "eval_every": cfg.eval_every,
         "num_eval": cfg.data.num_eval,
@@ -337,21 +394,46 @@ def _run(args: argparse.Namespace) -> int:
         "variants": variants,
         "quick": args.quick,
         "target_margin": args.target_margin,
-        "target_accuracy": target,
-        "ci": "95%, Student t over seeds: mean ± t(0.975, n-1) * sd / sqrt(n)",
-        "workers": args.workers,
-        "total_wall_s": round(time.perf_counter() - started),
     }
+    merged = earlier_records(Path(args.merge), settings, args.seeds) if args.merge else []  # checked before any run
+    started = time.perf_counter()
+    if args.report_only:
+        runs = [load_run(v, seed, out / "runs" / f"{v}_seed{seed}") for seed in args.seeds for v in variants]
+    else:
+        inits = run_pool(_warm, [(args.recipe, seed, base, out) for seed in args.seeds], args.workers)
+        specs = [
+            RunSpec(v, seed, args.recipe, {**base, **o, "model.path": init, **FROM_WARM_START}, str(out / "runs" / f"{v}_seed{seed}"), reuse=not args.fresh)
+            for seed, init in zip(args.seeds, inits, strict=True)
+            for v, o in variants.items()
+        ]
+        runs = run_pool(run_training, specs, args.workers)
+    step0 = [c["acc_vs_step"][0][1] for c in (curves(r["metrics"]) for r in runs) if c["acc_vs_step"]] + [r["acc_step0"] for r in merged]
+    if not step0:
+        raise ValueError(f"{out / 'runs'}: the runs hold no held-out evaluation (eval/greedy_accuracy)")
+    target = choose_target(step0, args.target_margin)
+    records = [run_record(r, target, adora_on[r["variant"]]) for r in runs] + [retarget(r, target) for r in merged]
+    records.sort(key=lambda r: (r["seed"], list(variants).index(r["variant"])))
+    rows, stats = summarise(records)
+    table = markdown_table(HEADER, rows)
+    seeds = sorted({r["seed"] for r in records})
+    settings.update(
+        seeds=seeds,
+        merged_from=({"path": args.merge, "seeds": sorted({r["seed"] for r in merged})} if merged else None),
+        target_accuracy=target,
+        ci="95%, Student t over seeds: mean ± t(0.975, n-1) * sd / sqrt(n)",
+        workers=args.workers,
+        total_wall_s=round(time.perf_counter() - started),  # this invocation's runs only
+    )
     if args.report_only and (out / "results.json").exists():
         settings["total_wall_s"] = json.loads((out / "results.json").read_text()).get("settings", {}).get("total_wall_s")
     intro = (
-        f"{args.recipe}, seeds {args.seeds}, {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x {cfg.sampling.n_keep} kept responses, "
+        f"{args.recipe}, seeds {seeds}, {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x {cfg.sampling.n_keep} kept responses, "
         f"{cfg.data.num_eval} held-out puzzles (greedy). Mean ± 95% CI half-width over seeds (Student t). "
         f"Target = max step-0 accuracy {max(step0):.3f} + {args.target_margin} = {target:.3f}; steps and responses to target over the runs that reached it."
     )
     (out / "table.md").write_text(f"settings: {json.dumps(settings, default=str)}\n\n{intro}\n\n{table}\n")
     write_json(out / "results.json", {"settings": settings, "summary": stats, "runs": records})
-    plot(runs, list(variants), out / "curves.png", f"{args.recipe}: mean over seeds {args.seeds} with 95% CI")
+    plot(records, list(variants), out / "curves.png", f"{args.recipe}: mean over seeds {seeds} with 95% CI")
     print(f"\n{intro}\n\n{table}\n\nwrote {out / 'table.md'}, {out / 'results.json'}, {out / 'curves.png'} in {settings['total_wall_s']} s")
     return 0
 

@@ -8,7 +8,20 @@ from hypothesis import strategies as st
 
 from bench.common import FROM_WARM_START, VARIANTS, first_step_reaching, mean_ci, mean_sd, t_quantile, trapezoid_auc
 from bench.overhead import component_table
-from bench.sample_efficiency import HEADER, band, base_overrides, choose_target, curves, main, plot, run_record, summarise
+from bench.sample_efficiency import (
+    HEADER,
+    band,
+    base_overrides,
+    choose_target,
+    curves,
+    earlier_records,
+    main,
+    plot,
+    responses_curve_from_totals,
+    retarget,
+    run_record,
+    summarise,
+)
 
 
 def fake_run(variant, seed, accs, responses_per_step, zero=0.5, eval_every=1, wall=10.0, tas=None):
@@ -127,9 +140,49 @@ def test_summarise_means_cis_and_reached_counts():
 def test_band_and_plot(tmp_path):
     xs, ys, hs = band([[(0, 0.1), (10, 0.3)], [(0, 0.3), (20, 0.5), (30, 0.9)]])
     assert xs == [0, 15] and ys == pytest.approx([0.2, 0.4]) and hs[0] == pytest.approx(12.706205 * math.sqrt(0.02) / math.sqrt(2))
-    runs = [fake_run(v, s, [0.1, 0.2 + 0.1 * s, 0.4], 32) for v in ("GRPO", "adaGRPO") for s in (0, 1)]
-    plot(runs, ["GRPO", "adaGRPO"], tmp_path / "curves.png", "test")
+    records = [run_record(fake_run(v, s, [0.1, 0.2 + 0.1 * s, 0.4], 32), 0.3, False) for v in ("GRPO", "adaGRPO") for s in (0, 1)]
+    merged = {**records[0], "seed": 2, "series": {"acc_vs_responses": [[0, 0.1], [32, 0.3]], "zero_signal": [], "length": []}}
+    plot([*records, merged], ["GRPO", "adaGRPO"], tmp_path / "curves.png", "test")  # a merged record without per-step panels
     assert (tmp_path / "curves.png").stat().st_size > 1000
+
+
+def test_records_keep_the_series_that_merging_needs():
+    rec = run_record(fake_run("GRPO", 0, [0.1, 0.2, 0.4], 32), target=0.3, adora_on=False)
+    assert rec["series"]["acc_vs_responses"] == [[0.0, 0.1], [32, 0.2], [64, 0.4]] and rec["series"]["length"] == [[1, 11.0], [2, 12.0]]
+    assert rec["steps_to_target"] == 2 and rec["responses_to_target"] == 64
+    lower = retarget(rec, 0.15)  # a lower target, as when merged seeds start lower
+    assert lower["target"] == 0.15 and lower["steps_to_target"] == 1 and lower["responses_to_target"] == 32
+    assert retarget(rec, 0.5)["steps_to_target"] is None and retarget(rec, 0.5)["responses_to_target"] is None
+
+
+def test_responses_curve_from_totals_hand_case():
+    # evaluations at steps 0, 20, 40; the target was first reached at step 20 after 2560 responses, 5120 in all
+    old = {"acc_curve": [[0, 0.2], [20, 0.4], [40, 0.6]], "responses": 5120, "steps_to_target": 20, "responses_to_target": 2560}
+    assert responses_curve_from_totals(old) == [[0.0, 0.2], [2560.0, 0.4], [5120.0, 0.6]]
+    assert responses_curve_from_totals({**old, "steps_to_target": None, "responses_to_target": None}) is None  # step 20 unknown
+    assert responses_curve_from_totals({**old, "acc_curve": [[0, 0.2], [40, 0.6]], "steps_to_target": None}) == [[0.0, 0.2], [5120.0, 0.6]]
+
+
+def test_merge_pools_earlier_seeds_of_the_same_settings(tmp_path, capsys):
+    import json
+
+    settings = {"recipe": "kk-tiny", "steps": 40, "overrides": {"save_every": 0}, "variants": {"GRPO": {}}, "target_margin": 0.05}
+    old = {"variant": "GRPO", "acc_step0": 0.2, "acc_final": 0.6, "acc_curve": [[0, 0.2], [20, 0.4], [40, 0.6]], "responses": 5120}
+    old.update(steps_to_target=20, responses_to_target=2560)
+    new = run_record(fake_run("GRPO", 3, [0.1, 0.2, 0.4], 32), target=0.3, adora_on=False)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"settings": settings, "runs": [{**old, "seed": 0}, {**old, "seed": 1, "series": new["series"]}, {**new, "seed": 3}]}))
+    got = earlier_records(path, settings, seeds_now=[3])
+    assert [r["seed"] for r in got] == [0, 1]  # seed 3 is being run now: its old record is dropped
+    assert got[0]["series"] == {"acc_vs_responses": [[0.0, 0.2], [2560.0, 0.4], [5120.0, 0.6]], "zero_signal": [], "length": []}
+    assert got[1]["series"] == new["series"]  # a record that kept its series is taken as it is
+    with pytest.raises(ValueError, match="steps=40 but this run has 30"):
+        earlier_records(path, {**settings, "steps": 30}, seeds_now=[3])
+    path.write_text(json.dumps({"settings": settings, "runs": [{**old, "seed": 0, "steps_to_target": None, "responses_to_target": None}]}))
+    with pytest.raises(ValueError, match="rerun that seed"):
+        earlier_records(path, settings, seeds_now=[3])
+    assert main(["--recipe", "kk-tiny", "--report-only", "--merge", str(tmp_path / "missing.json")]) == 2
+    assert "--merge" in capsys.readouterr().err
 
 
 def test_variants_change_only_the_method():
