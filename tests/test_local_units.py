@@ -345,3 +345,51 @@ def test_growing_kv_cache_covers_full_attention_models_only(model):
 
     assert growing_cache_for(Sliding()) is None
     assert growing_cache_for(model) is not None
+
+
+def test_adora_correctness_follows_the_threshold_not_the_task_flag():
+    """The local trainer leaves ``correct`` to the pipeline (reward > adora.correct_threshold), as the openrlhf
+    backend does, so that a threshold a user sets decides which responses count as correct."""
+    from adora_openrlhf.algorithms.pipeline import compute_step_advantages
+    from adora_openrlhf.algorithms.sampling import PromptGroup, ScoredResponse
+    from adora_openrlhf.backends.local.rollout import RolloutSample
+    from adora_openrlhf.backends.local.trainer import group_batch
+    from adora_openrlhf.config import AdoraConfig, AdvantageConfig
+
+    def response(reward, length, task_flag):
+        return ScoredResponse(reward, reward > 0.5, length, payload=RolloutSample(0, [1], [2] * length, "x", task_flag, {}))
+
+    # rewards 3, 1, 0 with lengths 4, 10, 6; the task flags the first two correct
+    group = PromptGroup(0, [response(3.0, 4, True), response(1.0, 10, True), response(0.0, 6, False)], [3.0, 1.0, 0.0], None)
+    batch = group_batch([group])
+    assert batch.correct is None and batch.rewards.tolist() == [[3.0, 1.0, 0.0]] and batch.lengths.tolist() == [[4.0, 10.0, 6.0]]
+
+    def weight(threshold):
+        adora = AdoraConfig(enabled=True, correct_threshold=threshold, lambda_att=0.1)
+        return compute_step_advantages(batch, AdvantageConfig(), adora).adora.weights.tolist()
+
+    assert weight(0.5) == pytest.approx([1.0])  # correct {4, 10}, incorrect {6}: max_pos 10 > mean_neg 6
+    assert weight(1.0) == pytest.approx([0.1])  # correct {4}, incorrect {10, 6}: max_pos 4 <= mean_neg 8
+
+
+@pytest.mark.parametrize("recipe", ["kk-testbed", "kk-tiny"])
+def test_shipped_kk_reward_flag_agrees_with_the_recipe_threshold(recipe):
+    """On the shipped K&K reward the task's flag and reward > the recipe's threshold agree on every outcome."""
+    import random
+
+    from adora_openrlhf.recipes import build_run_config
+    from data_prep import kk
+
+    threshold = build_run_config(recipe).adora.correct_threshold
+    puzzle = kk.generate_puzzle(2, random.Random(0), name_pool=3, name_order="pool")
+    row = kk.kk_row(puzzle)
+    wrong = [not role for role in puzzle.solution]
+    responses = [
+        kk.trace_response("guess.", puzzle.names, puzzle.solution),  # well formed, right
+        kk.trace_response("guess.", puzzle.names, wrong),  # well formed, wrong
+        kk.format_solution(puzzle.names, puzzle.solution),  # right answer, no tags
+        "<think>guess.</think>",  # no answer block
+    ]
+    results = [kk_reward(text, row["label"], row["meta"]) for text in responses]
+    assert [r.correct for r in results] == [True, False, False, False]
+    assert [r.reward > threshold for r in results] == [r.correct for r in results]

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from adora_openrlhf.algorithms.dynamic_filtering import filter_and_refill
 from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_step_advantages
-from adora_openrlhf.algorithms.sampling import AdaptiveSampler
+from adora_openrlhf.algorithms.sampling import AdaptiveSampler, PromptGroup
 from adora_openrlhf.backends.local import checkpoint as ckpt
 from adora_openrlhf.backends.local import rundir, vlm
 from adora_openrlhf.backends.local.data import batch_indices, load_rows, row_key
@@ -168,6 +168,17 @@ def _rollout_metrics(groups, rows) -> dict[str, float]:
         "response/truncated_fraction": sum(r.truncated for r in kept) / n,
         **style_fractions([rows[r.payload.row_index].source for r in kept], [r.payload.text for r in kept], "response/"),
     }
+
+
+def group_batch(groups: list[PromptGroup]) -> GroupBatch:
+    """The kept responses of ``groups`` as the advantage pipeline's [G, n] tensors. ``correct`` is left to the
+    pipeline (reward > adora.correct_threshold, ALGORITHMS.md section 2), as on the openrlhf backend, rather than
+    taken from the task's own flag: the two agree on the shipped rewards, and a changed threshold takes effect."""
+    return GroupBatch(
+        rewards=torch.tensor([[r.reward for r in x.kept] for x in groups], dtype=torch.float32),
+        lengths=torch.tensor([[r.length for r in x.kept] for x in groups], dtype=torch.float32),
+        truncated=torch.tensor([[r.truncated for r in x.kept] for x in groups], dtype=torch.bool),
+    )
 
 
 def _sample_at(cfg: RunConfig, sampler: AdaptiveSampler, engine: RolloutEngine, train_rows, position: int, count: int, step: int):
@@ -341,13 +352,7 @@ def _train_in(
         train_seconds = 0.0
         if result.groups:
             g = result.groups
-            rewards = torch.tensor([[r.reward for r in x.kept] for x in g], dtype=torch.float32)
-            batch = GroupBatch(
-                rewards=rewards,
-                lengths=torch.tensor([[r.length for r in x.kept] for x in g], dtype=torch.float32),
-                correct=torch.tensor([[r.payload.correct for r in x.kept] for x in g], dtype=torch.bool),
-                truncated=torch.tensor([[r.truncated for r in x.kept] for x in g], dtype=torch.bool),
-            )
+            batch = group_batch(g)
             t0 = time.perf_counter()
             adv = compute_step_advantages(batch, cfg.advantage, cfg.adora, result.pool_stats)
             advantage_seconds = time.perf_counter() - t0
