@@ -98,7 +98,7 @@ def _main(argv: Sequence[str], state: dict[str, str]) -> int:
         return 0
     from adora_openrlhf.backends.openrlhf.launcher import launch
 
-    return launch(cfg, passthrough=list(unknown), print_args=args.print_args, resume=args.resume)
+    return launch(cfg, passthrough=list(unknown), print_args=args.print_args, resume=args.resume, overwrite=args.overwrite)
 
 
 if __name__ == "__main__":

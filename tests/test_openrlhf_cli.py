@@ -266,3 +266,56 @@ def test_kk_parser_reaches_the_ray_reward_workers(capsys, monkeypatch):
     assert main(["--recipe", "kk-qwen2.5-7b-adora", "--print-args"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ray_env_vars"][KK_PARSER_ENV] == "logic_rl"
+
+
+@pytest.fixture
+def fake_gpu_stack(monkeypatch):
+    """launch() past its GPU-stack import: a stand-in trainer module, an initialised Ray and a recorded train()."""
+    import types
+
+    from adora_openrlhf.backends.openrlhf import launcher
+
+    trainer = types.ModuleType("adora_openrlhf.backends.openrlhf.trainer")
+    trainer.RemoteAdoraPPOTrainer = object
+    monkeypatch.setitem(sys.modules, "adora_openrlhf.backends.openrlhf.trainer", trainer)
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: True))
+    calls = []
+    monkeypatch.setattr(launcher, "run_openrlhf_train", lambda args, actor: calls.append(args.ckpt.load_enable))
+    return launcher, calls
+
+
+def test_cluster_launch_keeps_a_previous_run_unless_resumed_or_overwritten(fake_gpu_stack, tmp_path, capsys):
+    launcher, calls = fake_gpu_stack
+    out = tmp_path / "run"
+    cfg = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(out)})
+    assert launcher.launch(cfg, []) == 0 and calls == [False]
+    assert (out / "run_config.json").is_file() and (out / "openrlhf_command.txt").is_file()
+
+    (out / "checkpoints" / "_actor").mkdir(parents=True)  # what OpenRLHF saved
+    (out / "notes.txt").write_text("mine")
+    assert launcher.launch(cfg, []) == 2 and calls == [False]  # refused: nothing touched
+    assert "holds a previous run (checkpoints, run_config.json, openrlhf_command.txt)" in capsys.readouterr().err
+    assert (out / "checkpoints" / "_actor").is_dir()
+
+    assert launcher.launch(cfg, [], resume=True) == 0 and calls == [False, True]  # --resume: OpenRLHF loads the checkpoint
+    assert launcher.launch(cfg, [], resume=True, overwrite=True) == 2 and "cannot be combined" in capsys.readouterr().err
+    assert launcher.launch(cfg, [], overwrite=True) == 0 and calls == [False, True, False]
+    assert not (out / "checkpoints").exists() and (out / "notes.txt").read_text() == "mine"  # only the run's artefacts go
+
+    fresh = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(tmp_path / "new")})
+    assert launcher.launch(fresh, [], resume=True) == 2 and "no checkpoint under" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()  # checked before anything is written
+
+
+def test_cluster_launch_holds_the_run_directory_lock(fake_gpu_stack, tmp_path, capsys, monkeypatch):
+    launcher, _ = fake_gpu_stack
+    cfg = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(tmp_path / "run")})
+    inner = []
+
+    def second_launch_while_running(args, actor):
+        inner.append(launcher.launch(cfg, [], overwrite=True))
+
+    monkeypatch.setattr(launcher, "run_openrlhf_train", second_launch_while_running)
+    assert launcher.launch(cfg, []) == 0 and inner == [2]
+    assert "is in use by a running training" in capsys.readouterr().err
+    assert (tmp_path / "run" / "run_config.json").is_file()  # the running launch's files survive the refused one
