@@ -169,6 +169,13 @@ def test_evaluation_uses_openrlhf_generation(ray_cluster):
     samples = gen.generate_eval_samples(**{**GENERATE_KWARGS, "n_samples_per_prompt": 2})
     assert len(samples) == 2 and not any("adora/pool_count" in e.info for e in samples)
     assert gen.sampling_step == 0 and not gen._evaluating
+    # pass@k = accuracy: rewards are the 0/1 scores, the K&K reward (-3..3) stays in info
+    raw = [e.info[gen_mod.RAW_REWARD].item() for e in samples]
+    assert [e.rewards.item() for e in samples] == [float(r > 1.0) for r in raw] and all(r in (-3.0, -1.0, -0.5, 3.0) for r in raw)
+    from openrlhf.trainer.ppo_trainer import compute_eval_metrics
+
+    logs = compute_eval_metrics(gen.eval_dataloader, samples, 2)
+    assert logs["eval_kk_pass1"] == pytest.approx(sum(r > 1.0 for r in raw) / 2) == 0.5  # [mixed]: one of two right
 
 
 def test_overlong_penalty_is_inside_the_pool_baseline(ray_cluster):

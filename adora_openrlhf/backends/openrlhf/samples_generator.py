@@ -185,11 +185,19 @@ class AdoraSamplesGenerator(SamplesGenerator):
         return experience
 
     def generate_eval_samples(self, **generate_kwargs) -> list[Experience]:
+        """OpenRLHF's evaluation samples with ``rewards`` replaced by the 0/1 ``scores`` (the task's correctness),
+        so that OpenRLHF's ``eval_*_pass1`` / ``pass@k`` (means / maxima of ``rewards``) are accuracies as in the
+        local backend and ``eval.run``, not means of the K&K reward's -3..3; the reward stays in ``info``
+        (``adora/raw_reward``). Samples without scores (a reward model instead of the reward file) keep theirs."""
         self._evaluating = True
         try:
-            return super().generate_eval_samples(**generate_kwargs)
+            samples = super().generate_eval_samples(**generate_kwargs)
         finally:
             self._evaluating = False
+        for experience in samples:
+            if experience.scores is not None:
+                experience.rewards = experience.scores.clone().float()
+        return samples
 
     def _generate_vllm(self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs):
         self._reward_counts = [0, 0]
