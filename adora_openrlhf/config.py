@@ -531,6 +531,15 @@ class PolicyLossConfig:
     """Token-level PPO-clip objective with optional KL to a frozen reference."""
 
     lr: float = field(default=1e-5, metadata={"help": "AdamW learning rate"})
+    lr_scheduler: str = field(
+        default="constant",
+        metadata={
+            "help": "learning-rate schedule over the run's optimiser steps: constant | constant_with_warmup | linear | cosine | "
+            "cosine_with_min_lr (OpenRLHF's names and formulas, algorithms/lr_schedules.py)"
+        },
+    )
+    lr_warmup_ratio: float = field(default=0.0, metadata={"help": "warm-up share of the optimiser steps (ceil(ratio * steps)); ignored by constant"})
+    min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine_with_min_lr: the floor, as a fraction of lr"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     clip_eps_low: float = field(default=0.2, metadata={"help": "ratio clipped to [1 - clip_eps_low, 1 + clip_eps_high]"})
     clip_eps_high: float = field(default=0.2, metadata={"help": "DAPO's clip-higher uses e.g. 0.28"})
@@ -544,6 +553,8 @@ class PolicyLossConfig:
 
     def __post_init__(self) -> None:
         _number(self.lr, "train.lr", gt=0)
+        _number(self.lr_warmup_ratio, "train.lr_warmup_ratio", ge=0, lt=1)
+        _number(self.min_lr_ratio, "train.min_lr_ratio", ge=0, le=1)
         _number(self.weight_decay, "train.weight_decay", ge=0)
         _number(self.clip_eps_low, "train.clip_eps_low", gt=0, lt=1)  # 1 - clip_eps_low must stay a positive ratio
         _number(self.clip_eps_high, "train.clip_eps_high", gt=0)
@@ -551,9 +562,11 @@ class PolicyLossConfig:
         _number(self.max_grad_norm, "train.max_grad_norm", gt=0)  # 0 would freeze every gradient, < 0 flip it
         _number(self.ppo_epochs, "train.ppo_epochs", integer=True, ge=1)
         _number(self.micro_batch_size, "train.micro_batch_size", integer=True, ge=1)
+        from adora_openrlhf.algorithms.lr_schedules import LR_SCHEDULES
         from adora_openrlhf.algorithms.policy_loss import LOSS_AGGREGATIONS
 
         LOSS_AGGREGATIONS.check(self.loss_agg)
+        LR_SCHEDULES.check(self.lr_scheduler)
 
 
 @dataclass

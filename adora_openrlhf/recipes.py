@@ -218,7 +218,8 @@ _KK_7B = {
         "max_prompt_tokens": 400,
         "kk_parser": "logic_rl",
     },  # Logic-RL's own answer rule: the reward the ADORA K&K results were trained with
-    "train": {"lr": 3e-7, "kl_coef": 0.001, "micro_batch_size": 4, "clip_eps_low": 0.2, "clip_eps_high": 0.2},
+    # constant lr: verl's default (ADORA.sh sets no schedule); OpenRLHF's own default is cosine_with_min_lr
+    "train": {"lr": 3e-7, "lr_scheduler": "constant", "kl_coef": 0.001, "micro_batch_size": 4, "clip_eps_low": 0.2, "clip_eps_high": 0.2},
     "extra": {
         "openrlhf": {
             "actor.num_nodes": 1,
@@ -237,8 +238,6 @@ _KK_7B = {
             "ds.packing_samples": True,
             "train.batch_size": 512,  # PPO mini-batch: 32 prompts x 16 responses (two updates per step)
             "rollout.micro_batch_size": 16,
-            "actor.lr_warmup_ratio": 0.0,
-            "actor.lr_scheduler": "constant",  # verl's default (ADORA.sh sets no schedule); OpenRLHF's is cosine
             "actor.adam.betas": [0.9, 0.999],  # torch/verl default; OpenRLHF's is (0.9, 0.95)
             "train.num_episodes": 5,
             "ckpt.save_hf": True,
@@ -283,7 +282,16 @@ _DAPO = {
     },
     "model": {"path": "Qwen/Qwen3-1.7B", "dtype": "bfloat16"},
     "data": {"task": "math", "train_path": "data/dapo_math/train.jsonl", "eval_path": "data/math_eval/math500.jsonl", "max_prompt_tokens": 1024},
-    "train": {"lr": 1e-6, "kl_coef": 0.0, "micro_batch_size": 8, "clip_eps_low": 0.2, "clip_eps_high": 0.28},
+    # Reinforce-Ada: constant lr after 10 warm-up steps, ~20 optimiser steps (10 rollout steps x 2 updates) of ~815
+    "train": {
+        "lr": 1e-6,
+        "lr_scheduler": "constant_with_warmup",
+        "lr_warmup_ratio": 0.025,
+        "kl_coef": 0.0,
+        "micro_batch_size": 8,
+        "clip_eps_low": 0.2,
+        "clip_eps_high": 0.28,
+    },
     "extra": {
         "openrlhf": {
             "actor.num_nodes": 1,
@@ -302,8 +310,6 @@ _DAPO = {
             "rollout.micro_batch_size": 16,
             "reward.overlong_buffer_len": 1024,  # DAPO overlong shaping over the last 1024 tokens
             "reward.overlong_penalty_factor": 1.0,
-            "actor.lr_scheduler": "constant_with_warmup",  # Reinforce-Ada: constant lr after 10 warm-up steps
-            "actor.lr_warmup_ratio": 0.025,  # ~20 optimiser steps (10 rollout steps x 2 updates) of ~815
             "actor.adam.betas": [0.9, 0.999],  # verl default; OpenRLHF's is (0.9, 0.95)
             "eval.temperature": 0.0,  # Reinforce-Ada validates greedily: one greedy response per problem
             "eval.n_samples_per_prompt": 1,
@@ -357,7 +363,16 @@ _GEO3K = {
     "sampling": {"n_keep": 8, "positive_threshold": 0.5},
     "model": {"path": "Qwen/Qwen2.5-VL-7B-Instruct", "dtype": "bfloat16"},
     "data": {"task": "geometry", "train_path": "data/geometry3k/train.jsonl", "eval_path": "data/geometry3k/test.jsonl", "max_prompt_tokens": 4096},
-    "train": {"lr": 1e-6, "weight_decay": 0.01, "kl_coef": 0.001, "micro_batch_size": 4},
+    # OpenRLHF's default schedule (the reference script sets none) without its warm-up
+    "train": {
+        "lr": 1e-6,
+        "lr_scheduler": "cosine_with_min_lr",
+        "lr_warmup_ratio": 0.0,
+        "min_lr_ratio": 0.1,
+        "weight_decay": 0.01,
+        "kl_coef": 0.001,
+        "micro_batch_size": 4,
+    },
     "extra": {
         "openrlhf": {
             "actor.num_nodes": 1,
@@ -375,7 +390,6 @@ _GEO3K = {
             "train.batch_size": 128,
             "rollout.micro_batch_size": 8,
             "train.num_episodes": 15,
-            "actor.lr_warmup_ratio": 0.0,
             "ckpt.save_hf": True,
         }
     },

@@ -319,3 +319,26 @@ def test_cluster_launch_holds_the_run_directory_lock(fake_gpu_stack, tmp_path, c
     assert launcher.launch(cfg, []) == 0 and inner == [2]
     assert "is in use by a running training" in capsys.readouterr().err
     assert (tmp_path / "run" / "run_config.json").is_file()  # the running launch's files survive the refused one
+
+
+@pytest.mark.parametrize(
+    "name, schedule",
+    [
+        ("kk-qwen2.5-7b-adora", ("constant", 0.0, 0.1)),
+        ("dapo-math-ada", ("constant_with_warmup", 0.025, 0.1)),
+        ("geo3k-qwen2.5vl-7b-adora", ("cosine_with_min_lr", 0.0, 0.1)),
+    ],
+)
+def test_cluster_recipes_carry_their_lr_schedule(capsys, name, schedule):
+    """train.lr_scheduler / lr_warmup_ratio / min_lr_ratio become --actor.lr_scheduler / ... and come back."""
+    report = dry_run(capsys, "--recipe", name)
+    actor, train = report["openrlhf_args"]["actor"], report["run_config"]["train"]
+    assert (actor["lr_scheduler"], actor["lr_warmup_ratio"], actor["min_lr_ratio"]) == schedule
+    assert (train["lr_scheduler"], train["lr_warmup_ratio"], train["min_lr_ratio"]) == schedule
+
+
+def test_passed_through_lr_schedule_is_read_back(capsys):
+    report = dry_run(capsys, "--recipe", "kk-qwen2.5-7b-adora", "--actor.lr_scheduler", "cosine", "--actor.lr_warmup_ratio", "0.05")
+    assert report["run_config"]["train"]["lr_scheduler"] == "cosine" and report["run_config"]["train"]["lr_warmup_ratio"] == 0.05
+    assert main(["--backend", "openrlhf", "--recipe", "kk-qwen2.5-7b-adora", "--actor.lr_scheduler", "polynomial", "--print-args"]) == 2
+    assert "train.lr_scheduler" in capsys.readouterr().err

@@ -151,7 +151,20 @@ OPENRLHF: dict[str, Support] = {
     "data.kk_parser": USED,  # ADORA_KK_PARSER in every Ray worker (launcher.ray_env_vars)
     **{
         f"train.{name}": MAPPED
-        for name in ("lr", "weight_decay", "clip_eps_low", "clip_eps_high", "kl_coef", "max_grad_norm", "ppo_epochs", "micro_batch_size", "loss_agg")
+        for name in (
+            "lr",
+            "lr_scheduler",
+            "lr_warmup_ratio",
+            "min_lr_ratio",
+            "weight_decay",
+            "clip_eps_low",
+            "clip_eps_high",
+            "kl_coef",
+            "max_grad_norm",
+            "ppo_epochs",
+            "micro_batch_size",
+            "loss_agg",
+        )
     },  # --actor.*, --algo.kl.*, --train.*
     **{f"warmup.{name}": _WARMUP for name in ("steps", "lr", "batch_size", "style", "style_shares", "lr_ramp", "mix_steps", "mix_lr", "mix")},
     "report_to": Refused("the openrlhf backend logs through OpenRLHF's own options (--logger.tensorboard_dir DIR, --logger.wandb.key KEY)"),

@@ -38,6 +38,7 @@ import torch
 from tqdm.auto import tqdm
 
 from adora_openrlhf.algorithms.dynamic_filtering import filter_and_refill
+from adora_openrlhf.algorithms.lr_schedules import lr_factor
 from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_step_advantages
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, PromptGroup
 from adora_openrlhf.backends.local import checkpoint as ckpt
@@ -53,7 +54,7 @@ from adora_openrlhf.backends.local.tokenization import load_tokenizer, render_pr
 from adora_openrlhf.backends.local.update import pack, policy_update
 from adora_openrlhf.backends.support import check_backend_fields
 from adora_openrlhf.cli_args import format_config
-from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.config import ConfigError, PolicyLossConfig, RunConfig
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +169,16 @@ def _rollout_metrics(groups, rows) -> dict[str, float]:
         "response/truncated_fraction": sum(r.truncated for r in kept) / n,
         **style_fractions([rows[r.payload.row_index].source for r in kept], [r.payload.text for r in kept], "response/"),
     }
+
+
+def scheduled_lrs(train: PolicyLossConfig, step: int, steps: int) -> list[float]:
+    """The learning rate of each PPO epoch's optimiser step of RL step ``step`` (0-based) of ``steps``: optimiser
+    step ``k = step * ppo_epochs + epoch`` of ``steps * ppo_epochs`` under ``train.lr_scheduler``. A function of
+    the step alone, so a resumed run continues the schedule without saved scheduler state."""
+    epochs = train.ppo_epochs
+    return [
+        train.lr * lr_factor(train.lr_scheduler, step * epochs + epoch, steps * epochs, train.lr_warmup_ratio, train.min_lr_ratio) for epoch in range(epochs)
+    ]
 
 
 def group_batch(groups: list[PromptGroup]) -> GroupBatch:
@@ -373,6 +384,7 @@ def _train_in(
                 norm_length,
                 ref_model=ref_model,
                 use_lora_reference=cfg.train.kl_coef > 0 and cfg.model.lora_rank > 0,
+                lrs=scheduled_lrs(cfg.train, step, cfg.steps),
             )
             train_seconds = time.perf_counter() - t0
             if not math.isfinite(update["train/loss"]):

@@ -125,8 +125,10 @@ def policy_update(
     norm_length: int,
     ref_model: Any | None = None,
     use_lora_reference: bool = False,
+    lrs: Sequence[float] | None = None,
 ) -> dict[str, float]:
-    """One or more PPO epochs over ``batch`` with per-sequence ``advantages`` [B]; returns metrics."""
+    """One or more PPO epochs over ``batch`` with per-sequence ``advantages`` [B]; returns metrics. ``lrs``: the
+    learning rate of each epoch's optimiser step (the schedule's values); None keeps the optimiser's."""
     device = next(model.parameters()).device
     size = batch.input_ids.shape[0]
     slices = [slice(s, min(s + cfg.micro_batch_size, size)) for s in range(0, size, cfg.micro_batch_size)]
@@ -145,7 +147,7 @@ def policy_update(
                 old_lp[i] = token_log_probs(model, mb)
     share_of = MICRO_BATCH_SHARES[cfg.loss_agg]
     total_tokens = float(batch.action_mask.sum())
-    sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "grad_norm": 0.0}
+    sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "grad_norm": 0.0, "lr": 0.0}
     model.train()
     entropy_sum = 0.0
     for epoch in range(cfg.ppo_epochs):
@@ -175,6 +177,10 @@ def policy_update(
                 sums[key] += float(getattr(out, key).detach()) * share / cfg.ppo_epochs
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         sums["grad_norm"] += float(grad_norm) / cfg.ppo_epochs
+        if lrs is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lrs[epoch]
+        sums["lr"] += optimizer.param_groups[0]["lr"] / cfg.ppo_epochs
         optimizer.step()
     sums["entropy"] = entropy_sum / max(total_tokens, 1.0)
     return {f"train/{k}": v for k, v in sums.items()}

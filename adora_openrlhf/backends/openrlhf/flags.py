@@ -102,6 +102,9 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
         "train.seed": cfg.seed,
         "algo.advantage.estimator": cfg.advantage.estimator,
         "actor.adam.lr": cfg.train.lr,
+        "actor.lr_scheduler": cfg.train.lr_scheduler,
+        "actor.lr_warmup_ratio": cfg.train.lr_warmup_ratio,
+        "actor.min_lr_ratio": cfg.train.min_lr_ratio,
         "actor.adam.weight_decay": cfg.train.weight_decay,
         "actor.eps_clip_low_high": (cfg.train.clip_eps_low, cfg.train.clip_eps_high),
         "actor.max_norm": cfg.train.max_grad_norm,
@@ -204,6 +207,9 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
     values["model"]["freeze_visual_encoder"] = bool(getattr(args.actor, "freeze_visual_encoder", False))
     values["dynamic_filtering"]["enabled"] = bool(args.algo.dynamic_filtering_enable)
     values["dynamic_filtering"]["score_range"] = [float(v) for v in args.algo.dynamic_filtering_range]
+    values["train"]["lr_scheduler"] = str(args.actor.lr_scheduler)  # a name without a local counterpart fails here, naming the choices
+    values["train"]["lr_warmup_ratio"] = float(args.actor.lr_warmup_ratio)
+    values["train"]["min_lr_ratio"] = float(args.actor.min_lr_ratio)
     values["rollout"]["temperature"] = float(args.rollout.temperature)
     values["rollout"]["top_p"] = float(args.rollout.top_p)
     if args.rollout.max_new_tokens is not None:
