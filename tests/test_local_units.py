@@ -393,3 +393,19 @@ def test_shipped_kk_reward_flag_agrees_with_the_recipe_threshold(recipe):
     results = [kk_reward(text, row["label"], row["meta"]) for text in responses]
     assert [r.correct for r in results] == [True, False, False, False]
     assert [r.reward > threshold for r in results] == [r.correct for r in results]
+
+
+def test_rollout_metrics_count_group_classes():
+    """All-correct, all-wrong and mixed groups (the task's correctness): 1 of 3 each, hand-counted."""
+    from adora_openrlhf.algorithms.sampling import PromptGroup, ScoredResponse
+    from adora_openrlhf.backends.local.rollout import RolloutSample
+    from adora_openrlhf.backends.local.trainer import _rollout_metrics
+
+    def group(flags):
+        kept = [ScoredResponse(3.0 if f else -0.5, f, 4, payload=RolloutSample(0, [1], [2] * 4, "<think>guess.</think>", f, {"format_ok": 1.0})) for f in flags]
+        return PromptGroup(0, kept, [r.reward for r in kept], None)
+
+    rows = [Row(prompt="p", label="l", source="kk", meta={})]
+    metrics = _rollout_metrics([group([True, True]), group([False, False]), group([True, False])], rows)
+    assert metrics["groups/all_correct_fraction"] == metrics["groups/all_wrong_fraction"] == metrics["groups/mixed_fraction"] == pytest.approx(1 / 3)
+    assert metrics["reward/accuracy"] == 0.5 and metrics["response/shortcut_fraction"] == 1.0

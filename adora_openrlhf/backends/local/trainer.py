@@ -151,9 +151,12 @@ def warm_start(cfg: RunConfig, out_dir: str | Path) -> Path:
 
 
 def _rollout_metrics(groups, rows) -> dict[str, float]:
-    """Reward, accuracy, format and length statistics of the kept responses, and the share of each behaviour
+    """Reward, accuracy, format and length statistics of the kept responses, the share of groups whose kept
+    responses are all correct, all wrong or mixed (the task's correctness), and the share of each behaviour
     the task's response probe recognises (K&K: thorough / shortcut)."""
     kept = [r for g in groups for r in g.kept]
+    correct_counts = [(sum(r.payload.correct for r in g.kept), len(g.kept)) for g in groups if g.kept]
+    n_groups = max(len(correct_counts), 1)
     n = max(len(kept), 1)
     lengths = [r.length for r in kept]
     mean = sum(lengths) / n
@@ -162,6 +165,9 @@ def _rollout_metrics(groups, rows) -> dict[str, float]:
         "reward/mean": sum(r.reward for r in kept) / n,
         "reward/accuracy": sum(r.payload.correct for r in kept) / n,
         "reward/format": sum(r.payload.info.get("format_ok", 0.0) for r in kept) / n,
+        "groups/all_correct_fraction": sum(c == k for c, k in correct_counts) / n_groups,
+        "groups/all_wrong_fraction": sum(c == 0 for c, _ in correct_counts) / n_groups,
+        "groups/mixed_fraction": sum(0 < c < k for c, k in correct_counts) / n_groups,
         "response/length_mean": mean,
         "response/length_std": std,
         "response/length_std_over_mean": std / mean if mean > 0 else 0.0,
