@@ -318,6 +318,7 @@ TASKS = ("kk", "math", "geometry")
 GEO_TASKS = ("count", "most", "larger", "colour")  # question kinds of data_prep.geo_synth.TASKS (a test keeps them equal)
 BACKENDS = ("local", "openrlhf")
 KV_CACHES = ("growing", "dynamic")  # backends/local/kv_cache.py: model.generate's key/value cache
+DECODINGS = ("compact", "generate")  # backends/local/decoding.py: the local backend's decoding loop
 
 
 @dataclass
@@ -404,6 +405,14 @@ class ModelConfig:
             'same tokens as "dynamic", faster decoding) or "dynamic" (transformers\' DynamicCache, which concatenates every token)'
         },
     )
+    decoding: str = field(
+        default="compact",
+        metadata={
+            "help": 'local backend: "compact" (finished sequences leave the batch, so a batch costs about the sum of its response '
+            'lengths; text prompts of full-attention models, others use model.generate) or "generate" (transformers\' model.generate, '
+            "which runs every sequence until the longest ends); greedy tokens are the same"
+        },
+    )
     init_kwargs: dict[str, Any] = field(
         default_factory=dict,
         metadata={"help": 'extra from_pretrained arguments for model.path as a JSON object, e.g. {"trust_remote_code": true, "attn_implementation": "sdpa"}'},
@@ -418,6 +427,7 @@ class ModelConfig:
             self.lora_target_modules = ["all-linear"]
         _number(self.generation_batch_size, "model.generation_batch_size", integer=True, ge=1)
         _require(self.kv_cache in KV_CACHES, "model.kv_cache", f"must be one of {list(KV_CACHES)}, got {self.kv_cache!r}")
+        _require(self.decoding in DECODINGS, "model.decoding", f"must be one of {list(DECODINGS)}, got {self.decoding!r}")
         _number(self.lora_rank, "model.lora_rank", integer=True, ge=0)
         _number(self.lora_alpha, "model.lora_alpha", gt=0)
         _require(

@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for _ in range(args.repeats):
             for cache in CACHES:
                 started, cpu_started = time.perf_counter(), time.process_time()
-                tokens[cache] = generate_responses(model, tokenizer, prompts, params, args.batch, greedy=True, kv_cache=cache)
+                tokens[cache] = generate_responses(model, tokenizer, prompts, params, args.batch, greedy=True, kv_cache=cache, decoding="generate")
                 seconds[cache].append(time.perf_counter() - started)
                 cpu_seconds[cache].append(time.process_time() - cpu_started)
         median = {c: statistics.median(s) for c, s in seconds.items()}

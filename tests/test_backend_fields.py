@@ -66,6 +66,7 @@ REFUSED_VALUES = {
     "rollout.repetition_penalty": 1.1,
     "model.generation_batch_size": 8,
     "model.kv_cache": "dynamic",
+    "model.decoding": "generate",
     "model.init_kwargs": {"revision": "v2"},
     "model.merge_lora_on_save": True,
     "data.prompt_template": "compact",

@@ -272,3 +272,24 @@ def test_kv_cache_bench_writes_its_table(tmp_path):
     record = json.loads((tmp_path / "results.json").read_text())["runs"][0]
     assert record["new_tokens"] == 5 and record["identical_tokens"] is True and record["speedup"] > 0
     assert "| 5 |" in (tmp_path / "table.md").read_text()
+
+
+def test_decoding_bench_times_both_loops_on_a_saved_policy(tmp_path):
+    import json
+
+    from adora_openrlhf.backends.local.model import build_tiny_model
+    from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
+    from adora_openrlhf.config import TinyModelConfig
+    from bench import decoding
+
+    tokenizer = train_bpe_tokenizer(["Knights always tell the truth and knaves always lie. Alice says: Bob is a knave."] * 4, 300)
+    tiny = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    model_dir = tmp_path / "policy"
+    build_tiny_model(tiny, tokenizer, seed=0).save_pretrained(str(model_dir))
+    tokenizer.save_pretrained(str(model_dir))
+    argv = ["--model", str(model_dir), "--recipe", "kk-tiny", "--prompts", "2", "--n", "2", "--repeats", "1", "--out", str(tmp_path / "out")]
+    assert decoding.main(argv) == 0
+    records = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert [(r["mode"], r["sequences"]) for r in records] == [("sampled", 4), ("greedy", 2)]
+    assert records[1]["identical_tokens"] is True and all(r["speedup"] > 0 and r["length_max"] >= 1 for r in records)
+    assert "| greedy | 2 |" in (tmp_path / "out" / "table.md").read_text()

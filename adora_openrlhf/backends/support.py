@@ -133,6 +133,7 @@ OPENRLHF: dict[str, Support] = {
     "model.generation_batch_size": Refused("the local backend's generate batch; on the cluster vLLM batches itself (see --rollout.micro_batch_size)"),
     "model.freeze_visual_encoder": MAPPED,  # --actor.freeze_visual_encoder (same rule: all but language_model.* and lm_head.*)
     "model.kv_cache": Refused("the local backend's generate cache; on the cluster vLLM manages its own paged KV cache"),
+    "model.decoding": Refused("the local backend's decoding loop; on the cluster vLLM schedules sequences itself (continuous batching)"),
     "model.init_kwargs": Refused(
         'OpenRLHF builds the model itself; of model.init_kwargs it takes {"attn_implementation": ...} '
         '(--ds.attn_implementation) and {"trust_remote_code": true} (always on)',

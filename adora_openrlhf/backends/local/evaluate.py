@@ -25,6 +25,7 @@ def evaluate(
     batch_size: int,
     extras: Sequence[Any] | None = None,
     kv_cache: str = "growing",
+    decoding: str = "compact",
 ) -> dict[str, float]:
     """Metrics ``eval/greedy_accuracy``, ``eval/greedy_reward``, ``eval/greedy_format``,
     ``eval/greedy_length_mean``, the behaviour shares of the task's probe (``eval/greedy_thorough_fraction``
@@ -43,6 +44,7 @@ def evaluate(
             greedy=greedy,
             extras=[extras[i] for i in index] if extras is not None else None,
             kv_cache=kv_cache,
+            decoding=decoding,
         )
         correct = rewards = well_formed = length = 0.0
         texts = []

@@ -78,7 +78,8 @@ def _growing_cache_class():
     return GrowingCache
 
 
-def _full_attention_only(model) -> bool:
+def full_attention_only(model) -> bool:
+    """True when every decoder layer of ``model`` uses full attention (no sliding-window or other layer types)."""
     config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None:
@@ -89,7 +90,7 @@ def _full_attention_only(model) -> bool:
 def growing_cache_for(model):
     """A fresh growing cache for one ``model.generate`` call, or None (use the default cache) when the model has
     layers other than full attention or this ``transformers`` lacks the cache layer API."""
-    if not _full_attention_only(model):
+    if not full_attention_only(model):
         return None
     try:
         return _growing_cache_class()()

@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from adora_openrlhf.algorithms.sampling import GenerationRequest, ScoredResponse
-from adora_openrlhf.backends.local.kv_cache import growing_cache_for
+from adora_openrlhf.backends.local.decoding import compact_decode
+from adora_openrlhf.backends.local.kv_cache import full_attention_only, growing_cache_for
 from adora_openrlhf.config import SamplingParams
 
 
@@ -68,6 +69,7 @@ def generate_responses(
     greedy: bool = False,
     extras: Sequence[dict[str, torch.Tensor] | None] | None = None,
     kv_cache: str = "growing",
+    decoding: str = "compact",
 ) -> list[tuple[list[int], bool]]:
     """``(response ids, truncated)`` for each prompt (token ids), in order.
 
@@ -75,7 +77,8 @@ def generate_responses(
     without one. ``extras[i]``: prompt ``i``'s extra model inputs (a vision-language prompt's pixel values
     and image grid, see ``vlm.py``), passed to ``generate`` with its batch; vision special tokens are then
     never sampled. ``kv_cache``: "growing" (``kv_cache.py``, same tokens, faster) or "dynamic" (transformers'
-    default).
+    default). ``decoding``: "compact" (``decoding.py``: finished sequences leave the batch; text prompts of
+    full-attention models, others fall back to ``model.generate``) or "generate" (``model.generate``).
     """
     device = next(model.parameters()).device
     config = generation_config(params, tokenizer, greedy)
@@ -84,6 +87,7 @@ def generate_responses(
 
         config.suppress_tokens = vision_token_ids(model)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    compact = decoding == "compact" and not (extras is not None and any(extras)) and full_attention_only(model)
     was_training = model.training
     model.eval()
     out: list[tuple[list[int], bool]] = []
@@ -96,6 +100,14 @@ def generate_responses(
             for i, p in enumerate(chunk):
                 ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
                 mask[i, width - len(p) :] = 1
+            if compact:
+                cache = growing_cache_for(model) if kv_cache == "growing" else None
+                if cache is None:
+                    from transformers import DynamicCache
+
+                    cache = DynamicCache()
+                out.extend(compact_decode(model, ids.to(device), mask.to(device), params, eos, pad, cache, greedy=greedy))
+                continue
             more = {}
             if extras is not None:
                 from adora_openrlhf.backends.local.vlm import extra_model_inputs
@@ -129,9 +141,11 @@ class RolloutEngine:
         batch_size: int,
         extras: Sequence[dict[str, torch.Tensor] | None] | None = None,
         kv_cache: str = "growing",
+        decoding: str = "compact",
     ):
         self.model = model
         self.kv_cache = kv_cache
+        self.decoding = decoding
         self.extras = extras  # per training row: extra model inputs of its prompt (vision rows), or None
         self.tokenizer = tokenizer
         self.prompt_ids = prompt_ids  # token ids of every training row's rendered prompt
@@ -171,7 +185,9 @@ class RolloutEngine:
                 t0 = time.perf_counter()
                 prompts = [self.prompt_ids[row] for _, row in items]
                 more = {"extras": [self.extras[row] for _, row in items]} if self.extras is not None else {}
-                responses = generate_responses(self.model, self.tokenizer, prompts, params, self.batch_size, kv_cache=self.kv_cache, **more)
+                responses = generate_responses(
+                    self.model, self.tokenizer, prompts, params, self.batch_size, kv_cache=self.kv_cache, decoding=self.decoding, **more
+                )
                 t1 = time.perf_counter()
                 for (r_index, row), prompt, (response, truncated) in zip(items, prompts, responses, strict=True):
                     outputs[r_index].append(self.score(row, prompt, response, truncated))

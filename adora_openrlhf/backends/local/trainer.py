@@ -289,6 +289,7 @@ def _train_in(
         cfg.model.generation_batch_size,
         extras=train_extras,
         kv_cache=cfg.model.kv_cache,
+        decoding=cfg.model.decoding,
     )
 
     def run_eval(step: int) -> dict[str, float]:
@@ -307,6 +308,7 @@ def _train_in(
                 cfg.model.generation_batch_size,
                 extras=eval_extras,
                 kv_cache=cfg.model.kv_cache,
+                decoding=cfg.model.decoding,
             )
         return {**result, "time/eval_s": time.perf_counter() - t0}
 
@@ -374,6 +376,9 @@ def _train_in(
             adv = compute_step_advantages(batch, cfg.advantage, cfg.adora, result.pool_stats)
             advantage_seconds = time.perf_counter() - t0
             samples = [r.payload for x in g for r in x.kept]
+            # micro-batches of similar lengths: less padding; the step's gradient is a sum over sequences (order-free)
+            order = sorted(range(len(samples)), key=lambda i: len(samples[i].prompt_ids) + len(samples[i].response_ids))
+            samples = [samples[i] for i in order]
             t0 = time.perf_counter()
             packed = pack(
                 [s.prompt_ids for s in samples],
@@ -385,7 +390,7 @@ def _train_in(
                 model,
                 optimizer,
                 packed,
-                adv.advantages.reshape(-1),
+                adv.advantages.reshape(-1)[order],
                 cfg.train,
                 norm_length,
                 ref_model=ref_model,

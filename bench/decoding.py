@@ -1,0 +1,120 @@
+"""Generation time of compact decoding against ``model.generate``, side by side, on a warmed-up testbed policy.
+
+``python -m bench.decoding [--model DIR] [--recipe kk-testbed] [--seed 0] [--prompts 16] [--n 8] [--repeats 3]
+[--threads 1] [--out DIR]``
+
+What a rollout costs depends on how the response lengths of one batch spread: ``model.generate`` runs every
+sequence until the longest ends, compact decoding (``model.decoding compact``, ``backends/local/decoding.py``)
+drops finished sequences from the batch. So the benchmark times a real policy on the recipe's training
+prompts: ``--model`` (a run's checkpoint directory, e.g. ``runs/kk-testbed/checkpoints/step_000020``), or
+without it the recipe's warm start for ``--seed`` (built once under ``--out``, as the sample-efficiency
+benchmark builds its own). ``--prompts`` x ``--n`` sequences in one batch, as one RL step generates them:
+sampled at the recipe's temperature, and greedy (one response per prompt). The two loops alternate within
+each repeat so that both see the same machine load. Prints the median wall and process-CPU seconds of each,
+the ratios generate / compact, the response lengths, and whether the greedy tokens were identical; writes
+``table.md`` and ``results.json`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from bench.common import markdown_table, warm_start_dir, write_json
+
+LOOPS = ("generate", "compact")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.decoding", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="a checkpoint directory of a run of --recipe (default: the recipe's warm start)")
+    parser.add_argument("--recipe", default="kk-testbed", help="recipe whose prompts, sampling parameters and warm-up are used")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prompts", type=int, default=16, help="training prompts per batch (the recipe's prompts_per_step)")
+    parser.add_argument("--n", type=int, default=8, help="sampled responses per prompt")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the benchmark runs use one each)")
+    parser.add_argument("--out", default="bench/results/decoding")
+    args = parser.parse_args(argv)
+
+    from adora_openrlhf.backends.local.data import load_rows
+    from adora_openrlhf.backends.local.model import load_pretrained
+    from adora_openrlhf.backends.local.rollout import generate_responses
+    from adora_openrlhf.backends.local.tokenization import load_tokenizer, render_prompt
+    from adora_openrlhf.recipes import build_run_config
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    cfg = build_run_config(args.recipe, {"seed": args.seed})
+    model_dir = args.model or warm_start_dir(args.recipe, args.seed, {}, out)
+    tokenizer, model = load_tokenizer(model_dir), load_pretrained(model_dir).eval()
+    train_rows, _ = load_rows(cfg.data, cfg.seed)
+    texts = [render_prompt(r.prompt, tokenizer, cfg.data.prompt_template) for r in train_rows[: args.prompts]]
+    prompts = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    batch = len(prompts) * args.n
+
+    rows, records = [], []
+    for mode, greedy, copies in (("sampled", False, args.n), ("greedy", True, 1)):
+        inputs = [p for p in prompts for _ in range(copies)]
+        seconds: dict[str, list[float]] = {loop: [] for loop in LOOPS}
+        cpu_seconds: dict[str, list[float]] = {loop: [] for loop in LOOPS}
+        tokens: dict[str, list] = {}
+        for repeat in range(args.repeats):
+            for loop in LOOPS:
+                torch.manual_seed(repeat)
+                started, cpu_started = time.perf_counter(), time.process_time()
+                tokens[loop] = generate_responses(model, tokenizer, inputs, cfg.rollout, batch, greedy=greedy, kv_cache=cfg.model.kv_cache, decoding=loop)
+                seconds[loop].append(time.perf_counter() - started)
+                cpu_seconds[loop].append(time.process_time() - cpu_started)
+        median = {loop: statistics.median(s) for loop, s in seconds.items()}
+        cpu = {loop: statistics.median(s) for loop, s in cpu_seconds.items()}
+        lengths = [len(ids) for ids, _ in tokens["compact"]]
+        same = tokens["generate"] == tokens["compact"] if greedy else None
+        record = {
+            "mode": mode,
+            "sequences": len(inputs),
+            "generate_s": median["generate"],
+            "compact_s": median["compact"],
+            "speedup": median["generate"] / median["compact"],
+            "generate_cpu_s": cpu["generate"],
+            "compact_cpu_s": cpu["compact"],
+            "cpu_speedup": cpu["generate"] / cpu["compact"],
+            "length_mean": statistics.fmean(lengths),
+            "length_max": max(lengths),
+            "identical_tokens": same,
+        }
+        records.append(record)
+        rows.append(
+            [
+                mode,
+                str(len(inputs)),
+                f"{record['length_mean']:.1f} / {record['length_max']}",
+                f"{median['generate']:.2f}",
+                f"{median['compact']:.2f}",
+                f"{record['speedup']:.2f}x",
+                f"{record['cpu_speedup']:.2f}x",
+                "n/a (sampled)" if same is None else ("yes" if same else "NO"),
+            ]
+        )
+        print(rows[-1], flush=True)
+
+    header = ["mode", "sequences", "response length mean / max", "generate s", "compact s", "speed-up", "CPU speed-up", "identical tokens"]
+    intro = (
+        f"{args.recipe} policy {model_dir}, {len(prompts)} training prompts, one batch of {batch} sampled sequences and one of "
+        f"{len(prompts)} greedy, {args.threads} torch thread(s), median of {args.repeats}."
+    )
+    table = markdown_table(header, rows)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(f"{intro}\n\n{table}\n")
+    write_json(out / "results.json", {"settings": vars(args), "model": str(model_dir), "runs": records})
+    print(f"\n{intro}\n\n{table}")
+    return 0 if all(r["identical_tokens"] is not False for r in records) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""Compact decoding (backends/local/decoding.py) against transformers' model.generate: greedy tokens equal with
+rows leaving the batch; sampled tokens equal under the same seed when nothing is compacted, with every logits
+processor; the compacted batch really shrinks; the generate fallback for vision prompts and the config field."""
+
+import pytest
+import torch
+
+from adora_openrlhf.backends.local import decoding
+from adora_openrlhf.backends.local.model import build_tiny_model
+from adora_openrlhf.backends.local.rollout import generate_responses
+from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
+from adora_openrlhf.config import ConfigError, ModelConfig, SamplingParams, TinyModelConfig
+
+TINY = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+CORPUS = ["Knights always tell the truth. Alice says: Bob is a knave.", "<think>Alice knight.</think>\n<answer>(1) Alice is a knight</answer>"] * 5
+TEXTS = ["Alice says", "Knights always tell the truth. Alice", "Bob is a knave.", "<think>Alice", "Carol", "says: Bob", "truth", "knave. Bob says"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_bpe_tokenizer(CORPUS, 300)
+
+
+@pytest.fixture
+def model(tok):
+    """A random tiny model that ends a response (eos) whenever its last input token id is a multiple of 5, so the
+    responses of one batch end at different lengths, as the testbed's shortcuts and reasoning traces do."""
+    model = build_tiny_model(TINY, tok, seed=0).eval()
+    last_token = {}
+
+    def remember_input(module, args, kwargs):
+        last_token["ids"] = kwargs["input_ids"][:, -1]
+
+    def favour_eos(module, args, logits):
+        boost = (last_token["ids"] % 5 == 0).to(logits.dtype) * 30.0
+        return logits.index_add(-1, torch.tensor([tok.eos_token_id]), boost.view(-1, 1, 1).expand(*logits.shape[:-1], 1))
+
+    model.register_forward_pre_hook(remember_input, with_kwargs=True)
+    model.lm_head.register_forward_hook(favour_eos)
+    return model
+
+
+def _prompts(tok, copies=3):
+    return [tok.encode(t) for t in TEXTS] * copies
+
+
+def _both(model, tok, params, greedy, batch_size=16, seed=3):
+    out = {}
+    for way in ("generate", "compact"):
+        torch.manual_seed(seed)
+        out[way] = generate_responses(model, tok, _prompts(tok), params, batch_size, greedy=greedy, decoding=way)
+    return out
+
+
+def test_greedy_tokens_equal_generate_while_rows_leave_the_batch(model, tok, monkeypatch):
+    shrinks = []
+    select = decoding._select_rows
+    monkeypatch.setattr(decoding, "_select_rows", lambda cache, keep: (shrinks.append(len(keep)), select(cache, keep)))
+    out = _both(model, tok, SamplingParams(temperature=1.0, max_new_tokens=60), greedy=True)
+    assert out["compact"] == out["generate"]
+    lengths = sorted({len(ids) for ids, _ in out["compact"]})
+    assert len(lengths) >= 3 and any(not truncated for _, truncated in out["compact"]), lengths
+    assert shrinks and shrinks == sorted(shrinks, reverse=True), shrinks  # the batch got smaller, step by step
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=1.0, max_new_tokens=40),
+        SamplingParams(temperature=0.7, top_p=0.9, top_k=20, max_new_tokens=40),
+        SamplingParams(temperature=1.3, min_p=0.05, repetition_penalty=1.2, max_new_tokens=40),
+    ],
+)
+def test_sampled_tokens_equal_generate_without_compaction(model, tok, monkeypatch, params):
+    monkeypatch.setattr(decoding, "COMPACT_RATIO", 0.0)  # never compact: the same rows draw the same random numbers
+    out = _both(model, tok, params, greedy=False)
+    assert out["compact"] == out["generate"]
+    assert len({len(ids) for ids, _ in out["compact"]}) >= 2
+
+
+def test_sampled_compact_decoding_ends_rows_at_eos_and_flags_truncation(model, tok):
+    params = SamplingParams(temperature=1.0, max_new_tokens=25)
+    torch.manual_seed(0)
+    out = generate_responses(model, tok, _prompts(tok, copies=4), params, 32, decoding="compact")
+    eos = tok.eos_token_id
+    for ids, truncated in out:
+        assert 1 <= len(ids) <= params.max_new_tokens
+        assert truncated == (eos not in ids)
+        assert eos not in ids[:-1]  # nothing after the first eos
+        assert truncated or ids[-1] == eos
+        assert tok.pad_token_id not in ids or tok.pad_token_id == eos
+
+
+def test_decoding_setting_picks_the_loop(model, tok, monkeypatch):
+    import adora_openrlhf.backends.local.rollout as rollout
+
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return decoding.compact_decode(*args, **kwargs)
+
+    monkeypatch.setattr(rollout, "compact_decode", spy)
+    params = SamplingParams(temperature=1.0, max_new_tokens=5)
+    generate_responses(model, tok, _prompts(tok, 1), params, 8, decoding="generate")
+    assert calls == []
+    generate_responses(model, tok, _prompts(tok, 1), params, 8, decoding="compact")
+    assert calls == [1]  # text prompts of a full-attention model take the compact loop
+    monkeypatch.setattr(rollout, "full_attention_only", lambda model: False)
+    generate_responses(model, tok, _prompts(tok, 1), params, 8, decoding="compact")
+    assert calls == [1]  # sliding-window layers: model.generate with its own cache
+
+
+def test_decoding_setting_is_validated():
+    assert ModelConfig().decoding == "compact"
+    with pytest.raises(ConfigError, match=r"model\.decoding.*compact"):
+        ModelConfig(decoding="beam")
