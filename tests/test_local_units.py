@@ -409,3 +409,25 @@ def test_rollout_metrics_count_group_classes():
     metrics = _rollout_metrics([group([True, True]), group([False, False]), group([True, False])], rows)
     assert metrics["groups/all_correct_fraction"] == metrics["groups/all_wrong_fraction"] == metrics["groups/mixed_fraction"] == pytest.approx(1 / 3)
     assert metrics["reward/accuracy"] == 0.5 and metrics["response/shortcut_fraction"] == 1.0
+
+
+def test_evaluation_reports_accuracy_per_people_count(monkeypatch):
+    """Held-out accuracy per subset of eval.benchmarks (K&K: ppl=N); a subset holding every row (ID) is not repeated."""
+    import adora_openrlhf.backends.local.evaluate as evaluate_module
+    from data_prep.kk import generate_rows
+
+    raw = generate_rows(3, [2], seed=0) + generate_rows(2, [3], seed=0)
+    rows = validate_rows(raw, "eval", "kk")
+    # hand-made responses: the right answer for the 2-person puzzles and the first 3-person one, a wrong one for the last
+    texts = [f"<think>x</think>\n<answer>{r.label}</answer>" for r in rows[:4]] + ["<think>x</think>\n<answer>none</answer>"]
+    monkeypatch.setattr(evaluate_module, "generate_responses", lambda model, tok, prompts, *a, **k: [([i], False) for i in range(len(prompts))])
+
+    class Decoder:
+        def decode(self, ids, skip_special_tokens=True):
+            return texts[ids[0]]
+
+    metrics = evaluate_module.evaluate(None, Decoder(), [[1]] * 5, rows, make_reward_fns(rows), SamplingParams(), samples=0, batch_size=8)
+    assert metrics["eval/greedy_accuracy"] == pytest.approx(4 / 5)
+    assert metrics["eval/greedy_accuracy/ppl_2"] == pytest.approx(1.0)
+    assert metrics["eval/greedy_accuracy/ppl_3"] == pytest.approx(1 / 2)
+    assert not any(key.endswith("/ID") for key in metrics)

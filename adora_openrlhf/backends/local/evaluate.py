@@ -29,9 +29,11 @@ def evaluate(
 ) -> dict[str, float]:
     """Metrics ``eval/greedy_accuracy``, ``eval/greedy_reward``, ``eval/greedy_format``,
     ``eval/greedy_length_mean``, the behaviour shares of the task's probe (``eval/greedy_thorough_fraction``
-    for K&K) and the same for ``sampled`` when ``samples > 0``. ``extras`` holds each row's extra model inputs
-    (images), or is None for text rows."""
+    for K&K), the accuracy on each subset that holds some but not all rows (``eval/greedy_accuracy/ppl_3``: the
+    subsets of ``eval.benchmarks``, K&K by number of people) and the same for ``sampled`` when ``samples > 0``.
+    ``extras`` holds each row's extra model inputs (images), or is None for text rows."""
     views = [("greedy", 1, True)] + ([("sampled", samples, False)] if samples > 0 else [])
+    labels = subset_labels(rows)
     metrics: dict[str, float] = {}
     for name, k, greedy in views:
         index = [i for i in range(len(rows)) for _ in range(k)]
@@ -48,10 +50,13 @@ def evaluate(
         )
         correct = rewards = well_formed = length = 0.0
         texts = []
+        by_subset: dict[str, list[float]] = {}
         for i, (response, _) in zip(index, outputs, strict=True):
             text = tokenizer.decode(response, skip_special_tokens=True)
             texts.append(text)
             result = reward_fns[i](text, rows[i].label, rows[i].meta)
+            for label in labels[i]:
+                by_subset.setdefault(label, []).append(float(result.correct))
             correct += float(result.correct)
             rewards += result.reward
             well_formed += float(result.info.get("format_ok", 0.0))
@@ -62,4 +67,16 @@ def evaluate(
         metrics[f"eval/{name}_format"] = well_formed / n
         metrics[f"eval/{name}_length_mean"] = length / n
         metrics.update(style_fractions([rows[i].source for i in index], texts, f"eval/{name}_"))
+        for label, values in sorted(by_subset.items()):
+            if len(values) < len(index):  # a subset that holds every row repeats the overall accuracy
+                metrics[f"eval/{name}_accuracy/{label.replace('=', '_')}"] = sum(values) / len(values)
     return metrics
+
+
+def subset_labels(rows: Sequence[Any]) -> list[list[str]]:
+    """Each row's subset labels as the evaluation benchmark of its source names them (``eval.benchmarks``:
+    K&K ``ppl=N`` and ``ID``/``OOD``, MATH500 ``level=L`` ...); none for sources without a benchmark."""
+    from eval.benchmarks import BENCHMARKS
+
+    by_source = {bench.source: bench.subsets for bench in BENCHMARKS.values()}
+    return [by_source[row.source]({"meta": row.meta}) if row.source in by_source else [] for row in rows]
