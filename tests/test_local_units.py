@@ -431,3 +431,23 @@ def test_evaluation_reports_accuracy_per_people_count(monkeypatch):
     assert metrics["eval/greedy_accuracy/ppl_2"] == pytest.approx(1.0)
     assert metrics["eval/greedy_accuracy/ppl_3"] == pytest.approx(1 / 2)
     assert not any(key.endswith("/ID") for key in metrics)
+
+
+def test_saved_tokenizer_loads_back_with_the_same_token_ids(tmp_path):
+    """A checkpoint directory holds a Qwen2 config.json, so AutoTokenizer loads the run's tokenizer as a
+    Qwen2Tokenizer, which rebuilds its own normaliser and pre-tokeniser: the trained tokenizer must use the same
+    ones, or a resumed run, a warm start or eval.run would see other token ids than training did (digits above all)."""
+    from adora_openrlhf.backends.local.tokenization import load_tokenizer
+    from data_prep.kk import generate_rows, statements_from_json, thorough_response
+
+    rows = generate_rows(20, [2, 3], seed=0)
+    texts = [r["prompt"][-1]["content"] for r in rows] + [thorough_response(r["meta"]["names"], statements_from_json(r["meta"]["statements"])) for r in rows]
+    trained = train_bpe_tokenizer(texts, 400)
+    build_tiny_model(TINY, trained, seed=0).save_pretrained(str(tmp_path))
+    trained.save_pretrained(str(tmp_path))
+    loaded = load_tokenizer(str(tmp_path))
+    assert type(loaded).__name__ == "Qwen2Tokenizer"
+    for text in [*texts, "try 12: 2 inhabitants (10) Zoë\n<think>x</think>\n<answer>(1) A</answer><|endoftext|>"]:
+        ids = trained(text, add_special_tokens=False)["input_ids"]
+        assert loaded(text, add_special_tokens=False)["input_ids"] == ids
+        assert loaded.decode(ids, skip_special_tokens=True) == trained.decode(ids, skip_special_tokens=True)

@@ -28,17 +28,26 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int):
     """A byte-level BPE tokenizer with ``vocab_size`` entries trained on ``texts``.
 
     ``<|endoftext|>`` is the eos and pad token; the four Logic-RL tags are single (non-special) tokens so
-    they survive ``skip_special_tokens`` decoding.
+    they survive ``skip_special_tokens`` decoding. Normalisation (NFC) and pre-tokenisation (Qwen2's split
+    pattern, which makes every digit a token of its own, then byte-level) are those of ``Qwen2Tokenizer``:
+    a checkpoint directory holds a Qwen2 ``config.json``, so ``AutoTokenizer`` loads the saved tokenizer as a
+    ``Qwen2Tokenizer``, which rebuilds that pipeline around the saved vocabulary and merges. Trained with the
+    same pipeline, the tokenizer a run trains with and the one every later load gets (resume, warm starts,
+    ``eval.run``, vLLM) give the same token ids.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     reserved = 1 + len(TAG_TOKENS)
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     if vocab_size < len(alphabet) + reserved:
         raise ValueError(f"model.tiny.vocab_size: must be >= {len(alphabet) + reserved} (bytes + special tokens), got {vocab_size}")
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.normalizer = normalizers.NFC()
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - len(TAG_TOKENS),
