@@ -69,6 +69,8 @@ def curves(metrics: Sequence[dict[str, Any]]) -> dict[str, Any]:
     steps = [m for m in metrics if "sampling/responses_generated" in m]
     cumulative = dict(zip([m["step"] for m in steps], accumulate(m["sampling/responses_generated"] for m in steps), strict=True))
     evals = [(m["step"], m["eval/greedy_accuracy"]) for m in metrics if "eval/greedy_accuracy" in m]
+    prefix = "eval/greedy_accuracy/"  # per subset of the held-out set (K&K: ppl_2, ppl_3, ...)
+    subsets = [{k[len(prefix) :]: v for k, v in m.items() if k.startswith(prefix)} for m in metrics if "eval/greedy_accuracy" in m]
 
     def per_step(key: str) -> list[tuple[int, float]]:
         return [(m["step"], m[key]) for m in steps if key in m]
@@ -81,6 +83,8 @@ def curves(metrics: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "length_std_over_mean": per_step("response/length_std_over_mean"),
         "tas_fraction": per_step("adora/tas_fraction"),
         "total_responses": sum(m["sampling/responses_generated"] for m in steps),
+        "subsets_step0": subsets[0] if subsets else {},
+        "subsets_final": subsets[-1] if subsets else {},
     }
 
 
@@ -105,6 +109,8 @@ def run_record(run: dict[str, Any], target: float, adora_on: bool) -> dict[str, 
         "seed": run["seed"],
         "acc_step0": acc[0][1] if acc else None,
         "acc_final": acc[-1][1] if acc else None,
+        "acc_step0_by_subset": c["subsets_step0"],  # held-out accuracy per subset (K&K: ppl_N, N people)
+        "acc_final_by_subset": c["subsets_final"],
         "auc": trapezoid_auc(acc),
         "acc_curve": [list(p) for p in acc],
         "target": target,
@@ -180,6 +186,24 @@ def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[
             ]
         )
     return rows, stats
+
+
+def subset_rows(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the per-subset table: per variant and held-out subset (K&K: number of people), the mean
+    accuracy at step 0 and at the last step over seeds, ``step0 -> final``; empty without subsets."""
+    names = sorted({k for r in records for k in (r.get("acc_final_by_subset") or {})})
+    by_variant: dict[str, list[dict]] = {}
+    for rec in records:
+        by_variant.setdefault(rec["variant"], []).append(rec)
+    rows = []
+    for variant, group in by_variant.items():
+        cells = []
+        for name in names:
+            before = [r["acc_step0_by_subset"][name] for r in group if name in (r.get("acc_step0_by_subset") or {})]
+            after = [r["acc_final_by_subset"][name] for r in group if name in (r.get("acc_final_by_subset") or {})]
+            cells.append(f"{mean_ci(before)[0]:.3f} -> {mean_ci(after)[0]:.3f}" if before and after else "n/a")
+        rows.append([variant, *cells])
+    return (["variant", *[f"acc {name} (step 0 -> final)" for name in names]] if names else []), (rows if names else [])
 
 
 HEADER = [
@@ -431,6 +455,9 @@ def _run(args: argparse.Namespace) -> int:
         f"{cfg.data.num_eval} held-out puzzles (greedy). Mean ± 95% CI half-width over seeds (Student t). "
         f"Target = max step-0 accuracy {max(step0):.3f} + {args.target_margin} = {target:.3f}; steps and responses to target over the runs that reached it."
     )
+    subset_header, subset_body = subset_rows(records)
+    if subset_body:
+        table += "\n\nHeld-out accuracy per subset, mean over seeds:\n\n" + markdown_table(subset_header, subset_body)
     (out / "table.md").write_text(f"settings: {json.dumps(settings, default=str)}\n\n{intro}\n\n{table}\n")
     write_json(out / "results.json", {"settings": settings, "summary": stats, "runs": records})
     plot(records, list(variants), out / "curves.png", f"{args.recipe}: mean over seeds {seeds} with 95% CI")

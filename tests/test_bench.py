@@ -20,6 +20,7 @@ from bench.sample_efficiency import (
     responses_curve_from_totals,
     retarget,
     run_record,
+    subset_rows,
     summarise,
 )
 
@@ -135,6 +136,19 @@ def test_summarise_means_cis_and_reached_counts():
     assert ada["reached target"] == "1/2" and ada["gain"] == "0.200 ± 2.541"
     assert ada["responses (vs GRPO)"].endswith("(2.00x)") and ada["wall s (vs GRPO)"].endswith("(2.00x)")
     assert ada["TAS frac (first 20)"] == "n/a"
+
+
+def test_accuracy_per_subset_from_the_first_and_last_evaluation():
+    runs = [fake_run("GRPO", seed, [0.1, 0.5], 32) for seed in (0, 1)]
+    for run, (two, three) in zip(runs, [(0.2, 0.6), (0.4, 0.8)], strict=True):
+        run["metrics"][0].update({"eval/greedy_accuracy/ppl_2": 0.3, "eval/greedy_accuracy/ppl_3": 0.1})
+        run["metrics"][-1].update({"eval/greedy_accuracy/ppl_2": three, "eval/greedy_accuracy/ppl_3": two})
+    records = [run_record(r, target=0.3, adora_on=False) for r in runs]
+    assert records[0]["acc_step0_by_subset"] == {"ppl_2": 0.3, "ppl_3": 0.1} and records[1]["acc_final_by_subset"] == {"ppl_2": 0.8, "ppl_3": 0.4}
+    header, rows = subset_rows(records)
+    assert header == ["variant", "acc ppl_2 (step 0 -> final)", "acc ppl_3 (step 0 -> final)"]
+    assert rows == [["GRPO", "0.300 -> 0.700", "0.100 -> 0.300"]]
+    assert subset_rows([run_record(fake_run("GRPO", 0, [0.1, 0.5], 32), target=0.3, adora_on=False)]) == ([], [])
 
 
 def test_band_and_plot(tmp_path):
