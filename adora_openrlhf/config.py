@@ -584,13 +584,13 @@ class WarmupConfig:
     """Supervised warm-up before RL (local backend): next-token loss on the task's demonstrations, so a
     random-init model has some reward signal. Two phases: ``steps`` on demonstrations of one ``style`` (or of a
     mixture, ``style_shares``), then ``mix_steps`` on a mixture of styles (``mix``). Styles are registered per
-    task in ``backends/local/sft.py`` (K&K: ``direct``, ``thorough``, ``shortcut``). Each phase's learning rate
+    task in ``backends/local/sft.py`` (K&K: ``direct``, ``thorough``, ``shortcut``, ``restate``). Each phase's learning rate
     rises linearly from 0 over the first ``lr_ramp`` fraction of its steps, then decays linearly to 0."""
 
     steps: int = field(default=0, metadata={"help": "phase 1: optimiser steps of supervised training before RL; 0 = none"})
     lr: float = field(default=1e-3, metadata={"help": "phase 1 AdamW learning rate (linear decay to 0)"})
     batch_size: int = field(default=32, metadata={"help": "demonstrations per warm-up step (both phases)"})
-    style: str = field(default="direct", metadata={"help": "phase 1 demonstration style (K&K: direct | thorough | shortcut)"})
+    style: str = field(default="direct", metadata={"help": "phase 1 demonstration style (K&K: direct | thorough | shortcut | restate)"})
     style_shares: dict[str, float] = field(
         default_factory=dict,
         metadata={"help": 'phase 1 as a mixture of styles instead of warmup.style alone, e.g. {"thorough": 0.85, "shortcut": 0.15}; {} = warmup.style only'},

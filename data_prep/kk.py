@@ -315,15 +315,33 @@ def shortcut_response(names: Sequence[str], rng: random.Random) -> str:
     return trace_response(SHORTCUT_THINK, names, [rng.random() < 0.5 for _ in names])
 
 
+def restate_think(names: Sequence[str], statements: Sequence[Statement]) -> str:
+    """The thinking of the restating shortcut: the quiz's people and statements read back as the quiz states
+    them, then a guess, with nothing checked (``You meet 2 inhabitants: Alice and Bob. Alice says: "Bob is a
+    knave." Bob says: "Alice is a knight." guess.``). About as long as a short thorough trace, so a long
+    response is no longer always a checked one."""
+    quiz = render_quiz(names, statements)
+    body = quiz[quiz.index("You meet") : quiz.rindex(" Who is a knight")]
+    return f"{body} {SHORTCUT_THINK}"
+
+
+def restate_response(names: Sequence[str], statements: Sequence[Statement], rng: random.Random) -> str:
+    """The restating shortcut demonstration: :func:`restate_think` and a uniformly random assignment, right
+    only by luck (probability ``2**-n``), like :func:`shortcut_response` but about as long as a short
+    thorough trace."""
+    return trace_response(restate_think(names, statements), names, [rng.random() < 0.5 for _ in names])
+
+
 def trace_kind(response: str) -> str:
-    """``"shortcut"`` when the thinking is the bare guess, ``"thorough"`` when it tests candidates
-    (starts with ``try``), ``"other"`` otherwise."""
+    """``"thorough"`` when the thinking tests candidates (starts with ``try``), ``"shortcut"`` when it ends in
+    a guess without a test (the bare guess and the restating shortcut), ``"other"`` otherwise."""
     start = response.find("<think>")
     think = response[start + len("<think>") :].lstrip() if start >= 0 else response.lstrip()
-    if think.startswith(SHORTCUT_THINK):
-        return "shortcut"
     if think.startswith("try "):
         return "thorough"
+    end = think.find("</think>")
+    if think.startswith(SHORTCUT_THINK) or (end >= 0 and think[:end].rstrip().endswith(f" {SHORTCUT_THINK}")):
+        return "shortcut"
     return "other"
 
 

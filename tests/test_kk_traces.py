@@ -88,6 +88,38 @@ def test_shortcut_is_right_only_when_its_guess_is(num_people, seed):
     assert result.reward == (3.0 if right else -0.5)
 
 
+@settings(max_examples=40)
+@given(st.integers(2, 4), st.integers(0, 10_000))
+def test_restating_shortcut_reads_the_statements_back_and_is_right_only_when_its_guess_is(num_people, seed):
+    puzzle = kk.generate_puzzle(num_people, random.Random(seed))
+    response = kk.restate_response(puzzle.names, puzzle.statements, random.Random(seed))
+    think = response[len("<think>") : response.index("</think>")]
+    assert think.startswith(f"You meet {num_people} inhabitants: ") and think.endswith(" guess.")
+    for name, statement in zip(puzzle.names, puzzle.statements, strict=True):
+        text = kk.render_statement(statement, puzzle.names)
+        assert f'{name} says: "{text[0].upper()}{text[1:]}."' in think
+    assert "try " not in think and kk.trace_kind(response) == "shortcut"
+    result = kk_reward(response, puzzle.solution_text, {"names": list(puzzle.names)})
+    from adora_openrlhf.rewards.kk import extract_answer_block, parse_kk_answer
+
+    guessed = parse_kk_answer(extract_answer_block(response), puzzle.names)
+    right = tuple(guessed[n] for n in puzzle.names) == puzzle.solution
+    assert format_ok(response) and result.correct == right and result.reward == (3.0 if right else -0.5)
+
+
+def test_restating_shortcut_hand_checked_case():
+    """Alice: "Bob is a knave." Bob: "Alice is a knave and Bob is a knave." (solution: Alice knight, Bob knave,
+    found at try 2). The restating shortcut reads both statements back and guesses; it is longer than the bare
+    guess and shorter than the checked trace."""
+    names = ("Alice", "Bob")
+    statements = (("lying", 1), ("and", ("lying", 0), ("lying", 1)))
+    assert kk.solve(statements, 2) == [(True, False)]
+    rng = random.Random(0)
+    restate = kk.restate_response(names, statements, rng)
+    assert restate.startswith('<think>You meet 2 inhabitants: Alice and Bob. Alice says: "Bob is a knave." Bob says: "Alice is a knave and Bob is a knave." guess.</think>\n<answer>')
+    assert len(kk.shortcut_response(names, rng)) < len(restate) < len(kk.thorough_response(names, statements))
+
+
 def test_shortcut_guess_is_uniform():
     rng = random.Random(0)
     names = ["Alice", "Bob"]
@@ -103,7 +135,7 @@ def test_demonstrations_are_reproducible_for_a_seed():
     second = kk.generate_rows(20, [2, 3], seed=5)
     assert first == second
     rows = [_row(r) for r in first]
-    for style in ("direct", "thorough", "shortcut"):
+    for style in ("direct", "thorough", "shortcut", "restate"):
         a = [demonstration_for(r, style, random.Random(1)) for r in rows]
         b = [demonstration_for(r, style, random.Random(1)) for r in rows]
         assert a == b
@@ -116,6 +148,8 @@ def test_trace_kind():
     assert kk.trace_kind("<think>guess.</think>\n<answer>x</answer>") == "shortcut"
     assert kk.trace_kind("<think>try 1: Alice knight.</think>") == "thorough"
     assert kk.trace_kind("<think>Alice knight.</think>") == "other"
+    assert kk.trace_kind('<think>You meet 2 inhabitants: Alice and Bob. Alice says: "Bob is a knight." guess.</think>') == "shortcut"
+    assert kk.trace_kind("<think>Alice knight. guessing</think>") == "other"
     assert kk.trace_kind("") == "other"
 
 

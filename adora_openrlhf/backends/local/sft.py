@@ -9,7 +9,10 @@ Demonstrations come from a registry keyed by (row source, style) (:data:`DEMONST
 - ``direct``: ``<think>`` the roles in one line ``</think>`` then the answer (no reasoning shown);
 - ``thorough``: guess-and-check reasoning that tests candidates against every statement step by step
   (``data_prep.kk.thorough_trace``); long, and right whenever it is executed correctly;
-- ``shortcut``: ``<think>guess.</think>`` and a random answer; short, and right only by luck.
+- ``shortcut``: ``<think>guess.</think>`` and a random answer; short, and right only by luck;
+- ``restate``: the quiz's people and statements read back, then a guess and a random answer
+  (``data_prep.kk.restate_think``); right only by luck, but about as long as a short thorough trace, so that
+  response length alone does not tell a checked answer from a guess.
 
 The warm-up has two phases (:class:`~adora_openrlhf.config.WarmupConfig`): ``steps`` on one style, then
 ``mix_steps`` on a mixture of styles (``mix``: style -> share). The K&K testbed first teaches the thorough
@@ -81,6 +84,18 @@ def kk_shortcut(row: Any, rng: random.Random) -> str:
     from data_prep.kk import shortcut_response
 
     return shortcut_response(row.meta.get("names") or _kk_names_statements(row)[0], rng)
+
+
+@register_demonstration("kk", "restate")
+def kk_restate(row: Any, rng: random.Random) -> str:
+    """The quiz's statements read back, ``guess.``, and a uniformly random assignment."""
+    from data_prep.kk import restate_response
+
+    return restate_response(*_kk_names_statements(row), rng)
+
+
+# styles whose demonstration is drawn at random each time (the guessed answer): never cached
+RANDOM_STYLES = frozenset({"shortcut", "restate"})
 
 
 # Response probes: name the behaviour a response shows (for the metrics), one per source.
@@ -192,7 +207,7 @@ def _phase(
         if key in cache:
             return cache[key]
         ids = tokenizer(demonstration_for(rows[i], style, rng), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        if style != "shortcut":
+        if style not in RANDOM_STYLES:
             cache[key] = ids
         return ids
 
