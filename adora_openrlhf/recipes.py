@@ -123,14 +123,14 @@ _KK_TESTBED = {
     },
     "model": {"tiny": {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4}, "generation_batch_size": 128},
     "warmup": {
-        "steps": 900,
+        "steps": 1200,
         "lr": 3e-3,
         "lr_ramp": 0.03,
         "batch_size": 16,
-        "style_shares": {"thorough": 0.85, "shortcut": 0.15},
+        "style_shares": {"thorough": 0.85, "restate": 0.15},
         "mix_steps": 60,
         "mix_lr": 3e-4,  # at 1e-3 phase 2 also unlearned much of the checking (3-person accuracy 0.80 -> 0.53)
-        "mix": {"thorough": 0.3, "shortcut": 0.7},
+        "mix": {"thorough": 0.25, "restate": 0.75},
     },
     # micro-batches of 4 sequences of similar length pad little: 1.5-1.7x less CPU per warm-up step and per
     # policy update than 16 (the gradient is the same, only summed in more pieces)
