@@ -116,7 +116,9 @@ def test_restating_shortcut_hand_checked_case():
     assert kk.solve(statements, 2) == [(True, False)]
     rng = random.Random(0)
     restate = kk.restate_response(names, statements, rng)
-    assert restate.startswith('<think>You meet 2 inhabitants: Alice and Bob. Alice says: "Bob is a knave." Bob says: "Alice is a knave and Bob is a knave." guess.</think>\n<answer>')
+    assert restate.startswith(
+        '<think>You meet 2 inhabitants: Alice and Bob. Alice says: "Bob is a knave." Bob says: "Alice is a knave and Bob is a knave." guess.</think>\n<answer>'
+    )
     assert len(kk.shortcut_response(names, rng)) < len(restate) < len(kk.thorough_response(names, statements))
 
 
