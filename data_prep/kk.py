@@ -189,14 +189,18 @@ def render_statement(statement: Statement, names: Sequence[str]) -> str:
     raise ValueError(f"statements: unknown operator {op!r}")
 
 
-def render_quiz(names: Sequence[str], statements: Sequence[Statement]) -> str:
-    """Compact quiz text (the tiny CPU model has a short context)."""
-    lines = [f"Knights always tell the truth and knaves always lie. You meet {len(names)} inhabitants: {', '.join(names[:-1])} and {names[-1]}."]
+def render_people_and_statements(names: Sequence[str], statements: Sequence[Statement]) -> str:
+    """The middle of the quiz text: who is met and what each one says."""
+    lines = [f"You meet {len(names)} inhabitants: {', '.join(names[:-1])} and {names[-1]}."]
     for name, statement in zip(names, statements, strict=True):
         text = render_statement(statement, names)
         lines.append(f'{name} says: "{text[0].upper()}{text[1:]}."')
-    lines.append("Who is a knight and who is a knave?")
     return " ".join(lines)
+
+
+def render_quiz(names: Sequence[str], statements: Sequence[Statement]) -> str:
+    """Compact quiz text (the tiny CPU model has a short context)."""
+    return f"Knights always tell the truth and knaves always lie. {render_people_and_statements(names, statements)} Who is a knight and who is a knave?"
 
 
 NAME_ORDERS = ("random", "pool")
@@ -312,7 +316,12 @@ def thorough_response(names: Sequence[str], statements: Sequence[Statement]) -> 
 def shortcut_response(names: Sequence[str], rng: random.Random) -> str:
     """The shortcut demonstration: ``<think>guess.</think>`` and a uniformly random assignment, right only by
     luck (probability ``2**-n``)."""
-    return trace_response(SHORTCUT_THINK, names, [rng.random() < 0.5 for _ in names])
+    return trace_response(SHORTCUT_THINK, names, random_roles(len(names), rng))
+
+
+def random_roles(num_people: int, rng: random.Random) -> list[bool]:
+    """A uniformly random assignment (True = knight): the answer of a guess."""
+    return [rng.random() < 0.5 for _ in range(num_people)]
 
 
 def restate_think(names: Sequence[str], statements: Sequence[Statement]) -> str:
@@ -320,16 +329,14 @@ def restate_think(names: Sequence[str], statements: Sequence[Statement]) -> str:
     them, then a guess, with nothing checked (``You meet 2 inhabitants: Alice and Bob. Alice says: "Bob is a
     knave." Bob says: "Alice is a knight." guess.``). About as long as a short thorough trace, so a long
     response is no longer always a checked one."""
-    quiz = render_quiz(names, statements)
-    body = quiz[quiz.index("You meet") : quiz.rindex(" Who is a knight")]
-    return f"{body} {SHORTCUT_THINK}"
+    return f"{render_people_and_statements(names, statements)} {SHORTCUT_THINK}"
 
 
 def restate_response(names: Sequence[str], statements: Sequence[Statement], rng: random.Random) -> str:
     """The restating shortcut demonstration: :func:`restate_think` and a uniformly random assignment, right
     only by luck (probability ``2**-n``), like :func:`shortcut_response` but about as long as a short
     thorough trace."""
-    return trace_response(restate_think(names, statements), names, [rng.random() < 0.5 for _ in names])
+    return trace_response(restate_think(names, statements), names, random_roles(len(names), rng))
 
 
 def trace_kind(response: str) -> str:
