@@ -222,3 +222,12 @@ def test_name_pool_and_order():
         DataConfig(kk_num_people=[2, 3], kk_name_pool=2)
     with pytest.raises(ConfigError, match="data.kk_name_order"):
         DataConfig(kk_name_order="sorted")
+
+
+def test_guessing_styles_are_registered_as_randomised_so_the_warm_up_redraws_them():
+    """The warm-up caches a row's tokenized demonstration unless its (source, style) is randomised: the
+    guesses must be redrawn every time, the checked trace and the direct answer are fixed."""
+    from adora_openrlhf.backends.local.sft import RANDOMISED_DEMONSTRATIONS
+
+    assert {("kk", "shortcut"), ("kk", "restate")} <= RANDOMISED_DEMONSTRATIONS
+    assert not {("kk", "thorough"), ("kk", "direct")} & RANDOMISED_DEMONSTRATIONS

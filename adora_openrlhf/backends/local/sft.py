@@ -40,10 +40,17 @@ Demonstration = Callable[[Any, random.Random], str]  # (row, rng) -> response te
 DEMONSTRATIONS: Registry[Registry[Demonstration]] = Registry("demonstration source", "source")
 
 
-def register_demonstration(source: str, style: str) -> Callable[[Demonstration], Demonstration]:
-    """Register ``fn(row, rng) -> response text`` as the ``style`` demonstration of rows of ``source``."""
+# (source, style) pairs whose demonstration is drawn at random each time (e.g. a guessed answer): never cached
+RANDOMISED_DEMONSTRATIONS: set[tuple[str, str]] = set()
+
+
+def register_demonstration(source: str, style: str, randomised: bool = False) -> Callable[[Demonstration], Demonstration]:
+    """Register ``fn(row, rng) -> response text`` as the ``style`` demonstration of rows of ``source``;
+    ``randomised``: the text depends on ``rng``, so the warm-up draws it anew each time instead of caching it."""
     if source not in DEMONSTRATIONS:
         DEMONSTRATIONS.add(source, Registry("style", f"warmup.style (rows of source {source!r})"))
+    if randomised:
+        RANDOMISED_DEMONSTRATIONS.add((source, style))
     return DEMONSTRATIONS.get(source).register(style)
 
 
@@ -78,7 +85,7 @@ def kk_thorough(row: Any, rng: random.Random) -> str:
     return thorough_response(*_kk_names_statements(row))
 
 
-@register_demonstration("kk", "shortcut")
+@register_demonstration("kk", "shortcut", randomised=True)
 def kk_shortcut(row: Any, rng: random.Random) -> str:
     """``<think>guess.</think>`` and a uniformly random assignment."""
     from data_prep.kk import shortcut_response
@@ -86,16 +93,12 @@ def kk_shortcut(row: Any, rng: random.Random) -> str:
     return shortcut_response(row.meta.get("names") or _kk_names_statements(row)[0], rng)
 
 
-@register_demonstration("kk", "restate")
+@register_demonstration("kk", "restate", randomised=True)
 def kk_restate(row: Any, rng: random.Random) -> str:
     """The quiz's statements read back, ``guess.``, and a uniformly random assignment."""
     from data_prep.kk import restate_response
 
     return restate_response(*_kk_names_statements(row), rng)
-
-
-# styles whose demonstration is drawn at random each time (the guessed answer): never cached
-RANDOM_STYLES = frozenset({"shortcut", "restate"})
 
 
 # Response probes: name the behaviour a response shows (for the metrics), one per source.
@@ -207,7 +210,7 @@ def _phase(
         if key in cache:
             return cache[key]
         ids = tokenizer(demonstration_for(rows[i], style, rng), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        if style not in RANDOM_STYLES:
+        if (rows[i].source, style) not in RANDOMISED_DEMONSTRATIONS:
             cache[key] = ids
         return ids
 
