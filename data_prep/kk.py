@@ -325,11 +325,12 @@ def random_roles(num_people: int, rng: random.Random) -> list[bool]:
 
 
 def restate_think(names: Sequence[str], statements: Sequence[Statement]) -> str:
-    """The thinking of the restating shortcut: the quiz's people and statements read back as the quiz states
-    them, then a guess, with nothing checked (``You meet 2 inhabitants: Alice and Bob. Alice says: "Bob is a
-    knave." Bob says: "Alice is a knight." guess.``). About as long as a short thorough trace, so a long
+    """The thinking of the restating shortcut: the whole quiz read back as the prompt states it, then a guess,
+    with nothing checked (``Knights always tell the truth and knaves always lie. You meet 2 inhabitants: Alice
+    and Bob. Alice says: "Bob is a knave." Bob says: "Alice is a knight." Who is a knight and who is a knave?
+    guess.``). About as long as a short thorough trace, and longer than one on 2-person quizzes, so a long
     response is no longer always a checked one."""
-    return f"{render_people_and_statements(names, statements)} {SHORTCUT_THINK}"
+    return f"{render_quiz(names, statements)} {SHORTCUT_THINK}"
 
 
 def restate_response(names: Sequence[str], statements: Sequence[Statement], rng: random.Random) -> str:

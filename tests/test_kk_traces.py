@@ -94,7 +94,8 @@ def test_restating_shortcut_reads_the_statements_back_and_is_right_only_when_its
     puzzle = kk.generate_puzzle(num_people, random.Random(seed))
     response = kk.restate_response(puzzle.names, puzzle.statements, random.Random(seed))
     think = response[len("<think>") : response.index("</think>")]
-    assert think.startswith(f"You meet {num_people} inhabitants: ") and think.endswith(" guess.")
+    assert think.startswith(f"Knights always tell the truth and knaves always lie. You meet {num_people} inhabitants: ")
+    assert think.endswith(" Who is a knight and who is a knave? guess.")
     for name, statement in zip(puzzle.names, puzzle.statements, strict=True):
         text = kk.render_statement(statement, puzzle.names)
         assert f'{name} says: "{text[0].upper()}{text[1:]}."' in think
@@ -109,17 +110,19 @@ def test_restating_shortcut_reads_the_statements_back_and_is_right_only_when_its
 
 def test_restating_shortcut_hand_checked_case():
     """Alice: "Bob is a knave." Bob: "Alice is a knave and Bob is a knave." (solution: Alice knight, Bob knave,
-    found at try 2). The restating shortcut reads both statements back and guesses; it is longer than the bare
-    guess and shorter than the checked trace."""
+    found at try 2). The restating shortcut reads the quiz back and guesses; it is much longer than the bare
+    guess and here even a little longer than the checked trace (285 against 263 characters), so length alone
+    does not tell a checked answer from a guess."""
     names = ("Alice", "Bob")
     statements = (("lying", 1), ("and", ("lying", 0), ("lying", 1)))
     assert kk.solve(statements, 2) == [(True, False)]
     rng = random.Random(0)
     restate = kk.restate_response(names, statements, rng)
     assert restate.startswith(
-        '<think>You meet 2 inhabitants: Alice and Bob. Alice says: "Bob is a knave." Bob says: "Alice is a knave and Bob is a knave." guess.</think>\n<answer>'
+        "<think>Knights always tell the truth and knaves always lie. You meet 2 inhabitants: Alice and Bob. "
+        'Alice says: "Bob is a knave." Bob says: "Alice is a knave and Bob is a knave." Who is a knight and who is a knave? guess.</think>\n<answer>'
     )
-    assert len(kk.shortcut_response(names, rng)) < len(restate) < len(kk.thorough_response(names, statements))
+    assert len(kk.shortcut_response(names, rng)) < len(kk.thorough_response(names, statements)) < len(restate)
 
 
 def test_shortcut_guess_is_uniform():
