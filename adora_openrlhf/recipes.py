@@ -8,6 +8,7 @@ the known ones.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,12 +60,44 @@ def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _is_section(dotted: str) -> bool:
+    """Whether the dotted option names a config section (a nested config dataclass such as ``warmup``) rather
+    than a field; unknown names count as fields (``RunConfig.from_dict`` reports them)."""
+    cls: Any = RunConfig
+    for part in dotted.split("."):
+        known = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        spec = known.get(part)
+        if spec is None or spec.default_factory is dataclasses.MISSING:
+            return False
+        sample = spec.default_factory()
+        if not dataclasses.is_dataclass(sample):
+            return False
+        cls = type(sample)
+    return True
+
+
+def apply_overrides(values: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with dotted ``overrides`` on top. A mapping given for a section is merged into it key by key
+    (``{"adora": {"enabled": true}}`` keeps the recipe's other adora options); a mapping given for a
+    mapping-valued field replaces it whole (``warmup.mix={"thorough": 1.0}`` is exactly that mixture, not the
+    recipe's mixture with thorough set to 1.0)."""
+    out = _merge(values, nest(overrides))
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and not _is_section(key):
+            node = out
+            *parents, leaf = key.split(".")
+            for part in parents:
+                node = node[part]
+            node[leaf] = copy.deepcopy(dict(value))
+    return out
+
+
 def build_run_config(name: str, overrides: Mapping[str, Any] | None = None) -> RunConfig:
-    """RunConfig of recipe ``name`` with dotted ``overrides`` applied on top, validated."""
+    """RunConfig of recipe ``name`` with dotted ``overrides`` applied on top (:func:`apply_overrides`), validated."""
     recipe = get_recipe(name)
     values = _merge(RunConfig(recipe=name).to_dict(), {"recipe": name, "backend": recipe.backends[0], "output_dir": f"runs/{name}"})
     values = _merge(values, recipe.overrides)
-    values = _merge(values, nest(overrides or {}))
+    values = apply_overrides(values, overrides or {})
     return RunConfig.from_dict(values)
 
 

@@ -367,7 +367,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="extra dotted override for the warm start and every run, e.g. --set warmup.steps=100 (repeatable)",
+        help=(
+            "extra dotted override for the warm start and every run, e.g. --set warmup.steps=100 (repeatable); "
+            """a mapping replaces the recipe's whole mapping, e.g. --set 'warmup.mix={"thorough": 1.0}'"""
+        ),
     )
     parser.add_argument("--workers", type=int, default=2, help="runs in parallel (one torch thread each)")
     parser.add_argument("--quick", action="store_true", help=f"a small smoke run: {QUICK} (flags and --set win)")

@@ -189,3 +189,23 @@ def test_init_kwargs_is_validated_as_a_json_object(value, message, capsys):
 def test_init_kwargs_parses():
     cfg = build_run_config("kk-tiny", {"model.init_kwargs": parse_value("model.init_kwargs", LEAF_TYPES["model.init_kwargs"], '{"trust_remote_code": true}')})
     assert cfg.model.init_kwargs == {"trust_remote_code": True}
+
+
+def test_a_mapping_field_override_replaces_the_recipes_mapping_and_a_section_mapping_merges():
+    """kk-testbed's phase-2 mixture is {"thorough": 0.25, "restate": 0.75}: an override of the field is the
+    whole new mixture; a mapping for a section (adora) changes only the keys it names."""
+    recipe = build_run_config("kk-testbed")
+    assert recipe.warmup.mix == {"thorough": 0.25, "restate": 0.75}
+    cfg = build_run_config("kk-testbed", {"warmup.mix": {"thorough": 1.0}, "warmup.style_shares": {"thorough": 0.5, "shortcut": 0.5}})
+    assert cfg.warmup.mix == {"thorough": 1.0}
+    assert cfg.warmup.style_shares == {"thorough": 0.5, "shortcut": 0.5}
+    assert cfg.warmup.steps == recipe.warmup.steps  # the rest of the section is the recipe's
+    adora = build_run_config("kk-testbed-adora", {"adora": {"mode": "amplify"}}).adora
+    assert adora.mode == "amplify" and adora.enabled and adora.edge_policy == "llm"
+    init = build_run_config("kk-testbed", {"model.init_kwargs": {"attn_implementation": "eager"}}).model.init_kwargs
+    assert init == {"attn_implementation": "eager"}
+
+
+def test_mapping_field_override_from_the_command_line_replaces(capsys):
+    assert main(["--recipe", "kk-testbed", "--warmup.mix", '{"thorough": 1.0}', "--print-config"]) == 0
+    assert '"mix": {\n      "thorough": 1.0\n    }' in capsys.readouterr().out
