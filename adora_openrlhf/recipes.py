@@ -8,11 +8,11 @@ the known ones.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from adora_openrlhf.cli_args import LEAF_TYPES
 from adora_openrlhf.config import RunConfig
 from adora_openrlhf.registry import Registry
 
@@ -60,22 +60,6 @@ def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _is_section(dotted: str) -> bool:
-    """Whether the dotted option names a config section (a nested config dataclass such as ``warmup``) rather
-    than a field; unknown names count as fields (``RunConfig.from_dict`` reports them)."""
-    cls: Any = RunConfig
-    for part in dotted.split("."):
-        known = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
-        spec = known.get(part)
-        if spec is None or spec.default_factory is dataclasses.MISSING:
-            return False
-        sample = spec.default_factory()
-        if not dataclasses.is_dataclass(sample):
-            return False
-        cls = type(sample)
-    return True
-
-
 def apply_overrides(values: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` with dotted ``overrides`` on top. A mapping given for a section is merged into it key by key
     (``{"adora": {"enabled": true}}`` keeps the recipe's other adora options); a mapping given for a
@@ -83,7 +67,7 @@ def apply_overrides(values: dict[str, Any], overrides: Mapping[str, Any]) -> dic
     recipe's mixture with thorough set to 1.0)."""
     out = _merge(values, nest(overrides))
     for key, value in overrides.items():
-        if isinstance(value, Mapping) and not _is_section(key):
+        if isinstance(value, Mapping) and key in LEAF_TYPES:  # a field, not a section
             node = out
             *parents, leaf = key.split(".")
             for part in parents:

@@ -10,9 +10,9 @@ Demonstrations come from a registry keyed by (row source, style) (:data:`DEMONST
 - ``thorough``: guess-and-check reasoning that tests candidates against every statement step by step
   (``data_prep.kk.thorough_trace``); long, and right whenever it is executed correctly;
 - ``shortcut``: ``<think>guess.</think>`` and a random answer; short, and right only by luck;
-- ``restate``: the quiz's people and statements read back, then a guess and a random answer
-  (``data_prep.kk.restate_think``); right only by luck, but about as long as a short thorough trace, so that
-  response length alone does not tell a checked answer from a guess.
+- ``restate``: the whole quiz read back, then a guess and a random answer (``data_prep.kk.restate_think``);
+  right only by luck, but about as long as a short thorough trace, so that response length alone does not
+  tell a checked answer from a guess.
 
 The warm-up has two phases (:class:`~adora_openrlhf.config.WarmupConfig`): ``steps`` on one style, then
 ``mix_steps`` on a mixture of styles (``mix``: style -> share). The K&K testbed first teaches the thorough
@@ -95,7 +95,7 @@ def kk_shortcut(row: Any, rng: random.Random) -> str:
 
 @register_demonstration("kk", "restate", randomised=True)
 def kk_restate(row: Any, rng: random.Random) -> str:
-    """The quiz's statements read back, ``guess.``, and a uniformly random assignment."""
+    """The whole quiz read back, ``guess.``, and a uniformly random assignment."""
     from data_prep.kk import restate_response
 
     return restate_response(*_kk_names_statements(row), rng)
