@@ -11,6 +11,11 @@ into the text the model continues:
 - ``compact``: the user message only, then a newline. Short prompts keep the tiny CPU model fast.
 - ``chat``: the tokenizer's own chat template with the generation prompt (for real checkpoints).
 - ``auto``: ``chat`` when the tokenizer has a chat template, otherwise ``compact``.
+
+A tiny tokenizer built for a text task whose prompts are rendered ``compact`` carries
+:data:`COMPACT_CHAT_TEMPLATE`, a chat template that renders exactly what ``compact`` does, so every later
+user of the saved tokenizer (``auto`` on resume, OpenRLHF's ``--data.apply_chat_template``, vLLM) gives the
+model the prompt text it was trained on.
 """
 
 from __future__ import annotations
@@ -59,6 +64,14 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int):
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token=EOS_TOKEN, pad_token=EOS_TOKEN)
     tokenizer.add_tokens(list(TAG_TOKENS))
     return tokenizer
+
+
+# the compact template as a chat template: the last user message, stripped (Jinja's trim is str.strip), and a newline
+COMPACT_CHAT_TEMPLATE = (
+    "{%- set users = messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | list -%}"
+    "{%- if not users %}{{ raise_exception('prompt: no user message to build a compact prompt from') }}{% endif -%}"
+    "{{ users[-1] | trim }}{{ '\\n' }}"
+)
 
 
 def load_tokenizer(path: str, init_kwargs=None):

@@ -50,7 +50,7 @@ from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model, co
 from adora_openrlhf.backends.local.model_source import check_model_source
 from adora_openrlhf.backends.local.rollout import RolloutEngine, encode_prompts, make_reward_fns
 from adora_openrlhf.backends.local.sft import demonstration_for, style_fractions, supervised_warmup, warmup_styles
-from adora_openrlhf.backends.local.tokenization import load_tokenizer, render_prompt, train_bpe_tokenizer
+from adora_openrlhf.backends.local.tokenization import COMPACT_CHAT_TEMPLATE, load_tokenizer, render_prompt, train_bpe_tokenizer
 from adora_openrlhf.backends.local.update import pack, policy_update
 from adora_openrlhf.backends.support import check_backend_fields
 from adora_openrlhf.cli_args import format_config
@@ -93,6 +93,8 @@ def _build_tokenizer(cfg: RunConfig, train_rows, resume_from: Path | None):
     rng = random.Random(f"tokenizer-corpus:{cfg.seed}")
     corpus += [demonstration_for(r, style, rng) for style in warmup_styles(cfg.warmup) for r in train_rows]
     tokenizer = train_bpe_tokenizer(corpus, cfg.model.tiny.vocab_size)
+    if template == "compact" and not vision:  # saved with the model: chat-template users render the same text
+        tokenizer.chat_template = COMPACT_CHAT_TEMPLATE
     return tokenizer, (vlm.build_tiny_processor(tokenizer, cfg.model.tiny_vision) if vision else None)
 
 
