@@ -33,6 +33,7 @@ SCRIPTS = {
     "dapo_math_adora_only.sh": "dapo-math-adora-only",
     "geo3k_qwen2.5vl_7b_adora.sh": "geo3k-qwen2.5vl-7b-adora",
     "geo3k_qwen2.5vl_7b_grpo.sh": "geo3k-qwen2.5vl-7b-grpo",
+    "kk_testbed_openrlhf.sh": "kk-testbed-openrlhf",
 }
 
 
@@ -226,7 +227,8 @@ def test_recipe_script_dry_run(script, tmp_path):
     report = json.loads(done.stdout)
     assert report["run_config"]["recipe"] == SCRIPTS[script]
     assert report["openrlhf_args"]["data"]["prompt_dataset"].startswith(str(tmp_path / "data"))
-    assert report["openrlhf_args"]["ckpt"]["output_dir"] == str(tmp_path / "out") and report["openrlhf_args"]["ckpt"]["max_num"] == 2
+    ckpt = report["openrlhf_args"]["ckpt"]
+    assert ckpt["output_dir"] == str(tmp_path / "out" / "final_model") and ckpt["path"] == str(tmp_path / "out" / "checkpoints") and ckpt["max_num"] == 2
 
 
 def test_recipe_script_submits_a_ray_job(tmp_path):
@@ -270,17 +272,27 @@ def test_kk_parser_reaches_the_ray_reward_workers(capsys, monkeypatch):
 
 @pytest.fixture
 def fake_gpu_stack(monkeypatch):
-    """launch() past its GPU-stack import: a stand-in trainer module, an initialised Ray and a recorded train()."""
+    """launch() past its GPU-stack import: an initialised Ray and a stand-in for OpenRLHF's train() that writes what
+    OpenRLHF and our trainer write (a DeepSpeed checkpoint folder with the run's config, ``latest``, the marker)."""
     import types
 
+    from adora_openrlhf.backends.openrlhf import flags as flags_module
     from adora_openrlhf.backends.openrlhf import launcher
 
-    trainer = types.ModuleType("adora_openrlhf.backends.openrlhf.trainer")
-    trainer.RemoteAdoraPPOTrainer = object
-    monkeypatch.setitem(sys.modules, "adora_openrlhf.backends.openrlhf.trainer", trainer)
     monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: True))
+    monkeypatch.setattr(launcher, "import_components", lambda: (object, {}))
     calls = []
-    monkeypatch.setattr(launcher, "run_openrlhf_train", lambda args, actor: calls.append(args.ckpt.load_enable))
+
+    def fake_train(args, trainer_cls, names):
+        calls.append(args.ckpt.load_enable)
+        actor = Path(args.ckpt.path) / "_actor"
+        (actor / "global_step1").mkdir(parents=True, exist_ok=True)
+        (actor / "latest").write_text("global_step1")
+        (actor / "global_step1" / flags_module.CHECKPOINT_CONFIG).write_text(getattr(args, flags_module.ARGS_ATTR))
+        marker = {"launch_id": getattr(args, flags_module.LAUNCH_ID_ATTR)}
+        (Path(json.loads(getattr(args, flags_module.ARGS_ATTR))["output_dir"]) / flags_module.MARKER_FILE).write_text(json.dumps(marker))
+
+    monkeypatch.setattr(launcher, "run_openrlhf_train", fake_train)
     return launcher, calls
 
 
@@ -291,20 +303,44 @@ def test_cluster_launch_keeps_a_previous_run_unless_resumed_or_overwritten(fake_
     assert launcher.launch(cfg, []) == 0 and calls == [False]
     assert (out / "run_config.json").is_file() and (out / "openrlhf_command.txt").is_file()
 
-    (out / "checkpoints" / "_actor").mkdir(parents=True)  # what OpenRLHF saved
     (out / "notes.txt").write_text("mine")
     assert launcher.launch(cfg, []) == 2 and calls == [False]  # refused: nothing touched
-    assert "holds a previous run (checkpoints, run_config.json, openrlhf_command.txt)" in capsys.readouterr().err
+    assert "holds a previous run (checkpoints, run_config.json, openrlhf_command.txt, adora_trainer.json)" in capsys.readouterr().err
     assert (out / "checkpoints" / "_actor").is_dir()
 
     assert launcher.launch(cfg, [], resume=True) == 0 and calls == [False, True]  # --resume: OpenRLHF loads the checkpoint
+    changed = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(out), "train.lr": 1e-5, "steps": 500})
+    assert launcher.launch(changed, [], resume=True) == 2 and calls == [False, True]  # steps may change, lr may not
+    err = capsys.readouterr().err
+    assert "differs from the checkpoint's (global_step1) in train.lr: 3e-07 -> 1e-05" in err and "steps" not in err.split("only")[0]
     assert launcher.launch(cfg, [], resume=True, overwrite=True) == 2 and "cannot be combined" in capsys.readouterr().err
     assert launcher.launch(cfg, [], overwrite=True) == 0 and calls == [False, True, False]
-    assert not (out / "checkpoints").exists() and (out / "notes.txt").read_text() == "mine"  # only the run's artefacts go
+    assert (out / "checkpoints" / "_actor" / "global_step1").is_dir() and (out / "notes.txt").read_text() == "mine"  # only the run's artefacts go
 
+    (out / "checkpoints" / "_actor" / "global_step1" / "adora_run_config.json").unlink()  # a checkpoint of OpenRLHF's own entry
+    assert launcher.launch(cfg, [], resume=True) == 2 and "cannot be compared" in capsys.readouterr().err
     fresh = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(tmp_path / "new")})
     assert launcher.launch(fresh, [], resume=True) == 2 and "no checkpoint under" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()  # checked before anything is written
+
+
+def test_a_final_model_alone_counts_as_a_previous_run(fake_gpu_stack, tmp_path, capsys):
+    launcher, calls = fake_gpu_stack
+    out = tmp_path / "run"
+    (out / "final_model").mkdir(parents=True)
+    (out / "final_model" / "model.safetensors").write_text("weights")
+    cfg = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(out)})
+    assert launcher.launch(cfg, []) == 2 and "holds a previous run (final_model)" in capsys.readouterr().err and calls == []
+    assert launcher.launch(cfg, [], overwrite=True) == 0 and not (out / "final_model").exists()  # the old model does not stay beside the new run
+
+
+def test_a_run_without_our_trainer_fails(fake_gpu_stack, tmp_path, capsys, monkeypatch):
+    """OpenRLHF's stock trainer writes no marker: the launch fails instead of reporting a run without ADORA and the sampler."""
+    launcher, _ = fake_gpu_stack
+    monkeypatch.setattr(launcher, "run_openrlhf_train", lambda args, trainer_cls, names: None)
+    cfg = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(tmp_path / "run")})
+    assert launcher.launch(cfg, []) == 2
+    assert "finished without this package's trainer" in capsys.readouterr().err
 
 
 def test_cluster_launch_holds_the_run_directory_lock(fake_gpu_stack, tmp_path, capsys, monkeypatch):
@@ -312,8 +348,10 @@ def test_cluster_launch_holds_the_run_directory_lock(fake_gpu_stack, tmp_path, c
     cfg = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(tmp_path / "run")})
     inner = []
 
-    def second_launch_while_running(args, actor):
+    def second_launch_while_running(args, trainer_cls, names):
         inner.append(launcher.launch(cfg, [], overwrite=True))
+        marker = {"launch_id": args.adora_launch_id}
+        (tmp_path / "run" / "adora_trainer.json").write_text(json.dumps(marker))
 
     monkeypatch.setattr(launcher, "run_openrlhf_train", second_launch_while_running)
     assert launcher.launch(cfg, []) == 0 and inner == [2]

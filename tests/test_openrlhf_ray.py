@@ -259,6 +259,7 @@ def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_clus
     def trainer():
         t = trainer_mod.AdoraPPOTrainer.__new__(trainer_mod.AdoraPPOTrainer)
         t.args, t.samples_generator, t.critic_model_group = args, generator(args, [], cfg), None
+        t.run_config, t.output_dir, t.metrics_log, t.eval_dataloader = cfg, tmp_path, None, None
         t.wandb_logger = t.tensorboard_logger = None
         t.best_eval_metric_key, t.best_eval_metric_value, t._latest_eval_metric_value = "", None, None
         return t
@@ -275,6 +276,7 @@ def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_clus
     states = resumed.init_checkpoint_states()
     assert states["global_step"] == 7 and resumed.samples_generator.sampling_step == 7
     assert resumed.samples_generator.state_dict() == first.samples_generator.state_dict()
+    assert resumed.last_step == 7 and resumed.metrics_log.path == tmp_path / "metrics.jsonl"  # metrics.jsonl reopened at the resumed step
 
 
 def test_missing_reward_is_a_clear_error():
