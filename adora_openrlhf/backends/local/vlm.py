@@ -147,14 +147,15 @@ def is_vlm_checkpoint(path: str, init_kwargs: dict | None = None) -> bool:
     return "vision_config" in model_config_dict(path, init_kwargs)
 
 
-def load_vlm(path: str, dtype: str = "float32", init_kwargs: dict | None = None):
+def load_vlm(path: str, dtype: str = "float32", init_kwargs: dict | None = None, option: str = "model.path"):
     """A vision-language checkpoint, local directory or hub name (``AutoModelForImageTextToText``, as OpenRLHF's
-    actor loads it), with ``init_kwargs`` passed to ``from_pretrained``."""
+    actor loads it), with ``init_kwargs`` passed to ``from_pretrained``; weights that do not fit its config are
+    refused (``model.from_pretrained_checked``)."""
     from transformers import AutoModelForImageTextToText
 
-    from adora_openrlhf.backends.local.model import DTYPES
+    from adora_openrlhf.backends.local.model import DTYPES, from_pretrained_checked
 
-    return AutoModelForImageTextToText.from_pretrained(path, dtype=DTYPES[dtype], **(init_kwargs or {}))
+    return from_pretrained_checked(AutoModelForImageTextToText, path, option, dtype=DTYPES[dtype], **(init_kwargs or {}))
 
 
 def load_processor(path: str, init_kwargs: dict | None = None):
