@@ -77,6 +77,8 @@ STATEMENTS = [["lying", 1], ["lying", 0]]
         ({"prompt": KK_PROMPT, "label": ALICE_BOB, "meta": {"statements": [["lying", 1]]}}, "field 'meta.statements': expected one statement per person (2)"),
         ({"prompt": KK_PROMPT, "label": ALICE_BOB, "meta": {"statements": [["lying", 5], ["lying", 0]]}}, "field 'meta.statements': not a statement list"),
         ({"prompt": KK_PROMPT, "label": ALICE_BOB, "meta": {"statements": [["maybe", 1], ["lying", 0]]}}, "unknown operator 'maybe'"),
+        ({"prompt": KK_PROMPT, "label": ALICE_BOB, "meta": {"kk_parser": "strict"}}, "field 'meta.kk_parser': unknown K&K answer parser 'strict'"),
+        ({"prompt": KK_PROMPT, "label": ALICE_BOB, "meta": {"think_opened_in_prompt": "false"}}, "field 'meta.think_opened_in_prompt': expected true or false"),
     ],
 )
 def test_kk_labels_that_do_not_grade_the_prompts_puzzle_are_refused(row, needle):
@@ -144,6 +146,7 @@ def test_good_math_meta_passes():
         ({"answer_type": "float", "precision": 1.5}, "2.5", "field 'meta.precision'"),
         ({"answer_type": "float", "precision": "2"}, "2.5", "field 'meta.precision'"),
         ({"answer_type": "integer"}, "five", "field 'label': 'five' holds no number, but meta.answer_type is 'integer'"),
+        ({"think_opened_in_prompt": 1}, "2", "field 'meta.think_opened_in_prompt'"),
     ],
 )
 @pytest.mark.parametrize("source", ["geometry3k", "mathvista", "geo_synth"])

@@ -122,12 +122,17 @@ def _mentions(text: str, name: str) -> bool:
 
 
 def _kk_row_ok(prompt: Any, label: str, meta: dict[str, Any]) -> None:
-    """A K&K label that grades the prompt's puzzle: one role for each of ``meta.names`` (when given; the label's
-    own names otherwise), every one of them a name the prompt's user messages mention, in agreement with ``meta.solution`` and
-    ``meta.num_people`` when given, and consistent with ``meta.statements`` when given (person ``i`` is a
-    knight exactly when statement ``i`` is true under the label's roles)."""
-    from adora_openrlhf.rewards.kk import parse_kk_label
+    """A known ``meta.kk_parser`` and a boolean ``meta.think_opened_in_prompt`` when given, and a K&K label that
+    grades the prompt's puzzle: one role for each of ``meta.names`` (when given; the label's own names
+    otherwise), every one of them a name the prompt's user messages mention, in agreement with
+    ``meta.solution`` and ``meta.num_people`` when given, and consistent with ``meta.statements`` when given
+    (person ``i`` is a knight exactly when statement ``i`` is true under the label's roles)."""
+    from adora_openrlhf.rewards.kk import KK_PARSERS, parse_kk_label
 
+    parser = meta.get("kk_parser")
+    if parser is not None and parser not in KK_PARSERS:
+        raise RowFieldError("meta.kk_parser", f"unknown K&K answer parser {parser!r}; choose one of {sorted(KK_PARSERS)}")
+    _think_flag_ok(meta)
     names = meta.get("names")
     if names is not None and not (isinstance(names, list) and names and all(isinstance(n, str) and n.strip() for n in names) and len(set(names)) == len(names)):
         raise RowFieldError("meta.names", f"expected a list of distinct names, got {names!r}")
@@ -155,6 +160,11 @@ def _kk_row_ok(prompt: Any, label: str, meta: dict[str, Any]) -> None:
             raise RowFieldError("meta.solution", f"{solution} disagrees with the label {label!r}")
     if meta.get("statements") is not None:
         _kk_statements_ok(meta["statements"], people, [roles[n] for n in people])
+
+
+def _think_flag_ok(meta: dict[str, Any]) -> None:
+    if "think_opened_in_prompt" in meta and not isinstance(meta["think_opened_in_prompt"], bool):
+        raise RowFieldError("meta.think_opened_in_prompt", f"expected true or false, got {meta['think_opened_in_prompt']!r}")
 
 
 def _kk_statements_ok(statements: Any, people: Sequence[str], assignment: Sequence[bool]) -> None:
@@ -205,11 +215,13 @@ def _math_row_ok(prompt: Any, label: str, meta: dict[str, Any]) -> None:
 
 
 def _geometry_row_ok(prompt: Any, label: str, meta: dict[str, Any]) -> None:
-    """The meta fields the visual-math reward reads (``rewards/geometry.py``): ``question_type`` and
+    """The meta fields the visual-math reward reads (``rewards/geometry.py``): a boolean ``think_opened_in_prompt``,
+    ``question_type`` and
     ``answer_type`` from its lists, ``choices`` a list of texts (and for a multiple-choice question one of them
     the label), ``precision`` a whole number >= 0, and a number in the label of an integer or float answer."""
     from adora_openrlhf.rewards.geometry import choice_index
 
+    _think_flag_ok(meta)
     question_type = meta.get("question_type", "free_form")
     if question_type not in GEOMETRY_QUESTION_TYPES:
         raise RowFieldError("meta.question_type", f"expected one of {list(GEOMETRY_QUESTION_TYPES)}, got {question_type!r}")
