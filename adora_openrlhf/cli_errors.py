@@ -43,12 +43,16 @@ def wants_debug(argv: Sequence[str] | None) -> bool:
 
 
 def os_error_line(err: OSError) -> str:
-    """``cannot write /x/y: No space left on device`` style text for an OSError."""
+    """``/x/y: No space left on device (free some space)`` style text for an OSError, followed by ``; ADVICE``
+    when the error carries an ``advice`` attribute (what was lost, how to continue)."""
     reason = os.strerror(err.errno) if err.errno else str(err)
     if err.errno == errno.ENOSPC:
         reason += " (free some space)"
     elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         reason += " (choose a writable location)"
+    advice = getattr(err, "advice", "")
+    if advice:
+        reason += f"; {advice}"
     path = err.filename if err.filename is not None else ""
     return f"{path}: {reason}" if path else reason
 

@@ -202,7 +202,7 @@ def test_train_ctrl_c_and_full_disk_give_one_line(tmp_path, capsys, monkeypatch)
     out = tmp_path / "run"
     (out / "checkpoints" / "step_000003").mkdir(parents=True)
 
-    def interrupted(cfg, resume=False, overwrite=False):
+    def interrupted(cfg, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(trainer, "train", interrupted)
@@ -210,7 +210,7 @@ def test_train_ctrl_c_and_full_disk_give_one_line(tmp_path, capsys, monkeypatch)
     line = assert_one_line(capsys.readouterr().err, "interrupted; continue from step 3 with: python -m adora_openrlhf.train")
     assert line.endswith("--resume") and f"--output-dir {out}" in line
 
-    def full(cfg, resume=False, overwrite=False):
+    def full(cfg, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out / "checkpoints" / "step_000004.tmp"))
 
     monkeypatch.setattr(trainer, "train", full)
@@ -231,8 +231,69 @@ def test_train_bad_model_and_checkpoint(tmp_path, capsys):
     (broken / "model.safetensors").write_bytes(b"torn")
     before = snapshot(tmp_path)
     assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--resume", *FAST]) == 2
-    assert_one_line(capsys.readouterr().err, f"--resume: checkpoint '{broken}' cannot be loaded")
+    assert_one_line(capsys.readouterr().err, f"--resume: checkpoint '{broken}' is broken: trainer_state/state.pt is missing; no earlier checkpoint is complete")
     assert snapshot(tmp_path) == before
+
+
+def test_train_resume_refusals_are_one_line_and_write_nothing(tmp_path, capsys):
+    """A broken last checkpoint, a changed config without config.json, data edited in place, --steps below the
+    checkpoint's step, a bad --resume-from: exit 2, one line naming what and what to do, nothing changed."""
+    import shutil
+
+    data = write_rows(tmp_path / "train.jsonl", [kk_row(i) for i in range(6)])
+    base = tmp_path / "base"
+    argv = ["--output-dir", str(base), "--data.train_path", str(data), *FAST, "--steps", "2", "--save_every", "1"]
+    assert call(train_cli.main, argv) == 0
+    capsys.readouterr()
+    cases = [
+        (
+            lambda out: (out / "checkpoints" / "step_000002" / "model.safetensors").write_bytes(b"\0" * 12),
+            [],
+            "is broken: model.safetensors is truncated (12 of",
+        ),
+        (
+            lambda out: (out / "config.json").unlink(),
+            ["--train.lr", "0.5"],
+            "--resume: the config differs from the config saved in checkpoint step_000002 in train.lr",
+        ),
+        (lambda out: None, ["--steps", "1"], "steps: 1 is below step 2 of checkpoint"),
+        (lambda out: None, ["--resume-from", "step_000009"], "--resume-from: no checkpoint 'step_000009'"),
+    ]
+    for harm, extra, needle in cases:
+        out = tmp_path / "copy"
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(base, out)
+        harm(out)
+        before = snapshot(out)
+        run_argv = ["--output-dir", str(out), "--data.train_path", str(data), *FAST, "--steps", "3", "--resume", *extra]
+        assert call(train_cli.main, run_argv) == 2
+        line = assert_one_line(capsys.readouterr().err, needle)
+        assert line.startswith("error: ")
+        assert snapshot(out) == before
+    out = tmp_path / "copy"
+    shutil.rmtree(out)
+    shutil.copytree(base, out)
+    data.write_text(data.read_text().replace("Puzzle 1:", "Puzzle one:"))  # edited in place
+    assert call(train_cli.main, ["--output-dir", str(out), "--data.train_path", str(data), *FAST, "--steps", "3", "--resume"]) == 2
+    assert_one_line(capsys.readouterr().err, "--resume: the training rows differ from those checkpoint step_000002 was trained on", f"data.train_path '{data}'")
+
+
+def test_resume_from_is_a_local_backend_option_and_leaves_the_interrupt_hint(tmp_path, capsys, monkeypatch):
+    from adora_openrlhf.backends.local import trainer
+
+    argv = ["--output-dir", str(tmp_path / "run"), "--backend", "openrlhf", "--recipe", "dapo-math-adora", "--resume-from", "3"]
+    assert call(train_cli.main, argv) == 2
+    assert_one_line(capsys.readouterr().err, "--resume-from: only the local backend resumes from a chosen checkpoint; use --resume")
+    (tmp_path / "run" / "checkpoints" / "step_000003").mkdir(parents=True)
+
+    def interrupted(cfg, **kwargs):
+        assert kwargs == {"resume": False, "overwrite": False, "resume_from": "step_000001"}
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "train", interrupted)
+    assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), *FAST, "--resume-from", "step_000001"]) == 130
+    line = assert_one_line(capsys.readouterr().err, "interrupted; continue from step 3 with:")
+    assert line.endswith("--resume") and "--resume-from" not in line and "step_000001" not in line
 
 
 def test_train_chat_prompt_rows_are_checked(tmp_path, capsys):
@@ -244,7 +305,7 @@ def test_train_chat_prompt_rows_are_checked(tmp_path, capsys):
 def test_unexpected_errors_are_one_line_too(tmp_path, capsys, monkeypatch):
     from adora_openrlhf.backends.local import trainer
 
-    def bug(cfg, resume=False, overwrite=False):
+    def bug(cfg, **kwargs):
         raise TypeError("unsupported operand")
 
     monkeypatch.setattr(trainer, "train", bug)

@@ -142,7 +142,7 @@ def test_resume_compares_data_files_by_content(tmp_path, monkeypatch):
     copy.write_bytes(data.read_bytes())
     train(_cfg(out, steps=2, **{"data.train_path": str(copy)}), resume=True)  # a moved copy of the same file
     data.write_text(data.read_text().replace("knight", "knave", 1))  # another file: different bytes
-    with pytest.raises(ConfigError, match="differs from the saved run in data.train_path"):
+    with pytest.raises(ConfigError, match="the config differs from the config saved in checkpoint step_000002 in data.train_path"):
         train(_cfg(out, steps=3, **{"data.train_path": str(data)}), resume=True)
 
 

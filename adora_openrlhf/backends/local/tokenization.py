@@ -89,6 +89,20 @@ def load_tokenizer(path: str, init_kwargs=None):
     return tokenizer
 
 
+TOKENIZER_PROBE = "Alice is a knight. 12 + 30 = 42"
+
+
+def tokenizer_problem(tokenizer) -> str | None:
+    """What is wrong with a loaded tokenizer (None when nothing is): a directory without tokenizer files loads as
+    a tokenizer that encodes every text to no tokens."""
+    if not tokenizer(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]:
+        return (
+            "there are no tokenizer files in it (tokenizer.json, or vocab.json and merges.txt): the tokenizer loaded from it encodes text to no tokens; "
+            "copy the tokenizer files of the model it was made from into it"
+        )
+    return None
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Prompt templates
 # ---------------------------------------------------------------------------------------------------------
