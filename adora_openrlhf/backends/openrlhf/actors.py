@@ -7,7 +7,8 @@ Each class here is a subclass of OpenRLHF's own and adds only what OpenRLHF 0.11
   ``broadcast_to_vllm`` then broadcasts through it; with ``nccl`` it is OpenRLHF's method;
 - on a process without CUDA, the CPU answers of :mod:`.cpu_device`: every method inherited from OpenRLHF is a
   copy of OpenRLHF's function with ``torch.cuda``, ``init_device_mesh`` and the barrier-and-sync helper read on
-  the CPU (:func:`.rebind.inherit_rebound`); with CUDA the mapping is empty and the methods are OpenRLHF's.
+  the CPU (:func:`.rebind.inherit_rebound`); with CUDA the mapping is empty and the methods are OpenRLHF's,
+  except that the policy actor's copies build :class:`AdoraActorPPOTrainer` in place of OpenRLHF's trainer.
 
 The choice is made when this module is imported, in each process (the driver, every Ray actor), so a GPU
 worker of a cluster whose head node has no GPU still runs OpenRLHF's CUDA code. :data:`ACTOR_NAMES` are
