@@ -412,14 +412,14 @@ def test_cpu_runs_refuse_gpu_only_options(monkeypatch):
     _, args, _ = prepare(cfg, [], base_flags=CPU_DEFAULT_FLAGS)
     check_cpu_args(args)  # the recipe itself runs on the CPU
     assert args.vllm.sync_backend == "gloo" and args.ds.attn_implementation == "sdpa" and logical_gpus(args) == 2
-    for flags, named in [
+    for extra_flags, named in [
         (["--vllm.sync_backend", "nccl"], "--vllm.sync_backend"),
         (["--vllm.enable_sleep", "--train.colocate_all"], "--vllm.enable_sleep"),
         (["--ds.packing_samples"], "--ds.packing_samples"),
         (["--ds.attn_implementation", "flash_attention_2"], "--ds.attn_implementation"),
         (["--vllm.num_engines", "0"], "--vllm.num_engines"),
     ]:
-        _, args, _ = prepare(cfg, flags, base_flags=CPU_DEFAULT_FLAGS)
+        _, args, _ = prepare(cfg, extra_flags, base_flags=CPU_DEFAULT_FLAGS)
         with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
             check_cpu_args(args)
     # colocated: actor and engines share their logical GPUs; a KL reference adds its own
