@@ -425,3 +425,18 @@ def test_cpu_runs_refuse_gpu_only_options(monkeypatch):
     # colocated: actor and engines share their logical GPUs; a KL reference adds its own
     _, args, _ = prepare(build_run_config("kk-testbed-openrlhf", {"train.kl_coef": 0.01}), [], base_flags=CPU_DEFAULT_FLAGS)
     assert logical_gpus(args) == 3
+
+
+def test_an_actor_failure_is_summarised_in_one_line():
+    """What Ray raises in the driver when an actor fails: the actor method and the innermost exception's first line,
+    without the terminal colour codes of Ray's actor names."""
+    from adora_openrlhf.backends.openrlhf.launcher import run_failure
+
+    class TaskError(Exception):  # the attributes of ray.exceptions.RayTaskError
+        def __init__(self, function_name, cause):
+            super().__init__("\x1b[36mray::AdoraPPOTrainer.fit()\x1b[39m (pid=1)\n  File ...")
+            self.function_name, self.cause = function_name, cause
+
+    inner = RuntimeError("\x1b[31mEngineCore encountered an issue.\x1b[0m\nSee stack trace (above) for the root cause.")
+    assert run_failure(TaskError("AdoraPPOTrainer.fit", inner)) == "AdoraPPOTrainer.fit: RuntimeError: EngineCore encountered an issue."
+    assert run_failure(ValueError("")) == "ValueError"

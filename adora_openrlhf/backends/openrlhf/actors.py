@@ -63,6 +63,10 @@ class AdoraActorPPOTrainer(ActorPPOTrainer):
     """OpenRLHF's policy trainer (inside the policy actor) with the gloo weight sync."""
 
     def _init_vllm_sync_group(self, backend: str):
+        """OpenRLHF's sync-group set-up (gloo: with :func:`.weight_sync.gloo_process_group`), once every engine has
+        started: a group waits for all of its ranks, so an engine that died while starting would leave the trainer
+        waiting for the group's 30-minute timeout; its start-up error is raised here instead."""
+        ray.get([engine.get_num_unfinished_requests.remote() for engine in self.vllm_engines])
         if backend == "gloo" and not getattr(self.strategy.args.vllm, "sync_with_ray", False):
             return _GLOO_SYNC_GROUP(self, backend)
         _nccl_or_cuda_refused(backend)

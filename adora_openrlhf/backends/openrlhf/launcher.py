@@ -138,6 +138,9 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
                 ray.init(runtime_env={"env_vars": ray_env_vars(cfg)})
             try:
                 run_openrlhf_train(args, trainer_cls, names)
+            except Exception as err:  # noqa: BLE001 - an actor's failure, raised by Ray in the driver: one line
+                print(f"error: the OpenRLHF run failed ({run_failure(err)}); the actors' log lines above have the details", file=sys.stderr)
+                return 1
             finally:
                 if started_ray:  # the engines and model actors of this launch end with it
                     ray.shutdown()
@@ -146,6 +149,19 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def run_failure(err: BaseException) -> str:
+    """``where: ExceptionType: first line`` of the exception behind an error Ray raised in the driver: a Ray task
+    error carries the actor method (``function_name``) and the exception raised in the actor (``cause``)."""
+    import re
+
+    where = getattr(err, "function_name", None)
+    while isinstance(getattr(err, "cause", None), BaseException):
+        err = err.cause
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(err)).splitlines() if line.strip()]
+    text = f"{type(err).__name__}: {lines[0][:200]}" if lines else type(err).__name__
+    return f"{where}: {text}" if where else text
 
 
 def with_absolute_paths(cfg: RunConfig) -> RunConfig:
