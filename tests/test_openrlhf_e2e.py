@@ -215,3 +215,19 @@ def test_an_engine_that_cannot_start_stops_the_launch(setup, tmp_path):
     assert result.returncode == 1, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: the OpenRLHF run failed (") and "Error" in last and "\x1b" not in last, last
+
+
+def test_the_cpu_strategy_uses_torch_adamw():
+    """Without CUDA, OpenRLHF's AdamW runs as torch's (DeepSpeed's torch_adam): DeepSpeed's fused CPU kernel, which it
+    would compile first, is not needed; Adam offload keeps DeepSpeed's CPU Adam."""
+    from adora_openrlhf.backends.openrlhf.entry import parse_openrlhf_args
+    from adora_openrlhf.backends.openrlhf.flash_attn_standin import install_if_needed
+
+    install_if_needed()  # as the launcher does on a machine without CUDA and flash-attn
+    from adora_openrlhf.backends.openrlhf.actors import adora_get_strategy
+
+    optim = {"type": "AdamW", "params": {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}}
+    strategy = adora_get_strategy(parse_openrlhf_args(["--reward.remote_url", "r.py"]))
+    assert strategy.get_ds_train_config(dict(optim, params=dict(optim["params"])))["optimizer"]["params"]["torch_adam"] is True
+    offload = adora_get_strategy(parse_openrlhf_args(["--reward.remote_url", "r.py", "--ds.adam_offload"]))
+    assert "torch_adam" not in offload.get_ds_train_config(dict(optim, params=dict(optim["params"])))["optimizer"]["params"]
