@@ -237,6 +237,16 @@ def test_rewarded_and_unrewarded_samples_share_info_keys():
     assert set(scored.info) == set(missing.info) and float(missing.info["correct"]) == 0.0
 
 
+@pytest.mark.parametrize("source, label, meta, failure", [("kk", "(1) Alice is a knight", {}, -3.0), ("dapo_math", "42", {"reward_style": "dapo"}, -1.0)])
+def test_unrewarded_samples_get_their_tasks_failure_reward(source, label, meta, failure):
+    """A rollout whose reward call failed never scores above a wrong answer of its task."""
+    from adora_openrlhf.rewards.openrlhf_reward import encode_reward_label
+
+    gen = generator(openrlhf_args(n=2), [], build_run_config("kk-tiny", {}))
+    missing = gen._process_response_into_experience(response_dict(3, 4, None, label=encode_reward_label(source, label, meta)))
+    assert float(missing.rewards) == failure and float(missing.info["reward_missing"]) == 1.0 and float(missing.scores) == 0.0
+
+
 def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_cluster, tmp_path):
     """AdoraPPOTrainer puts the generator's state in OpenRLHF's checkpoint client_states and restores it on resume
     (OpenRLHF's own save_logs_and_checkpoints / init_checkpoint_states; the actor group keeps the states in memory)."""
