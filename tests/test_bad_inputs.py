@@ -141,6 +141,163 @@ def test_train_bad_values(tmp_path, capsys, argv, needle):
     assert not (tmp_path / "run").exists()
 
 
+# ---- every config field's type, wherever the value comes from ----------------------------------------------
+
+
+def _leaves_of(kind):
+    from adora_openrlhf.cli_args import LEAF_TYPES, _strip_optional
+
+    return [dotted for dotted, hint in LEAF_TYPES.items() if _strip_optional(hint) is kind]
+
+
+BOOL_FIELDS = _leaves_of(bool)
+NOT_BOOLEANS = ["false", "true", "False", "no", None, 2, 0, 1, 1.0, [], {}]
+
+
+def test_every_boolean_field_is_covered():
+    assert {"adora.enabled", "sampling.enabled", "dynamic_filtering.enabled", "adora.length_shaping", "sampling.drop_unfinished"} <= set(BOOL_FIELDS)
+    assert {"adora.drop_truncated_negatives", "model.merge_lora_on_save", "model.freeze_visual_encoder"} <= set(BOOL_FIELDS)
+
+
+@pytest.mark.parametrize("field", BOOL_FIELDS)
+@pytest.mark.parametrize("value", NOT_BOOLEANS, ids=repr)
+def test_config_file_booleans_must_be_true_or_false(tmp_path, capsys, field, value):
+    """{"dynamic_filtering": {"enabled": "false"}} ran DAPO filtering: "false" is a truthy string."""
+    from adora_openrlhf.recipes import nest
+
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(nest({field: value})))
+    code = call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--config", str(config), *FAST])
+    assert code == 2
+    line = assert_one_line(capsys.readouterr().err, f"error: {field}: must be true or false, got {value!r}")
+    assert ("without quotes" in line) is isinstance(value, str)
+    assert not (tmp_path / "run").exists()
+
+
+def _wrong_values(hint):
+    """Values of another type than ``hint`` (a field's annotation), each of which must be refused."""
+    import typing
+
+    from adora_openrlhf.cli_args import _strip_optional
+
+    optional = type(None) in typing.get_args(hint)
+    base = _strip_optional(hint)
+    origin = typing.get_origin(base) or base
+    values = {
+        bool: ["false", 2, 0, 1.5, [], {}],
+        int: ["3", True, 2.5, [], {}, float("nan")],
+        float: ["0.5", True, [], {}, float("inf")],
+        str: [1, True, 0.5, [], {}],
+        list: [5, True, {}],
+        dict: [5, True, [], "x"],
+    }[origin]
+    return values + ([] if optional else [None])
+
+
+def _all_wrong_values():
+    from adora_openrlhf.cli_args import LEAF_TYPES
+
+    for dotted, hint in LEAF_TYPES.items():
+        for value in _wrong_values(hint):
+            yield dotted, value
+
+
+@pytest.mark.parametrize("field, value", list(_all_wrong_values()), ids=lambda v: repr(v)[:30])
+def test_every_field_refuses_a_value_of_another_type(field, value):
+    """Every RunConfig leaf, whatever its type: one ConfigError that names it (the recipes, --config files,
+    bench --set and Python callers all build configs through here)."""
+    from adora_openrlhf.config import ConfigError
+    from adora_openrlhf.recipes import build_run_config
+
+    with pytest.raises(ConfigError) as err:
+        build_run_config("kk-tiny", {field: value})
+    message = str(err.value)
+    assert message.startswith((f"{field}:", f"{field}[", f"{field}.")), message
+    assert "\n" not in message
+
+
+def test_recipes_and_bench_set_values_are_type_checked(tmp_path, capsys, monkeypatch):
+    from adora_openrlhf import recipes
+    from bench import sample_efficiency
+
+    bad = recipes.Recipe("kk-bad-type", "a recipe with a string for a boolean", ("local",), {"sampling": {"enabled": "false"}})
+    monkeypatch.setitem(recipes.RECIPES._entries, bad.name, bad)
+    assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--recipe", bad.name]) == 2
+    assert_one_line(capsys.readouterr().err, "sampling.enabled: must be true or false, got 'false'")
+    for item, needle in (
+        ("adora.enabled=maybe", "--set adora.enabled: cannot parse 'maybe'"),
+        ('adora.enabled="false"', "--set adora.enabled: cannot parse"),
+        ("adora.enabled=null", "--set adora.enabled: cannot parse"),
+        ("dynamic_filtering.enabled=2", "--set dynamic_filtering.enabled: cannot parse '2'"),
+        ("steps=1.5", "--set steps: cannot parse '1.5'"),
+    ):
+        code = sample_efficiency.main(["--quick", "--set", item, "--out", str(tmp_path / "bench")])
+        assert code == 2
+        assert_one_line(capsys.readouterr().err, needle)
+    assert sample_efficiency._parse_set(["adora.enabled=false", "sampling.enabled=no"]) == {"adora.enabled": False, "sampling.enabled": False}
+    assert not (tmp_path / "bench").exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("value", ["null", "2", "maybe", '"false"'])
+def test_boolean_flags_refuse_anything_but_a_boolean_word(tmp_path, capsys, value):
+    assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--adora.enabled", value, *FAST]) == 2
+    assert_one_line(capsys.readouterr().err, "--adora.enabled: cannot parse")
+
+
+# ---- --config files: bounded expansion, no duplicate keys ----------------------------------------------------
+
+
+def _alias_bomb(levels: int = 8, fan_out: int = 10, section: str = "extra") -> str:
+    """``fan_out ** levels`` values from a few hundred bytes (a YAML "billion laughs")."""
+    lines = [f"{section}:", "  a0: &a0 [" + ", ".join(['"lol"'] * fan_out) + "]"]
+    lines += [f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * fan_out) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        (_alias_bomb(), "the file expands to more than 100,000 values once its YAML aliases"),  # 10^8 values
+        (_alias_bomb(levels=30, fan_out=2), "the file expands to more than 100,000 values"),  # 2^30
+        (_alias_bomb(section="model:\n  init_kwargs"), "the file expands to more than"),
+        ("extra: &a {x: [*a]}\n", "a YAML alias refers to a value that contains it"),
+        ("train:\n  lr: 0.001\n  lr: 0.0001\n", ":3: duplicate key 'lr' (first given on line 2)"),
+        ("steps: 2\nseed: 1\nsteps: 3\n", ":3: duplicate key 'steps' (first given on line 1)"),
+        ('{"adora": {"enabled": true, "enabled": false}}', ":1: duplicate key 'enabled'"),
+        ("extra:\n  a: 1\n  b: {c: 1, c: 2}\n", ":3: duplicate key 'c'"),
+        ("extra: [" * 5000 + "]" * 5000 + "\n", "config"),  # deep nesting: a clean error either way
+    ],
+    ids=["bomb-10^8", "bomb-2^30", "bomb-in-init-kwargs", "recursive", "dup-yaml", "dup-top", "dup-json", "dup-nested", "deep"],
+)
+def test_config_file_bombs_and_duplicate_keys_are_refused(tmp_path, capsys, text, needle):
+    import time
+
+    config = tmp_path / "run.yaml"
+    config.write_text(text)
+    start = time.monotonic()
+    code = call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--config", str(config), *FAST])
+    assert time.monotonic() - start < 10
+    assert code == 2
+    line = assert_one_line(capsys.readouterr().err, needle)
+    assert str(config) in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_config_file_size_is_bounded_and_merge_keys_may_override(tmp_path, capsys):
+    from adora_openrlhf.cli_args import load_config_file
+
+    big = tmp_path / "big.yaml"
+    big.write_text("extra:\n  blob: '" + "x" * (2 << 20) + "'\n")
+    assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--config", str(big), *FAST]) == 2
+    assert_one_line(capsys.readouterr().err, f"{big}: larger than 1024 KiB")
+    merged = tmp_path / "merge.yaml"
+    merged.write_text("extra:\n  base: &b {lr: 0.001, seed: 1}\n  run:\n    <<: *b\n    lr: 0.002\n")
+    assert load_config_file(str(merged))["extra"]["run"] == {"lr": 0.002, "seed": 1}
+    fine = tmp_path / "fine.yaml"
+    fine.write_text("extra:\n  a: &a [1, 2]\n  b: [*a, *a]\n")  # a few aliases stay allowed
+    assert load_config_file(str(fine))["extra"]["b"] == [[1, 2], [1, 2]]
+
+
 @pytest.mark.parametrize("kind", ["missing", "directory", "empty", "bad_json", "not_utf8", "not_object", "blank_only"])
 @pytest.mark.parametrize("option", ["--data.train_path", "--data.eval_path"])
 def test_train_bad_data_files(tmp_path, capsys, bad_files, kind, option):
