@@ -244,6 +244,27 @@ def test_boolean_flags_refuse_anything_but_a_boolean_word(tmp_path, capsys, valu
     assert_one_line(capsys.readouterr().err, "--adora.enabled: cannot parse")
 
 
+# ---- the small values a user tries first ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--warmup.steps", "1", "--warmup.lr_ramp", "0.5"],  # "error: ZeroDivisionError: division by zero"
+        ["--warmup.mix_steps", "1", "--warmup.mix", '{"direct": 1.0}', "--warmup.lr_ramp", "0.1"],
+        ["--warmup.steps", "2", "--warmup.lr_ramp", "0.9", "--eval_every", "1", "--save_every", "1", "--sampling.n_keep", "1"],
+        ["--recipe", "kk-testbed", "--warmup.steps", "1", "--warmup.mix_steps", "1", "--data.num_eval", "1", "--data.num_train", "1"],
+        ["--sampling.enabled", "true", "--sampling.samples_per_round", "1", "--sampling.max_rounds", "1", "--sampling.n_keep", "1", "--adora.enabled", "true"],
+        ["--train.lr_scheduler", "cosine_with_min_lr", "--train.lr_warmup_ratio", "0.99", "--train.micro_batch_size", "1", "--rollout.max_new_tokens", "1"],
+    ],
+    ids=["warmup-1", "mix-1", "warmup-2-n-1", "testbed-1", "adaptive-1", "schedule-1"],
+)
+def test_one_step_runs_and_the_smallest_settings_work(tmp_path, capsys, extra):
+    out = tmp_path / "run"
+    assert call(train_cli.main, ["--output-dir", str(out), *FAST, "--report_to", "none", *extra]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 1 and (out / "final_model").is_dir()
+
+
 # ---- --config files: bounded expansion, no duplicate keys ----------------------------------------------------
 
 
@@ -653,7 +674,8 @@ def test_converter_on_a_full_disk_leaves_no_partial_file(tmp_path, capsys):
 def _run(module, *argv, **kwargs):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("ADORA_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", module, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, **kwargs)
+    kwargs.setdefault("timeout", 120)
+    return subprocess.run([sys.executable, "-m", module, *argv], cwd=ROOT, env=env, capture_output=True, text=True, **kwargs)
 
 
 def test_processes_exit_with_one_line_and_debug_shows_the_traceback(tmp_path):
@@ -667,6 +689,20 @@ def test_processes_exit_with_one_line_and_debug_shows_the_traceback(tmp_path):
     assert result.returncode == 2
     assert_one_line(result.stderr, str(missing))
     assert not (tmp_path / "run").exists() and not (tmp_path / "e").exists()
+
+
+def test_stdout_of_a_real_training_is_the_json_summary_alone(tmp_path):
+    """`python -m adora_openrlhf.train > summary.json`: deepspeed (installed here) prints an accelerator warning
+    to stdout when a library imports it mid-run; it must land on stderr."""
+    import importlib.util
+
+    out = tmp_path / "run"
+    result = _run("adora_openrlhf.train", "--output-dir", str(out), *FAST, "--report_to", "none", timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout)  # nothing but the summary
+    assert summary == json.loads((out / "summary.json").read_text())
+    if importlib.util.find_spec("deepspeed") is not None:
+        assert "accelerator" in result.stderr.lower()  # the warning still reaches the user, on stderr
 
 
 @pytest.mark.slow
