@@ -157,9 +157,9 @@ def test_the_config_has_no_reward_above_wrong_for_failures():
     "response, label, timeout_s",
     [
         ("Answer: 7 " + "a" * 60 + "!", "42", 1.0),  # the unit-word pattern backtracked 2^60 ways
-        ("Answer: 7 " + "ab " * 20000 + "!", "42", 1.0),
-        ("Answer: 7" + " " * 50000 + "cm" + " " * 50000 + "x", "42", 1.0),
-        ("Answer: 7^" + " " * 50000 + "x", "42", 1.0),  # the degree pattern had two adjacent space runs
+        ("Answer: 7 " + "a" * 280 + "!", "42", 1.0),  # the longest run within DAPO's 300-character window
+        ("Answer: 7 " + "ab." * 90 + "1", "42", 1.0),
+        ("Answer: 7^" + " " * 280 + "x", "42", 1.0),  # the degree pattern had two adjacent space runs
         ("Answer: 9^{9^{9^{9}}}", "\\frac{1}{2}", 1.0),  # math-verify; the power is cut by the time limit
         ("\\boxed{9^{9^{9^{9}}}}", "\\frac{1}{2}", 1.0),
     ],
