@@ -382,3 +382,15 @@ def test_failure_reward_is_the_lowest_reward():
 
     assert failure_reward("kk", META) == -3.0 == kk_reward("no tags", LABEL, META).reward
     assert lowest_reward(KKRewardConfig(grade_only_if_format_ok=False, answer_wrong=-2.5)) == -3.5
+
+
+@pytest.mark.parametrize("value", ["false", "true", 0, 1, None])
+def test_row_flags_must_be_booleans(value):
+    """meta.think_opened_in_prompt "false" read with bool() turned the option on."""
+    from adora_openrlhf.rewards.geometry import geometry_reward
+
+    with pytest.raises(ValueError, match=rf"meta.think_opened_in_prompt: must be true or false, got {value!r}"):
+        kk_reward(wrap(LABEL), LABEL, dict(META, think_opened_in_prompt=value))
+    with pytest.raises(ValueError, match="meta.think_opened_in_prompt"):
+        geometry_reward("<think>r</think>\\boxed{6}", "6", {"think_opened_in_prompt": value})
+    assert kk_reward(wrap(LABEL), LABEL, dict(META, think_opened_in_prompt=False)).reward == 3.0

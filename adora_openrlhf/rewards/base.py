@@ -70,6 +70,15 @@ def get_reward_fn(source: str) -> RewardFn:
     return REWARD_FUNCTIONS.get(source)
 
 
+def meta_flag(meta: Mapping[str, Any], key: str) -> bool:
+    """The boolean ``meta[key]`` of a data row; ValueError naming ``meta.KEY`` for anything but true or false
+    (the string "false" is truthy: read with ``bool()`` it would turn the option on)."""
+    value = meta[key]
+    if value is True or value is False:
+        return value
+    raise ValueError(f"meta.{key}: must be true or false, got {value!r}")
+
+
 def failure_reward(source: str, meta: Mapping[str, Any] | None = None) -> float:
     """The reward of a ``source`` row's response that could not be graded: the task's lowest reward
     (math: the style's wrong-answer reward, 0 or DAPO's -1; K&K: -3, a malformed response; geometry: 0).

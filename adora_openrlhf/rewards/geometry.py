@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from adora_openrlhf.rewards.base import RewardResult, register_reward
+from adora_openrlhf.rewards.base import RewardResult, meta_flag, register_reward
 from adora_openrlhf.rewards.math import REWARD_STYLES, final_segment, normalize_answer_line, safe_grade
 from adora_openrlhf.rewards.text import has_nonempty_tagged_block, last_tagged_block
 
@@ -198,5 +198,5 @@ def score_geometry(response: str, label: str, meta: Mapping[str, Any], config: G
 def geometry_reward(response: str, label: str, meta: Mapping[str, Any], config: GeometryRewardConfig = DEFAULT_GEOMETRY_CONFIG) -> RewardResult:
     """Geometry3K / MathVista reward; ``meta["think_opened_in_prompt"]`` overrides the config flag."""
     if isinstance(meta, Mapping) and "think_opened_in_prompt" in meta:
-        config = replace(config, think_opened_in_prompt=bool(meta["think_opened_in_prompt"]))
+        config = replace(config, think_opened_in_prompt=meta_flag(meta, "think_opened_in_prompt"))
     return score_geometry(response, label, meta, config)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from adora_openrlhf.rewards.base import RewardResult, register_reward
+from adora_openrlhf.rewards.base import RewardResult, meta_flag, register_reward
 from adora_openrlhf.rewards.text import last_tagged_block
 
 THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE = "<think>", "</think>", "<answer>", "</answer>"
@@ -217,7 +217,7 @@ def config_for(meta: Mapping[str, Any], config: KKRewardConfig) -> KKRewardConfi
     (``meta["kk_parser"]``, else the ``ADORA_KK_PARSER`` environment variable, else ``config.parser``)."""
     changes: dict[str, Any] = {}
     if "think_opened_in_prompt" in meta:
-        changes["think_opened_in_prompt"] = bool(meta["think_opened_in_prompt"])
+        changes["think_opened_in_prompt"] = meta_flag(meta, "think_opened_in_prompt")
     parser = meta.get("kk_parser") or os.environ.get(KK_PARSER_ENV)
     if parser:
         changes["parser"] = str(parser)
