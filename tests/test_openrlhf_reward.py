@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import adora_openrlhf.rewards.openrlhf_reward as hook
 from data_prep import kk
@@ -219,3 +221,31 @@ def test_end_of_turn_tokens_do_not_hide_the_answer():
     with_marker = score_one("Q: 3+4?<think>x</think>Answer: 7<|im_end|>", "Q: 3+4?", label)
     without = score_one("Q: 3+4?<think>x</think>Answer: 7", "Q: 3+4?", label)
     assert with_marker[0] == without[0] == 1.0
+
+
+def _old_strip_end_markers(response: str) -> str:
+    """The definition before it was made linear (it sliced a copy per marker), as the reference."""
+    text = response
+    while True:
+        stripped = text.rstrip()
+        for marker in hook.END_MARKERS:
+            if stripped.endswith(marker):
+                text = stripped[: -len(marker)]
+                break
+        else:
+            return text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([*hook.END_MARKERS, " ", "\n", "x", "Answer: 7", "<|im_", "end|>"]), max_size=10))
+def test_property_strip_end_markers_as_before(parts):
+    text = "".join(parts)
+    assert hook.strip_end_markers(text) == _old_strip_end_markers(text)
+
+
+def test_strip_end_markers_is_linear():
+    import time
+
+    start = time.monotonic()
+    assert hook.strip_end_markers("x" + "<|im_end|> " * 100_000) == "x"
+    assert time.monotonic() - start < 2.0
