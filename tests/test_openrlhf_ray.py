@@ -211,7 +211,8 @@ def test_overlong_penalty_is_inside_the_pool_baseline(ray_cluster):
 
 
 def test_rollouts_without_reward_are_counted_and_fail_past_the_limit(ray_cluster, tmp_path):
-    """OpenRLHF's executor returns reward None when the reward call fails: scored 0, counted, fatal past the limit."""
+    """OpenRLHF's executor returns reward None when the reward call fails: scored with the task's failure reward
+    (K&K: -3, never above a wrong answer), counted, fatal past the limit."""
     failing = tmp_path / "failing_reward.py"
     failing.write_text("def reward_func(queries, prompts, labels):\n    raise RuntimeError('reward server down')\n")
     engine = make_engine(str(failing))
@@ -219,7 +220,7 @@ def test_rollouts_without_reward_are_counted_and_fail_past_the_limit(ray_cluster
     gen = generator(args, [engine], build_run_config("kk-tiny", {"max_missing_reward_fraction": 1.0}))
     experiences, consumed, _ = gen._generate_vllm(prompt_batches(PROMPTS[:1]), 1, False, **GENERATE_KWARGS)
     assert consumed == 1 and len(experiences) == 4
-    assert [float(e.rewards) for e in experiences] == [0.0] * 4
+    assert [float(e.rewards) for e in experiences] == [-3.0] * 4
     assert [float(e.info["reward_missing"]) for e in experiences] == [1.0] * 4
 
     gen = generator(args, [engine], build_run_config("kk-tiny", {"max_missing_reward_fraction": 0.5}))
