@@ -171,8 +171,7 @@ def test_openrlhf_flags_of_shared_model_and_eval_fields():
     assert derived["ds.lora.target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"] and derived["ds.attn_implementation"] == "sdpa"
     assert (derived["eval.n_samples_per_prompt"], derived["eval.temperature"]) == (1, 0.0)
     assert flags.derived_flags(build_run_config(BASE, {"model.lora_target_modules": ["all-linear"]}))["ds.lora.target_modules"] is None
-    with pytest.raises(ConfigError, match=r"^model.dtype: not supported by the openrlhf backend \(got 'float32'\)"):
-        flags.derived_flags(build_run_config(BASE, {"model.dtype": "float32"}))
+    assert flags.derived_flags(build_run_config(BASE, {"model.dtype": "float32"}))["ds.param_dtype"] == "fp32"  # precision.py
     assert flags.generate_kwargs_for(build_run_config(BASE, {"rollout.top_k": 20}), {"temperature": 1.0}) == {"temperature": 1.0, "top_k": 20}
 
 
@@ -195,6 +194,8 @@ def test_openrlhf_namespace_values_flow_back_into_the_config():
     _, args, cfg = launcher.prepare(build_run_config(BASE), passthrough)
     assert (args.ds.lora.rank, cfg.model.lora_rank, cfg.model.lora_target_modules, cfg.model.dtype) == (8, 8, ["all-linear"], "float16")
     assert cfg.eval_samples == 3
+    _, args, cfg = launcher.prepare(build_run_config(BASE), ["--ds.param_dtype", "fp32"])  # the choice this package adds
+    assert (args.ds.param_dtype, cfg.model.dtype) == ("fp32", "float32")
 
 
 def test_local_trainer_refuses_before_touching_the_output_dir(tmp_path):

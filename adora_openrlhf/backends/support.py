@@ -129,7 +129,7 @@ OPENRLHF: dict[str, Support] = {
     "model.lora_rank": MAPPED,  # --ds.lora.rank
     "model.lora_alpha": MAPPED,  # --ds.lora.alpha
     "model.lora_target_modules": MAPPED,  # --ds.lora.target_modules (["all-linear"]: OpenRLHF's default)
-    "model.dtype": MAPPED,  # --ds.param_dtype bf16 | fp16 (derived_flags refuses float32, which DeepSpeed does not train in)
+    "model.dtype": MAPPED,  # --ds.param_dtype bf16 | fp16 | fp32 (fp32: precision.py)
     "model.generation_batch_size": Refused("the local backend's generate batch; on the cluster vLLM batches itself (see --rollout.micro_batch_size)"),
     "model.freeze_visual_encoder": MAPPED,  # --actor.freeze_visual_encoder (same rule: all but language_model.* and lm_head.*)
     "model.kv_cache": Refused("the local backend's generate cache; on the cluster vLLM manages its own paged KV cache"),

@@ -20,7 +20,13 @@ MAIN_BLOCK = "__main__"  # the `if __name__ == "__main__":` block of a module
 # (module, top-level name) -> what of ours depends on it
 AUDITED: dict[tuple[str, str], str] = {
     ("openrlhf.cli.train_ppo_ray", "train"): "entry.run_openrlhf_train re-executes it: our trainer import, actors.ACTOR_NAMES, create_vllm_engines",
-    ("openrlhf.cli.train_ppo_ray", MAIN_BLOCK): "entry.parse_openrlhf_args runs its parser and checks (all but the final train(args))",
+    (
+        "openrlhf.cli.train_ppo_ray",
+        MAIN_BLOCK,
+    ): "entry.parse_openrlhf_args runs its parser and checks (all but the final train(args)); fp32 added to --ds.param_dtype",
+    ("openrlhf.utils.utils", "convert_to_torch_dtype"): "precision.convert_param_dtype answers it (fp32), delegating bf16 and fp16 to it",
+    ("openrlhf.utils.deepspeed.deepspeed_utils", "get_train_ds_config"): "precision: fp32 relies on bf16/fp16 being enabled only for their own values",
+    ("openrlhf.utils.deepspeed.deepspeed_utils", "get_eval_ds_config"): "precision: the same for the reference model",
     ("openrlhf.trainer.ppo_trainer", "BasePPOTrainer"): "trainer.AdoraPPOTrainer: save_logs_and_checkpoints, save_best_checkpoint, init_checkpoint_states",
     ("openrlhf.trainer.ppo_trainer", "PPOTrainer"): "trainer.AdoraPPOTrainer: __init__, fit, evaluate (evaluations, metrics.jsonl, marker)",
     ("openrlhf.trainer.ppo_trainer", "prepare_datasets"): "flags.derived_flags: data.max_samples caps the prompt and evaluation sets",
@@ -44,7 +50,7 @@ AUDITED: dict[tuple[str, str], str] = {
     ("openrlhf.utils.utils", "get_strategy"): "actors.adora_get_strategy re-executes it to build AdoraDeepspeedStrategy",
     ("openrlhf.utils.distributed_util", "torch_dist_barrier_and_cuda_sync"): "cpu_device.barrier_without_cuda_sync answers it on the CPU",
     ("openrlhf.utils.distributed_util", "stateless_init_process_group"): "weight_sync.gloo_process_group answers it for --vllm.sync_backend gloo",
-    ("openrlhf.trainer.ray.vllm_engine", "RolloutRayActor"): "weight_sync.AdoraRolloutActor: its __init__ with our worker extension",
+    ("openrlhf.trainer.ray.vllm_engine", "RolloutRayActor"): "weight_sync.AdoraRolloutActor: its __init__ with our worker extension and dtype",
     ("openrlhf.trainer.ray.vllm_engine", "create_vllm_engines"): "weight_sync.adora_create_vllm_engines re-executes it (AdoraRolloutActor)",
     ("openrlhf.trainer.ray.vllm_worker_wrap", "WorkerWrap"): "weight_sync.AdoraWorkerExtension: init_process_group, update_weight (gloo)",
     ("openrlhf.models.ring_attn_utils", "*"): "flash_attn_standin answers its flash_attn imports on a CPU-only machine",

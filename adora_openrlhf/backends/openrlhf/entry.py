@@ -117,7 +117,25 @@ def parser_program(source: str, filename: str) -> types.CodeType:
         and all((alias.name if isinstance(node, ast.Import) else (node.module or "")).split(".")[0] in sys.stdlib_module_names for alias in node.names)
     ]
     module = ast.Module(body=stdlib_imports + guards[0].body[:-1], type_ignores=[])
+    with_param_dtype_choice(module)
     return compile(module, filename, "exec")
+
+
+def with_param_dtype_choice(tree: ast.AST) -> ast.AST:
+    """Add ``precision.PARAM_DTYPE_CHOICE`` (fp32) to the ``choices`` list of the parser's ``--ds.param_dtype``
+    (in place; returns ``tree``). A parser without that option, or without a literal choices list, is an error:
+    the re-audit names the change."""
+    from adora_openrlhf.backends.openrlhf.precision import PARAM_DTYPE_CHOICE
+
+    for node in ast.walk(tree):
+        is_call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
+        if is_call and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == "--ds.param_dtype":
+            choices = next((kw.value for kw in node.keywords if kw.arg == "choices"), None)
+            if isinstance(choices, ast.List):
+                if PARAM_DTYPE_CHOICE not in [getattr(elt, "value", None) for elt in choices.elts]:
+                    choices.elts.append(ast.copy_location(ast.Constant(PARAM_DTYPE_CHOICE), choices.elts[-1] if choices.elts else choices))
+                return tree
+    raise ConfigError("backend: OpenRLHF's parser has no --ds.param_dtype option with a list of choices as openrlhf 0.11.x does; install openrlhf==0.11.2")
 
 
 @contextmanager

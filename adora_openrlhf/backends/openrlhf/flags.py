@@ -40,8 +40,8 @@ LAUNCH_ID_ATTR = "adora_launch_id"  # attribute of OpenRLHF's args namespace: th
 
 # our PolicyLossConfig.loss_agg -> OpenRLHF --actor.loss_agg_mode
 LOSS_AGG_MODES = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
-# our ModelConfig.dtype -> OpenRLHF --ds.param_dtype (DeepSpeed trains in half precision only)
-PARAM_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
+# our ModelConfig.dtype -> OpenRLHF --ds.param_dtype (fp32: this package's addition, see precision.py)
+PARAM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 def reward_file_path() -> str:
@@ -75,10 +75,7 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
     if cfg.train.loss_agg not in LOSS_AGG_MODES:
         raise ConfigError(f"train.loss_agg: {cfg.train.loss_agg!r} has no OpenRLHF 0.11 equivalent; choose one of {sorted(LOSS_AGG_MODES)}")
     if cfg.model.dtype not in PARAM_DTYPES:
-        raise ConfigError(
-            f"model.dtype: not supported by the openrlhf backend (got {cfg.model.dtype!r}); DeepSpeed trains in bf16 or fp16 "
-            "(--ds.param_dtype): set --model.dtype bfloat16 or float16"
-        )
+        raise ConfigError(f"model.dtype: not supported by the openrlhf backend (got {cfg.model.dtype!r}); set one of {sorted(PARAM_DTYPES)}")
     if cfg.report_to != ["tensorboard"]:
         raise ConfigError(
             "report_to: the openrlhf backend logs through OpenRLHF's own options "

@@ -65,7 +65,9 @@ def ray_env_vars(cfg: RunConfig) -> dict[str, str]:
     """``env_vars`` of the Ray job's runtime env: OpenRLHF 0.11's own (the values its ``train()`` would set,
     from the environment or its defaults) plus what the reward file reads in every rollout worker, the run's
     K&K answer parser (``data.kk_parser``; ``rewards/kk.py`` reads ``ADORA_KK_PARSER`` when a row names none).
-    The launcher starts Ray with them, so OpenRLHF's ``train()`` finds Ray initialised and keeps them."""
+    The launcher starts Ray with them, so OpenRLHF's ``train()`` finds Ray initialised and keeps them. The vLLM
+    engines compute in the training dtype (``precision.ENGINE_DTYPE_ENV``; OpenRLHF's engines: always bfloat16)."""
+    from adora_openrlhf.backends.openrlhf.precision import ENGINE_DTYPE_ENV
     from adora_openrlhf.rewards.kk import KK_PARSER_ENV
 
     return {
@@ -73,6 +75,7 @@ def ray_env_vars(cfg: RunConfig) -> dict[str, str]:
         "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
         "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),
         KK_PARSER_ENV: cfg.data.kk_parser,
+        ENGINE_DTYPE_ENV: cfg.model.dtype,
     }
 
 
@@ -136,14 +139,19 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
                 ray.init(**cpu_ray_init_kwargs(args, ray_env_vars(cfg)))
             elif started_ray:  # a job-level runtime env (ray job submit) is merged with these env_vars
                 ray.init(runtime_env={"env_vars": ray_env_vars(cfg)})
+            failure = None
             try:
                 run_openrlhf_train(args, trainer_cls, names)
             except Exception as err:  # noqa: BLE001 - an actor's failure, raised by Ray in the driver: one line
-                print(f"error: the OpenRLHF run failed ({run_failure(err)}); the actors' log lines above have the details", file=sys.stderr)
-                return 1
+                failure = run_failure(err)
             finally:
                 if started_ray:  # the engines and model actors of this launch end with it
                     ray.shutdown()
+            if failure is not None:  # after the shutdown, so that no actor's forwarded log line comes after it
+                sys.stdout.flush()
+                sys.stderr.flush()
+                print(f"error: the OpenRLHF run failed ({failure}); the actors' log lines above have the details", file=sys.stderr)
+                return 1
             check_trainer_marker(out_dir, launch_id)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

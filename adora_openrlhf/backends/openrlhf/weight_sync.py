@@ -40,6 +40,7 @@ import torch
 from openrlhf.trainer.ray.vllm_engine import RolloutRayActor, create_vllm_engines
 from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
 
+from adora_openrlhf.backends.openrlhf.precision import engine_dtype_from_env
 from adora_openrlhf.backends.openrlhf.rebind import with_globals
 
 WORKER_EXTENSION = f"{__name__}.AdoraWorkerExtension"  # vLLM imports the extension by this qualified name
@@ -144,10 +145,12 @@ class AdoraWorkerExtension(WorkerWrap):
 
 
 class AdoraRolloutActor(RolloutRayActor.__ray_actor_class__):
-    """OpenRLHF's vLLM engine actor with :class:`AdoraWorkerExtension` as its worker extension."""
+    """OpenRLHF's vLLM engine actor with :class:`AdoraWorkerExtension` as its worker extension, computing in the
+    run's training dtype (``precision.ENGINE_DTYPE_ENV``, set by the launcher; OpenRLHF's: bfloat16)."""
 
     async def __init__(self, *args, **kwargs):
         kwargs["worker_extension_cls"] = WORKER_EXTENSION
+        kwargs["dtype"] = engine_dtype_from_env(kwargs.get("dtype", "bfloat16"))
         await super().__init__(*args, **kwargs)
 
     async def reload_weights_from_dir(self, model_dir: str) -> list[int]:
