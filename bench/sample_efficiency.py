@@ -2,7 +2,9 @@
 dynamic filtering and adaGRPO escalation on one local recipe (default ``kk-testbed``), over several seeds.
 
 ``python -m bench.sample_efficiency [--recipe kk-testbed] [--seeds 0 1 2 3 4] [--variants ...] [--workers 2]
-[--target-margin 0.05] [--set KEY=VALUE ...] [--quick] [--report-only] [--fresh] [--merge RESULTS_JSON] [--out DIR]``
+[--target-margin 0.05] [--set KEY=VALUE ...] [--quick] [--report-only] [--fresh] [--merge RESULTS_JSON] [--out DIR]``;
+``--report-only --merge RESULTS_JSON --seeds`` (no seed) rebuilds the report of an earlier results.json's runs with this
+version's analysis.
 
 Every variant uses the recipe's hyper-parameters (chosen for GRPO) and changes only the method
 (``bench/common.py`` VARIANTS). Per seed the supervised warm-up runs once; every variant of that seed starts
@@ -362,7 +364,13 @@ def _adora_on(recipe: str, overrides: dict[str, Any]) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sample_efficiency", description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe", default="kk-testbed", help="local-backend recipe whose hyper-parameters every variant uses")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="*",
+        default=[0, 1, 2, 3, 4],
+        help="seeds to run (none with --report-only --merge: rebuild the report of the merged file's runs alone)",
+    )
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--steps", type=int, help="RL steps per run (default: the recipe's)")
     parser.add_argument("--eval-every", type=int, help="held-out evaluation every k RL steps (default: the recipe's)")
@@ -409,6 +417,8 @@ def _run(args: argparse.Namespace) -> int:
     if cfg.backend != "local":
         raise ValueError(f"--recipe: {args.recipe!r} runs on the {cfg.backend} backend; the benchmark needs a local recipe (kk-testbed, kk-tiny)")
     choose_target([0.0], args.target_margin)  # validates the margin up front
+    if not args.seeds and not (args.report_only and args.merge):
+        raise ValueError("--seeds: give at least one seed; no seed is allowed only with --report-only --merge RESULTS_JSON (the report of that file's runs)")
     variants = {v: VARIANTS[v] for v in args.variants}
     adora_on = {v: _adora_on(args.recipe, {**base, **o}) for v, o in variants.items()}  # validates every variant too
     out = Path(args.out)

@@ -301,3 +301,23 @@ def test_report_only_writes_the_paired_records(tmp_path):
     assert {r["tokens_source"] for r in results["runs"]} == {"logged"} and results["tokens_estimate_check"]["Ada-pos"]["runs"] == 3
     assert results["power"]["rows"] and "Paired comparison with GRPO" in (out / "table.md").read_text()
     assert (out / "tokens.png").stat().st_size > 1000 and (out / "curves.png").exists()
+
+
+def test_report_of_a_merged_file_alone_reproduces_its_paired_records(tmp_path, capsys):
+    out = tmp_path / "bench"
+    for seed, (g, a) in enumerate([([0.1, 0.3, 0.5], [0.1, 0.5, 0.55]), ([0.2, 0.3, 0.4], [0.2, 0.4, 0.45]), ([0.1, 0.2, 0.5], [0.1, 0.4, 0.5])]):
+        _fake_run_dir(out / "runs" / f"GRPO_seed{seed}", g, 4, 40)
+        _fake_run_dir(out / "runs" / f"Ada-pos_seed{seed}", a, 8, 100)
+    common = ["--recipe", "kk-tiny", "--variants", "GRPO", "Ada-pos", "--report-only"]
+    assert main([*common, "--seeds", "0", "1", "2", "--out", str(out)]) == 0
+    first = json.loads((out / "results.json").read_text())
+    again = tmp_path / "again"
+    again.mkdir()
+    # no seed run now: every record comes from the merged file, and the analysis is rebuilt from those records
+    assert main([*common, "--seeds", "--merge", str(out / "results.json"), "--out", str(again)]) == 0
+    rebuilt = json.loads((again / "results.json").read_text())
+    assert rebuilt["settings"]["merged_from"]["seeds"] == [0, 1, 2] and rebuilt["settings"]["seeds"] == [0, 1, 2]
+    assert rebuilt["paired"] == first["paired"] and (again / "tokens.png").exists()
+    capsys.readouterr()
+    assert main([*common[:-1], "--seeds", "--out", str(again)]) == 2  # no seed without --report-only --merge: nothing to do
+    assert "--seeds" in capsys.readouterr().err
