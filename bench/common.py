@@ -174,6 +174,14 @@ def mean_ci(values: Iterable[float | None], level: float = 0.95) -> tuple[float,
     return statistics.fmean(values), t_quantile((1 + level) / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
 
 
+def band(series: Sequence[Sequence[tuple[float, float]]]) -> tuple[list[float], list[float], list[float]]:
+    """Mean x, mean y and the y's 95% CI half-width at each index, over runs (cut to the shortest series)."""
+    length = min((len(s) for s in series), default=0)
+    xs = [sum(s[i][0] for s in series) / len(series) for i in range(length)]
+    ys, hs = zip(*[mean_ci(s[i][1] for s in series) for i in range(length)], strict=True) if length else ((), ())
+    return xs, list(ys), list(hs)
+
+
 def fmt_mean_ci(values: Iterable[float | None], digits: int = 3) -> str:
     """``mean ± half-width`` of :func:`mean_ci`, or ``n/a`` without values."""
     m, h = mean_ci(values)

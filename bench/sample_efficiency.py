@@ -2,7 +2,9 @@
 dynamic filtering and adaGRPO escalation on one local recipe (default ``kk-testbed``), over several seeds.
 
 ``python -m bench.sample_efficiency [--recipe kk-testbed] [--seeds 0 1 2 3 4] [--variants ...] [--workers 2]
-[--target-margin 0.05] [--set KEY=VALUE ...] [--quick] [--report-only] [--fresh] [--merge RESULTS_JSON] [--out DIR]``
+[--target-margin 0.05] [--set KEY=VALUE ...] [--quick] [--report-only] [--fresh] [--merge RESULTS_JSON] [--out DIR]``;
+``--report-only --merge RESULTS_JSON --seeds`` (no seed) rebuilds the report of an earlier results.json's runs with this
+version's analysis.
 
 Every variant uses the recipe's hyper-parameters (chosen for GRPO) and changes only the method
 (``bench/common.py`` VARIANTS). Per seed the supervised warm-up runs once; every variant of that seed starts
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -26,10 +29,12 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
+from bench.budget import estimate_error, plot_against_reference, with_tokens
 from bench.common import (
     FROM_WARM_START,
     VARIANTS,
     RunSpec,
+    band,
     first_step_reaching,
     fmt_mean_ci,
     load_run,
@@ -41,8 +46,10 @@ from bench.common import (
     warm_start_dir,
     write_json,
 )
+from bench.paired_analysis import differences_by_step, eval_noise_bound, paired_records, paired_table, power_rows
 
-SERIES = ("acc_vs_responses", "zero_signal", "length")  # curves() series a record keeps besides acc_curve
+REFERENCE = "GRPO"  # the variant every other is compared with, seed by seed
+SERIES = ("acc_vs_responses", "acc_vs_tokens", "zero_signal", "length")  # curves() series a record keeps besides acc_curve
 # settings two invocations must share for --merge to pool their records
 MERGE_KEYS = (
     "recipe",
@@ -64,10 +71,13 @@ QUICK = {"steps": 10, "eval_every": 5, "data.num_eval": 50, "warmup.steps": 40, 
 
 
 def curves(metrics: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Per-run series from ``metrics.jsonl`` records: held-out greedy accuracy vs step and vs cumulative
-    generated responses, and per RL step the zero-signal fraction, mean length, length std/mean and TAS fraction."""
+    """Per-run series from ``metrics.jsonl`` records: held-out greedy accuracy vs step, vs cumulative generated
+    responses and vs cumulative generated tokens (``sampling/tokens_generated``; empty when a step lacks it), and
+    per RL step the zero-signal fraction, mean length, length std/mean and TAS fraction."""
     steps = [m for m in metrics if "sampling/responses_generated" in m]
     cumulative = dict(zip([m["step"] for m in steps], accumulate(m["sampling/responses_generated"] for m in steps), strict=True))
+    tokens_logged = all("sampling/tokens_generated" in m for m in steps)
+    tokens = dict(zip([m["step"] for m in steps], accumulate(m.get("sampling/tokens_generated", 0.0) for m in steps), strict=True))
     evals = [(m["step"], m["eval/greedy_accuracy"]) for m in metrics if "eval/greedy_accuracy" in m]
     prefix = "eval/greedy_accuracy/"  # per subset of the held-out set (K&K: ppl_2, ppl_3, ...)
     subsets = [{k[len(prefix) :]: v for k, v in m.items() if k.startswith(prefix)} for m in metrics if "eval/greedy_accuracy" in m]
@@ -78,6 +88,7 @@ def curves(metrics: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "acc_vs_step": evals,
         "acc_vs_responses": [(cumulative.get(s, 0.0), acc) for s, acc in evals],
+        "acc_vs_tokens": [(tokens.get(s, 0.0), acc) for s, acc in evals] if tokens_logged else [],
         "zero_signal": per_step("advantage/zero_signal_fraction"),
         "length": per_step("response/length_mean"),
         "length_std_over_mean": per_step("response/length_std_over_mean"),
@@ -132,7 +143,8 @@ def run_record(run: dict[str, Any], target: float, adora_on: bool) -> dict[str, 
 
 
 def _ratio(value: float | None, reference: float | None) -> str:
-    return f" ({value / reference:.2f}x)" if reference and value is not None else ""
+    usable = reference and value is not None and not math.isnan(value) and not math.isnan(reference)
+    return f" ({value / reference:.2f}x)" if usable else ""
 
 
 def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[str, Any]]:
@@ -143,6 +155,7 @@ def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[
         by_variant.setdefault(rec["variant"], []).append(rec)
     grpo = by_variant.get("GRPO", [])
     ref_responses = mean_ci(r["responses"] for r in grpo)[0] if grpo else None
+    ref_tokens = mean_ci(r.get("tokens") for r in grpo)[0] if grpo else None
     ref_wall = mean_ci(r["wall_s"] for r in grpo)[0] if grpo else None
     keys = (
         "acc_step0",
@@ -152,6 +165,7 @@ def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[
         "steps_to_target",
         "responses_to_target",
         "responses",
+        "tokens",
         "zero_signal",
         "length_mean",
         "length_first_step",
@@ -166,7 +180,7 @@ def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[
         values = {k: [r[k] for r in group if r.get(k) is not None] for k in keys}
         stats[variant] = {k: dict(zip(("mean", "ci95"), mean_ci(v) if v else (None, None), strict=True), n=len(v)) for k, v in values.items()}
         stats[variant]["reached_target"] = f"{len(values['steps_to_target'])}/{len(group)}"
-        responses, wall = stats[variant]["responses"]["mean"], stats[variant]["wall_s"]["mean"]
+        responses, tokens, wall = stats[variant]["responses"]["mean"], stats[variant]["tokens"]["mean"], stats[variant]["wall_s"]["mean"]
         rows.append(
             [
                 variant,
@@ -179,6 +193,7 @@ def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[
                 fmt_mean_ci(values["steps_to_target"], 1),
                 fmt_mean_ci(values["responses_to_target"], 0),
                 fmt_mean_ci(values["responses"], 0) + _ratio(responses, ref_responses),
+                fmt_mean_ci(values["tokens"], 0) + _ratio(tokens, ref_tokens),
                 fmt_mean_ci(values["zero_signal"]),
                 fmt_mean_ci(values["length_mean"], 1),
                 fmt_mean_ci(values["tas_fraction_first20"]),
@@ -217,19 +232,12 @@ HEADER = [
     "steps to target",
     "responses to target",
     "responses (vs GRPO)",
+    "tokens (vs GRPO)",
     "zero-signal frac",
     "resp. length",
     "TAS frac (first 20)",
     "wall s (vs GRPO)",
 ]
-
-
-def band(series: Sequence[Sequence[tuple[float, float]]]) -> tuple[list[float], list[float], list[float]]:
-    """Mean x, mean y and the y's 95% CI half-width at each index, over runs (cut to the shortest series)."""
-    length = min((len(s) for s in series), default=0)
-    xs = [sum(s[i][0] for s in series) / len(series) for i in range(length)]
-    ys, hs = zip(*[mean_ci(s[i][1] for s in series) for i in range(length)], strict=True) if length else ((), ())
-    return xs, list(ys), list(hs)
 
 
 def plot(records: Sequence[dict[str, Any]], variants: Sequence[str], path: Path, title: str) -> None:
@@ -366,7 +374,13 @@ def _adora_on(recipe: str, overrides: dict[str, Any]) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sample_efficiency", description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe", default="kk-testbed", help="local-backend recipe whose hyper-parameters every variant uses")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="*",
+        default=[0, 1, 2, 3, 4],
+        help="seeds to run (none with --report-only --merge: rebuild the report of the merged file's runs alone)",
+    )
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--steps", type=int, help="RL steps per run (default: the recipe's)")
     parser.add_argument("--eval-every", type=int, help="held-out evaluation every k RL steps (default: the recipe's)")
@@ -413,6 +427,8 @@ def _run(args: argparse.Namespace) -> int:
     if cfg.backend != "local":
         raise ValueError(f"--recipe: {args.recipe!r} runs on the {cfg.backend} backend; the benchmark needs a local recipe (kk-testbed, kk-tiny)")
     choose_target([0.0], args.target_margin)  # validates the margin up front
+    if not args.seeds and not (args.report_only and args.merge):
+        raise ValueError("--seeds: give at least one seed; no seed is allowed only with --report-only --merge RESULTS_JSON (the report of that file's runs)")
     variants = {v: VARIANTS[v] for v in args.variants}
     adora_on = {v: _adora_on(args.recipe, {**base, **o}) for v, o in variants.items()}  # validates every variant too
     out = Path(args.out)
@@ -448,7 +464,9 @@ def _run(args: argparse.Namespace) -> int:
     if not step0:
         raise ValueError(f"{out / 'runs'}: the runs hold no held-out evaluation (eval/greedy_accuracy)")
     target = choose_target(step0, args.target_margin)
+    kept_per_step = cfg.prompts_per_step * cfg.sampling.n_keep
     records = [run_record(r, target, adora_on[r["variant"]]) for r in runs] + [retarget(r, target) for r in merged]
+    records = [with_tokens(r, kept_per_step) for r in records]
     records.sort(key=lambda r: (r["seed"], list(variants).index(r["variant"])))
     rows, stats = summarise(records)
     table = markdown_table(HEADER, rows)
@@ -471,11 +489,91 @@ def _run(args: argparse.Namespace) -> int:
     subset_header, subset_body = subset_rows(records)
     if subset_body:
         table += "\n\nHeld-out accuracy per subset, mean over seeds:\n\n" + markdown_table(subset_header, subset_body)
+    payload: dict[str, Any] = {"settings": settings, "summary": stats}
+    if REFERENCE in variants and len(variants) > 1:
+        paired, sections = paired_report(records, kept_per_step, cfg.data.num_eval)
+        table += "\n\n" + sections["markdown"]
+        payload.update(paired=paired, power=sections["power"], tokens_estimate_check=sections["tokens_estimate_check"])
     (out / "table.md").write_text(f"settings: {json.dumps(settings, default=str)}\n\n{intro}\n\n{table}\n")
-    write_json(out / "results.json", {"settings": settings, "summary": stats, "runs": records})
+    write_json(out / "results.json", {**payload, "runs": records})
     plot(records, list(variants), out / "curves.png", f"{args.recipe}: mean over seeds {seeds} with 95% CI")
-    print(f"\n{intro}\n\n{table}\n\nwrote {out / 'table.md'}, {out / 'results.json'}, {out / 'curves.png'} in {settings['total_wall_s']} s")
+    written = [out / "table.md", out / "results.json", out / "curves.png"]
+    if REFERENCE in variants and len(variants) > 1:
+        title = f"{args.recipe}: accuracy vs generated tokens, mean over seeds {seeds} with 95% CI"
+        plot_against_reference(records, list(variants), REFERENCE, kept_per_step, out / "tokens.png", title)
+        written.append(out / "tokens.png")
+    print(f"\n{intro}\n\n{table}\n\nwrote {', '.join(map(str, written))} in {settings['total_wall_s']} s")
     return 0
+
+
+POWER_METRICS = ("acc_final", "auc", "tokens_to_ref_final")  # the metrics the power table plans for
+
+
+def paired_report(records: Sequence[dict[str, Any]], kept_per_step: int, num_eval: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The paired records (``bench/paired_analysis.py``) against REFERENCE and the table.md sections built on
+    them: the paired table, the accuracy difference per evaluation step, where each run's token count comes
+    from and how far the kept-length estimate is off where both exist, and the seeds a test would need."""
+    paired = paired_records(records, REFERENCE, kept_per_step)
+    p_ref = mean_ci(r["acc_final"] for r in records if r["variant"] == REFERENCE)[0]
+    bound = eval_noise_bound(p_ref, num_eval)
+    power = power_rows(paired, POWER_METRICS)
+    measured = [r["sd_diff"] ** 2 for r in power if r["metric"] == "acc_final"]
+    check = estimate_error(records)
+    sources: dict[str, dict[str, int]] = {}
+    for r in records:
+        counts = sources.setdefault(r["variant"], {})
+        counts[str(r.get("tokens_source"))] = counts.get(str(r.get("tokens_source")), 0) + 1
+    step_header, step_rows = differences_by_step(records, REFERENCE)
+    power_table = markdown_table(
+        ["variant", "metric", "n", "mean diff", "sd of diff", "alpha", "seeds for 80% power"],
+        [
+            [
+                r["variant"],
+                r["metric"] + (" (log ratio)" if r["metric"].endswith("_to_ref_final") else ""),
+                str(r["n"]),
+                f"{r['mean_diff']:+.4f}",
+                f"{r['sd_diff']:.4f}",
+                f"{r['alpha']:.4f}",
+                str(r["seeds_needed"] if r["seeds_needed"] is not None else "none"),
+            ]
+            for r in power
+        ],
+    )
+    check_table = markdown_table(
+        ["variant", "token count of the runs", "runs with both", "estimate / logged, mean (min..max)"],
+        [
+            [
+                v,
+                ", ".join(f"{k}: {n}" for k, n in sorted(c.items())),
+                str(check[v]["runs"]) if v in check else "0",
+                f"{check[v]['mean_ratio']:.3f} ({check[v]['min_ratio']:.3f}..{check[v]['max_ratio']:.3f})" if v in check else "n/a",
+            ]
+            for v, c in sources.items()
+        ],
+    )
+    markdown = "\n\n".join(
+        [
+            f"Paired comparison with {REFERENCE} (per seed: variant - {REFERENCE}; same warm start, data order and held-out puzzles). "
+            "Mean difference with its 95% paired-t interval; cost metrics (responses / tokens to reach the reference's final accuracy "
+            "of the same seed, at the first evaluation reaching it) as the geometric-mean ratio variant / reference. p: two-sided paired t; "
+            "sign-flip: exact permutation over the 2^n sign vectors; Holm over the variants of each metric.",
+            paired_table(paired),
+            f"Held-out accuracy difference to {REFERENCE} by evaluation step (mean ± 95% CI half-width over seeds):",
+            markdown_table(step_header, step_rows),
+            "Generated tokens per run: `logged` (sampling/tokens_generated), `kept lengths` (every response kept: exact), `estimate` "
+            "(responses per evaluation interval x the kept responses' mean length; the runs that logged their count show how far off it is):",
+            check_table,
+            "Seeds a two-sided paired t test at 0.05 / (number of variants) would need for 80% power if the measured mean difference and "
+            "sd were the true ones:",
+            power_table,
+            f"The finite held-out set adds at most 2p(1-p)/N = {bound:.5f} (p = {p_ref:.3f}, N = {num_eval}) to the variance of a final-accuracy "
+            f"difference (independent errors; two policies scored on the same puzzles share many, which lowers it); the measured variances "
+            f"are {min(measured, default=float('nan')):.5f} to {max(measured, default=float('nan')):.5f}. The records keep aggregate accuracies "
+            "only, so the part of the spread a larger held-out set would remove cannot be told from the run-to-run part here.",
+        ]
+    )
+    payload = {"alpha": "0.05 / variants (two-sided)", "power": 0.8, "eval_var_bound_acc_final": bound, "rows": power}
+    return paired, {"markdown": markdown, "power": payload, "tokens_estimate_check": check}
 
 
 def _warm(item: tuple[str, int, dict, Path]) -> str:

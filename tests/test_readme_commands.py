@@ -74,3 +74,12 @@ def test_ruff_is_pinned_for_the_lint_script():
     assert any(line.startswith("ruff==") for line in (ROOT / "requirements" / "test.txt").read_text().splitlines())
     lint = (ROOT / "scripts" / "lint.sh").read_text()
     assert "ruff check ." in lint and "ruff format --check ." in lint
+
+
+def test_both_test_environments_install_scipy_for_the_benchmark_tests():
+    """pytest imports every test module (also under -m vllm), and the benchmark tests import scipy."""
+    wanted = _requirements(ROOT / "requirements" / "test.txt")["scipy"].specifier
+    installer = (ROOT / "scripts" / "install_test_env.sh").read_text()
+    assert "-r requirements/test.txt" in installer
+    vllm_pins = re.findall(r"\bscipy==([\w.]+)", (ROOT / "scripts" / "install_vllm_test_env.sh").read_text())
+    assert len(vllm_pins) == 1 and wanted.contains(vllm_pins[0])

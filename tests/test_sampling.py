@@ -59,6 +59,7 @@ def test_balance_hand_trace():
     assert groups[0].retired_round is None and groups[1].retired_round is None
     assert len(groups[0].pool_rewards) == 8  # budget 4 rounds x 2
     assert result.metrics["sampling/responses_generated"] == 8 + 8 + 4 + 6
+    assert result.metrics["sampling/tokens_generated"] == 5 * (8 + 8 + 4 + 6)  # every response has 5 tokens, kept or not
     assert result.metrics["sampling/rounds_used"] == 4
     assert [result.metrics[f"sampling/retired_round_{r}"] for r in range(4)] == [0, 1, 1, 0]
     assert result.metrics["sampling/unfinished_prompts"] == 2
@@ -106,6 +107,7 @@ def test_disabled_is_one_round_of_n_kept_in_order():
     assert all(q.params == BASE for q in engine.requests)
     assert [r.payload for r in result.groups[1].kept] == [4, 5, 6, 7]
     assert result.metrics["sampling/responses_generated"] == 8
+    assert result.metrics["sampling/tokens_generated"] == 5 * 8
     adv, _ = compute_group_advantages(result.kept_rewards(), "group_norm", pool_stats=result.pool_stats)
     plain, _ = compute_group_advantages(result.kept_rewards(), "group_norm")
     assert torch.equal(adv, plain)

@@ -27,7 +27,7 @@ from adora_openrlhf.algorithms.advantages import PoolStats
 from adora_openrlhf.algorithms.sampling import PromptGroup, SamplingResult, ScoredResponse, kept_group_metrics
 
 # sampler metrics that count work over every prompt sampled this step: summed over the batches
-_SUMMED = ("sampling/responses_generated", "sampling/unfinished_prompts", "sampling/dropped_prompts")
+_SUMMED = ("sampling/responses_generated", "sampling/tokens_generated", "sampling/unfinished_prompts", "sampling/dropped_prompts")
 
 
 def classify_group(scores: Sequence[float], low: float, high: float) -> str:

@@ -303,6 +303,7 @@ class AdaptiveSampler:
         unfinished = sum(1 for g in groups if g.retired_round is None) + len(dropped)
         metrics: dict[str, float] = {
             "sampling/responses_generated": float(sum(len(p) for p in pools)),
+            "sampling/tokens_generated": float(sum(r.length for p in pools for r in p)),  # every response, kept or not
             "sampling/rounds_used": float(rounds_used),
             "sampling/unfinished_prompts": float(unfinished if self.cfg.enabled else 0),
             "sampling/dropped_prompts": float(len(dropped)),
