@@ -35,7 +35,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -285,12 +285,8 @@ def write_report(
     ``comparison`` lines and the scores. ``current``: the sample keys of the rows in use (only their samples are
     scored; None: every sample of ``benches``). Returns the text printed at the end (notes, comparison, table)."""
     wanted = set(benches)
-    keep = set(current) if current is not None else None
-    records = [
-        r
-        for r in read_records(out_dir / SAMPLES_FILE)
-        if r["benchmark"] in wanted and (keep is None or (r["benchmark"], str(r["problem_id"]), str(r.get("problem_hash"))) in keep)
-    ]
+    records = read_records(out_dir / SAMPLES_FILE) if current is None else current_records(out_dir, current)
+    records = [r for r in records if r["benchmark"] in wanted]
     rows = score_records(records, k)
     greedy = settings.get("temperature") == 0
     table = markdown_table(rows, k, greedy)
@@ -456,26 +452,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_cli(lambda: _main(argv, out), argv, interrupted_hint=lambda: f"finished samples are kept in {out['dir']}; rerun the same command to continue")
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What to evaluate, from the command line (and with ``--run``, the run's saved settings)."""
+
+    model: str
+    benches: list[Benchmark]
+    files: dict[str, str]  # benchmark name -> row file
+    template: str
+    repetition_penalty: float
+    max_new_tokens: int
+    batch_size: int
+    target: RunTarget | None
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    """The :class:`Plan` of checked ``args``: with ``--run`` the run's held-out set, final model (unless
+    ``--model``), prompt template, repetition penalty, token limit and batch size (unless given)."""
+    if args.run is not None:
+        target = open_run(args.run)
+        return Plan(
+            model=args.model or str(default_model(target)),
+            benches=[get_benchmark(HELDOUT)],
+            files={HELDOUT: str(target.rows_file)},
+            template=target.prompt_template,
+            repetition_penalty=target.repetition_penalty,
+            max_new_tokens=args.max_new_tokens or target.max_new_tokens,
+            batch_size=args.batch_size or target.batch_size,
+            target=target,
+        )
+    benches = [get_benchmark(name.strip()) for name in (args.bench or "kk").split(",") if name.strip()]
+    if not benches:
+        raise ValueError(f"--bench: no benchmark named in {args.bench!r}")
+    files = parse_bench_files(args.bench_file)
+    unknown = sorted(set(files) - {b.name for b in benches})
+    if unknown:
+        raise ValueError(f"--bench-file: {unknown} not among --bench {args.bench}")
+    return Plan(args.model, benches, files, "auto", 1.0, args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, args.batch_size or DEFAULT_BATCH_SIZE, None)
+
+
 def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     args = build_parser().parse_args(argv)
     _check_args(args)
-    target = open_run(args.run) if args.run is not None else None
-    if target is not None:
-        model = args.model or str(default_model(target))
-        benches, files = [get_benchmark(HELDOUT)], {HELDOUT: str(target.rows_file)}
-        template, repetition_penalty = target.prompt_template, target.repetition_penalty
-        max_new_tokens, batch_size = args.max_new_tokens or target.max_new_tokens, args.batch_size or target.batch_size
-    else:
-        model = args.model
-        benches = [get_benchmark(name.strip()) for name in (args.bench or "kk").split(",") if name.strip()]
-        if not benches:
-            raise ValueError(f"--bench: no benchmark named in {args.bench!r}")
-        files = parse_bench_files(args.bench_file)
-        unknown = sorted(set(files) - {b.name for b in benches})
-        if unknown:
-            raise ValueError(f"--bench-file: {unknown} not among --bench {args.bench}")
-        template, repetition_penalty = "auto", 1.0
-        max_new_tokens, batch_size = args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, args.batch_size or DEFAULT_BATCH_SIZE
+    plan = plan_from_args(args)
+    model, benches, files, target, batch_size = plan.model, plan.benches, plan.files, plan.target, plan.batch_size
     engine = pick_engine(args.engine)
     dtype = resolve_dtype(args.dtype)
     engine_args = parse_engine_args(args.vllm_arg)
@@ -485,8 +505,9 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
         raise ValueError(f"--model: {model} has no config.json; give a model directory in Hugging Face format")
     check_model_source(model, "--model")  # a hub name: in the hub cache (HF_HUB_OFFLINE=1) or on the hub
     sampling = EvalSampling(
-        temperature=args.temperature, top_p=args.top_p, max_new_tokens=max_new_tokens, seed=args.seed, repetition_penalty=repetition_penalty
+        temperature=args.temperature, top_p=args.top_p, max_new_tokens=plan.max_new_tokens, seed=args.seed, repetition_penalty=plan.repetition_penalty
     )
+    template = plan.template
     settings = {**model_identity(model), "engine": engine, "dtype": dtype, "seeding": SEEDING, "prompt_template": template, **asdict(sampling)}
     out_dir = Path(args.out) if args.out is not None else default_out(target, Path(model), settings)
     out["dir"] = str(out_dir)
@@ -518,23 +539,26 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
             rows = [row for _, row in located[bench.name]]
             evaluate_benchmark(bench, rows, generator, args.k, out_dir / SAMPLES_FILE, batch_problems=max(1, batch_size // args.k), seed=args.seed)
             keys += current_keys(bench, rows)
-        notes = _fit_notes(benches, located, prompts, keys, out_dir, sampling, generator, model, target)
+        records = current_records(out_dir, keys)
+        notes = _fit_notes(benches, located, prompts, records, sampling, generator, model, target)
         report_settings = {"model": model, "engine": engine, "dtype": dtype, "prompt_template": template, **asdict(sampling), "batch_size": batch_size}
-        if target is not None:
-            report_settings["run"] = str(target.run_dir)
         comparison = []
         if target is not None:
-            records = [r for r in read_records(out_dir / SAMPLES_FILE) if (r["benchmark"], str(r["problem_id"]), str(r.get("problem_hash"))) in set(keys)]
+            report_settings["run"] = str(target.run_dir)
             comparison = run_comparison(target, Path(model), score_records(records, args.k), args.k, args.temperature)
         text = write_report(out_dir, args.k, [b.name for b in benches], report_settings, current=keys, notes=notes, comparison=comparison)
     print(f"{out_dir / 'report.md'}:\n{text}")
     return 0
 
 
-def _fit_notes(benches, located, prompts, keys, out_dir: Path, sampling: EvalSampling, generator, model: str, target: RunTarget | None) -> list[str]:
-    """The fit notes of every benchmark (``eval/fit.py``) from its rows, prompts and current samples."""
+def current_records(out_dir: Path, keys: Iterable[SampleKey]) -> list[dict[str, Any]]:
+    """The samples of ``out_dir`` whose (benchmark, problem id, problem hash) is among ``keys``."""
     wanted = set(keys)
-    records = [r for r in read_records(out_dir / SAMPLES_FILE) if (r["benchmark"], str(r["problem_id"]), str(r.get("problem_hash"))) in wanted]
+    return [r for r in read_records(out_dir / SAMPLES_FILE) if (r["benchmark"], str(r["problem_id"]), str(r.get("problem_hash"))) in wanted]
+
+
+def _fit_notes(benches, located, prompts, records, sampling: EvalSampling, generator, model: str, target: RunTarget | None) -> list[str]:
+    """The fit notes of every benchmark (``eval/fit.py``) from its rows, prompts and current samples."""
     origin = model_origin(model)
     same_run = target is not None and origin is not None and Path(origin.run_dir).resolve() == target.run_dir.resolve()
     notes = []
