@@ -20,7 +20,7 @@ import torch
 
 from adora_openrlhf.algorithms.sampling import GenerationRequest, ScoredResponse
 from adora_openrlhf.backends.local.decoding import compact_decode
-from adora_openrlhf.backends.local.kv_cache import full_attention_only, growing_cache_for
+from adora_openrlhf.backends.local.kv_cache import attention_reads_cache, full_attention_only, growing_cache_for
 from adora_openrlhf.config import SamplingParams
 
 
@@ -107,25 +107,28 @@ def generate_responses(
                 ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
                 mask[i, width - len(p) :] = 1
             if compact:
-                cache = growing_cache_for(model) if kv_cache == "growing" else None
+                cache = growing_cache_for(model, len(chunk) * (width + params.max_new_tokens)) if kv_cache == "growing" else None
                 if cache is None:
                     from transformers import DynamicCache
 
                     cache = DynamicCache()
                 rows_uniforms = uniforms[start : start + batch_size].to(device) if uniforms is not None else None
-                out.extend(
-                    compact_decode(model, ids.to(device), mask.to(device), params, eos, pad, cache, greedy=greedy, uniforms=rows_uniforms, on_finish=on_finish)
-                )
+                with attention_reads_cache(model, cache):
+                    decoded = compact_decode(
+                        model, ids.to(device), mask.to(device), params, eos, pad, cache, greedy=greedy, uniforms=rows_uniforms, on_finish=on_finish
+                    )
+                out.extend(decoded)
                 continue
             more = {}
             if extras is not None:
                 from adora_openrlhf.backends.local.vlm import extra_model_inputs
 
                 more = extra_model_inputs(model, ids.to(device), extras[start : start + batch_size])
-            cache = growing_cache_for(model) if kv_cache == "growing" else None
+            cache = growing_cache_for(model, len(chunk) * (width + params.max_new_tokens)) if kv_cache == "growing" else None
             if cache is not None:
                 more["past_key_values"] = cache
-            generated = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, **more)
+            with attention_reads_cache(model, cache):
+                generated = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, **more)
             for row in generated[:, width:].tolist():
                 if eos in row:
                     out.append((row[: row.index(eos) + 1], False))
