@@ -19,7 +19,7 @@ Each ``--threads`` value (torch threads) times both ways once.
 Two modes: ``sampled`` (``--k`` samples at ``--temperature``: the README's evaluation example by default) and
 ``greedy`` (temperature 0, k = 1, where both ways must give the same responses: counted). Prints and writes
 (``table.md``, ``results.json`` in ``--out``) the wall and process-CPU seconds of each way, the speed-ups, avg@k
-of each, and for greedy decoding how many responses are identical.
+of each, and for greedy decoding how many responses are identical; the samples of each way go to ``--out/runs/``.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def _time_way(way: str, model: str, bench, rows, k: int, sampling: EvalSampling,
     from eval.run import evaluate_benchmark, read_records
 
     generator = (PerProblemGenerator if way == "per-problem" else HFGenerator)(model, sampling, batch_size=batch_size)
-    samples = out / f"{way}_t{sampling.temperature:g}_k{k}.jsonl"
+    samples = out / "runs" / f"{way}_t{sampling.temperature:g}_k{k}.jsonl"  # runs/: not committed (.gitignore)
+    samples.parent.mkdir(parents=True, exist_ok=True)
     samples.unlink(missing_ok=True)
     per_call = OLD_PROBLEMS_PER_CALL if way == "per-problem" else max(1, batch_size // k)
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -109,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bench = get_benchmark(args.bench)
-    rows = [row for _, row in load_located_rows(bench, args.bench_file, None, 0, args.limit, cache_dir=out / "data")]
+    rows = [row for _, row in load_located_rows(bench, args.bench_file, None, 0, args.limit, cache_dir=out / "runs" / "data")]
     table, records = [], []
     for threads in args.threads:
         torch.set_num_threads(threads)

@@ -15,9 +15,9 @@ Subsets reported besides "all":
 - ``heldout`` (a training run's held-out set, ``--run``): each row is graded by its own ``source`` and split
   into that source's subsets.
 
-Image paths of a row file that are relative resolve against the file's folder, then (as the ``data_prep``
-converters write them) against the working directory; every image of the rows in use must exist and decode,
-or loading fails before any generation with ``file:line: field 'images[k]': ...`` (lines counted from 1).
+Relative image paths of a row file resolve against the file's folder (those of a benchmark's own loader against
+the working directory); every image of the rows in use must exist and decode, or loading fails before any
+generation with ``file:line: field 'images[k]': ...`` (lines counted from 1).
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ def row_source(bench: Benchmark, row: Mapping[str, Any]) -> str:
 
 
 def resolve_images(row: Row, where: str, base_dir: Path | None) -> Row:
-    """``row`` with each image path made absolute (a relative one: against ``base_dir``, then the working directory)
-    after checking that the file exists and decodes; ValueError ``where: field 'images[k]': ...`` otherwise."""
+    """``row`` with each image path made absolute (a relative one: against ``base_dir``, or the working directory
+    when None) after checking that the file exists and decodes; ValueError ``where: field 'images[k]': ...``
+    otherwise."""
     images = row.get("images") or []
     if not isinstance(images, (list, tuple)):
         raise ValueError(f"{where}: field 'images': expected a list of image paths, got {type(images).__name__}")
@@ -54,10 +55,9 @@ def resolve_images(row: Row, where: str, base_dir: Path | None) -> Row:
         if not isinstance(ref, str):
             raise ValueError(f"{where}: field 'images[{k}]': expected a file path, got {type(ref).__name__}")
         path = Path(ref).expanduser()
-        tried = [path] if path.is_absolute() else [base_dir / path, path] if base_dir is not None else [path]
-        found = next((p for p in tried if p.is_file()), None)
-        if found is None:
-            raise ValueError(f"{where}: field 'images[{k}]': no image file at {ref!r} (looked for {', '.join(repr(str(p)) for p in tried)})")
+        found = path if path.is_absolute() or base_dir is None else base_dir / path
+        if not found.is_file():
+            raise ValueError(f"{where}: field 'images[{k}]': no image file at {ref!r} (looked for {str(found)!r})")
         try:
             from PIL import Image
 

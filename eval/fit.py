@@ -9,8 +9,9 @@ one-line note, or None when it sees nothing wrong:
 - ``vocabulary``: prompts that the tokenizer cannot encode (they do not decode back to the same text, the
   whitespace aside: unknown tokens);
 - ``context``: the longest prompt plus ``--max-new-tokens`` exceeds the model's context (its positions);
-- ``system_dropped``: the tokenizer has no chat template, so the compact template drops the prompts' system
-  messages (not said of a run's own held-out set, which its trainer rendered the same way);
+- ``system_dropped``: the model's prompt template (the compact one, or a tiny tokenizer's chat template that
+  renders it) drops the prompts' system messages (not said of a run's own held-out set, which its trainer
+  rendered the same way);
 - ``foreign_names`` (K&K): at least :data:`MISFIT_SHARE` of the answered responses name people the puzzle does
   not contain;
 - ``no_answer``: at least :data:`MISFIT_SHARE` of the responses give nothing the grader can read;
@@ -132,7 +133,7 @@ def _system_dropped(ctx: FitContext) -> str | None:
     fit = ctx.prompts
     if fit is None or not fit.system_dropped or ctx.is_run_heldout:  # the run's own rows: rendered as in training
         return None
-    return f"the prompt template leaves out the system message of {fit.system_dropped} of {fit.prompts} prompts (the tokenizer has no chat template)"
+    return f"the model's prompt template leaves out the system message of {fit.system_dropped} of {fit.prompts} prompts (it gets the user message only)"
 
 
 _STATED = re.compile(r"\b([A-Z][A-Za-z'-]*)\s+is\s+(?:not\s+)?an?\s+(?:knight|knave)\b")

@@ -49,7 +49,7 @@ def test_prompt_level_notes():
     assert notes == [
         "kk: the tokenizer cannot encode 2 of 10 prompts (they do not decode back to their text, e.g. b.jsonl:4)",
         "kk: prompts of up to 300 tokens plus --max-new-tokens 1024 exceed the model's context of 1024 positions (--max-new-tokens 724 fits)",
-        "kk: the prompt template leaves out the system message of 10 of 10 prompts (the tokenizer has no chat template)",
+        "kk: the model's prompt template leaves out the system message of 10 of 10 prompts (it gets the user message only)",
     ]
     fits = PromptFit(prompts=10, max_tokens=300, unencodable=(), system_dropped=0)
     assert fit_notes(_ctx(prompts=fits, max_new_tokens=724, context=1024)) == []

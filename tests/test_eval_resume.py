@@ -245,17 +245,20 @@ def main_error(model, tmp_path, row, images, capsys):
     return capsys.readouterr().err
 
 
-def test_relative_image_paths_resolve_against_the_files_folder_then_the_working_directory(tmp_path, monkeypatch):
+def test_relative_image_paths_resolve_against_the_files_folder(tmp_path, monkeypatch):
     from eval.benchmarks import get_benchmark, load_located_rows
 
     data = tmp_path / "data"
     _png(data / "img" / "a.png")
-    _png(tmp_path / "cwd" / "data" / "img" / "b.png")
+    _png(tmp_path / "cwd" / "img" / "b.png")  # beside the working directory, not beside the file
     monkeypatch.chdir(tmp_path / "cwd")
-    rows = [{"prompt": "<image>q", "label": "red", "images": ["img/a.png"]}, {"prompt": "<image>q", "label": "red", "images": ["data/img/b.png"]}]
-    (data / "geo.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows = [{"prompt": "<image>q", "label": "red", "images": ["img/a.png"]}, {"prompt": "<image>q", "label": "red", "images": ["img/b.png"]}]
+    (data / "geo.jsonl").write_text(json.dumps(rows[0]) + "\n")
     located = load_located_rows(get_benchmark("geo_synth"), str(data / "geo.jsonl"), None, 0, None, tmp_path / "cache")
-    assert [row["images"] for _, row in located] == [[str((data / "img" / "a.png").resolve())], [str((tmp_path / "cwd" / "data" / "img" / "b.png").resolve())]]
+    assert [row["images"] for _, row in located] == [[str((data / "img" / "a.png").resolve())]]
+    (data / "geo.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match=r"geo.jsonl:2: field 'images\[0\]': no image file at 'img/b.png'"):
+        load_located_rows(get_benchmark("geo_synth"), str(data / "geo.jsonl"), None, 0, None, tmp_path / "cache")
 
 
 def test_image_rows_for_a_text_model_and_a_foreign_tokenizer_fail_before_generation(tiny_model, tmp_path, capsys):
