@@ -12,6 +12,8 @@ no row) or, for a ``.json`` array or a ``.parquet`` table, by their 1-based posi
 - :func:`load_rows`: the one row loader of the trainer, ``eval.run`` and ``data_prep``: a local file (the
   readers above; ``.csv`` and folders through ``datasets``) or a hub dataset name (``datasets.load_dataset``
   with ``split`` and ``config``), with an optional column mapping (``prompt_key``/``label_key`` -> ``prompt``/``label``).
+  The image paths in a local file's ``images`` column are read relative to the file's folder
+  (:func:`resolve_image_paths`), wherever the command runs from.
 """
 
 from __future__ import annotations
@@ -144,13 +146,36 @@ LOCAL_SUFFIXES = (*FILE_SUFFIXES, ".csv")  # a name with one of these is a local
 class LoadedRows:
     """Rows of one file or dataset. ``rows[i]`` is row number ``numbers[i]`` (its 1-based file line, or its 1-based
     position in a table or hub split); messages locate it as ``{where}:{number}``. ``bad`` holds the
-    ``PATH:LINE: reason`` of lines skipped by a lenient read; ``local`` is False for a hub dataset."""
+    ``PATH:LINE: reason`` of lines skipped by a lenient read; ``local`` is False for a hub dataset; ``folder`` is
+    the folder relative image paths were resolved against (None for a hub dataset)."""
 
     rows: list[dict[str, Any]]
     numbers: list[int]
     where: str
     local: bool
     bad: list[str] = field(default_factory=list)
+    folder: Path | None = None
+
+
+IMAGE_COLUMN = "images"  # the row schema's list of image paths
+
+
+def resolve_image_paths(rows: list[dict[str, Any]], folder: Path) -> None:
+    """Make every relative path in each row's ``images`` list relative to ``folder`` (in place): a data file's
+    image paths name files beside it, so the file works from any working directory and after the folder is
+    moved. Absolute paths, images that are not paths (PIL images, ``{"bytes": ...}``) and rows whose ``images``
+    is not a list are left as they are (row validation reports those)."""
+    for row in rows:
+        images = row.get(IMAGE_COLUMN)
+        if isinstance(images, list):
+            row[IMAGE_COLUMN] = [_resolved(ref, folder) for ref in images]
+
+
+def _resolved(ref: Any, folder: Path) -> Any:
+    if not isinstance(ref, str) or not ref:
+        return ref
+    path = Path(ref).expanduser()
+    return str(path if path.is_absolute() else folder / path)
 
 
 def looks_like_file(name: str) -> bool:
@@ -215,6 +240,8 @@ def load_rows(
       ``datasets.load_dataset(name, config, split=split)`` from the hub.
 
     ``prompt_key``/``label_key`` name the columns that become ``prompt``/``label`` (the other columns are kept).
+    Relative paths in the ``images`` column of a local file or folder are resolved against that file's folder
+    (the folder itself for a folder dataset; :func:`resolve_image_paths`).
     Errors are :class:`DataFileError` lines naming ``PATH[:LINE]`` or, for a dataset that cannot be loaded, ``option``.
     """
     name = str(name_or_path)
@@ -239,4 +266,7 @@ def load_rows(
         rows = _with_datasets(option, name, what, path=name, name=config, split=split)
         loaded = LoadedRows(rows, list(range(1, len(rows) + 1)), name, local=False)
     _map_columns(loaded, {"prompt": prompt_key, "label": label_key}, lenient)
+    if loaded.local:
+        loaded.folder = (path if path.is_dir() else path.parent).resolve()
+        resolve_image_paths(loaded.rows, loaded.folder)
     return loaded

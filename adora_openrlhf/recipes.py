@@ -435,3 +435,34 @@ _cluster_recipe(
     "GRPO baseline of geo3k-qwen2.5vl-7b-adora (same settings, ADORA off), 8 GPUs.",
     _GEO3K,
 )
+
+
+# The RL phase of kk-testbed on the openrlhf backend: the same settings (40 steps of 16 prompts x 8 responses,
+# lr 1.5e-4, 400 new tokens, greedy held-out evaluation every 10 steps), started from a kk-testbed warm start
+# (--model) on the testbed's puzzles written as JSONL (`python -m bench.cluster_testbed --prepare-only`).
+# One vLLM engine and one DeepSpeed actor: one GPU, or a machine without one (the CPU run of the backend).
+# Adam's betas are torch's (0.9, 0.999), as in the local backend (OpenRLHF's default is (0.9, 0.95)).
+_KK_TESTBED_OPENRLHF = {
+    "steps": 40,
+    "prompts_per_step": 16,
+    "save_every": 20,
+    "eval_every": 10,
+    "eval_samples": 0,
+    "rollout": {"temperature": 1.0, "max_new_tokens": 400},
+    "adora": {"correct_threshold": 1.0, "edge_policy": "llm"},
+    "sampling": {"n_keep": 8, "positive_threshold": 1.0},
+    "model": {"path": "runs/kk-testbed-warm-start", "dtype": "bfloat16"},
+    "data": {"task": "kk", "train_path": "data/kk-testbed/train.jsonl", "eval_path": "data/kk-testbed/test.jsonl", "prompt_template": "auto"},
+    "train": {"lr": 1.5e-4, "micro_batch_size": 4},
+    "extra": {
+        "openrlhf": {"vllm.num_engines": 1, "actor.num_gpus_per_node": 1, "ref.num_gpus_per_node": 1, "actor.adam.betas": [0.9, 0.999], "ds.zero_stage": 2}
+    },
+}
+register_recipe(
+    Recipe(
+        "kk-testbed-openrlhf",
+        "The kk-testbed RL phase on the openrlhf backend from a kk-testbed warm start (--model): one vLLM engine, one DeepSpeed actor, GPU or CPU.",
+        ("openrlhf",),
+        _KK_TESTBED_OPENRLHF,
+    )
+)

@@ -6,6 +6,9 @@ win), then hands it to a backend:
 - ``local`` (default for the CPU recipes: ``kk-testbed``, the default recipe, ``kk-tiny``, ``geo-tiny``): the embedded single-process trainer;
 - ``openrlhf``: builds OpenRLHF's argument namespace and launches its Ray PPO/GRPO entry with our classes;
   flags this parser does not know are passed through to OpenRLHF unchanged.
+
+With the local backend, stdout holds the run's JSON summary and nothing else (``> summary.json`` works):
+everything else, libraries' prints included, goes to stderr.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from adora_openrlhf.cli_args import add_config_flags, format_config, load_config_file, overrides_from_args
-from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli
+from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli, stdout_to_stderr
 from adora_openrlhf.config import BACKENDS, ConfigError
 from adora_openrlhf.recipes import RECIPES, build_run_config, get_recipe
 
@@ -33,6 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--backend", default=None, choices=BACKENDS, help="engine (default: the recipe's first backend)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
+    parser.add_argument(
+        "--resume-from",
+        default=None,
+        metavar="CHECKPOINT",
+        help="local backend: continue from this checkpoint of output_dir instead of the latest (a step number, step_000002, or its path); "
+        "implies --resume, and the later checkpoints are moved to checkpoints/superseded/",
+    )
     parser.add_argument("--overwrite", action="store_true", help="start a new run in an output_dir that holds a previous run's checkpoints, replacing it")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument("--print-args", action="store_true", help="openrlhf backend: print the OpenRLHF command line and exit")
@@ -48,7 +58,15 @@ def _resume_hint(argv: Sequence[str], output_dir: str) -> str:
     found = list_checkpoints(output_dir)
     if not found:
         return f"no checkpoint was written in {output_dir}; start the run again"
-    args = [a for a in argv if a not in ("--resume", "--overwrite")]
+    args, skip = [], False
+    for a in argv:
+        if skip or a in ("--resume", "--overwrite") or a.startswith("--resume-from="):
+            skip = False
+            continue
+        if a == "--resume-from":
+            skip = True  # and its value
+            continue
+        args.append(a)
     return f"continue from step {found[-1][0]} with: python -m adora_openrlhf.train {' '.join(args)} --resume".replace("  ", " ")
 
 
@@ -77,6 +95,8 @@ def _main(argv: Sequence[str], state: dict[str, str]) -> int:
             )
         if cfg.backend == "local" and unknown:
             raise ConfigError(f"unknown flag(s) {unknown}; run with --help for the list (OpenRLHF flags need --backend openrlhf)")
+        if cfg.backend != "local" and args.resume_from is not None:
+            raise ConfigError("--resume-from: only the local backend resumes from a chosen checkpoint; use --resume")
     except ConfigError as err:
         if args.debug:
             raise
@@ -89,7 +109,8 @@ def _main(argv: Sequence[str], state: dict[str, str]) -> int:
 
         state["output_dir"] = cfg.output_dir
         try:
-            summary = train(cfg, resume=args.resume, overwrite=args.overwrite)
+            with stdout_to_stderr():  # stdout holds the summary alone (deepspeed's import prints a warning there)
+                summary = train(cfg, resume=args.resume, overwrite=args.overwrite, resume_from=args.resume_from)
         except ConfigError as err:
             if args.debug:
                 raise

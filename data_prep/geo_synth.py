@@ -235,9 +235,10 @@ def generate_splits(
 
 
 def write_split(rows: Sequence[dict[str, Any]], out: Path, split: str) -> Path:
-    """Save each row's images as PNG under ``out/images/<split>/`` and the rows (with the paths and a
+    """Save each row's images as PNG under ``out/images/<split>/`` and the rows (with the images' absolute paths,
+    as the other image converters write them, so the file works from any directory and with OpenRLHF, and a
     ``reward_label`` column for OpenRLHF) to ``out/<split>.jsonl``."""
-    image_dir = out / "images" / split
+    image_dir = (out / "images" / split).resolve()
     image_dir.mkdir(parents=True, exist_ok=True)
     path = out / f"{split}.jsonl"
     with open(path, "w", encoding="utf-8") as handle:

@@ -140,7 +140,7 @@ def test_resume_errors(tmp_path):
     assert (tmp_path / "run" / "checkpoints" / "step_000002").exists()
     train(_cfg(tmp_path, steps=1), overwrite=True)  # --overwrite replaces the old run's checkpoints
     assert [p.name for p in sorted((tmp_path / "run" / "checkpoints").iterdir())] == ["step_000000", "step_000001"]
-    with pytest.raises(ConfigError, match="differs from the saved run.*train.lr"):
+    with pytest.raises(ConfigError, match="the config differs from the config saved in checkpoint step_000001 in train.lr"):
         train(_cfg(tmp_path, steps=2, **{"train.lr": 0.5}), resume=True)
 
 

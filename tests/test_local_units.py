@@ -230,10 +230,11 @@ def test_data_order_is_a_function_of_position(position, count, num_rows, seed):
 
 def test_jsonl_rows_load_and_bad_rows_are_named(tmp_path):
     good = tmp_path / "train.jsonl"
-    good.write_text("\n".join(json.dumps({"prompt": f"q{i}", "label": "(1) Alice is a knight", "meta": {"names": ["Alice"]}}) for i in range(6)) + "\n")
+    rows = [{"prompt": f"q{i}: is Alice a knight?", "label": "(1) Alice is a knight", "meta": {"names": ["Alice"]}} for i in range(6)]
+    good.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     train, held = load_rows(DataConfig(task="kk", train_path=str(good), num_eval=2), seed=0)
     assert len(train) == 4 and len(held) == 2 and train[0].source == "kk"
-    ok = {"prompt": "a", "label": "(1) Alice is a knight"}
+    ok = {"prompt": "Is Alice a knight?", "label": "(1) Alice is a knight"}
     with pytest.raises(ConfigError, match="train.jsonl:2: field 'label': missing"):  # rows numbered from 1
         validate_rows([ok, {"prompt": "b"}], "train.jsonl", "kk")
     with pytest.raises(ConfigError, match="train.jsonl:7: field 'prompt'"):  # or by their file lines
@@ -293,21 +294,21 @@ def test_lora_wraps_and_rejects_unknown_modules(tok):
 
 def test_duplicates_are_reported_and_held_out_prompts_never_train(tmp_path, caplog):
     label = "(1) Alice is a knight"
-    rows = [{"prompt": p, "label": label} for p in ("A", "B", "C", "D", "A")]
+    rows = [{"prompt": f"{p}: is Alice a knight?", "label": label} for p in ("A", "B", "C", "D", "A")]
     train_file = tmp_path / "train.jsonl"
     train_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     train, held = load_rows(DataConfig(task="kk", train_path=str(train_file), num_eval=2), seed=0)
-    assert [r.prompt for r in held] == ["D", "A"] and [r.prompt for r in train] == ["B", "C"]  # "A" (line 1) is held out too
+    assert [r.prompt[0] for r in held] == ["D", "A"] and [r.prompt[0] for r in train] == ["B", "C"]  # "A" (line 1) is held out too
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "adora_openrlhf.backends.local.data"]
-    assert any(w.startswith(f"{train_file}:5: duplicate row (same prompt and label as {train_file}:1)") for w in warnings), warnings
+    assert any(w.startswith(f"{train_file}:5: duplicate row (same prompt, images and label as {train_file}:1)") for w in warnings), warnings
     caplog.clear()
     eval_file = tmp_path / "eval.jsonl"
-    eval_file.write_text(json.dumps({"prompt": "B", "label": label}) + "\n" + json.dumps({"prompt": "E", "label": label}) + "\n")
+    eval_file.write_text("".join(json.dumps({"prompt": f"{p}: is Alice a knight?", "label": label}) + "\n" for p in ("B", "E")))
     train, held = load_rows(DataConfig(task="kk", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
-    assert [r.prompt for r in held] == ["E"] and len(train) == 5
-    assert "data.eval_path: dropped 1 held-out rows whose prompt is also a training prompt" in caplog.text
-    eval_file.write_text(json.dumps({"prompt": "C", "label": label}) + "\n")
-    with pytest.raises(ConfigError, match="data.eval_path: every held-out row's prompt is also a training prompt"):
+    assert [r.prompt[0] for r in held] == ["E"] and len(train) == 5
+    assert "data.eval_path: dropped 1 held-out rows that are also training rows (same prompt and images)" in caplog.text
+    eval_file.write_text(json.dumps({"prompt": "C: is Alice a knight?", "label": label}) + "\n")
+    with pytest.raises(ConfigError, match="data.eval_path: every held-out row is also a training row"):
         load_rows(DataConfig(task="kk", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
 
 

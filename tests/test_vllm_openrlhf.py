@@ -7,7 +7,7 @@ vLLM and scores every sample with our reward file (``rewards/openrlhf_reward.py`
 computes the advantages of the resulting Experiences. Nothing at the vLLM boundary is scripted.
 
 So that the outcome of sampling is known in advance, the engine serves a tiny Qwen2 model whose weights
-are set by hand (:func:`answer_model`): attention and MLP outputs are zero, so the last hidden state is the
+are set by hand (``tests/fixtures/openrlhf/answer_model.py``): attention and MLP outputs are zero, so the last hidden state is the
 current token's embedding and the model is a bigram table. After any prompt token the logits are
 ``Answer: 7`` 20, ``Answer: 5`` 19, ``Answer: 3`` 8, everything else -20; after an answer token the end of
 sequence has logit 20 and everything else -20. Hence, at temperature 1: ``Answer: 7`` with probability
@@ -16,8 +16,9 @@ two answers in the prompt drop to logits 0.20 / 0.19 and ``Answer: 3`` wins (0.9
 answer is always ``Answer: 7``. The engine computes in bfloat16 (OpenRLHF's setting), so logits carry
 about 0.05 of rounding.
 
-Only the DeepSpeed policy update and the NCCL weight broadcast are not run here (no CPU path exists); the
-weight sync is checked through :mod:`adora_openrlhf.backends.openrlhf.weight_reload` instead.
+The weight sync is checked here piece by piece (:mod:`adora_openrlhf.backends.openrlhf.weight_sync`: the gloo
+broadcast the trainer sends, and a reload from a saved folder); ``tests/test_openrlhf_e2e.py`` runs the whole
+loop (DeepSpeed updates, syncs after every step, checkpoints, resume) through the launcher.
 """
 
 from __future__ import annotations
@@ -41,88 +42,15 @@ import torch  # noqa: E402
 from gpu_stubs import import_openrlhf  # noqa: E402
 from orl_testkit import openrlhf_args, openrlhf_maker, ready_for_advantages  # noqa: E402
 
-(gen_mod, maker_mod, flags_mod, engine_mod, reload_mod) = import_openrlhf(
+(gen_mod, maker_mod, flags_mod, engine_mod, sync_mod) = import_openrlhf(
     "adora_openrlhf.backends.openrlhf.samples_generator",
     "adora_openrlhf.backends.openrlhf.experience_maker",
     "adora_openrlhf.backends.openrlhf.flags",
     "openrlhf.trainer.ray.vllm_engine",
-    "adora_openrlhf.backends.openrlhf.weight_reload",
+    "adora_openrlhf.backends.openrlhf.weight_sync",
 )
 from adora_openrlhf.recipes import build_run_config  # noqa: E402
-from adora_openrlhf.rewards.openrlhf_reward import encode_reward_label  # noqa: E402
-
-ANSWERS = {"7": 20.0, "5": 19.0, "3": 8.0}  # logit of "Answer: X\n" after a prompt token
-FLOOR = -20.0  # every other token
-EOS_AFTER_ANSWER = 20.0
-PROMPT = "Pick one: Answer: 7\n or Answer: 5\n ? {tag} Go"
-PROMPTS = [PROMPT.format(tag=t) for t in ("[mixed]", "[hard]", "[never]")]
-LABELS = [encode_reward_label("dapo_math", gold, {"reward_style": "dapo"}) for gold in ("7", "3", "9")]
-MAX_LEN = 128
-GENERATE_KWARGS = {"do_sample": True, "max_len": MAX_LEN, "max_new_tokens": 8, "temperature": 1.0, "top_p": 1.0}
-VLLM_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # shared cores: do not pin OpenMP threads
-    "OMP_NUM_THREADS": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
-
-
-def answer_token(tokenizer, gold: str) -> int:
-    return tokenizer.convert_tokens_to_ids(f"Answer: {gold}\n")
-
-
-def answer_tokenizer():
-    from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
-
-    tokenizer = train_bpe_tokenizer(["Pick one: or ? [mixed] [hard] [never] Go " * 3], vocab_size=300)
-    tokenizer.add_tokens([f"Answer: {gold}\n" for gold in ANSWERS])
-    return tokenizer
-
-
-def answer_model(tokenizer, answers=ANSWERS):
-    """The bigram Qwen2 model of the module docstring (head size 32: what vLLM's CPU attention needs)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    hidden = 64
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        bos_token_id=tokenizer.eos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = Qwen2ForCausalLM(config)
-    half = hidden // 2
-    prompt_dir, answer_dir = torch.zeros(hidden), torch.zeros(hidden)
-    prompt_dir[:half], answer_dir[half:] = 1.0, 1.0
-    answer_ids = [answer_token(tokenizer, gold) for gold in answers]
-    after_prompt = torch.full((len(tokenizer),), FLOOR)
-    for gold, logit in answers.items():
-        after_prompt[answer_token(tokenizer, gold)] = logit
-    after_answer = torch.full((len(tokenizer),), FLOOR)
-    after_answer[tokenizer.eos_token_id] = EOS_AFTER_ANSWER
-    scale = half * math.sqrt(hidden / half)  # RMSNorm turns a half-ones vector into sqrt(2) times itself
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        model.model.embed_tokens.weight.copy_(prompt_dir.expand(len(tokenizer), hidden))
-        model.model.embed_tokens.weight[answer_ids] = answer_dir
-        model.lm_head.weight.copy_(torch.outer(after_prompt, prompt_dir) / scale + torch.outer(after_answer, answer_dir) / scale)
-    return model
-
-
-def save_answer_model(path: Path, answers=ANSWERS) -> Path:
-    tokenizer = answer_tokenizer()
-    answer_model(tokenizer, answers).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+from answer_model import GENERATE_KWARGS, LABELS, MAX_LEN, PROMPTS, VLLM_ENV, answer_token, save_answer_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -283,15 +211,9 @@ def test_openrlhf_generation_marks_truncated_responses(engine, model_dir):
         assert e.rollout_log_probs is None  # no importance-sampling correction: OpenRLHF asks for no logprobs
 
 
-def test_weights_reloaded_from_a_saved_policy(ray_cluster, model_dir, tmp_path):
-    """CPU weight sync: the engine re-reads a saved policy and generates from the new weights."""
-    from vllm import SamplingParams
-
-    from adora_openrlhf.backends.local.tokenization import load_tokenizer
-
-    tokenizer = load_tokenizer(str(model_dir))
-    seven, five = answer_token(tokenizer, "7"), answer_token(tokenizer, "5")
-    actor = reload_mod.RemoteReloadableRolloutActor.options(num_cpus=1, num_gpus=1).remote(
+def start_engine(model_dir):
+    """Our engine actor (OpenRLHF's RolloutRayActor with the package's worker extension), as the CPU run starts it."""
+    return sync_mod.RemoteAdoraRolloutActor.options(num_cpus=1, num_gpus=1).remote(
         model=str(model_dir),
         enforce_eager=True,
         tensor_parallel_size=1,
@@ -303,24 +225,104 @@ def test_weights_reloaded_from_a_saved_policy(ray_cluster, model_dir, tmp_path):
         num_gpus=1,
         max_logprobs=2,
     )
+
+
+def first_step(actor, prompt):
+    """Greedy first token and the engine's log-probabilities of its two most likely tokens."""
+    from vllm import SamplingParams
+
+    out = ray.get(actor.generate.remote(prompt, SamplingParams(temperature=1.0, max_tokens=1, logprobs=2, top_k=1))).outputs[0]
+    return out.token_ids[0], {t: lp.logprob for t, lp in out.logprobs[0].items()}
+
+
+def gloo_sync(actor, model) -> None:
+    """The trainer's side of one weight sync, as OpenRLHF's ``broadcast_to_vllm`` makes it over our gloo group:
+    ``init_process_group`` on the engine, then per parameter ``update_weight`` (``empty_cache`` on the last) and a
+    broadcast from rank 0."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        port = sock.getsockname()[1]
+    joined = actor.init_process_group.remote("127.0.0.1", port, 1, 2, "openrlhf", "gloo", False)
+    group = sync_mod.gloo_process_group("127.0.0.1", port, 0, 2)
+    ray.get(joined)
+    params = list(model.named_parameters())
+    for count, (name, param) in enumerate(params, start=1):
+        ref = actor.update_weight.remote(name, dtype=param.dtype, shape=param.shape, empty_cache=count == len(params))
+        group.broadcast(param.data, src=0)
+        ray.get(ref)
+
+
+def test_gloo_weight_sync_and_reload_from_a_saved_policy(ray_cluster, model_dir, tmp_path):
+    """CPU weight sync: the trainer's broadcast over gloo (what OpenRLHF's broadcast_to_vllm sends, on the CPU) and a
+    reload from a saved folder; after each the engine generates from the new weights, with the closed-form log-probs."""
+    from transformers import AutoModelForCausalLM
+
+    from adora_openrlhf.backends.local.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(str(model_dir))
+    seven, five = answer_token(tokenizer, "7"), answer_token(tokenizer, "5")
+    actor = start_engine(model_dir)
     prompt = tokenizer(PROMPTS[0], add_special_tokens=False)["input_ids"]
-    params = SamplingParams(temperature=1.0, max_tokens=1, logprobs=2, top_k=1)
+    lp_best = -math.log1p(math.exp(-1.0))  # raw log-softmax of the better of two answers one logit apart
 
-    def first_step():
-        out = ray.get(actor.generate.remote(prompt, params)).outputs[0]
-        return out.token_ids[0], {t: lp.logprob for t, lp in out.logprobs[0].items()}
-
-    token, logprobs = first_step()
-    assert token == seven and logprobs[seven] == pytest.approx(-math.log1p(math.exp(-1.0)), abs=0.1)  # raw log-softmax
+    token, logprobs = first_step(actor, prompt)
+    assert token == seven and logprobs[seven] == pytest.approx(lp_best, abs=0.1)
     assert logprobs[five] == pytest.approx(logprobs[seven] - 1.0, abs=0.1)
 
-    # the policy changes: "Answer: 5" now has the higher logit; save it, reload, and generate again
+    # the trainer's policy changes ("Answer: 5" now has the higher logit) and is broadcast in bfloat16 over gloo
     changed = save_answer_model(tmp_path / "policy_step_1", {"7": 19.0, "5": 20.0, "3": 8.0})
-    assert ray.get(actor.reload_weights_from_dir.remote(str(changed))) == [len(list(reload_mod.safetensors_weights(changed)))]
-    token, logprobs = first_step()
-    assert token == five and logprobs[five] == pytest.approx(-math.log1p(math.exp(-1.0)), abs=0.1)
+    gloo_sync(actor, AutoModelForCausalLM.from_pretrained(changed, dtype=torch.bfloat16))
+    token, logprobs = first_step(actor, prompt)
+    assert token == five and logprobs[five] == pytest.approx(lp_best, abs=0.1)
     assert logprobs[seven] == pytest.approx(logprobs[five] - 1.0, abs=0.1)
 
+    # a dtype other than the engine's is refused with the flag to change
+    with pytest.raises(ray.exceptions.RayTaskError, match="ds.param_dtype"):
+        ray.get(actor.update_weight.remote("lm_head.weight", dtype=torch.float32, shape=(1,), empty_cache=True))
+
+    # back to the first policy, from a folder saved with save_pretrained (shared file systems)
+    assert ray.get(actor.reload_weights_from_dir.remote(str(model_dir))) == [len(list(sync_mod.safetensors_weights(model_dir)))]
+    token, _ = first_step(actor, prompt)
+    assert token == seven
     with pytest.raises(ray.exceptions.RayTaskError, match="no \\*.safetensors file"):
         ray.get(actor.reload_weights_from_dir.remote(str(tmp_path)))
+    ray.kill(actor)
+
+
+def test_gloo_weight_sync_with_tied_embeddings(ray_cluster, tmp_path):
+    """The local backend's tiny models tie the output layer to the embeddings (vLLM logs that its LM head got no
+    tensor of its own): after a sync of perturbed weights the engine's log-probs equal the trainer model's."""
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from answer_model import answer_tokenizer
+
+    tokenizer = answer_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=256, tie_word_embeddings=True,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).save_pretrained(tmp_path / "tied")
+    tokenizer.save_pretrained(tmp_path / "tied")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "tied", dtype=torch.bfloat16)
+    actor = start_engine(tmp_path / "tied")
+    prompt = tokenizer(PROMPTS[1], add_special_tokens=False)["input_ids"]
+
+    def trainer_logprobs(tokens):
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt])).logits[0, -1].float()
+        return {t: float(torch.log_softmax(logits, -1)[t]) for t in tokens}
+
+    _, before = first_step(actor, prompt)
+    assert before == pytest.approx(trainer_logprobs(before), abs=0.05)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.5)
+    gloo_sync(actor, model)
+    _, after = first_step(actor, prompt)
+    assert after == pytest.approx(trainer_logprobs(after), abs=0.05)
+    assert before != pytest.approx(after, abs=0.05) or set(before) != set(after)
     ray.kill(actor)

@@ -192,7 +192,7 @@ def test_model_round_trip_through_from_pretrained(tiny, rows):
 
 def test_image_count_mismatch_and_missing_file_are_named(tiny, rows, tmp_path):
     processor, _, _ = tiny
-    with pytest.raises(ConfigError, match=r"eval row 0 field 'images': 2 image\(s\) for 1 image slot"):
+    with pytest.raises(ConfigError, match=r"eval:1: field 'images': 2 image\(s\) for 1 image slot"):
         vlm.encode_vlm_prompts(processor, [vlm.render_vlm_prompt(rows[0]["prompt"], processor, "compact")], [rows[0]["images"] * 2], 256, "eval")
     with pytest.raises(ConfigError, match=r"f.jsonl:1: field 'images\[0\]': no image file at"):
         validate_rows([{"prompt": "<image>x", "label": "1", "images": [str(tmp_path / "missing.png")]}], "f.jsonl", "geometry")

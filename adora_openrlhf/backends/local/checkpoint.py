@@ -1,4 +1,4 @@
-"""Checkpoints: every step directory is a Hugging Face model directory, plus what ``--resume`` needs.
+"""Checkpoints: every step directory is a Hugging Face model directory, plus what ``--resume`` needs and checks.
 
 Layout of ``output_dir/checkpoints/step_000020/``:
 
@@ -8,20 +8,31 @@ Layout of ``output_dir/checkpoints/step_000020/``:
   the base model they name), or with ``model.merge_lora_on_save`` the merged model, a plain checkpoint;
 - the tokenizer's files (the processor's, for vision-language policies) in the same directory;
 - ``trainer_state/``: ``optimizer.pt``, ``state.pt`` (step, data position, sampler state, Python/NumPy/torch RNG
-  states) and, for a merged LoRA save, ``adapter/`` (the adapters, which a resumed run keeps training).
+  states), ``run.json`` (the run's config and the fingerprints of its training and held-out rows, what
+  ``--resume`` compares, so a checkpoint copied without the run's ``config.json`` is still checked) and, for a
+  merged LoRA save, ``adapter/`` (the adapters, which a resumed run keeps training);
+- ``trainer_state/manifest.json``: the size and SHA-256 of every other file of the directory, written last.
+  :func:`checkpoint_problem` compares the files with it, so a truncated, replaced or edited file (weights that
+  are still finite numbers included) is found before a run resumes from it.
 
 A checkpoint is written into ``step_000020.tmp`` and renamed when complete, so an interrupted save never
-leaves a half-written checkpoint that resume would pick up. The step-0 checkpoint (right after the warm-up)
-is always kept: it is the KL reference on resume; of the others the newest ``keep_last`` are kept.
+leaves a half-written checkpoint that resume would pick up; a save that fails (a full disk) removes the
+partial directory and raises an ``OSError`` that says which checkpoint is the last complete one
+(:func:`write_atomically`). The step-0 checkpoint (right after the warm-up) is always kept: it is the KL
+reference on resume; of the others the newest ``keep_last`` are kept.
 """
 
 from __future__ import annotations
 
 import copy
+import errno
+import hashlib
+import json
 import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +43,9 @@ import torch
 _STEP_DIR = re.compile(r"^step_(\d{6})$")
 STATE_DIR = "trainer_state"  # optimizer / RNG / sampler / trainer state beside the model files
 ADAPTER_DIR = "adapter"  # under STATE_DIR: the LoRA adapters of a merged save
+RUN_FILE = "run.json"  # under STATE_DIR: {"config": RunConfig.to_dict(), "data": {"train": fingerprint, "eval": fingerprint}}
+MANIFEST_FILE = "manifest.json"  # under STATE_DIR: {"files": {relative path: {"bytes": n, "sha256": hex}}}
+REQUIRED_FILES = (f"{STATE_DIR}/state.pt", f"{STATE_DIR}/optimizer.pt")  # what a checkpoint without a manifest must hold
 
 
 @dataclass
@@ -89,31 +103,168 @@ def export_model(model, directory: str | Path, merge_lora: bool = False) -> None
         model.save_pretrained(str(directory))
 
 
-def save_checkpoint(output_dir: str | Path, model, optimizer, tokenizer, state: TrainerState, keep_last: int = 3, merge_lora: bool = False) -> Path:
-    """Write the checkpoint of ``state.step`` atomically (layout in the module docstring); prune old ones (step 0
-    is kept). ``tokenizer`` is the tokenizer or, for vision-language policies, the processor."""
-    root = checkpoint_dir(output_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{state.step:06d}"
-    tmp = root / f"step_{state.step:06d}.tmp"
+def _torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` through a Python file, so a full disk raises ``OSError(ENOSPC)`` naming the file (given a path,
+    torch's own writer reports it as "enforce fail at inline_container.cc")."""
+    with open(path, "wb") as handle:
+        torch.save(obj, handle)
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def write_manifest(directory: Path) -> None:
+    """``STATE_DIR/MANIFEST_FILE`` of ``directory``: size and SHA-256 of every other file in it."""
+    manifest = directory / STATE_DIR / MANIFEST_FILE
+    files = {
+        p.relative_to(directory).as_posix(): {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p != manifest
+    }
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"files": files}, indent=1) + "\n")
+
+
+_DISK_FULL_TEXT = re.compile(r"os error 28|code: 28\b|No space left|StorageFull|quota exceeded", re.IGNORECASE)
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """True for an error a full disk (or an exhausted quota) causes, however the writing library words it."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return bool(_DISK_FULL_TEXT.search(str(err)))
+
+
+def write_atomically(final: Path, write: Callable[[Path], None], what: str, resume_hint: str = "") -> Path:
+    """Run ``write(tmp)`` on an empty ``FINAL.tmp`` directory, then rename it to ``final`` (replacing it). When
+    ``write`` fails, the partial directory is removed; a full disk becomes ``OSError(ENOSPC, filename=tmp)``
+    whose ``advice`` says what was lost and ``resume_hint`` (the CLI prints both on one line)."""
+    tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
-    export_model(model, tmp, merge_lora)
-    tokenizer.save_pretrained(str(tmp))
-    trainer_state = tmp / STATE_DIR
-    trainer_state.mkdir()
-    if is_lora(model) and merge_lora:
-        model.save_pretrained(str(trainer_state / ADAPTER_DIR))
-    torch.save(optimizer.state_dict() if optimizer is not None else {}, trainer_state / "optimizer.pt")
-    torch.save({"step": state.step, "data_position": state.data_position, "sampler": state.sampler, "rng": state.rng}, trainer_state / "state.pt")
+    try:
+        tmp.mkdir(parents=True)
+        write(tmp)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not is_disk_full(err):
+            raise
+        full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
+        full.advice = f"{what} was not written and its partial files were removed" + (f"; {resume_hint}" if resume_hint else "")  # type: ignore[attr-defined]
+        raise full from err
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
+    return final
+
+
+def resume_hint(output_dir: str | Path, before_step: int | None = None) -> str:
+    """ "free some space, then continue from step N with --resume" for the newest checkpoint before ``before_step``."""
+    found = [s for s, _ in list_checkpoints(output_dir) if before_step is None or s < before_step]
+    if not found:
+        return "free some space, then start the run again"
+    return f"free some space, then continue from step {found[-1]} with --resume"
+
+
+def save_checkpoint(
+    output_dir: str | Path,
+    model,
+    optimizer,
+    tokenizer,
+    state: TrainerState,
+    keep_last: int = 3,
+    merge_lora: bool = False,
+    run_record: dict[str, Any] | None = None,
+) -> Path:
+    """Write the checkpoint of ``state.step`` atomically (layout in the module docstring); prune old ones (step 0
+    is kept). ``tokenizer`` is the tokenizer or, for vision-language policies, the processor; ``run_record``
+    (config and data fingerprints) goes to ``trainer_state/run.json``."""
+    root = checkpoint_dir(output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+
+    def write(tmp: Path) -> None:
+        export_model(model, tmp, merge_lora)
+        tokenizer.save_pretrained(str(tmp))
+        trainer_state = tmp / STATE_DIR
+        trainer_state.mkdir()
+        if is_lora(model) and merge_lora:
+            model.save_pretrained(str(trainer_state / ADAPTER_DIR))
+        _torch_save(optimizer.state_dict() if optimizer is not None else {}, trainer_state / "optimizer.pt")
+        _torch_save({"step": state.step, "data_position": state.data_position, "sampler": state.sampler, "rng": state.rng}, trainer_state / "state.pt")
+        if run_record is not None:
+            (trainer_state / RUN_FILE).write_text(json.dumps(run_record, indent=2, default=str) + "\n")
+        write_manifest(tmp)
+
+    final = write_atomically(root / f"step_{state.step:06d}", write, f"the checkpoint of step {state.step}", resume_hint(output_dir, before_step=state.step))
     others = [p for s, p in list_checkpoints(output_dir) if s != 0]
     for old in others[:-keep_last] if keep_last > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def checkpoint_problem(path: str | Path) -> str | None:
+    """What is wrong with the files of checkpoint ``path`` (None when nothing is): a file its manifest lists that is
+    missing, of another size, or of another SHA-256. A checkpoint written before manifests existed is only
+    checked for :data:`REQUIRED_FILES`."""
+    path = Path(path)
+    manifest_path = path / STATE_DIR / MANIFEST_FILE
+    if not manifest_path.is_file():
+        missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
+        return f"{missing[0]} is missing" if missing else None
+    try:
+        files = json.loads(manifest_path.read_text(encoding="utf-8"))["files"]
+        entries = [(str(name), int(entry["bytes"]), str(entry["sha256"])) for name, entry in files.items()]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return f"{STATE_DIR}/{MANIFEST_FILE} is unreadable"
+    for name, size, digest in sorted(entries):
+        file = path / name
+        if ".." in Path(name).parts or not file.is_file():
+            return f"{name} is missing"
+        actual = file.stat().st_size
+        if actual != size:
+            return f"{name} is {'truncated' if actual < size else 'longer than when it was saved'} ({actual:,} of {size:,} bytes)"
+        if file_sha256(file) != digest:
+            return f"{name} does not match the checksum saved with it (its content changed after the save)"
+    return None
+
+
+def complete_checkpoint_before(output_dir: str | Path, step: int) -> Path | None:
+    """The newest checkpoint before ``step`` whose files pass :func:`checkpoint_problem`, or None."""
+    for s, path in reversed(list_checkpoints(output_dir)):
+        if s < step and checkpoint_problem(path) is None:
+            return path
+    return None
+
+
+def broken_checkpoint_error(path: str | Path, problem: str, option: str = "--resume"):
+    """A ConfigError ``OPTION: checkpoint PATH is broken: PROBLEM; resume from step_N with --resume-from step_N, or
+    delete the broken checkpoint`` (the newest complete checkpoint before it, when there is one)."""
+    from adora_openrlhf.config import ConfigError
+
+    path = Path(path)
+    match = _STEP_DIR.match(path.name)
+    earlier = complete_checkpoint_before(path.parent.parent, int(match.group(1))) if match else None
+    if earlier is not None:
+        fix = f"resume from {earlier.name} with --resume-from {earlier.name}, or delete the broken checkpoint"
+    else:
+        fix = "no earlier checkpoint is complete: start a new run with --overwrite (or another --output-dir)"
+    return ConfigError(f"{option}: checkpoint {str(path)!r} is broken: {problem}; {fix}")
+
+
+def read_run_record(path: str | Path) -> dict[str, Any] | None:
+    """The ``run.json`` of checkpoint ``path`` (None for a checkpoint written before it existed)."""
+    file = Path(path) / STATE_DIR / RUN_FILE
+    if not file.is_file():
+        return None
+    try:
+        record = json.loads(file.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise broken_checkpoint_error(path, f"{STATE_DIR}/{RUN_FILE} is not valid JSON") from None
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        raise broken_checkpoint_error(path, f"{STATE_DIR}/{RUN_FILE} holds no config")
+    return record
 
 
 def check_layout(path: str | Path) -> None:
@@ -143,11 +294,38 @@ def load_lora_adapters(path: str | Path, model) -> None:
 
 
 def load_trainer_state(path: str | Path, optimizer=None) -> TrainerState:
-    """The :class:`TrainerState` of checkpoint ``path``; loads the optimizer state into ``optimizer`` when given."""
-    state_dir = Path(path) / STATE_DIR
+    """The :class:`TrainerState` of checkpoint ``path``; loads the optimizer state into ``optimizer`` when given.
+    A file that cannot be read is a ConfigError naming it (:func:`broken_checkpoint_error`); an optimizer state
+    that does not fit ``optimizer`` is a ConfigError too."""
+    from adora_openrlhf.config import ConfigError
+
+    path = Path(path)
+    raw = _load_pickle(path, f"{STATE_DIR}/state.pt")
+    try:
+        state = TrainerState(step=int(raw["step"]), data_position=int(raw["data_position"]), sampler=raw["sampler"], rng=raw["rng"])
+    except (TypeError, KeyError, ValueError) as err:
+        raise broken_checkpoint_error(path, f"{STATE_DIR}/state.pt lacks the trainer state ({type(err).__name__}: {err})") from None
+    match = _STEP_DIR.match(path.name)
+    if match and int(match.group(1)) != state.step:
+        raise broken_checkpoint_error(path, f"{STATE_DIR}/state.pt is the state of step {state.step}, not of step {int(match.group(1))}")
     if optimizer is not None:
-        saved = torch.load(state_dir / "optimizer.pt", weights_only=False)
+        saved = _load_pickle(path, f"{STATE_DIR}/optimizer.pt")
         if saved:
-            optimizer.load_state_dict(saved)
-    raw = torch.load(state_dir / "state.pt", weights_only=False)
-    return TrainerState(step=raw["step"], data_position=raw["data_position"], sampler=raw["sampler"], rng=raw["rng"])
+            try:
+                optimizer.load_state_dict(saved)
+            except (ValueError, KeyError, TypeError) as err:
+                raise ConfigError(
+                    f"--resume: the optimizer state in {str(path / STATE_DIR / 'optimizer.pt')!r} does not fit this model "
+                    f"({' '.join(str(err).split())[:160]}); resume with the run's own model options or start a new run"
+                ) from None
+    return state
+
+
+def _load_pickle(path: Path, name: str) -> Any:
+    """``torch.load`` of ``path/name``; ConfigError naming the file when it is missing or not a torch file."""
+    try:
+        return torch.load(path / name, weights_only=False)
+    except FileNotFoundError:
+        raise broken_checkpoint_error(path, f"{name} is missing") from None
+    except Exception as err:  # noqa: BLE001 - UnpicklingError, EOFError, RuntimeError (zip), ...: all mean a damaged file
+        raise broken_checkpoint_error(path, f"{name} cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:120]})") from None

@@ -2,8 +2,11 @@
 
 ``build_tiny_model`` makes a ``transformers.Qwen2ForCausalLM`` from :class:`TinyModelConfig` (random
 init, seeded), sized to the run's tokenizer. ``load_pretrained`` loads any Hugging Face causal LM, local
-directory or hub name (``model_source.py``), with ``AutoModelForCausalLM.from_pretrained``. ``apply_lora`` wraps a model in peft LoRA
-adapters when ``model.lora_rank > 0`` (only the adapters are trained).
+directory or hub name (``model_source.py``), with ``AutoModelForCausalLM.from_pretrained``, through
+:func:`from_pretrained_checked`: weights that do not fit the config (missing, unexpected or of another shape,
+e.g. a config of another architecture over Qwen2 weights) are refused instead of leaving a partly random
+model. ``apply_lora`` wraps a model in peft LoRA adapters when ``model.lora_rank > 0`` (only the adapters are
+trained). :func:`vocabulary_problem` checks that every token id of a tokenizer has an embedding row.
 """
 
 from __future__ import annotations
@@ -49,15 +52,66 @@ def build_tiny_model(cfg: TinyModelConfig, tokenizer, seed: int):
     return model
 
 
+def from_pretrained_checked(auto_class, path: str, option: str = "model.path", **kwargs):
+    """``auto_class.from_pretrained(path, **kwargs)`` that refuses weights which do not fit the model the config
+    describes: ConfigError naming ``option`` when a parameter is missing from the weights, a weight has no
+    parameter, or shapes differ (transformers would initialise those parameters at random, with a warning).
+    transformers' own load report is silenced; the error says what it would have listed."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model, info = auto_class.from_pretrained(path, output_loading_info=True, **kwargs)
+    except RuntimeError as err:
+        if "mismatched" not in str(err) and "size mismatch" not in str(err):
+            raise
+        raise ConfigError(
+            f"{option}: the weights in {path!r} have other shapes than its config.json describes; the config and the weights "
+            "come from different models: use the config.json saved with the weights"
+        ) from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    problems = [
+        f"{len(keys)} {what} (e.g. {sorted(map(str, keys))[:2]})"
+        for what, keys in (
+            ("parameters missing from the weights", info.get("missing_keys") or ()),
+            ("weights the model has no parameter for", info.get("unexpected_keys") or ()),
+            ("weights of another shape", info.get("mismatched_keys") or ()),
+        )
+        if keys
+    ]
+    if problems:
+        raise ConfigError(
+            f"{option}: the weights in {path!r} do not fit the {type(model).__name__} its config.json describes: {'; '.join(problems)}; "
+            "the config and the weights come from different models: use the config.json saved with the weights"
+        )
+    return model
+
+
 def load_pretrained(path: str, dtype: str = "float32", init_kwargs: dict | None = None, option: str = "model.path"):
     """A Hugging Face causal LM: a local directory (config.json and weights) or a hub name ``owner/name``
-    (hub cache, or the hub unless ``HF_HUB_OFFLINE=1``), with ``init_kwargs`` passed to ``from_pretrained``."""
+    (hub cache, or the hub unless ``HF_HUB_OFFLINE=1``), with ``init_kwargs`` passed to ``from_pretrained``;
+    weights that do not fit its config are refused (:func:`from_pretrained_checked`)."""
     from transformers import AutoModelForCausalLM
 
     from adora_openrlhf.backends.local.model_source import check_model_source
 
     check_model_source(path, option, init_kwargs)
-    return AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], **(init_kwargs or {}))
+    return from_pretrained_checked(AutoModelForCausalLM, path, option, dtype=DTYPES[dtype], **(init_kwargs or {}))
+
+
+def vocabulary_problem(tokenizer, model) -> str | None:
+    """What is wrong when ``tokenizer`` has token ids the model has no embedding row for (None otherwise):
+    such a token in a prompt would index past the embedding."""
+    rows = model.get_input_embeddings().num_embeddings
+    needed = max(tokenizer.get_vocab().values(), default=-1) + 1
+    if needed > rows:
+        return (
+            f"the tokenizer has token ids up to {needed - 1:,}, but the model's embedding has {rows:,} rows (vocab_size in config.json); "
+            "the tokenizer belongs to another model: use the model's own tokenizer files"
+        )
+    return None
 
 
 def apply_lora(model, cfg: ModelConfig):

@@ -6,12 +6,15 @@ A name that is not a local path is looked up on the Hugging Face hub through the
 with ``HF_HUB_OFFLINE=1`` only that cache is read. :func:`check_model_source` runs this lookup on ``config.json``
 before anything is built, so "not found" (offline or not) is one error line naming the option and the fix
 instead of a loader traceback. ``model.init_kwargs`` go to every ``from_pretrained`` of the model; the subset a
-tokenizer or processor understands (:func:`loader_kwargs`) goes to theirs.
+tokenizer or processor understands (:func:`loader_kwargs`) goes to theirs. :func:`weight_files_problem`
+reads the headers of a directory's ``.safetensors`` files, so a truncated or damaged weights file is named
+before a loader fails on it.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -72,3 +75,50 @@ def model_config_dict(source: str, init_kwargs: Mapping[str, Any] | None = None)
     """The ``config.json`` of ``source`` as a dict ({} when a local directory has none)."""
     path = model_file(source, "config.json", init_kwargs=init_kwargs)
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """What is wrong with one ``.safetensors`` file (None when its size is the one its header describes): the
+    format is an 8-byte little-endian header length, a JSON header giving each tensor's byte range, the data."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            return f"{path.name} is truncated ({size:,} bytes, not even a header)"
+        (header_len,) = struct.unpack("<Q", head)
+        if header_len > size - 8:
+            return f"{path.name} is truncated ({size:,} bytes; its header alone claims {header_len:,}) or is not a safetensors file"
+        try:
+            header = json.loads(handle.read(header_len).decode("utf-8"))
+            ends = [int(entry["data_offsets"][1]) for name, entry in header.items() if name != "__metadata__"]
+        except (ValueError, UnicodeDecodeError, KeyError, TypeError, IndexError, AttributeError):
+            return f"{path.name} is not a readable safetensors file (its header is damaged)"
+    expected = 8 + header_len + max(ends, default=0)
+    if size < expected:
+        return f"{path.name} is truncated ({size:,} of {expected:,} bytes)"
+    if size > expected:
+        return f"{path.name} has {size - expected:,} bytes more than its header describes (damaged)"
+    return None
+
+
+def weight_files_problem(directory: str | Path) -> str | None:
+    """The first problem :func:`safetensors_problem` finds among the ``.safetensors`` files of a local model
+    directory (or the shards its ``model.safetensors.index.json`` names that are missing); None otherwise, and
+    for anything that is not a local directory."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
+            return f"{index.name} is not a readable index of weight shards"
+        missing = [name for name in shards if not (directory / name).is_file()]
+        if missing:
+            return f"{missing[0]} (a shard {index.name} names) is missing"
+    for file in sorted(directory.glob("*.safetensors")):
+        problem = safetensors_problem(file)
+        if problem is not None:
+            return problem
+    return None

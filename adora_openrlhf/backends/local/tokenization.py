@@ -11,6 +11,11 @@ into the text the model continues:
 - ``compact``: the user message only, then a newline. Short prompts keep the tiny CPU model fast.
 - ``chat``: the tokenizer's own chat template with the generation prompt (for real checkpoints).
 - ``auto``: ``chat`` when the tokenizer has a chat template, otherwise ``compact``.
+
+A tiny tokenizer built for a text task whose prompts are rendered ``compact`` carries
+:data:`COMPACT_CHAT_TEMPLATE`, a chat template that renders exactly what ``compact`` does, so every later
+user of the saved tokenizer (``auto`` on resume, OpenRLHF's ``--data.apply_chat_template``, vLLM) gives the
+model the prompt text it was trained on.
 """
 
 from __future__ import annotations
@@ -61,6 +66,14 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int):
     return tokenizer
 
 
+# the compact template as a chat template: the last user message, stripped (Jinja's trim is str.strip), and a newline
+COMPACT_CHAT_TEMPLATE = (
+    "{%- set users = messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | list -%}"
+    "{%- if not users %}{{ raise_exception('prompt: no user message to build a compact prompt from') }}{% endif -%}"
+    "{{ users[-1] | trim }}{{ '\\n' }}"
+)
+
+
 def load_tokenizer(path: str, init_kwargs=None):
     """A saved tokenizer (the run's own, or a Hugging Face checkpoint's: local directory or hub name); sets a pad
     token if missing. ``init_kwargs``: ``model.init_kwargs``, of which the file-selecting ones apply."""
@@ -74,6 +87,20 @@ def load_tokenizer(path: str, init_kwargs=None):
             raise ValueError(f"model.path: the tokenizer at {path!r} has neither a pad nor an eos token; add one to its tokenizer_config.json")
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+TOKENIZER_PROBE = "Alice is a knight. 12 + 30 = 42"
+
+
+def tokenizer_problem(tokenizer) -> str | None:
+    """What is wrong with a loaded tokenizer (None when nothing is): a directory without tokenizer files loads as
+    a tokenizer that encodes every text to no tokens."""
+    if not tokenizer(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]:
+        return (
+            "there are no tokenizer files in it (tokenizer.json, or vocab.json and merges.txt): the tokenizer loaded from it encodes text to no tokens; "
+            "copy the tokenizer files of the model it was made from into it"
+        )
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------

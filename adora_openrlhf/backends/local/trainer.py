@@ -31,6 +31,7 @@ import logging
 import math
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +45,15 @@ from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_step_advantag
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, PromptGroup
 from adora_openrlhf.backends.local import checkpoint as ckpt
 from adora_openrlhf.backends.local import rundir, vlm
-from adora_openrlhf.backends.local.data import batch_indices, load_rows, row_key
+from adora_openrlhf.backends.local.data import batch_indices, load_rows, row_key, rows_fingerprint
 from adora_openrlhf.backends.local.evaluate import evaluate
 from adora_openrlhf.backends.local.heldout import save_heldout
 from adora_openrlhf.backends.local.metrics import MetricsLogger, plot_reward_curve
-from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model, count_parameters, load_pretrained, pick_device
-from adora_openrlhf.backends.local.model_source import check_model_source
+from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model, count_parameters, load_pretrained, pick_device, vocabulary_problem
+from adora_openrlhf.backends.local.model_source import check_model_source, weight_files_problem
 from adora_openrlhf.backends.local.rollout import RolloutEngine, encode_prompts, make_reward_fns
 from adora_openrlhf.backends.local.sft import demonstration_for, style_fractions, supervised_warmup, warmup_styles
-from adora_openrlhf.backends.local.tokenization import load_tokenizer, render_prompt, train_bpe_tokenizer
+from adora_openrlhf.backends.local.tokenization import COMPACT_CHAT_TEMPLATE, load_tokenizer, render_prompt, tokenizer_problem, train_bpe_tokenizer
 from adora_openrlhf.backends.local.update import pack, policy_update
 from adora_openrlhf.backends.support import check_backend_fields
 from adora_openrlhf.cli_args import format_config
@@ -95,7 +96,22 @@ def _build_tokenizer(cfg: RunConfig, train_rows, resume_from: Path | None):
     rng = random.Random(f"tokenizer-corpus:{cfg.seed}")
     corpus += [demonstration_for(r, style, rng) for style in warmup_styles(cfg.warmup) for r in train_rows]
     tokenizer = train_bpe_tokenizer(corpus, cfg.model.tiny.vocab_size)
+    if template == "compact" and not vision:  # saved with the model: chat-template users render the same text
+        tokenizer.chat_template = COMPACT_CHAT_TEMPLATE
     return tokenizer, (vlm.build_tiny_processor(tokenizer, cfg.model.tiny_vision) if vision else None)
+
+
+def demonstrations(rows, styles, rng: random.Random) -> list[str]:
+    """The warm-up demonstration of every row in every style (style by style); a row the style cannot be built
+    for is a ConfigError naming the row, raised before a run writes anything."""
+    out = []
+    for style in styles:
+        for row in rows:
+            try:
+                out.append(demonstration_for(row, style, rng))
+            except (ConfigError, KeyError, ValueError) as err:
+                raise ConfigError(f"{row.where}: {' '.join(str(err).split())}") from None
+    return out
 
 
 def _build_model(cfg: RunConfig, tokenizer, device, checkpoint: Path | None = None):
@@ -112,7 +128,8 @@ def _load_policy(cfg: RunConfig, tokenizer, device, checkpoint: Path | None = No
     vision = cfg.data.task == "geometry"
     if checkpoint is not None and cfg.model.lora_rank == 0:
         dtype = cfg.model.dtype if cfg.model.path is not None else "float32"  # the tiny model is built in float32
-        return (vlm.load_vlm if vision else load_pretrained)(str(checkpoint), dtype, cfg.model.init_kwargs).to(device)
+        option = f"--resume: checkpoint {str(checkpoint)!r}"
+        return (vlm.load_vlm if vision else load_pretrained)(str(checkpoint), dtype, cfg.model.init_kwargs, option=option).to(device)
     if cfg.model.path is not None:
         model = (vlm.load_vlm if vision else load_pretrained)(cfg.model.path, cfg.model.dtype, cfg.model.init_kwargs)
     elif vision:
@@ -130,7 +147,8 @@ def _encode(cfg: RunConfig, tokenizer, rows, where: str, processor=None):
     (too-long prompts are an error naming the row); with a processor, images go through it (``vlm.py``)."""
     if processor is not None:
         texts = [vlm.render_vlm_prompt(r.prompt, processor, cfg.data.prompt_template) for r in rows]
-        return vlm.encode_vlm_prompts(processor, texts, [r.images for r in rows], cfg.data.max_prompt_tokens, where)
+        locations = [r.where or f"{where}:{i + 1}" for i, r in enumerate(rows)]
+        return vlm.encode_vlm_prompts(processor, texts, [r.images for r in rows], cfg.data.max_prompt_tokens, locations)
     texts = [render_prompt(r.prompt, tokenizer, cfg.data.prompt_template) for r in rows]
     return encode_prompts(tokenizer, texts, cfg.data.max_prompt_tokens, [r.where or f"{where}:{i + 1}" for i, r in enumerate(rows)]), None
 
@@ -224,47 +242,126 @@ def _filtered_sample(cfg: RunConfig, sampler: AdaptiveSampler, engine: RolloutEn
     return filtered.result, filtered.prompts_consumed
 
 
-def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
+def _load_policy_and_tokenizer(cfg: RunConfig, train_rows, checkpoint: Path | None, device):
+    """(tokenizer, processor, model), checked: weight files that are truncated or damaged, a tokenizer that
+    encodes nothing (no tokenizer files), weights that do not fit the config, and token ids past the model's
+    embedding are each one ConfigError naming the checkpoint (with the complete one to resume from instead) or
+    ``model.path``."""
+    model_dir = Path(cfg.model.path) if cfg.model.path is not None and Path(cfg.model.path).is_dir() else None
+
+    def failure(problem: str, in_checkpoint: bool) -> ConfigError:
+        if in_checkpoint:
+            return ckpt.broken_checkpoint_error(checkpoint, problem)
+        return ConfigError(f"model.path: {cfg.model.path!r}{'' if problem.startswith('cannot be loaded') else ':'} {problem}")
+
+    for directory, in_checkpoint in ((checkpoint, True), (model_dir, False)):
+        problem = weight_files_problem(directory) if directory is not None else None
+        if problem is not None:
+            raise failure(problem if in_checkpoint else f"cannot be loaded: {problem}; re-download or re-export the model", in_checkpoint)
+    from_checkpoint = checkpoint is not None  # the tokenizer comes from the checkpoint; the model too unless LoRA
+    try:
+        tokenizer, processor = _build_tokenizer(cfg, train_rows, checkpoint)
+    except ConfigError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any loader failure: name the directory, one line
+        raise failure(f"cannot be loaded ({type(err).__name__}: {' '.join(str(err).split())[:200]})", from_checkpoint) from None
+    if checkpoint is not None or cfg.model.path is not None:
+        problem = tokenizer_problem(tokenizer)
+        if problem is not None:
+            raise failure(problem, from_checkpoint)
+    try:
+        model = _build_model(cfg, tokenizer, device, checkpoint)
+    except ConfigError:
+        raise
+    except Exception as err:  # noqa: BLE001 - SafetensorError, OSError, ValueError, ...: one line naming the source
+        raise failure(f"cannot be loaded ({type(err).__name__}: {' '.join(str(err).split())[:200]})", from_checkpoint and cfg.model.lora_rank == 0) from None
+    problem = vocabulary_problem(tokenizer, model)
+    if problem is not None:
+        raise failure(problem, from_checkpoint)
+    return tokenizer, processor, model
+
+
+def _resumed_reference(cfg: RunConfig, tokenizer, device, out: Path):
+    """The KL reference of a resumed run (the step-0 checkpoint), checked and loaded before anything is written;
+    None when the run has no KL term or is a LoRA run (whose reference is the base model, adapters off)."""
+    if not (cfg.train.kl_coef > 0 and cfg.model.lora_rank == 0):
+        return None
+    step0 = ckpt.checkpoint_dir(out) / "step_000000"
+    problem = "it is missing" if not step0.is_dir() else ckpt.checkpoint_problem(step0) or weight_files_problem(step0)
+    if problem is not None:
+        raise ConfigError(
+            f"--resume: checkpoint {str(step0)!r}, the KL reference policy (train.kl_coef > 0), is broken: {problem}; it cannot be "
+            "recreated: start a new run with --overwrite (or another --output-dir)"
+        )
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        ref_model = _build_model(cfg, tokenizer, device, step0)
+    return ref_model.eval().requires_grad_(False)
+
+
+def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False, resume_from: str | None = None) -> dict[str, Any]:
     """Run the whole training described by ``cfg``; returns the summary also written to ``summary.json``.
 
-    Everything is checked and loaded (config, output location, previous run, data, tokenizer, model) before
-    ``output_dir`` is touched; then the directory is locked for the run (:mod:`.rundir`). A directory that
-    holds checkpoints is continued with ``resume`` or replaced with ``overwrite``, never silently."""
+    Everything is checked and loaded (config, output location, previous run and its checkpoint, data, tokenizer,
+    model, trainer state) before ``output_dir`` is touched; then the directory is locked for the run
+    (:mod:`.rundir`). A directory that holds checkpoints is continued with ``resume`` (from the latest checkpoint,
+    or the one ``resume_from`` names: a step number, ``step_000002`` or its path) or replaced with ``overwrite``,
+    never silently."""
     _check_runnable(cfg)
     started = time.perf_counter()
     out = Path(cfg.output_dir)
+    resume = resume or resume_from is not None
     rundir.check_output_dir(out)
-    resume_from = rundir.check_previous_run(out, cfg, resume, overwrite)
-    if resume_from is not None:
-        ckpt.check_layout(resume_from)
+    checkpoint = rundir.check_previous_run(out, cfg, resume, overwrite, resume_from)
     _seed_everything(cfg.seed)
     device = pick_device()
 
-    # ---- data, tokenizer, model (read-only: nothing is written yet) -------------------------------------
+    # ---- data, tokenizer, model, trainer state (read-only: nothing is written yet) ---------------------
     train_rows, eval_rows = load_rows(cfg.data, cfg.seed)
-    try:
-        tokenizer, processor = _build_tokenizer(cfg, train_rows, resume_from)
-        model = _build_model(cfg, tokenizer, device, resume_from)
-    except ConfigError:
-        raise
-    except (OSError, ValueError) as err:  # not a loadable model or tokenizer: name the option, one line
-        what = f"--resume: checkpoint {str(resume_from)!r}" if resume_from is not None and cfg.model.path is None else f"model.path: {cfg.model.path!r}"
-        raise ConfigError(f"{what} cannot be loaded ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
+    if checkpoint is not None:
+        rundir.check_resume_data(checkpoint, cfg, train_rows, eval_rows)
+    else:  # every warm-up demonstration can be built (a row that cannot is named)
+        demonstrations(train_rows, warmup_styles(cfg.warmup), random.Random(0))
+    tokenizer, processor, model = _load_policy_and_tokenizer(cfg, train_rows, checkpoint, device)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+    state = ref_model = None
+    if checkpoint is not None:
+        state = ckpt.load_trainer_state(checkpoint, optimizer)
+        ref_model = _resumed_reference(cfg, tokenizer, device, out)
     encoded = _encode(cfg, tokenizer, train_rows, "train", processor), _encode(cfg, tokenizer, eval_rows, "eval", processor)
     rewards = make_reward_fns(train_rows), make_reward_fns(eval_rows)
+    run_record = {"config": cfg.to_dict(), "data": {"train": rows_fingerprint(train_rows), "eval": rows_fingerprint(eval_rows)}}
+    loaded = _Loaded(tokenizer, processor, model, optimizer, state, ref_model, encoded, rewards, run_record)
     with rundir.RunDirLock(out):
-        resume_from = rundir.check_previous_run(out, cfg, resume, overwrite)  # again, now that no other run can start
-        if resume_from is None:
+        # again, now that no other run can start (the files were verified above)
+        if rundir.check_previous_run(out, cfg, resume, overwrite, resume_from, verify_files=False) != checkpoint:
+            raise ConfigError(f"output_dir: {str(out)!r} changed while this run was starting (another training wrote checkpoints); run the command again")
+        if checkpoint is None:
             if overwrite and ckpt.list_checkpoints(out):
                 logger.info("starting a new run in %s: --overwrite removes the previous run's checkpoints and metrics", out)
             rundir.clear_previous_run(out)
-        return _train_in(cfg, out, started, device, resume_from, train_rows, eval_rows, tokenizer, processor, model, encoded, rewards)
+        else:
+            rundir.set_aside_later_checkpoints(out, state.step)
+        return _train_in(cfg, out, started, device, checkpoint, train_rows, eval_rows, loaded)
 
 
-def _train_in(
-    cfg: RunConfig, out: Path, started: float, device, resume_from: Path | None, train_rows, eval_rows, tokenizer, processor, model, encoded, rewards
-) -> dict[str, Any]:
+@dataclass
+class _Loaded:
+    """What :func:`train` checked and loaded before it touched the run directory."""
+
+    tokenizer: Any
+    processor: Any  # the vision-language processor, or None
+    model: Any
+    optimizer: torch.optim.Optimizer
+    state: ckpt.TrainerState | None  # the resumed checkpoint's state (None for a new run)
+    ref_model: Any  # a resumed run's KL reference (None: no KL term, LoRA, or built after the warm-up)
+    encoded: Any  # ((train ids, train extras), (eval ids, eval extras))
+    rewards: Any  # (train reward functions, eval reward functions)
+    run_record: dict[str, Any]  # what every checkpoint records for --resume (trainer_state/run.json)
+
+
+def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Path | None, train_rows, eval_rows, loaded: _Loaded) -> dict[str, Any]:
     """The run itself, in the locked ``out``."""
+    tokenizer, processor, model, optimizer = loaded.tokenizer, loaded.processor, loaded.model, loaded.optimizer
     logger.info("config:\n%s", format_config(cfg))
     (out / "config.json").write_text(format_config(cfg) + "\n")
     save_heldout(out, eval_rows, cfg)  # for `python -m eval.run --run out` (heldout.py)
@@ -277,10 +374,13 @@ def _train_in(
         f"policy: {tiny if cfg.model.path is None else cfg.model.path}, {total:,} parameters "
         f"({trainable:,} trainable), vocab {len(tokenizer)}, device {device}; {len(train_rows)} train / {len(eval_rows)} held-out prompts"
     )
-    (train_ids, train_extras), (eval_ids, eval_extras) = encoded
-    train_rewards, eval_rewards = rewards
+    (train_ids, train_extras), (eval_ids, eval_extras) = loaded.encoded
+    train_rewards, eval_rewards = loaded.rewards
 
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+    def save(step: int, position: int) -> None:
+        state = ckpt.TrainerState(step, position, sampler.state_dict(), ckpt.capture_rng())
+        ckpt.save_checkpoint(out, model, optimizer, saved_tokenizer, state, merge_lora=cfg.model.merge_lora_on_save, run_record=loaded.run_record)
+
     sampler = AdaptiveSampler(cfg.sampling, cfg.rollout, seed=cfg.seed)
     engine = RolloutEngine(
         model,
@@ -316,14 +416,8 @@ def _train_in(
         return {**result, "time/eval_s": time.perf_counter() - t0}
 
     # ---- warm-up or resume ------------------------------------------------------------------------------
-    if resume_from is not None:
-        try:
-            state = ckpt.load_trainer_state(resume_from, optimizer)
-        except (OSError, RuntimeError, EOFError, KeyError, ValueError) as err:
-            raise ConfigError(
-                f"--resume: checkpoint {str(resume_from)!r} is unreadable ({type(err).__name__}: "
-                f"{' '.join(str(err).split())[:160]}); move it away to resume from the one before"
-            ) from None
+    if loaded.state is not None:
+        state = loaded.state
         sampler.load_state_dict(state.sampler)
         ckpt.restore_rng(state.rng)
         start_step, position = state.step, state.data_position
@@ -338,12 +432,10 @@ def _train_in(
             warm.update({"warmup/first_loss": losses[0], "warmup/final_loss": float(np.mean(losses[-10:]))})
         start_step, position = 0, 0
         metrics_log.log(0, {**warm, **run_eval(0)})
-        ckpt.save_checkpoint(
-            out, model, optimizer, saved_tokenizer, ckpt.TrainerState(0, 0, sampler.state_dict(), ckpt.capture_rng()), merge_lora=cfg.model.merge_lora_on_save
-        )
+        save(0, 0)
 
-    ref_model = None
-    if cfg.train.kl_coef > 0 and cfg.model.lora_rank == 0:  # LoRA runs use the base model (adapters off) as reference
+    ref_model = loaded.ref_model
+    if ref_model is None and cfg.train.kl_coef > 0 and cfg.model.lora_rank == 0:  # LoRA runs use the base model (adapters off) as reference
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             ref_model = _build_model(cfg, tokenizer, device, ckpt.checkpoint_dir(out) / "step_000000")
         ref_model.eval().requires_grad_(False)
@@ -419,14 +511,7 @@ def _train_in(
             metrics.update(run_eval(done))
         metrics_log.log(done, metrics)
         if (cfg.save_every and done % cfg.save_every == 0) or done == cfg.steps:
-            ckpt.save_checkpoint(
-                out,
-                model,
-                optimizer,
-                saved_tokenizer,
-                ckpt.TrainerState(done, position, sampler.state_dict(), ckpt.capture_rng()),
-                merge_lora=cfg.model.merge_lora_on_save,
-            )
+            save(done, position)
         bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.2f}", acc=f"{metrics.get('reward/accuracy', float('nan')):.2f}")
     bar.close()
     metrics_log.close()
@@ -436,8 +521,12 @@ def _train_in(
 
     plot_reward_curve(out / "metrics.jsonl", out / "reward_curve.png")
     final_dir = out / "final_model"
-    ckpt.export_model(model, final_dir, cfg.model.merge_lora_on_save)
-    saved_tokenizer.save_pretrained(str(final_dir))
+
+    def write_final(directory: Path) -> None:
+        ckpt.export_model(model, directory, cfg.model.merge_lora_on_save)
+        saved_tokenizer.save_pretrained(str(directory))
+
+    ckpt.write_atomically(final_dir, write_final, "the final model", ckpt.resume_hint(out))
     evals = [r for r in read_metrics(out / "metrics.jsonl") if "eval/greedy_accuracy" in r]
     summary = {
         "recipe": cfg.recipe,

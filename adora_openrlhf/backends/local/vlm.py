@@ -147,14 +147,15 @@ def is_vlm_checkpoint(path: str, init_kwargs: dict | None = None) -> bool:
     return "vision_config" in model_config_dict(path, init_kwargs)
 
 
-def load_vlm(path: str, dtype: str = "float32", init_kwargs: dict | None = None):
+def load_vlm(path: str, dtype: str = "float32", init_kwargs: dict | None = None, option: str = "model.path"):
     """A vision-language checkpoint, local directory or hub name (``AutoModelForImageTextToText``, as OpenRLHF's
-    actor loads it), with ``init_kwargs`` passed to ``from_pretrained``."""
+    actor loads it), with ``init_kwargs`` passed to ``from_pretrained``; weights that do not fit its config are
+    refused (``model.from_pretrained_checked``)."""
     from transformers import AutoModelForImageTextToText
 
-    from adora_openrlhf.backends.local.model import DTYPES
+    from adora_openrlhf.backends.local.model import DTYPES, from_pretrained_checked
 
-    return AutoModelForImageTextToText.from_pretrained(path, dtype=DTYPES[dtype], **(init_kwargs or {}))
+    return from_pretrained_checked(AutoModelForImageTextToText, path, option, dtype=DTYPES[dtype], **(init_kwargs or {}))
 
 
 def load_processor(path: str, init_kwargs: dict | None = None):
@@ -224,17 +225,21 @@ def render_vlm_prompt(prompt: Any, processor, template: str) -> str:
     return users[-1].strip().replace(IMAGE_TAG, IMAGE_BLOCK) + "\n"
 
 
-def encode_vlm_prompts(processor, texts: Sequence[str], images: Sequence[Sequence[Any]], max_tokens: int, where: str):
+def encode_vlm_prompts(processor, texts: Sequence[str], images: Sequence[Sequence[Any]], max_tokens: int, where: str | Sequence[str]):
     """(prompt token ids, extra model inputs) per prompt. Each text must hold one vision block per image; a
-    mismatch or a prompt over ``max_tokens`` (image tokens included) raises naming the row."""
+    mismatch, an image that cannot be decoded or a prompt over ``max_tokens`` (image tokens included) raises
+    naming the row (``where``: one location such as ``train.jsonl:7`` per prompt, or a name for all, then rows
+    are numbered from 1)."""
     ids_out: list[list[int]] = []
     extras: list[dict[str, torch.Tensor] | None] = []
     for i, (text, refs) in enumerate(zip(texts, images, strict=True)):
+        at = f"{where}:{i + 1}" if isinstance(where, str) else where[i]
         blocks = text.count("<|image_pad|>")
         if blocks != len(refs):
-            raise ConfigError(f"{where} row {i} field 'images': {len(refs)} image(s) for {blocks} image slot(s) (<image> tags) in the prompt")
+            raise ConfigError(f"{at}: field 'images': {len(refs)} image(s) for {blocks} image slot(s) (<image> tags) in the prompt")
         if refs:
-            out = processor(text=[text], images=[load_image(r) for r in refs], add_special_tokens=False, return_tensors="pt")
+            decoded = [_decoded(r, f"{at}: field 'images[{k}]'") for k, r in enumerate(refs)]
+            out = processor(text=[text], images=decoded, add_special_tokens=False, return_tensors="pt")
             extras.append({k: out[k] for k in EXTRA_INPUT_KEYS})
         else:
             out = processor(text=[text], add_special_tokens=False, return_tensors="pt")
@@ -242,11 +247,20 @@ def encode_vlm_prompts(processor, texts: Sequence[str], images: Sequence[Sequenc
         ids = out["input_ids"][0].tolist()
         if len(ids) > max_tokens:
             raise ConfigError(
-                f"{where} row {i}: prompt has {len(ids)} tokens (image tokens included), more than "
+                f"{at}: field 'prompt': {len(ids)} tokens (image tokens included), more than "
                 f"data.max_prompt_tokens={max_tokens}; raise it or use smaller images"
             )
         ids_out.append(ids)
     return ids_out, extras
+
+
+def _decoded(ref: Any, at: str):
+    """:func:`load_image`, with a ConfigError ``AT: ...`` naming the file when it cannot be decoded."""
+    try:
+        return load_image(ref)
+    except Exception as err:  # noqa: BLE001 - PIL: OSError (truncated), UnidentifiedImageError, DecompressionBombError, ...
+        reason = " ".join(str(err).split())[:160] or type(err).__name__
+        raise ConfigError(f"{at}: the image file {ref!r} cannot be decoded ({reason}); it is damaged or not an image: replace it") from None
 
 
 def vision_token_ids(model) -> list[int]:

@@ -8,19 +8,21 @@ defaults it applies to the parsed namespace. Nothing here copies or edits it:
   final ``train(args)`` call, read from the installed file, so every OpenRLHF flag, default and check is
   OpenRLHF's own. Only the standard-library imports of the file are needed for this, so the dry run
   (``--print-args``) works on machines without vLLM or flash-attn.
-- :func:`run_openrlhf_train` calls OpenRLHF's ``train`` function object with the one name it imports for
-  the trainer, ``from openrlhf.trainer.ppo_trainer import PPOTrainer``, resolved to our Ray actor class for
-  that call. The resolution is private to the call (the function runs with its own copy of the module
-  globals whose ``__import__`` answers that single import), so no module attribute is modified and the
-  Ray worker processes see OpenRLHF unchanged. The trainer actor is created from our class (pickled by
-  reference to :mod:`adora_openrlhf.backends.openrlhf.trainer`), and it builds our samples generator and
-  experience maker inside its own process.
+- :func:`run_openrlhf_train` calls OpenRLHF's ``train`` function object with the names it looks up for its
+  classes answered with ours (:func:`.rebind.with_globals`): its one trainer import,
+  ``from openrlhf.trainer.ppo_trainer import PPOTrainer``, gives our Ray actor class, and its module globals
+  ``PolicyModelActor``, ``ReferenceModelActor``, ``CriticModelActor``, ``RewardModelActor``, ``get_strategy`` and
+  ``create_vllm_engines`` give the classes of :mod:`.actors` and :mod:`.weight_sync`. The answers are private to
+  the call (the function runs with its own copy of the module globals and its own ``__import__``), so no module
+  attribute is modified. Every class is pickled by reference to this package, and builds our objects inside its
+  own Ray process.
+- :func:`check_openrlhf_version` refuses an openrlhf release other than the tested ones (:data:`TESTED_VERSIONS`)
+  before OpenRLHF's parser sees our flags, unless ``ADORA_ALLOW_UNTESTED_OPENRLHF=1``.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
 import importlib
 import importlib.util
 import sys
@@ -36,10 +38,42 @@ ENTRY_MODULE = "openrlhf.cli.train_ppo_ray"
 TRAINER_MODULE = "openrlhf.trainer.ppo_trainer"
 TRAINER_NAME = "PPOTrainer"
 INSTALL_HINT = "pip install -r requirements/cluster.txt (GPU nodes) or see requirements/openrlhf-cpu-test.txt (CPU)"
+TESTED_VERSIONS = ("0.11.2",)  # the openrlhf releases whose functions this backend overrides or re-executes (tests/test_openrlhf_audit.py)
+TESTED_VERSIONS_TEXT = " / ".join(TESTED_VERSIONS)
+UNTESTED_ENV = "ADORA_ALLOW_UNTESTED_OPENRLHF"  # =1: run with another openrlhf version anyway (at your own risk)
 
 
 class OpenRLHFArgsError(ConfigError):
     """OpenRLHF's own checks rejected the command line (its assertion message is kept)."""
+
+
+def installed_openrlhf_version() -> str | None:
+    """The installed openrlhf distribution's version, or None when it is not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("openrlhf")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_openrlhf_version(environ: dict[str, str] | None = None) -> str:
+    """The installed openrlhf version, if it is one of :data:`TESTED_VERSIONS`; otherwise a :class:`ConfigError`
+    naming the version and the two ways out (install a tested one, or set :data:`UNTESTED_ENV` to 1). Runs before
+    OpenRLHF's parser sees our flags (an older release rejects some of them with a bare argparse message)."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    version = installed_openrlhf_version()
+    if version is None:
+        raise ConfigError(f"backend: the openrlhf package is not installed; {INSTALL_HINT}")
+    if version not in TESTED_VERSIONS and environ.get(UNTESTED_ENV) != "1":
+        raise ConfigError(
+            f"backend: openrlhf {version} is installed, but this backend subclasses and re-executes functions of openrlhf "
+            f"{TESTED_VERSIONS_TEXT} only; pip install openrlhf=={TESTED_VERSIONS[-1]} (--no-deps on CPU), or set {UNTESTED_ENV}=1 "
+            "to run it anyway (the overridden functions may have changed: see tests/test_openrlhf_audit.py)"
+        )
+    return version
 
 
 def entry_source() -> tuple[str, str]:
@@ -125,27 +159,33 @@ def _trainer_import_in(train_fn: types.FunctionType) -> bool:
     )
 
 
-def with_trainer(train_fn: types.FunctionType, trainer_actor_cls: Any) -> types.FunctionType:
+def with_trainer(train_fn: types.FunctionType, trainer_actor_cls: Any, names: dict[str, Any] | None = None) -> types.FunctionType:
     """A copy of ``train_fn`` whose ``from openrlhf.trainer.ppo_trainer import PPOTrainer`` gives
-    ``trainer_actor_cls``; every other import, and the real module, are untouched."""
-    real_import = builtins.__import__
-    replacement = types.SimpleNamespace(**{TRAINER_NAME: trainer_actor_cls})
+    ``trainer_actor_cls`` and whose module globals ``names`` (actor classes, ``get_strategy``,
+    ``create_vllm_engines``) are answered with the given objects; every other import, and the real module,
+    are untouched."""
+    from adora_openrlhf.backends.openrlhf.rebind import with_globals
 
-    def scoped_import(name, globals=None, locals=None, fromlist=(), level=0):
-        if level == 0 and name == TRAINER_MODULE and fromlist and tuple(fromlist) == (TRAINER_NAME,):
-            return replacement
-        return real_import(name, globals, locals, fromlist, level)
-
-    call_globals = dict(train_fn.__globals__)
-    call_globals["__builtins__"] = {**vars(builtins), "__import__": scoped_import}
-    return types.FunctionType(train_fn.__code__, call_globals, train_fn.__name__, train_fn.__defaults__, train_fn.__closure__)
+    return with_globals(train_fn, names or {}, imports={(TRAINER_MODULE, TRAINER_NAME): trainer_actor_cls})
 
 
-def run_openrlhf_train(args: SimpleNamespace, trainer_actor_cls: Any) -> None:
-    """Run OpenRLHF's ``train(args)`` with ``trainer_actor_cls`` as its trainer actor (needs the GPU stack)."""
+def check_train_names(train_fn: types.FunctionType, names: dict[str, Any]) -> None:
+    """Every name we answer must be one ``train`` looks up in its module globals, or the replacement would do nothing."""
+    unused = sorted(name for name in names if name not in train_fn.__code__.co_names)
+    if unused:
+        raise ConfigError(
+            f"backend: {ENTRY_MODULE}.train no longer looks up {', '.join(unused)} as openrlhf {TESTED_VERSIONS_TEXT} does; "
+            f"install a tested openrlhf ({TESTED_VERSIONS_TEXT})"
+        )
+
+
+def run_openrlhf_train(args: SimpleNamespace, trainer_actor_cls: Any, names: dict[str, Any] | None = None) -> None:
+    """Run OpenRLHF's ``train(args)`` with ``trainer_actor_cls`` as its trainer actor and ``names`` answered as in
+    :func:`with_trainer` (needs the GPU stack, or vLLM's CPU build and the CPU layer)."""
     entry = importlib.import_module(ENTRY_MODULE)
     if not _trainer_import_in(entry.train):
         raise ConfigError(
             f"backend: {ENTRY_MODULE}.train does not import {TRAINER_NAME} from {TRAINER_MODULE} as openrlhf 0.11.x does; install openrlhf==0.11.2"
         )
-    with_trainer(entry.train, trainer_actor_cls)(args)
+    check_train_names(entry.train, names or {})
+    with_trainer(entry.train, trainer_actor_cls, names)(args)

@@ -32,7 +32,11 @@ Per-sample ``Experience.info`` entries added (logged by OpenRLHF as sample means
 ``adora/weight`` (the ADORA weight applied to the sample's group), ``adora/tas``, ``adora/tds`` (group
 class indicators), ``adora/zero_signal`` (the group's advantages are all 0), and every step metric of the
 core (zero-signal fraction, mean |A|, TAS/TDS fractions ...) repeated on each sample so that its mean is
-the step value. The samples generator puts the pool statistics (``adora/pool_count``, ``adora/pool_mean``,
+the step value, and ``adora/engine_logprob_gap``: the mean over response tokens of
+|log p_engine - log p_trainer|, the rollout log-probabilities vLLM returned (present with
+``--algo.advantage.is_correction_level``) against the trainer's own for the same tokens, which is about 0 (bf16
+rounding) when the engines hold the trainer's weights and grows when a weight sync is missed. The samples
+generator puts the pool statistics (``adora/pool_count``, ``adora/pool_mean``,
 ``adora/pool_std``) and the sampler's step metrics (``sampling/...``) on the same dict.
 """
 
@@ -58,6 +62,7 @@ logger = logging.getLogger(__name__)
 
 POOL_COUNT, POOL_MEAN, POOL_STD = "adora/pool_count", "adora/pool_mean", "adora/pool_std"
 RAW_REWARD = "adora/raw_reward"  # the reward source's reward before OpenRLHF's length penalties
+ENGINE_LOGPROB_GAP = "adora/engine_logprob_gap"  # |log p_engine - log p_trainer| per response token, batch mean
 LENGTH_PENALIZED = "adora/length_penalized"  # present: the samples generator already applied the length penalties
 
 
@@ -216,7 +221,24 @@ class AdoraExperienceMaker(RemoteExperienceMaker):
 
         if args.algo.advantage.estimator == "reinforce_baseline":
             whiten_advantages(experiences, std_norm=not args.algo.advantage.no_std_norm)
+        gap = engine_logprob_gap(experiences)
+        if gap is not None:
+            for experience in experiences:
+                experience.info[ENGINE_LOGPROB_GAP] = torch.full((len(experience.index),), gap)
         return experiences
+
+
+def engine_logprob_gap(experiences: Sequence[Experience]) -> float | None:
+    """Mean over every response token of the batch of |rollout log-prob (vLLM) - action log-prob (trainer)|, or None
+    when the engines returned no log-probabilities."""
+    total, count = 0.0, 0.0
+    for e in experiences:
+        if e.rollout_log_probs is None or e.action_log_probs is None:
+            return None
+        mask = e.action_mask.float()
+        total += float(((e.rollout_log_probs.float() - e.action_log_probs.float()).abs() * mask).sum())
+        count += float(mask.sum())
+    return total / count if count else None
 
 
 def whiten_advantages(experiences: Sequence[Experience], std_norm: bool = True) -> None:

@@ -33,6 +33,10 @@ from adora_openrlhf.config import ConfigError, RunConfig
 EXTRA_KEY = "openrlhf"  # RunConfig.extra[EXTRA_KEY]: recipe-level OpenRLHF flags {"group.name": value}
 ARGS_ATTR = "adora_run_config"  # attribute of OpenRLHF's args namespace holding our RunConfig as JSON
 REWARD_LABEL_KEY = "reward_label"  # column written by data_prep (JSON of source, label, meta)
+FINAL_MODEL_DIR = "final_model"  # output_dir/final_model: OpenRLHF's --ckpt.output_dir (the model saved at the end)
+CHECKPOINT_CONFIG = "adora_run_config.json"  # the RunConfig, saved by the trainer in each DeepSpeed checkpoint folder
+MARKER_FILE = "adora_trainer.json"  # output_dir/MARKER_FILE: written by our trainer actor, checked by the launcher
+LAUNCH_ID_ATTR = "adora_launch_id"  # attribute of OpenRLHF's args namespace: the launch's id, echoed in the marker
 
 # our PolicyLossConfig.loss_agg -> OpenRLHF --actor.loss_agg_mode
 LOSS_AGG_MODES = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
@@ -110,7 +114,7 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
         "actor.max_norm": cfg.train.max_grad_norm,
         "actor.loss_agg_mode": LOSS_AGG_MODES[cfg.train.loss_agg],
         "algo.kl.init_coef": cfg.train.kl_coef,
-        "ckpt.output_dir": str(out_dir),
+        "ckpt.output_dir": str(out_dir / FINAL_MODEL_DIR),
         "ckpt.path": str(out_dir / "checkpoints"),
         "ckpt.save_steps": cfg.save_every if cfg.save_every > 0 else -1,
         "ckpt.load_enable": resume,
@@ -150,9 +154,11 @@ def recipe_flags(cfg: RunConfig) -> dict[str, Any]:
     return dict(extra)
 
 
-def build_argv(cfg: RunConfig, passthrough: Sequence[str] = (), resume: bool = False) -> list[str]:
-    """The OpenRLHF command line: derived flags, then the recipe's flags, then ``passthrough`` (last wins)."""
-    flags = derived_flags(cfg, resume)
+def build_argv(cfg: RunConfig, passthrough: Sequence[str] = (), resume: bool = False, base_flags: Mapping[str, Any] | None = None) -> list[str]:
+    """The OpenRLHF command line: ``base_flags`` (defaults of the machine), derived flags, the recipe's flags, then
+    ``passthrough`` (last wins)."""
+    flags = dict(base_flags or {})
+    flags.update(derived_flags(cfg, resume))
     flags.update(recipe_flags(cfg))
     argv: list[str] = []
     for name, value in flags.items():

