@@ -85,9 +85,12 @@ def problem_hash(row: Mapping[str, Any]) -> str:
 
 def check_rows(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
     """ValueError ``file:line: ...`` when two rows of ``bench`` share a problem id, when a row has no reward
-    source (benchmark ``heldout`` grades each row by its own), or when the reward cannot parse a row's label (the
-    local backend's load-time label checks)."""
-    from adora_openrlhf.backends.local.data import LABEL_CHECKS
+    source (benchmark ``heldout`` grades each row by its own), when the reward cannot parse a row's label, or when
+    a meta field the reward reads is wrong (the local backend's load-time checks, ``LABEL_CHECKS`` and
+    ``ROW_CHECKS`` of ``adora_openrlhf/backends/local/data.py``: a K&K label against the prompt's names and
+    ``meta.statements``, a math row's ``reward_style``/``answer_scope``/``grader_timeout_s``, a visual row's
+    question and answer types)."""
+    from adora_openrlhf.backends.local.data import LABEL_CHECKS, ROW_CHECKS, RowFieldError
     from adora_openrlhf.rewards.base import get_reward_fn
 
     first: dict[str, str] = {}
@@ -99,13 +102,21 @@ def check_rows(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]
             except KeyError as err:
                 what = err.args[0] if source else f"missing (--bench {bench.name} grades each row by its own source)"
                 raise ValueError(f"{where}: field 'source': {what}") from None
+        meta = row.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise ValueError(f"{where}: field 'meta': expected an object, got {type(meta).__name__}")
         check_label = LABEL_CHECKS.get(source)
         if check_label is not None:
-            meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
             try:
                 check_label(str(row["label"]), meta)
             except ValueError as err:
                 raise ValueError(f"{where}: field 'label': the {source!r} reward cannot parse it ({err})") from None
+        check_row = ROW_CHECKS.get(source)
+        if check_row is not None:
+            try:
+                check_row(row["prompt"], str(row["label"]), meta)
+            except RowFieldError as err:
+                raise ValueError(f"{where}: field '{err.field}': {err}") from None
         pid = problem_id(row, index)
         if pid in first:
             raise ValueError(

@@ -88,7 +88,7 @@ def test_samples_without_a_recorded_config_are_refused(tiny_model, tmp_path, cap
 
 def test_repeated_problem_ids_are_refused_with_file_and_line(tiny_model, tmp_path, capsys):
     model, _ = tiny_model
-    rows = [{"prompt": f"q{i}", "label": "(1) A is a knight", "meta": {"id": "p1" if i in (1, 3) else f"x{i}"}} for i in range(4)]
+    rows = [{"prompt": f"q{i}: A says ...", "label": "(1) A is a knight", "meta": {"id": "p1" if i in (1, 3) else f"x{i}"}} for i in range(4)]
     bench_file = tmp_path / "dup.jsonl"
     bench_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(_argv(model, bench_file, tmp_path / "eval")) == 2
@@ -225,7 +225,7 @@ def test_a_missing_or_broken_image_fails_before_generation_naming_its_line(tiny_
     broken.write_bytes(broken.read_bytes()[:60])  # a truncated PNG
     row = {"prompt": "<image>Which colour?", "label": "red", "source": "geo_synth", "meta": {"task": "colour", "difficulty": 1}}
     for images, message in (
-        (["img/missing.png"], "field 'images[0]': no image file at 'img/missing.png'"),
+        (["img/missing.png"], f"field 'images[0]': no image file at {str(tmp_path / 'img' / 'missing.png')!r}"),  # read beside the file
         (["img/ok.png", str(broken)], "field 'images[1]':"),
     ):
         bench_file = tmp_path / "geo.jsonl"
@@ -257,7 +257,7 @@ def test_relative_image_paths_resolve_against_the_files_folder(tmp_path, monkeyp
     located = load_located_rows(get_benchmark("geo_synth"), str(data / "geo.jsonl"), None, 0, None, tmp_path / "cache")
     assert [row["images"] for _, row in located] == [[str((data / "img" / "a.png").resolve())]]
     (data / "geo.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(ValueError, match=r"geo.jsonl:2: field 'images\[0\]': no image file at 'img/b.png'"):
+    with pytest.raises(ValueError, match=r"geo.jsonl:2: field 'images\[0\]': no image file at '\S*/data/img/b.png'"):
         load_located_rows(get_benchmark("geo_synth"), str(data / "geo.jsonl"), None, 0, None, tmp_path / "cache")
 
 
