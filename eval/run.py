@@ -17,7 +17,7 @@ refused too (a lock, ``adora_openrlhf/dirlock.py``). Each problem's samples are 
 (from the run's seed, the benchmark and the problem id, then one stream per sample), so a problem's samples do
 not depend on which problems share its batch and an interrupted batch is redone identically. Problem ids must
 be unique within a benchmark; a repeated one is refused with its ``file:line``. Every row is checked before any
-generation (label, images, prompt encoding). Grading is isolated per sample: a grader crash marks that sample
+generation (label and meta as the trainer checks them, images, prompt encoding). Grading is isolated per sample: a grader crash marks that sample
 wrong with ``grader_error`` set and never loses finished samples.
 
 At the end ``DIR/report.md`` and ``DIR/report.json`` give the settings, one line per sign that a benchmark does
