@@ -134,10 +134,13 @@ def model_origin(model: str | Path) -> ModelOrigin | None:
 
 
 def default_out(target: RunTarget, model: Path, settings: dict[str, Any]) -> Path:
-    """``RUN/eval/<model>_<engine>_<dtype>_t<temperature>_p<top_p>_n<max_new_tokens>_s<seed>``: one folder per model
-    and generation settings, so that a rerun with other settings never meets samples it would have to refuse."""
+    """``RUN/eval/<model>-<files>_<engine>_<dtype>_t<temperature>_p<top_p>_n<max_new_tokens>_s<seed>``: one folder per
+    model and generation settings (``<files>``: the first 8 hex digits of the hash of the model's files, from
+    ``settings["model_files"]``), so that a rerun with other settings, or after the run retrained its final model
+    (``--resume`` with more steps, ``--overwrite``), never meets samples it would have to refuse."""
+    files = settings.get("model_files")
     name = (
-        f"{model.name}_{settings['engine']}_{settings['dtype']}_t{settings['temperature']:g}_p{settings['top_p']:g}"
+        f"{model.name}{f'-{files[:8]}' if files else ''}_{settings['engine']}_{settings['dtype']}_t{settings['temperature']:g}_p{settings['top_p']:g}"
         f"_n{settings['max_new_tokens']}_s{settings['seed']}"
     )
     return target.run_dir / "eval" / name

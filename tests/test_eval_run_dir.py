@@ -69,7 +69,7 @@ def _greedy_numbers(records):
 def test_greedy_evaluation_of_the_run_repeats_the_trainers_heldout_numbers(tiny_run, capsys):
     _, out, summary = tiny_run
     assert main(["--run", str(out), "--temperature", "0", "--k", "1", "--engine", "hf"]) == 0
-    eval_dir = out / "eval" / "final_model_hf_float32_t0_p0.95_n40_s0"  # the default --out: model and settings
+    (eval_dir,) = (out / "eval").glob("final_model-*_hf_float32_t0_p0.95_n40_s0")  # the default --out: model and settings
     records = read_records(eval_dir / SAMPLES_FILE)
     assert len(records) == 20 and len({r["response"] for r in records}) > 1
     final = summary["eval_final"]
@@ -81,6 +81,24 @@ def test_greedy_evaluation_of_the_run_repeats_the_trainers_heldout_numbers(tiny_
     (line,) = report["comparison"]
     assert f"eval/greedy_accuracy at step 2: {final['eval/greedy_accuracy']:.3f}" in line and "equal, as it must be" in line
     assert line in capsys.readouterr().out
+
+
+def test_the_default_out_names_the_model_files_and_the_settings(tmp_path):
+    """A retrained final model (same path, other files) gets a folder of its own instead of a refused rerun."""
+    from eval.run import model_identity
+    from eval.runs import RunTarget, default_out
+
+    model = tmp_path / "run" / "final_model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    settings = {"engine": "hf", "dtype": "float32", "temperature": 0.0, "top_p": 0.95, "max_new_tokens": 40, "seed": 0}
+    target = RunTarget(tmp_path / "run", tmp_path / "run" / "heldout.jsonl", {})
+    first = default_out(target, model, {**model_identity(str(model)), **settings})
+    assert first.parent == tmp_path / "run" / "eval" and first.name.startswith("final_model-") and first.name.endswith("_hf_float32_t0_p0.95_n40_s0")
+    assert default_out(target, model, {**model_identity(str(model)), **settings}) == first  # the same files: the same folder
+    (model / "model.safetensors").write_bytes(b"retrained")
+    assert default_out(target, model, {**model_identity(str(model)), **settings}) != first
+    assert default_out(target, model, {"model": "owner/name", **settings}).name == "final_model_hf_float32_t0_p0.95_n40_s0"  # a hub name
 
 
 def test_a_checkpoint_of_the_run_is_compared_with_its_own_step(tiny_run, tmp_path):
