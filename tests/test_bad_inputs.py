@@ -8,6 +8,7 @@ checks confirm exit codes and the absence of tracebacks for real process starts.
 import errno
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -667,7 +668,9 @@ def test_converter_bad_arguments_and_output_locations(tmp_path, capsys):
     assert blocker.read_text() == "keep" and not (tmp_path / "o").exists()
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full to fill a disk")
+@pytest.mark.skipif(
+    not (os.path.exists("/dev/full") and stat.S_ISCHR(os.stat("/dev/full").st_mode)), reason="needs the /dev/full device"
+)
 def test_converter_on_a_full_disk_leaves_no_partial_file(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
@@ -676,6 +679,41 @@ def test_converter_on_a_full_disk_leaves_no_partial_file(tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()[-1]
     assert err.startswith("error: ") and "No space left on device (free some space)" in err
     assert sorted(p.name for p in out.iterdir()) == []
+
+
+def test_converter_whose_writes_fail_with_enospc_leaves_no_partial_file(tmp_path, capsys, monkeypatch):
+    """The same as on /dev/full, where there is no such device: the output file's writes fail with ENOSPC after
+    some rows reached the temporary file."""
+    from data_prep import common
+
+    real_open = open
+
+    class FillingFile:
+        def __init__(self, handle):
+            self.handle, self.writes = handle, 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, text):
+            self.writes += 1
+            if self.writes > 10:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.handle.write(text)
+
+    def filling_open(path, mode="r", **kwargs):
+        handle = real_open(path, mode, **kwargs)
+        return FillingFile(handle) if "w" in mode and str(path).endswith("train.jsonl.tmp") else handle
+
+    monkeypatch.setattr(common, "open", filling_open, raising=False)
+    out = tmp_path / "out"
+    assert call(kk.main, ["--out", str(out), "--num-train", "300", "--num-eval", "2", "--people", "2"]) == 1
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith("error: ") and "No space left on device (free some space)" in err
+    assert not (out / "train.jsonl").exists() and not (out / "train.jsonl.tmp").exists()
 
 
 # ---------------------------------------------------------------------------------------------------------
