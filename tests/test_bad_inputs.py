@@ -668,9 +668,7 @@ def test_converter_bad_arguments_and_output_locations(tmp_path, capsys):
     assert blocker.read_text() == "keep" and not (tmp_path / "o").exists()
 
 
-@pytest.mark.skipif(
-    not (os.path.exists("/dev/full") and stat.S_ISCHR(os.stat("/dev/full").st_mode)), reason="needs the /dev/full device"
-)
+@pytest.mark.skipif(not (os.path.exists("/dev/full") and stat.S_ISCHR(os.stat("/dev/full").st_mode)), reason="needs the /dev/full device")
 def test_converter_on_a_full_disk_leaves_no_partial_file(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
