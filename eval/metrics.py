@@ -7,6 +7,15 @@ For a problem with n sampled responses of which c are correct:
   1 - prod_{i = n - c + 1}^{n} (1 - k / i) to stay exact for large n; 1 when n - c < k.
 
 A benchmark's score is the mean over its problems.
+
+Sampling noise of avg@k on a fixed set of n problems: problem i's samples are k Bernoulli draws with its own
+success rate p_i, so Var(avg@k) = sum_i p_i (1 - p_i) / k / n^2. With c_i correct of k the unbiased estimate of
+p_i (1 - p_i) is c_i (k - c_i) / (k (k - 1)), so
+
+    se = sqrt(sum_i c_i (k - c_i) / (k^2 (k - 1))) / n      (k >= 2; unknown for k = 1)
+
+and avg@k ± 1.96 se is its 95% interval. It is the noise of resampling the responses, not of drawing other
+problems: the interval within which another seed's avg@k on the same problems falls, not a population interval.
 """
 
 from __future__ import annotations
@@ -36,6 +45,16 @@ class ScoreRow:
     samples: int
     avg_at_k: float
     pass_at: Mapping[int, float]  # k -> pass@k
+    sampling_se: float | None = None  # standard error of avg_at_k from resampling responses (module docstring); None for k = 1
+
+
+def sampling_se(counts: Sequence[tuple[int, int]]) -> float | None:
+    """The standard error of avg@k over problems with (k samples, c correct) each (module docstring); None when a
+    problem has fewer than 2 samples."""
+    if not counts or any(n < 2 for n, _ in counts):
+        return None
+    variance = sum(c * (n - c) / (n * n * (n - 1)) for n, c in counts)
+    return math.sqrt(variance) / len(counts)
 
 
 def ks_for(n: int) -> list[int]:
@@ -73,6 +92,7 @@ def score_records(records: Iterable[Mapping], k: int) -> list[ScoreRow]:
                 samples=sum(n for n, _ in counts),
                 avg_at_k=sum(c / n for n, c in counts) / len(counts),
                 pass_at={kk: sum(pass_at_k(n, c, kk) for n, c in counts) / len(counts) for kk in ks_for(k)},
+                sampling_se=sampling_se(counts),
             )
         )
     return rows
@@ -83,13 +103,20 @@ def _subset_order(subset: str) -> tuple:
     return (int(digits) if digits else 10**6, subset)
 
 
-def markdown_table(rows: Sequence[ScoreRow], k: int) -> str:
-    """Markdown table with avg@k and pass@k columns (percent)."""
+def noise_text(row: ScoreRow, greedy: bool = False) -> str:
+    """The 95% sampling-noise half-width of ``row``'s avg@k in percent: ``0 (greedy)``, ``n/a`` (k = 1) or ``± x``."""
+    if greedy:
+        return "0 (greedy)"
+    return "n/a (k=1)" if row.sampling_se is None else f"± {100 * 1.96 * row.sampling_se:.1f}"
+
+
+def markdown_table(rows: Sequence[ScoreRow], k: int, greedy: bool = False) -> str:
+    """Markdown table with avg@k, its 95% sampling noise (:func:`noise_text`) and pass@k columns (percent)."""
     ks = ks_for(k)
-    header = ["benchmark", "subset", "problems", f"avg@{k}"] + [f"pass@{kk}" for kk in ks]
+    header = ["benchmark", "subset", "problems", f"avg@{k}", "noise (95%)"] + [f"pass@{kk}" for kk in ks]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        cells = [row.benchmark, row.subset, str(row.problems), f"{100 * row.avg_at_k:.1f}"]
+        cells = [row.benchmark, row.subset, str(row.problems), f"{100 * row.avg_at_k:.1f}", noise_text(row, greedy)]
         cells += [f"{100 * row.pass_at[kk]:.1f}" for kk in ks]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -545,6 +545,18 @@ def test_eval_bad_model_out_and_ids(tmp_path, capsys):
     unparsable = write_rows(tmp_path / "label.jsonl", [kk_row(0), {**kk_row(1), "label": "Alice is honest"}])
     assert call(eval_run.main, _eval_argv(tmp_path, unparsable)) == 2
     assert_one_line(capsys.readouterr().err, f"{unparsable}:2: field 'label': the 'kk' reward cannot parse it")
+    strangers = write_rows(tmp_path / "strangers.jsonl", [kk_row(0), {**kk_row(1), "prompt": "Puzzle 1: Carol and Dave."}])
+    assert call(eval_run.main, _eval_argv(tmp_path, strangers)) == 2  # the trainer's row checks (data.ROW_CHECKS)
+    assert_one_line(capsys.readouterr().err, f"{strangers}:2: field 'label': names ['Alice', 'Bob'], whom the prompt does not mention")
+    math_row = {"prompt": "What is 6 * 7?", "label": "42", "meta": {"id": "m", "reward_style": "lenient"}}
+    math_file = write_rows(tmp_path / "math.jsonl", [math_row])
+    argv = [*_eval_argv(tmp_path, math_file)]
+    argv[argv.index("--bench") + 1], argv[argv.index("--bench-file") + 1] = "math500", f"math500={math_file}"
+    assert call(eval_run.main, argv) == 2
+    assert_one_line(capsys.readouterr().err, f"{math_file}:1: field 'meta.reward_style': expected one of")
+    not_object = write_rows(tmp_path / "meta.jsonl", [{**kk_row(0), "meta": ["Alice", "Bob"]}])
+    assert call(eval_run.main, _eval_argv(tmp_path, not_object)) == 2
+    assert_one_line(capsys.readouterr().err, f"{not_object}:1: field 'meta': expected an object, got list")
     good = write_rows(tmp_path / "good.jsonl", [kk_row(0)])
     argv = _eval_argv(tmp_path, good)
     argv[argv.index("--model") + 1] = "./no/such/model"

@@ -315,3 +315,28 @@ def test_decoding_bench_times_both_loops_on_a_saved_policy(tmp_path):
     assert [(r["mode"], r["sequences"]) for r in records] == [("sampled", 4), ("greedy", 2)]
     assert records[1]["identical_tokens"] is True and all(r["speedup"] > 0 and r["length_max"] >= 1 for r in records)
     assert "| greedy | 2 |" in (tmp_path / "out" / "table.md").read_text()
+
+
+def test_eval_speed_bench_times_both_ways_on_a_saved_policy(tmp_path):
+    import json
+
+    from adora_openrlhf.backends.local.model import build_tiny_model
+    from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
+    from adora_openrlhf.config import TinyModelConfig
+    from bench import eval_speed
+    from data_prep.kk import generate_rows
+
+    rows = generate_rows(3, [2], seed=4)
+    tokenizer = train_bpe_tokenizer([m["content"] for r in rows for m in r["prompt"]] * 2, 300)
+    tiny = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    model_dir = tmp_path / "policy"
+    build_tiny_model(tiny, tokenizer, seed=0).save_pretrained(str(model_dir))
+    tokenizer.save_pretrained(str(model_dir))
+    bench_file = tmp_path / "kk.jsonl"
+    bench_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["--model", str(model_dir), "--bench-file", str(bench_file), "--k", "2", "--max-new-tokens", "6", "--out", str(tmp_path / "out")]
+    assert eval_speed.main(argv) == 0
+    records = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert [(r["mode"], r["problems"], r["k"]) for r in records] == [("sampled", 3, 2), ("greedy", 3, 1)]
+    assert records[1]["identical_responses"] == 3 and all(r["speedup"] > 0 for r in records)
+    assert "| 1 | greedy | 3 x 1 |" in (tmp_path / "out" / "table.md").read_text()

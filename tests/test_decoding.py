@@ -1,9 +1,12 @@
 """Compact decoding (backends/local/decoding.py) against transformers' model.generate: greedy tokens equal with
 rows leaving the batch; sampled tokens equal under the same seed when nothing is compacted, with every logits
-processor; the compacted batch really shrinks; the generate fallback for vision prompts and the config field."""
+processor; the compacted batch really shrinks; the generate fallback for vision prompts and the config field;
+inverse-CDF sampling from per-row random streams, whose tokens do not depend on the batch."""
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from adora_openrlhf.backends.local import decoding
 from adora_openrlhf.backends.local.model import build_tiny_model
@@ -115,3 +118,49 @@ def test_decoding_setting_is_validated():
     assert ModelConfig().decoding == "compact"
     with pytest.raises(ConfigError, match=r"model\.decoding.*compact"):
         ModelConfig(decoding="beam")
+
+
+def test_inverse_cdf_sample_hand_case():
+    probs = torch.tensor([[0.2, 0.0, 0.5, 0.3]] * 6)
+    # cdf = [0.2, 0.2, 0.7, 1.0]: token j for u in [cdf[j-1], cdf[j]); token 1 (probability 0) owns an empty interval
+    uniforms = torch.tensor([0.0, 0.1999, 0.2, 0.6999, 0.7, 0.9999])
+    assert decoding.inverse_cdf_sample(probs, uniforms).tolist() == [0, 0, 2, 2, 3, 3]
+    unnormalised = torch.tensor([[2.0, 0.0, 5.0, 3.0]])  # intervals scale with the row's total
+    assert decoding.inverse_cdf_sample(unnormalised, torch.tensor([0.5])).tolist() == [2]
+
+
+@given(
+    weights=st.lists(st.sampled_from([0.0, 0.0, 1e-6, 0.1, 0.5, 1.0, 3.0]), min_size=1, max_size=12).filter(lambda w: sum(w) > 0),
+    u=st.floats(0.0, 1.0, exclude_max=True),
+)
+def test_inverse_cdf_sample_draws_inside_the_tokens_interval(weights, u):
+    probs = torch.tensor([weights], dtype=torch.float64)
+    token = int(decoding.inverse_cdf_sample(probs, torch.tensor([u], dtype=torch.float64))[0])
+    cdf = probs[0].cumsum(0)
+    assert weights[token] > 0  # a token of probability 0 is never drawn
+    below = float(cdf[token - 1]) if token else 0.0
+    assert below <= u * float(cdf[-1]) < float(cdf[token])
+
+
+def test_inverse_cdf_sample_frequencies_follow_the_probabilities():
+    probs = torch.tensor([0.1, 0.0, 0.25, 0.4, 0.25])
+    n = 2000
+    uniforms = (torch.arange(n, dtype=torch.float32) + 0.5) / n  # an even grid of u: counts are n * p to within 1
+    counts = torch.bincount(decoding.inverse_cdf_sample(probs.expand(n, -1), uniforms), minlength=5)
+    assert (counts - n * probs).abs().max() <= 1
+
+
+def test_rows_with_their_own_streams_draw_the_same_tokens_in_any_batch(model, tok):
+    """Per-row uniform streams: a row's sampled tokens do not depend on the rows beside it, nor on compaction."""
+    params = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=30)
+    prompts = _prompts(tok, copies=2)
+    uniforms = torch.rand(len(prompts), params.max_new_tokens, generator=torch.Generator().manual_seed(5))
+    ended = []
+    together = generate_responses(model, tok, prompts, params, 16, uniforms=uniforms, on_finish=ended.append)
+    alone = [generate_responses(model, tok, [p], params, 1, uniforms=uniforms[i : i + 1])[0] for i, p in enumerate(prompts)]
+    reversed_batch = generate_responses(model, tok, prompts[::-1], params, 5, uniforms=uniforms.flip(0))[::-1]
+    assert together == alone == reversed_batch
+    assert sum(ended) == len(prompts)  # every row reported once, when it ended or hit the limit
+    assert len({tuple(ids) for ids, _ in together}) > len(TEXTS)  # the copies of a prompt drew different responses
+    with pytest.raises(ValueError, match="compact decoding"):
+        generate_responses(model, tok, prompts[:1], params, 1, decoding="generate", uniforms=uniforms[:1])

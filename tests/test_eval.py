@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eval.benchmarks import Benchmark, get_benchmark, read_jsonl
+from eval.generation import Completion
 from eval.metrics import ks_for, pass_at_k, score_records
 from eval.run import SAMPLES_FILE, evaluate_benchmark, main, read_records, write_report
 
@@ -42,6 +43,10 @@ def test_pass_at_k_hand_values_and_errors():
         pass_at_k(2, 3, 1)
 
 
+def completion(text):
+    return Completion(text, len(text.split()), False)
+
+
 class ScriptedGenerator:
     """Engine boundary stand-in: answers the K&K label for problems whose index is even, nonsense otherwise,
     and counts what it was asked to generate."""
@@ -49,12 +54,12 @@ class ScriptedGenerator:
     def __init__(self):
         self.calls = []
 
-    def generate(self, rows, k, seeds=None):
+    def generate(self, rows, k, seeds=None, progress=None):
         self.calls.append(len(rows))
         out = []
         for row in rows:
             good = f"<think>ok</think><answer>{row['label']}</answer>"
-            out.append([good if (row["meta"]["seq"] % 2 == 0 or i == 0) else "no idea" for i in range(k)])
+            out.append([completion(good if (row["meta"]["seq"] % 2 == 0 or i == 0) else "no idea") for i in range(k)])
         return out
 
 
@@ -204,12 +209,13 @@ def test_engine_args_round_trip_json_values(key, value):
 
 def test_vllm_sampling_follows_the_documented_defaults():
     from eval.generation import EvalSampling, vllm_sampling_kwargs
-    from eval.run import build_parser
+    from eval.run import DEFAULT_MAX_NEW_TOKENS, build_parser
 
     args = build_parser().parse_args(["--model", "m", "--out", "o"])
-    sampling = EvalSampling(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    assert args.max_new_tokens is None  # DEFAULT_MAX_NEW_TOKENS, or the run's limit with --run
+    sampling = EvalSampling(temperature=args.temperature, top_p=args.top_p, max_new_tokens=DEFAULT_MAX_NEW_TOKENS, seed=args.seed)
     assert sampling == EvalSampling()
-    assert vllm_sampling_kwargs(sampling, 8) == {"n": 8, "temperature": 0.6, "top_p": 0.95, "max_tokens": 1024, "seed": 0}
+    assert vllm_sampling_kwargs(sampling, 8) == {"n": 8, "temperature": 0.6, "top_p": 0.95, "max_tokens": 1024, "seed": 0, "repetition_penalty": 1.0}
 
 
 def test_cli_missing_model(tmp_path, capsys):
@@ -242,8 +248,9 @@ def test_math_benchmark_from_data_dir_is_graded_by_math_verify(tmp_path):
     (data / "math500.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
 
     class Answers:
-        def generate(self, rows, k, seeds=None):
-            return [["The answer is \\boxed{2}."] * k if r["meta"]["id"] == "a" else ["\\boxed{0.5}", "\\boxed{3}"] for r in rows]
+        def generate(self, rows, k, seeds=None, progress=None):
+            texts = [["The answer is \\boxed{2}."] * k if r["meta"]["id"] == "a" else ["\\boxed{0.5}", "\\boxed{3}"] for r in rows]
+            return [[completion(t) for t in row] for row in texts]
 
     from eval.benchmarks import load_rows
 

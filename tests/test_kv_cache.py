@@ -59,3 +59,67 @@ def test_kv_cache_setting_is_validated():
     assert ModelConfig().kv_cache == "growing"
     with pytest.raises(ConfigError, match=r"model\.kv_cache.*growing"):
         ModelConfig(kv_cache="static")
+
+
+def _gqa_model():
+    from adora_openrlhf.backends.local.model import build_tiny_model
+    from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
+    from adora_openrlhf.config import TinyModelConfig
+
+    tok = train_bpe_tokenizer(["Knights always tell the truth. Alice says: Bob is a knave."] * 4, 300)
+    tiny = TinyModelConfig(vocab_size=300, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1)
+    return build_tiny_model(tiny, tok, seed=0).eval()
+
+
+def test_grouped_query_heads_are_stored_repeated_and_read_as_they_are():
+    """On CPU the cache of a grouped-query model holds each key/value head once per query head and attention reads it
+    without transformers' repeat_kv copy: the logits of a padded batch over many steps are bit for bit those of
+    transformers' DynamicCache, and the attention modules get their grouping back afterwards."""
+    from transformers import DynamicCache
+
+    from adora_openrlhf.backends.local.kv_cache import attention_reads_cache, kv_head_repeats
+
+    model = _gqa_model()
+    assert kv_head_repeats(model) == 4
+    assert growing_cache_for(model).kv_repeats == 1  # size unknown: one entry per key/value head
+    ids = torch.randint(0, 300, (6, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[:3, :4] = 0  # left padding
+    logits = {}
+    for name, cache in (("repeated", growing_cache_for(model, tokens=6 * 80)), ("dynamic", DynamicCache())):
+        step_ids, step_mask, got = ids, mask, []
+        with torch.no_grad(), attention_reads_cache(model, cache):
+            for _ in range(MIN_CAPACITY + 3):  # the buffer grows once
+                out = model(input_ids=step_ids, attention_mask=step_mask, past_key_values=cache, use_cache=True)
+                got.append(out.logits[:, -1])
+                step_ids = out.logits[:, -1].argmax(-1, keepdim=True)
+                step_mask = torch.cat([step_mask, torch.ones_like(step_ids)], -1)
+        logits[name] = torch.stack(got)
+        if name == "repeated":
+            assert cache.kv_repeats == 4 and cache.layers[0].keys.shape[1] == 4  # one entry per query head
+    assert torch.equal(logits["repeated"], logits["dynamic"])
+    assert {m.num_key_value_groups for m in model.modules() if hasattr(m, "num_key_value_groups")} == {4}
+
+
+def test_attention_grouping_is_restored_when_decoding_fails():
+    from adora_openrlhf.backends.local.kv_cache import attention_reads_cache
+
+    model = _gqa_model()
+    with pytest.raises(RuntimeError, match="boom"), attention_reads_cache(model, growing_cache_for(model, tokens=100)):
+        assert {m.num_key_value_groups for m in model.modules() if hasattr(m, "num_key_value_groups")} == {1}
+        raise RuntimeError("boom")
+    assert {m.num_key_value_groups for m in model.modules() if hasattr(m, "num_key_value_groups")} == {4}
+    with attention_reads_cache(model, None):  # the default cache: nothing changes
+        assert {m.num_key_value_groups for m in model.modules() if hasattr(m, "num_key_value_groups")} == {4}
+
+
+def test_heads_are_repeated_only_while_the_cache_stays_small(monkeypatch):
+    from adora_openrlhf.backends.local import kv_cache
+
+    model = _gqa_model()
+    per_token = kv_cache.cache_bytes_per_token(model)
+    assert per_token == 2 * 2 * 1 * 16 * 4  # keys and values, 2 layers, 1 key/value head of 64 / 4, float32
+    limit = 2 * 1000 * 4 * per_token  # 1000 tokens with 4 repeats, doubled for the spare capacity
+    monkeypatch.setattr(kv_cache, "REPEATED_CACHE_LIMIT", limit)
+    assert growing_cache_for(model, tokens=1000).kv_repeats == 4
+    assert growing_cache_for(model, tokens=1001).kv_repeats == 1

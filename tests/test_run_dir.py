@@ -48,7 +48,10 @@ def test_overwrite_replaces_every_artefact_of_the_previous_run(tmp_path):
     out = tmp_path / "run"
     train(_cfg(out, steps=2, save_every=1))
     (out / "notes.txt").write_text("mine")
+    (out / "heldout_images").mkdir()  # as a vision run of the previous run left its held-out images
+    (out / "heldout_images" / "000000_0.png").write_bytes(b"old")
     train(_cfg(out, steps=1), overwrite=True)
+    assert not (out / "heldout_images").exists() and (out / "heldout.jsonl").is_file()  # the held-out set is this run's
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000000", "step_000001"]
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [0, 1]
     assert (out / "notes.txt").read_text() == "mine"  # only the run's own artefacts are removed

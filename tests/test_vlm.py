@@ -402,6 +402,17 @@ def test_geo_tiny_run_trains_saves_and_resumes(tmp_path):
     final = tmp_path / "full" / "final_model"
     assert vlm.is_vlm_checkpoint(str(final)) and vlm.load_processor(str(final)).image_processor is not None
 
+    # the held-out images are saved with the run, and a greedy `eval.run --run` repeats the trainer's held-out numbers
+    from eval.run import SAMPLES_FILE, main, read_records
+
+    held = [json.loads(line) for line in (tmp_path / "full" / "heldout.jsonl").read_text().splitlines()]
+    assert all(ref.startswith("heldout_images/") and (tmp_path / "full" / ref).is_file() for row in held for ref in row["images"])
+    assert main(["--run", str(tmp_path / "full"), "--temperature", "0", "--k", "1", "--engine", "hf", "--out", str(tmp_path / "eval")]) == 0
+    samples = read_records(tmp_path / "eval" / SAMPLES_FILE)
+    assert len(samples) == len(held)
+    assert sum(r["correct"] for r in samples) / len(samples) == pytest.approx(summary["eval_final"]["eval/greedy_accuracy"])
+    assert sum(r["reward"] for r in samples) / len(samples) == pytest.approx(summary["eval_final"]["eval/greedy_reward"])
+
     # resume: a copy of the run cut back to its step-2 checkpoint redoes step 3 exactly
     shutil.copytree(tmp_path / "full", tmp_path / "part")
     shutil.rmtree(tmp_path / "part" / "checkpoints" / "step_000003")

@@ -14,12 +14,19 @@ with sampling, until the first compaction (both draw ``torch.multinomial`` over 
 compaction fewer rows draw, so later draws differ while every row's sampling distribution stays the same).
 ``tests/test_decoding.py`` checks both against ``model.generate``.
 
+Per-row random streams (``uniforms``, used by ``eval.run``): row ``i`` draws its ``t``-th token by inverse-CDF
+sampling with the ``t``-th number of its own row of uniforms (:func:`inverse_cdf_sample`), instead of one
+``torch.multinomial`` call over the batch. A row's tokens are then a function of its own stream and its own
+logits only: the same whichever rows share its batch, and unchanged by compaction.
+
 The logits processors are ``generate``'s for these settings, in its order: repetition penalty, then (sampling
 only) temperature, top-k, top-p and min-p (:func:`logits_processors`). Position ids follow ``generate``'s rule
 for left padding: ``cumsum(attention_mask) - 1`` (0 on padding), then one more per new token.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -56,6 +63,16 @@ def logits_processors(params: SamplingParams, greedy: bool):
     return processors
 
 
+def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Token ``j`` of each row of ``probs`` [B, V] (rows sum to 1 up to rounding) for its uniform ``u`` in [0, 1)
+    [B]: the smallest ``j`` with ``cdf[j] > u * cdf[V-1]``, ``cdf = cumsum(probs)``. Token ``j`` is drawn with
+    probability ``probs[j] / sum(probs)``; a token of probability 0 is never drawn (its cdf step is empty)."""
+    cdf = probs.cumsum(-1)
+    scaled = (uniforms.to(cdf.dtype) * cdf[:, -1]).unsqueeze(-1)
+    tokens = torch.searchsorted(cdf, scaled, right=True).squeeze(-1)
+    return tokens.clamp_(max=probs.shape[-1] - 1)
+
+
 def _select_rows(cache, keep: torch.Tensor) -> None:
     """Keep only the batch rows ``keep`` in every layer of ``cache``."""
     for layer in cache.layers:
@@ -73,13 +90,17 @@ def compact_decode(
     cache,
     greedy: bool = False,
     compact_ratio: float | None = None,
+    uniforms: torch.Tensor | None = None,
+    on_finish: Callable[[int], None] | None = None,
 ) -> list[tuple[list[int], bool]]:
     """``(response ids, truncated)`` for each row of the left-padded ``input_ids`` [B, W], in order.
 
     A response ends at (and includes) its first ``eos_token_id``; ``truncated`` is True when it reached
     ``params.max_new_tokens`` without one. ``cache``: an empty ``transformers`` cache (``DynamicCache`` or the
     growing cache of ``kv_cache.py``). ``compact_ratio`` (default :data:`COMPACT_RATIO`) 0 never compacts (then
-    sampled tokens equal ``model.generate``'s under the same torch seed).
+    sampled tokens equal ``model.generate``'s under the same torch seed). ``uniforms`` [B, max_new_tokens]: each
+    row's own random stream (module docstring); without it rows draw with ``torch.multinomial``. ``on_finish(n)``
+    is called whenever ``n`` rows have ended (eos, or the token limit for the rest), for progress reports.
     """
     compact_ratio = COMPACT_RATIO if compact_ratio is None else compact_ratio
     processors = logits_processors(params, greedy)
@@ -92,18 +113,26 @@ def compact_decode(
     generated: list[list[int]] = [[] for _ in range(batch)]
     ended = [False] * batch
     step_ids, step_positions = input_ids, positions
-    for _ in range(params.max_new_tokens):
+    for step in range(params.max_new_tokens):
         out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
         logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
         scores = processors(seqs, logits)
-        tokens = torch.argmax(scores, dim=-1) if greedy else torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        if greedy:
+            tokens = torch.argmax(scores, dim=-1)
+        elif uniforms is not None:
+            tokens = inverse_cdf_sample(torch.softmax(scores, dim=-1), uniforms[rows, step])
+        else:
+            tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
         tokens = torch.where(unfinished, tokens, torch.full_like(tokens, pad_token_id))
         for row, token, live in zip(rows.tolist(), tokens.tolist(), unfinished.tolist(), strict=True):
             if live:
                 generated[row].append(token)
                 if token == eos_token_id:
                     ended[row] = True
+        ended_now = int((unfinished & (tokens == eos_token_id)).sum())
         unfinished = unfinished & (tokens != eos_token_id)
+        if on_finish is not None and ended_now:
+            on_finish(ended_now)
         seqs = torch.cat([seqs, tokens[:, None]], dim=-1)
         mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
         step_ids, step_positions = tokens[:, None], positions[:, -1:] + 1
@@ -111,6 +140,8 @@ def compact_decode(
         live = int(unfinished.sum())
         if live == 0:
             break
+        if step == params.max_new_tokens - 1 and on_finish is not None:
+            on_finish(live)  # truncated at the token limit
         if live <= compact_ratio * unfinished.shape[0]:
             keep = unfinished.nonzero().squeeze(1)
             _select_rows(cache, keep)

@@ -9,17 +9,32 @@ work is O(T). The attention layers read ``keys[..., :length, :]``, a view of the
 cache would hold, so generated tokens are identical (tests/test_local_units.py checks greedy and sampled
 decoding against the default cache, tests/test_vlm.py decoding with images, tests/test_kv_cache.py the layer).
 
+Grouped-query attention (fewer key/value heads than query heads) on CPU: ``transformers`` repeats every
+key/value head for its query heads before each attention call (``repeat_kv``), a copy of the whole cache of
+every layer at every decoding step, which made attention the largest cost of large decoding batches. There the
+cache stores each head already repeated (``repeats`` = query heads per key/value head; the new token's states
+are repeated once, when they are written), and while it is in use (:func:`attention_reads_cache`) the model's
+attention modules are told that keys and values come one per query head (``num_key_value_groups = 1``), so
+attention reads the cache as it is. The values attention sees are exactly those ``repeat_kv`` would make, so
+the logits and tokens are the same (``tests/test_kv_cache.py``). The cache then takes ``repeats`` times the
+memory, so it is only done when the repeated cache of the whole batch (``tokens`` = rows x (prompt width +
+max new tokens), doubled for the buffer's spare capacity) stays under :data:`REPEATED_CACHE_LIMIT` bytes; GPUs,
+where the copy is cheap and memory is not, keep one entry per key/value head.
+
 Only full-attention decoders use it (:func:`growing_cache_for`); a model with sliding-window or other layer
 types keeps the default cache.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 
 import torch
 
 MIN_CAPACITY = 64  # tokens; the first buffer of a layer holds at least this many
+REPEATED_CACHE_LIMIT = 2 << 30  # bytes: the largest cache (spare capacity included) whose heads are stored repeated
 
 
 @functools.cache
@@ -28,7 +43,10 @@ def _growing_cache_class():
     from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
     class GrowingLayer(DynamicLayer):
-        """A :class:`DynamicLayer` whose ``keys``/``values`` are views of a buffer with spare capacity."""
+        """A :class:`DynamicLayer` whose ``keys``/``values`` are views of a buffer with spare capacity; with
+        ``repeats > 1`` each key/value head is stored ``repeats`` times in a row (module docstring)."""
+
+        repeats = 1
 
         def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> None:
             super().lazy_initialization(key_states, value_states, *args, **kwargs)
@@ -46,6 +64,9 @@ def _growing_cache_class():
             )
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+            if self.repeats > 1:
+                key_states = key_states.repeat_interleave(self.repeats, dim=1)
+                value_states = value_states.repeat_interleave(self.repeats, dim=1)
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             if not self._in_sync():  # adopt whatever the layer holds now (empty at the first update)
@@ -72,10 +93,35 @@ def _growing_cache_class():
     class GrowingCache(DynamicCache):
         """A :class:`DynamicCache` of :class:`GrowingLayer`, one per decoder layer (replicated on first use)."""
 
-        def __init__(self):
-            Cache.__init__(self, layer_class_to_replicate=GrowingLayer)
+        def __init__(self, repeats: int = 1):
+            layer = GrowingLayer if repeats == 1 else type("RepeatingGrowingLayer", (GrowingLayer,), {"repeats": repeats})
+            Cache.__init__(self, layer_class_to_replicate=layer)
+            self.kv_repeats = repeats
 
     return GrowingCache
+
+
+def kv_head_repeats(model) -> int:
+    """Query heads per key/value head of ``model``'s attention modules (their ``num_key_value_groups``); 1 when
+    they have none or do not all agree."""
+    groups = {module.num_key_value_groups for module in model.modules() if isinstance(getattr(module, "num_key_value_groups", None), int)}
+    return groups.pop() if len(groups) == 1 else 1
+
+
+@contextlib.contextmanager
+def attention_reads_cache(model, cache) -> Iterator[None]:
+    """While the block runs, a ``cache`` whose heads are repeated (``kv_repeats > 1``) is read as it is: the model's
+    attention modules get ``num_key_value_groups = 1`` (module docstring), restored afterwards, however the
+    block ends. Any other cache (or None): nothing changes."""
+    repeats = getattr(cache, "kv_repeats", 1)
+    modules = [m for m in model.modules() if getattr(m, "num_key_value_groups", None) == repeats] if repeats > 1 else []
+    for module in modules:
+        module.num_key_value_groups = 1
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.num_key_value_groups = repeats
 
 
 def full_attention_only(model) -> bool:
@@ -87,12 +133,26 @@ def full_attention_only(model) -> bool:
     return not getattr(config, "use_sliding_window", False)
 
 
-def growing_cache_for(model):
+def cache_bytes_per_token(model) -> int:
+    """Bytes of keys and values one token takes in ``model``'s cache with one entry per key/value head."""
+    config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * next(model.parameters()).element_size()
+
+
+def growing_cache_for(model, tokens: int | None = None):
     """A fresh growing cache for one ``model.generate`` call, or None (use the default cache) when the model has
-    layers other than full attention or this ``transformers`` lacks the cache layer API."""
+    layers other than full attention or this ``transformers`` lacks the cache layer API. On CPU, for grouped-query
+    attention, and when the batch's ``tokens`` (rows x positions) repeated stay under :data:`REPEATED_CACHE_LIMIT`,
+    its layers store the heads repeated (module docstring): use it inside :func:`attention_reads_cache`."""
     if not full_attention_only(model):
         return None
+    repeats = 1
+    if tokens is not None and all(p.device.type == "cpu" for p in model.parameters()):
+        wanted = kv_head_repeats(model)
+        repeats = wanted if 2 * tokens * wanted * cache_bytes_per_token(model) <= REPEATED_CACHE_LIMIT else 1
     try:
-        return _growing_cache_class()()
+        return _growing_cache_class()(repeats)
     except (ImportError, TypeError):  # pragma: no cover - a transformers without the layered cache API
         return None

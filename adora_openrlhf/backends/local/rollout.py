@@ -12,7 +12,7 @@ for the policy update).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ import torch
 
 from adora_openrlhf.algorithms.sampling import GenerationRequest, ScoredResponse
 from adora_openrlhf.backends.local.decoding import compact_decode
-from adora_openrlhf.backends.local.kv_cache import full_attention_only, growing_cache_for
+from adora_openrlhf.backends.local.kv_cache import attention_reads_cache, full_attention_only, growing_cache_for
 from adora_openrlhf.config import SamplingParams
 
 
@@ -70,6 +70,8 @@ def generate_responses(
     extras: Sequence[dict[str, torch.Tensor] | None] | None = None,
     kv_cache: str = "growing",
     decoding: str = "compact",
+    uniforms: torch.Tensor | None = None,
+    on_finish: Callable[[int], None] | None = None,
 ) -> list[tuple[list[int], bool]]:
     """``(response ids, truncated)`` for each prompt (token ids), in order.
 
@@ -79,6 +81,8 @@ def generate_responses(
     never sampled. ``kv_cache``: "growing" (``kv_cache.py``, same tokens, faster) or "dynamic" (transformers'
     default). ``decoding``: "compact" (``decoding.py``: finished sequences leave the batch; text prompts of
     full-attention models, others fall back to ``model.generate``) or "generate" (``model.generate``).
+    ``uniforms`` [len(prompts), max_new_tokens]: each prompt's own random stream for sampling (compact decoding
+    only; see ``decoding.py``). ``on_finish(n)``: called as responses end (per batch with ``model.generate``).
     """
     device = next(model.parameters()).device
     config = generation_config(params, tokenizer, greedy)
@@ -88,6 +92,8 @@ def generate_responses(
         config.suppress_tokens = vision_token_ids(model)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     compact = decoding == "compact" and not (extras is not None and any(extras)) and full_attention_only(model)
+    if uniforms is not None and not compact:
+        raise ValueError("uniforms: per-row random streams need compact decoding (text prompts of a full-attention model)")
     was_training = model.training
     model.eval()
     out: list[tuple[list[int], bool]] = []
@@ -101,27 +107,35 @@ def generate_responses(
                 ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
                 mask[i, width - len(p) :] = 1
             if compact:
-                cache = growing_cache_for(model) if kv_cache == "growing" else None
+                cache = growing_cache_for(model, len(chunk) * (width + params.max_new_tokens)) if kv_cache == "growing" else None
                 if cache is None:
                     from transformers import DynamicCache
 
                     cache = DynamicCache()
-                out.extend(compact_decode(model, ids.to(device), mask.to(device), params, eos, pad, cache, greedy=greedy))
+                rows_uniforms = uniforms[start : start + batch_size].to(device) if uniforms is not None else None
+                with attention_reads_cache(model, cache):
+                    decoded = compact_decode(
+                        model, ids.to(device), mask.to(device), params, eos, pad, cache, greedy=greedy, uniforms=rows_uniforms, on_finish=on_finish
+                    )
+                out.extend(decoded)
                 continue
             more = {}
             if extras is not None:
                 from adora_openrlhf.backends.local.vlm import extra_model_inputs
 
                 more = extra_model_inputs(model, ids.to(device), extras[start : start + batch_size])
-            cache = growing_cache_for(model) if kv_cache == "growing" else None
+            cache = growing_cache_for(model, len(chunk) * (width + params.max_new_tokens)) if kv_cache == "growing" else None
             if cache is not None:
                 more["past_key_values"] = cache
-            generated = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, **more)
+            with attention_reads_cache(model, cache):
+                generated = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, **more)
             for row in generated[:, width:].tolist():
                 if eos in row:
                     out.append((row[: row.index(eos) + 1], False))
                 else:
                     out.append((row, True))
+            if on_finish is not None:
+                on_finish(len(chunk))
     finally:
         model.train(was_training)
     return out

@@ -16,7 +16,7 @@ trainer state) happens before anything is written; only then is the directory cr
   training into the same directory is refused instead of deleting the first one's checkpoints. The kernel
   drops the lock when the process ends, however it ends.
 - :func:`clear_previous_run`: removes the artefacts a previous run left (checkpoints, metrics, TensorBoard
-  events, final model, ...), never other files. :func:`set_aside_later_checkpoints`: a run resumed from an
+  events, final model, saved held-out set, ...), never other files. :func:`set_aside_later_checkpoints`: a run resumed from an
   earlier checkpoint moves the later ones, and a copy of ``metrics.jsonl``, to ``checkpoints/superseded/``
   (kept, never deleted).
 - :func:`config_differences`: what ``--resume`` compares. ``output_dir`` is not compared (a moved or
@@ -36,11 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from adora_openrlhf.backends.local import checkpoint as ckpt
+from adora_openrlhf.backends.local.heldout import HELDOUT_IMAGES, HELDOUT_ROWS, HELDOUT_SETTINGS
 from adora_openrlhf.config import ConfigError, RunConfig
 
 RESUMABLE_CHANGES = {"steps", "save_every", "eval_every", "output_dir", "report_to"}  # options a resumed run may change
 PATH_OPTIONS = {"model.path", "data.train_path", "data.eval_path"}  # compared by what they name, not by spelling
-RUN_ARTEFACTS = ("checkpoints", "tb", "final_model", "tokenizer", "metrics.jsonl", "summary.json", "reward_curve.png", "config.json", "wandb")
+RUN_ARTEFACTS = (
+    *("checkpoints", "tb", "final_model", "tokenizer", "metrics.jsonl", "summary.json", "reward_curve.png", "config.json", "wandb"),
+    *(HELDOUT_ROWS, HELDOUT_SETTINGS, HELDOUT_IMAGES),  # the saved held-out set (heldout.py)
+)
 LOCK_FILE = ".lock"
 SUPERSEDED_DIR = "superseded"  # under checkpoints/: later checkpoints set aside by a resume from an earlier one
 

@@ -20,7 +20,8 @@ Each RL step:
 5. metrics to JSONL/TensorBoard; held-out evaluation every ``eval_every`` steps; checkpoint every
    ``save_every`` steps.
 
-At the end: reward-curve PNG, ``summary.json`` and the final model in ``final_model/``.
+At the end: reward-curve PNG, ``summary.json`` and the final model in ``final_model/``. The held-out rows and
+the settings they are evaluated with are saved at the start (``heldout.jsonl``, ``heldout.json``: ``heldout.py``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from adora_openrlhf.backends.local import checkpoint as ckpt
 from adora_openrlhf.backends.local import rundir, vlm
 from adora_openrlhf.backends.local.data import batch_indices, load_rows, row_key, rows_fingerprint
 from adora_openrlhf.backends.local.evaluate import evaluate
+from adora_openrlhf.backends.local.heldout import save_heldout
 from adora_openrlhf.backends.local.metrics import MetricsLogger, plot_reward_curve
 from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model, count_parameters, load_pretrained, pick_device, vocabulary_problem
 from adora_openrlhf.backends.local.model_source import check_model_source, weight_files_problem
@@ -362,6 +364,7 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
     tokenizer, processor, model, optimizer = loaded.tokenizer, loaded.processor, loaded.model, loaded.optimizer
     logger.info("config:\n%s", format_config(cfg))
     (out / "config.json").write_text(format_config(cfg) + "\n")
+    save_heldout(out, eval_rows, cfg)  # for `python -m eval.run --run out` (heldout.py)
     saved_tokenizer = processor if processor is not None else tokenizer  # what checkpoints save as tokenizer/
     if resume_from is None and cfg.model.path is None:
         saved_tokenizer.save_pretrained(str(out / "tokenizer"))

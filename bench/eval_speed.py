@@ -1,0 +1,177 @@
+"""``eval.run --engine hf`` time, batched across problems against one generation call per problem, side by side.
+
+``python -m bench.eval_speed --model runs/kk-testbed/final_model [--bench kk] [--bench-file FILE] [--limit 40] [--k 4]
+[--temperature 0.6] [--max-new-tokens 1024] [--batch-size 128] [--threads 1] [--out bench/results/eval_speed]``
+
+Two ways through ``eval.run.evaluate_benchmark`` (generation, grading, ``samples.jsonl``), on the same model, rows
+and settings, in one process:
+
+- ``per-problem``: the `transformers` engine before cross-problem batching, reproduced here
+  (:class:`PerProblemGenerator`): one compact-decoding call per problem for its k samples, with the growing cache
+  holding one entry per key/value head (as it did then), under ``torch.manual_seed(problem seed)``, 8 problems
+  per ``evaluate_benchmark`` call;
+- ``batched``: ``eval.generation.HFGenerator`` as ``eval.run`` uses it now: the samples of ``batch-size // k``
+  problems per call, ``batch-size`` sequences per decoding batch, one random stream per sample, the cache's
+  heads repeated for grouped-query attention on CPU (``backends/local/kv_cache.py``).
+
+Each ``--threads`` value (torch threads) times both ways once.
+
+Two modes: ``sampled`` (``--k`` samples at ``--temperature``: the README's evaluation example by default) and
+``greedy`` (temperature 0, k = 1, where both ways must give the same responses: counted). Prints and writes
+(``table.md``, ``results.json`` in ``--out``) the wall and process-CPU seconds of each way, the speed-ups, avg@k
+of each, and for greedy decoding how many responses are identical; the samples of each way go to ``--out/runs/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.common import markdown_table, write_json
+from eval.generation import Completion, EvalSampling, HFGenerator, Progress
+
+WAYS = ("per-problem", "batched")
+OLD_PROBLEMS_PER_CALL = 8  # eval.run's --batch-size default before batching: problems per generation call
+
+
+class PerProblemGenerator(HFGenerator):
+    """The `transformers` engine of ``eval.run`` before batching across problems: each problem's k samples in a
+    compact-decoding call of their own (k copies of one prompt: no padding), the growing cache with one entry per
+    key/value head, under ``torch.manual_seed`` of the problem's seed."""
+
+    def generate(
+        self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None, progress: Progress | None = None
+    ) -> list[list[Completion]]:
+        from adora_openrlhf.backends.local.decoding import compact_decode
+        from adora_openrlhf.backends.local.kv_cache import growing_cache_for
+        from adora_openrlhf.config import SamplingParams
+
+        greedy = self.sampling.temperature == 0
+        params = SamplingParams(
+            temperature=1.0 if greedy else self.sampling.temperature, top_p=self.sampling.top_p, max_new_tokens=self.sampling.max_new_tokens
+        )
+        prompts, _ = self._encode(rows)
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        out = []
+        for prompt, seed in zip(prompts, seeds or [self.sampling.seed] * len(rows), strict=True):
+            torch.manual_seed(seed)
+            ids = torch.tensor([prompt] * k)
+            cache = growing_cache_for(self.model)  # no batch size given: one entry per key/value head
+            responses = compact_decode(self.model, ids, torch.ones_like(ids), params, eos, pad, cache, greedy=greedy)
+            out.append([Completion(self.tokenizer.decode(ids, skip_special_tokens=True), len(ids), truncated) for ids, truncated in responses])
+            if progress is not None:
+                progress(k)
+        return out
+
+
+def _time_way(way: str, model: str, bench, rows, k: int, sampling: EvalSampling, batch_size: int, out: Path) -> dict[str, Any]:
+    from eval.run import evaluate_benchmark, read_records
+
+    generator = (PerProblemGenerator if way == "per-problem" else HFGenerator)(model, sampling, batch_size=batch_size)
+    samples = out / "runs" / f"{way}_t{sampling.temperature:g}_k{k}.jsonl"  # runs/: not committed (.gitignore)
+    samples.parent.mkdir(parents=True, exist_ok=True)
+    samples.unlink(missing_ok=True)
+    per_call = OLD_PROBLEMS_PER_CALL if way == "per-problem" else max(1, batch_size // k)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    evaluate_benchmark(bench, rows, generator, k, samples, batch_problems=per_call, seed=sampling.seed)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    records = read_records(samples)
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "avg_at_k": sum(r["correct"] for r in records) / len(records),
+        "tokens_mean": sum(r["response_tokens"] for r in records) / len(records),
+        "truncated": sum(r["truncated"] for r in records),
+        "responses": {(r["problem_id"], r["sample_index"]): r["response"] for r in records},
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.eval_speed", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a model directory, e.g. runs/kk-testbed/final_model")
+    parser.add_argument("--bench", default="kk", help="one benchmark of eval.run")
+    parser.add_argument("--bench-file", default=None, help="its rows from a JSONL file (default: the benchmark's own rows)")
+    parser.add_argument("--limit", type=int, default=40, help="first N problems")
+    parser.add_argument("--k", type=int, default=4, help="samples per problem in the sampled mode")
+    parser.add_argument("--temperature", type=float, default=0.6, help="the sampled mode's temperature")
+    parser.add_argument("--max-new-tokens", type=int, default=1024)
+    parser.add_argument("--batch-size", type=int, default=128, help="the batched way's sequences per decoding batch (eval.run's default)")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1], help="torch threads; each value times both ways")
+    parser.add_argument("--out", default="bench/results/eval_speed")
+    args = parser.parse_args(argv)
+
+    from eval.benchmarks import get_benchmark, load_located_rows
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    bench = get_benchmark(args.bench)
+    rows = [row for _, row in load_located_rows(bench, args.bench_file, None, 0, args.limit, cache_dir=out / "runs" / "data")]
+    table, records = [], []
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        for mode, k, temperature in (("sampled", args.k, args.temperature), ("greedy", 1, 0.0)):
+            sampling = EvalSampling(temperature=temperature, max_new_tokens=args.max_new_tokens)
+            result = {way: _time_way(way, args.model, bench, rows, k, sampling, args.batch_size, out) for way in WAYS}
+            old, new = result["per-problem"], result["batched"]
+            same = sum(old["responses"][key] == text for key, text in new["responses"].items()) if mode == "greedy" else None
+            record = {
+                "threads": threads,
+                "mode": mode,
+                "problems": len(rows),
+                "k": k,
+                "temperature": temperature,
+                **{f"{way}_{key}": value for way in WAYS for key, value in result[way].items() if key != "responses"},
+                "speedup": old["wall_s"] / new["wall_s"],
+                "cpu_speedup": old["cpu_s"] / new["cpu_s"],
+                "identical_responses": same,
+            }
+            records.append(record)
+            table.append(
+                [
+                    str(threads),
+                    mode,
+                    f"{len(rows)} x {k}",
+                    f"{old['tokens_mean']:.0f} / {new['tokens_mean']:.0f}",
+                    f"{old['wall_s']:.1f}",
+                    f"{new['wall_s']:.1f}",
+                    f"{record['speedup']:.1f}x",
+                    f"{old['cpu_s']:.1f} / {new['cpu_s']:.1f}",
+                    f"{record['cpu_speedup']:.1f}x",
+                    f"{old['avg_at_k']:.3f} / {new['avg_at_k']:.3f}",
+                    "n/a (sampled)" if same is None else f"{same} of {len(rows)}",
+                ]
+            )
+            print(table[-1], flush=True)
+    header = [
+        "threads",
+        "mode",
+        "problems x samples",
+        "mean response tokens (per-problem / batched)",
+        "per-problem s",
+        "batched s",
+        "speed-up",
+        "CPU s (per-problem / batched)",
+        "CPU speed-up",
+        "avg@k (per-problem / batched)",
+        "identical responses",
+    ]
+    intro = (
+        f"`eval.run --engine hf` on {args.model}, --bench {args.bench} (first {len(rows)} problems), sampled at temperature "
+        f"{args.temperature:g} with k = {args.k} and greedy with k = 1, --max-new-tokens {args.max_new_tokens}, torch threads {args.threads}; "
+        f"per-problem: one decoding call per problem, {OLD_PROBLEMS_PER_CALL} problems per call of evaluate_benchmark; batched: "
+        f"{args.batch_size} sequences per decoding batch. Wall and process-CPU seconds of generation, grading and writing the samples."
+    )
+    text = markdown_table(header, table)
+    (out / "table.md").write_text(f"{intro}\n\n{text}\n")
+    write_json(out / "results.json", {"settings": vars(args), "runs": records})
+    print(f"\n{intro}\n\n{text}")
+    return 0 if all(r["identical_responses"] == r["problems"] for r in records if r["mode"] == "greedy") else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
