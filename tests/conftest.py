@@ -19,6 +19,7 @@ if os.environ.get("CI"):
     import deepspeed  # noqa: F401
     import openrlhf  # noqa: F401
     import ray  # noqa: F401
+    import trl  # noqa: F401  (the TRL drop-in's tests, tests/test_trl_integration.py)
 
 if os.environ.get("ADORA_REQUIRE_VLLM"):
     # .ci/run's real-engine step (scripts/install_vllm_test_env.sh): the tests marked `vllm` must run, not skip.
