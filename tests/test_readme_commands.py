@@ -74,3 +74,18 @@ def test_ruff_is_pinned_for_the_lint_script():
     assert any(line.startswith("ruff==") for line in (ROOT / "requirements" / "test.txt").read_text().splitlines())
     lint = (ROOT / "scripts" / "lint.sh").read_text()
     assert "ruff check ." in lint and "ruff format --check ." in lint
+
+
+def test_trl_has_one_version_in_the_test_env_the_extra_the_bench_and_the_drop_in():
+    """CI's environment (scripts/install_test_env.sh) installs the TRL that AdoraGRPOTrainer hooks into, so
+    tests/test_trl_integration.py runs in the default suite against that version."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    tested = re.search(r'^TESTED_TRL_VERSION = "([^"]+)"$', (ROOT / "adora_openrlhf" / "integrations" / "trl.py").read_text(), re.M)
+    assert tested, "adora_openrlhf/integrations/trl.py names the trl version it was tested with"
+    pin = f"trl=={tested.group(1)}"
+    installer = (ROOT / "scripts" / "install_test_env.sh").read_text()
+    assert [line for line in installer.splitlines() if line.startswith("pip install") and pin in line.split() and '-c "$pins"' in line]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["trl"] == [pin]
+    assert pin in (ROOT / "requirements" / "bench.txt").read_text().split()
