@@ -7,7 +7,8 @@ exist for the common ones; a list of names also takes a comma list, ``--report_t
 Each flag's ``--help`` text is the field's ``metadata["help"]`` and its default.
 
 ``--config FILE`` (YAML or JSON, nested like ``--print-config``'s output) sits between the recipe and the flags:
-recipe < file < flags. :func:`load_config_file` turns it into dotted overrides; an unknown key is an error naming it.
+recipe < file < flags. :func:`load_config_file` turns it into dotted overrides; an unknown key is an error naming it,
+and so are a duplicate key and a file that expands past a bound through YAML aliases (``config_files.py``).
 """
 
 from __future__ import annotations
@@ -149,17 +150,18 @@ def _flatten(values: Mapping[str, Any], where: str, prefix: str = "") -> dict[st
 def load_config_file(path: str) -> dict[str, Any]:
     """Dotted overrides from a YAML or JSON config file (nested like ``--print-config``'s output); errors name
     the file and the key."""
-    import yaml
+    from adora_openrlhf.config_files import MAX_FILE_BYTES, read_config_text
 
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"--config: {path} is not a file; give a YAML or JSON config (e.g. saved from --print-config)")
+    if file.stat().st_size > MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB; a config file holds options (as printed by --print-config), not data")
     try:
-        values = yaml.safe_load(file.read_text(encoding="utf-8"))  # JSON is YAML
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else path
-        raise ConfigError(f"{where}: not valid YAML or JSON ({getattr(err, 'problem', None) or err})") from None
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not valid YAML or JSON ({err})") from None
+    values = read_config_text(text, path)  # JSON is YAML; bounded expansion, no duplicate keys
     if values is None:
         return {}
     if not isinstance(values, Mapping):

@@ -13,15 +13,19 @@ exit status, with no traceback (``--debug`` or ``ADORA_DEBUG=1`` re-raises to sh
 | ``KeyboardInterrupt`` (Ctrl-C)          | 130  | ``interrupted; <how to resume>``                       |
 | ``FloatingPointError`` (diverged run)   | 1    | ``error: <message>``                                   |
 | any other exception                     | 1    | ``error: <type>: <message> (run again with --debug...)`` |
+
+:func:`stdout_to_stderr` keeps stdout for an entry point's result: whatever libraries print while it runs goes
+to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 DEBUG_ENV = "ADORA_DEBUG"
 
@@ -83,6 +87,39 @@ def run_cli(body: Callable[[], int], argv: Sequence[str] | None = None, interrup
         text = " ".join(str(err).split())[:300]
         print(f"error: {type(err).__name__}: {text} (run again with --debug for the traceback)", file=sys.stderr)
         return 1
+
+
+def _fileno(stream) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured or closed stream
+        return None
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout inside the block to stderr, so that an entry point whose result goes to
+    stdout (``train``'s JSON summary) keeps stdout for it alone.
+
+    ``sys.stdout`` is redirected (Python prints, and logging handlers created inside the block, such as the one
+    deepspeed adds on import and uses for its accelerator warning); when ``sys.stdout`` is the process's own
+    standard output, file descriptor 1 is pointed at stderr as well (C extensions, child processes)."""
+    for stream in (sys.stdout, sys.__stdout__):
+        if stream is not None:
+            stream.flush()
+    fd_level = sys.stdout is sys.__stdout__ and _fileno(sys.stdout) == 1 and _fileno(sys.stderr) == 2
+    saved = os.dup(1) if fd_level else None
+    if saved is not None:
+        os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            if sys.__stdout__ is not None:
+                sys.__stdout__.flush()  # what was buffered inside the block belongs to stderr
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def check_output_dir(path: str | os.PathLike, option: str) -> None:

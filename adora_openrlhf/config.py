@@ -7,16 +7,25 @@ so a bad recipe or flag fails before any model is built.
 
 Configs are plain dataclasses: ``dataclasses.asdict`` gives the JSON saved with each run, and
 ``from_dict`` rebuilds them (unknown keys are an error, not silently ignored).
+
+Every ``__post_init__`` starts with :func:`check_field_types`: each field's value has its annotated type,
+whatever it came from (a flag, a ``--config`` file, a recipe, ``bench --set``, Python code). A boolean is
+``true`` or ``false`` and nothing else (not ``"false"``, which is truthy, nor ``null``, ``0`` or ``2``); a string
+field holds a string; a list, a mapping and a nested section hold one. Numbers are checked, with their range, by
+the section's own :func:`_number` calls.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union
 
 from adora_openrlhf.errors import ConfigError  # defined beside the registries (no import circle); exported here
 
@@ -54,6 +63,78 @@ def _number(
     ok = ok and (gt is None or value > gt) and (ge is None or value >= ge) and (lt is None or value < lt) and (le is None or value <= le)
     if not ok:
         raise ConfigError(f"{field_path}: must be {wanted}, got {value!r}")
+
+
+def _kind(value: Any) -> str:
+    """What a value is, in the words of a JSON/YAML file."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    return f"a {type(value).__name__}"
+
+
+def _type_problem(value: Any, hint: Any) -> str | None:
+    """What ``value`` should be instead, when it is not of type ``hint``; None when it is (or the hint is a number,
+    which :func:`_number` checks with its range). Elements of lists and mappings are checked too."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        problems = [_type_problem(value, arm) for arm in args if arm is not type(None)]
+        if any(p is None for p in problems):
+            return None
+        return " or ".join(p for p in problems if p) + (" or null" if type(None) in args else "")
+    if hint is Any or hint in (int, float):
+        return None
+    if hint is bool:
+        return None if value is True or value is False else "true or false"
+    if hint is str:
+        return None if isinstance(value, str) else "a string"
+    if origin is list:
+        if not isinstance(value, list):
+            return "a list"
+        for i, item in enumerate(value):
+            problem = _type_problem(item, args[0])
+            if problem:
+                return f"a list whose items are each {problem} (item {i} is {item!r})"
+        return None
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            return "a mapping"
+        for key, item in value.items():
+            problem = "a string" if not isinstance(key, str) else _type_problem(item, args[1])
+            if problem:
+                return f"a mapping whose {'keys' if not isinstance(key, str) else 'values'} are each {problem} (at {key!r})"
+        return None
+    if dataclasses.is_dataclass(hint):
+        return None if isinstance(value, hint) else "a mapping of its options"
+    return None
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def check_field_types(obj: Any, section: str) -> None:
+    """ConfigError naming the first field of dataclass ``obj`` (``section.field``) whose value is not of its
+    annotated type, with what it should be and what it is. Numbers are left to :func:`_number`."""
+    hints = _type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        problem = _type_problem(value, hints[f.name])
+        if problem:
+            fix = "; write true or false without quotes" if problem == "true or false" and isinstance(value, str) else ""
+            raise ConfigError(f"{section + '.' if section else ''}{f.name}: must be {problem}, got {value!r} ({_kind(value)}){fix}")
 
 
 T = TypeVar("T")
@@ -99,6 +180,7 @@ class SamplingParams:
     max_new_tokens: int = field(default=512, metadata={"help": 'generation limit per response; a response that hits it is "truncated"'})
 
     def __post_init__(self) -> None:
+        check_field_types(self, "rollout")
         _number(self.temperature, "rollout.temperature", gt=0)
         _number(self.top_p, "rollout.top_p", gt=0, le=1)
         _number(self.top_k, "rollout.top_k", integer=True, ge=1, also=(-1,))
@@ -127,6 +209,7 @@ class AdvantageConfig:
     eps: float = field(default=1e-9, metadata={"help": "added to the group std by group_norm (OpenRLHF 0.11 uses 1e-9)"})
 
     def __post_init__(self) -> None:
+        check_field_types(self, "advantage")
         from adora_openrlhf.algorithms.advantages import ADVANTAGE_ESTIMATORS
 
         ADVANTAGE_ESTIMATORS.check(self.estimator)
@@ -175,6 +258,7 @@ class AdoraConfig:
     shaping_p: float = field(default=0.5, metadata={"help": "length shaping: hard group if #correct < n*p, easy if #correct >= n*(1-p)"})
 
     def __post_init__(self) -> None:
+        check_field_types(self, "adora")
         from adora_openrlhf.algorithms.adora import EDGE_POLICIES, GROUP_RULES
 
         EDGE_POLICIES.check(self.edge_policy)
@@ -220,6 +304,7 @@ class AdaptiveSamplingConfig:
     trigger_after_step: int = field(default=0, metadata={"help": "escalation is used only from this training step on (adaGRPO's K)"})
 
     def __post_init__(self) -> None:
+        check_field_types(self, "sampling")
         from adora_openrlhf.algorithms.sampling import EXIT_RULES
 
         EXIT_RULES.check(self.exit_rule)
@@ -293,6 +378,7 @@ class DynamicFilteringConfig:
     def __post_init__(self) -> None:
         if isinstance(self.score_range, tuple):  # OpenRLHF's namespace holds (low, high)
             self.score_range = list(self.score_range)
+        check_field_types(self, "dynamic_filtering")
         _require(
             isinstance(self.score_range, list) and len(self.score_range) == 2,
             "dynamic_filtering.score_range",
@@ -334,6 +420,7 @@ class TinyModelConfig:
     max_position_embeddings: int = field(default=1024, metadata={"help": "tiny LM context length in tokens (prompt + response)"})
 
     def __post_init__(self) -> None:
+        check_field_types(self, "model.tiny")
         for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
             _number(getattr(self, name), f"model.tiny.{name}", integer=True, ge=1)
         _require(self.hidden_size % self.num_attention_heads == 0, "model.tiny.hidden_size", "must be divisible by num_attention_heads")
@@ -356,6 +443,7 @@ class TinyVisionConfig:
     num_heads: int = field(default=2, metadata={"help": "vision attention heads; must divide hidden_size"})
 
     def __post_init__(self) -> None:
+        check_field_types(self, "model.tiny_vision")
         for name in ("image_size", "patch_size", "spatial_merge_size", "depth", "hidden_size", "intermediate_size", "num_heads"):
             _number(getattr(self, name), f"model.tiny_vision.{name}", integer=True, ge=1)
         unit = self.patch_size * self.spatial_merge_size
@@ -425,11 +513,12 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.lora_target_modules == "all-linear":  # peft's spelling: one string
             self.lora_target_modules = ["all-linear"]
+        check_field_types(self, "model")
         _number(self.generation_batch_size, "model.generation_batch_size", integer=True, ge=1)
         _require(self.kv_cache in KV_CACHES, "model.kv_cache", f"must be one of {list(KV_CACHES)}, got {self.kv_cache!r}")
         _require(self.decoding in DECODINGS, "model.decoding", f"must be one of {list(DECODINGS)}, got {self.decoding!r}")
         _number(self.lora_rank, "model.lora_rank", integer=True, ge=0)
-        _number(self.lora_alpha, "model.lora_alpha", gt=0)
+        _number(self.lora_alpha, "model.lora_alpha", integer=True, gt=0)  # peft: an integer
         _require(
             self.path is None or (isinstance(self.path, str) and self.path.strip() != ""),
             "model.path",
@@ -504,6 +593,7 @@ class DataConfig:
     )
 
     def __post_init__(self) -> None:
+        check_field_types(self, "data")
         from adora_openrlhf.backends.local.tokenization import PROMPT_TEMPLATES
 
         PROMPT_TEMPLATES.check(self.prompt_template)
@@ -562,6 +652,7 @@ class PolicyLossConfig:
     )
 
     def __post_init__(self) -> None:
+        check_field_types(self, "train")
         _number(self.lr, "train.lr", gt=0)
         _number(self.lr_warmup_ratio, "train.lr_warmup_ratio", ge=0, lt=1)
         _number(self.min_lr_ratio, "train.min_lr_ratio", ge=0, le=1)
@@ -601,6 +692,7 @@ class WarmupConfig:
     mix: dict[str, float] = field(default_factory=dict, metadata={"help": 'phase 2 style shares, e.g. {"thorough": 0.3, "shortcut": 0.7}'})
 
     def __post_init__(self) -> None:
+        check_field_types(self, "warmup")
         _number(self.steps, "warmup.steps", integer=True, ge=0)
         _number(self.lr, "warmup.lr", gt=0)
         _number(self.batch_size, "warmup.batch_size", integer=True, ge=1)
@@ -693,6 +785,8 @@ class RunConfig:
     )
 
     def __post_init__(self) -> None:
+        self.report_to = parse_report_to(self.report_to)  # a comma list of names becomes a list first
+        check_field_types(self, "")
         _require(self.backend in BACKENDS, "backend", f"unknown backend {self.backend!r}; choose one of {list(BACKENDS)}")
         _number(self.seed, "seed", integer=True, ge=0, lt=2**32)  # NumPy's seed range
         _number(self.steps, "steps", integer=True, ge=1)
@@ -700,7 +794,6 @@ class RunConfig:
         _number(self.save_every, "save_every", integer=True, ge=0)
         _number(self.eval_every, "eval_every", integer=True, ge=0)
         _number(self.eval_samples, "eval_samples", integer=True, ge=0)
-        self.report_to = parse_report_to(self.report_to)
         _number(self.max_missing_reward_fraction, "max_missing_reward_fraction", ge=0, le=1)
         _require(isinstance(self.output_dir, str) and self.output_dir.strip() != "", "output_dir", f"must be a directory path, got {self.output_dir!r}")
         _require(

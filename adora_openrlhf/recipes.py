@@ -454,7 +454,9 @@ _KK_TESTBED_OPENRLHF = {
     "model": {"path": "runs/kk-testbed-warm-start", "dtype": "bfloat16"},
     "data": {"task": "kk", "train_path": "data/kk-testbed/train.jsonl", "eval_path": "data/kk-testbed/test.jsonl", "prompt_template": "auto"},
     "train": {"lr": 1.5e-4, "micro_batch_size": 4},
-    "extra": {"openrlhf": {"vllm.num_engines": 1, "actor.num_gpus_per_node": 1, "actor.adam.betas": [0.9, 0.999], "ds.zero_stage": 2}},
+    "extra": {
+        "openrlhf": {"vllm.num_engines": 1, "actor.num_gpus_per_node": 1, "ref.num_gpus_per_node": 1, "actor.adam.betas": [0.9, 0.999], "ds.zero_stage": 2}
+    },
 }
 register_recipe(
     Recipe(

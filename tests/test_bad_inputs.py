@@ -141,6 +141,184 @@ def test_train_bad_values(tmp_path, capsys, argv, needle):
     assert not (tmp_path / "run").exists()
 
 
+# ---- every config field's type, wherever the value comes from ----------------------------------------------
+
+
+def _leaves_of(kind):
+    from adora_openrlhf.cli_args import LEAF_TYPES, _strip_optional
+
+    return [dotted for dotted, hint in LEAF_TYPES.items() if _strip_optional(hint) is kind]
+
+
+BOOL_FIELDS = _leaves_of(bool)
+NOT_BOOLEANS = ["false", "true", "False", "no", None, 2, 0, 1, 1.0, [], {}]
+
+
+def test_every_boolean_field_is_covered():
+    assert {"adora.enabled", "sampling.enabled", "dynamic_filtering.enabled", "adora.length_shaping", "sampling.drop_unfinished"} <= set(BOOL_FIELDS)
+    assert {"adora.drop_truncated_negatives", "model.merge_lora_on_save", "model.freeze_visual_encoder"} <= set(BOOL_FIELDS)
+
+
+@pytest.mark.parametrize("field", BOOL_FIELDS)
+@pytest.mark.parametrize("value", NOT_BOOLEANS, ids=repr)
+def test_config_file_booleans_must_be_true_or_false(tmp_path, capsys, field, value):
+    """{"dynamic_filtering": {"enabled": "false"}} ran DAPO filtering: "false" is a truthy string."""
+    from adora_openrlhf.recipes import nest
+
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(nest({field: value})))
+    code = call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--config", str(config), *FAST])
+    assert code == 2
+    line = assert_one_line(capsys.readouterr().err, f"error: {field}: must be true or false, got {value!r}")
+    assert ("without quotes" in line) is isinstance(value, str)
+    assert not (tmp_path / "run").exists()
+
+
+def _wrong_values(hint):
+    """Values of another type than ``hint`` (a field's annotation), each of which must be refused."""
+    import typing
+
+    from adora_openrlhf.cli_args import _strip_optional
+
+    optional = type(None) in typing.get_args(hint)
+    base = _strip_optional(hint)
+    origin = typing.get_origin(base) or base
+    values = {
+        bool: ["false", 2, 0, 1.5, [], {}],
+        int: ["3", True, 2.5, [], {}, float("nan")],
+        float: ["0.5", True, [], {}, float("inf")],
+        str: [1, True, 0.5, [], {}],
+        list: [5, True, {}],
+        dict: [5, True, [], "x"],
+    }[origin]
+    return values + ([] if optional else [None])
+
+
+def _all_wrong_values():
+    from adora_openrlhf.cli_args import LEAF_TYPES
+
+    for dotted, hint in LEAF_TYPES.items():
+        for value in _wrong_values(hint):
+            yield dotted, value
+
+
+@pytest.mark.parametrize("field, value", list(_all_wrong_values()), ids=lambda v: repr(v)[:30])
+def test_every_field_refuses_a_value_of_another_type(field, value):
+    """Every RunConfig leaf, whatever its type: one ConfigError that names it (the recipes, --config files,
+    bench --set and Python callers all build configs through here)."""
+    from adora_openrlhf.config import ConfigError
+    from adora_openrlhf.recipes import build_run_config
+
+    with pytest.raises(ConfigError) as err:
+        build_run_config("kk-tiny", {field: value})
+    message = str(err.value)
+    assert message.startswith((f"{field}:", f"{field}[", f"{field}.")), message
+    assert "\n" not in message
+
+
+def test_recipes_and_bench_set_values_are_type_checked(tmp_path, capsys, monkeypatch):
+    from adora_openrlhf import recipes
+    from bench import sample_efficiency
+
+    bad = recipes.Recipe("kk-bad-type", "a recipe with a string for a boolean", ("local",), {"sampling": {"enabled": "false"}})
+    monkeypatch.setitem(recipes.RECIPES._entries, bad.name, bad)
+    assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--recipe", bad.name]) == 2
+    assert_one_line(capsys.readouterr().err, "sampling.enabled: must be true or false, got 'false'")
+    for item, needle in (
+        ("adora.enabled=maybe", "--set adora.enabled: cannot parse 'maybe'"),
+        ('adora.enabled="false"', "--set adora.enabled: cannot parse"),
+        ("adora.enabled=null", "--set adora.enabled: cannot parse"),
+        ("dynamic_filtering.enabled=2", "--set dynamic_filtering.enabled: cannot parse '2'"),
+        ("steps=1.5", "--set steps: cannot parse '1.5'"),
+    ):
+        code = sample_efficiency.main(["--quick", "--set", item, "--out", str(tmp_path / "bench")])
+        assert code == 2
+        assert_one_line(capsys.readouterr().err, needle)
+    assert sample_efficiency._parse_set(["adora.enabled=false", "sampling.enabled=no"]) == {"adora.enabled": False, "sampling.enabled": False}
+    assert not (tmp_path / "bench").exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("value", ["null", "2", "maybe", '"false"'])
+def test_boolean_flags_refuse_anything_but_a_boolean_word(tmp_path, capsys, value):
+    assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--adora.enabled", value, *FAST]) == 2
+    assert_one_line(capsys.readouterr().err, "--adora.enabled: cannot parse")
+
+
+# ---- the small values a user tries first ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--warmup.steps", "1", "--warmup.lr_ramp", "0.5"],  # "error: ZeroDivisionError: division by zero"
+        ["--warmup.mix_steps", "1", "--warmup.mix", '{"direct": 1.0}', "--warmup.lr_ramp", "0.1"],
+        ["--warmup.steps", "2", "--warmup.lr_ramp", "0.9", "--eval_every", "1", "--save_every", "1", "--sampling.n_keep", "1"],
+        ["--recipe", "kk-testbed", "--warmup.steps", "1", "--warmup.mix_steps", "1", "--data.num_eval", "1", "--data.num_train", "1"],
+        ["--sampling.enabled", "true", "--sampling.samples_per_round", "1", "--sampling.max_rounds", "1", "--sampling.n_keep", "1", "--adora.enabled", "true"],
+        ["--train.lr_scheduler", "cosine_with_min_lr", "--train.lr_warmup_ratio", "0.99", "--train.micro_batch_size", "1", "--rollout.max_new_tokens", "1"],
+    ],
+    ids=["warmup-1", "mix-1", "warmup-2-n-1", "testbed-1", "adaptive-1", "schedule-1"],
+)
+def test_one_step_runs_and_the_smallest_settings_work(tmp_path, capsys, extra):
+    out = tmp_path / "run"
+    assert call(train_cli.main, ["--output-dir", str(out), *FAST, "--report_to", "none", *extra]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 1 and (out / "final_model").is_dir()
+
+
+# ---- --config files: bounded expansion, no duplicate keys ----------------------------------------------------
+
+
+def _alias_bomb(levels: int = 8, fan_out: int = 10, section: str = "extra") -> str:
+    """``fan_out ** levels`` values from a few hundred bytes (a YAML "billion laughs")."""
+    lines = [f"{section}:", "  a0: &a0 [" + ", ".join(['"lol"'] * fan_out) + "]"]
+    lines += [f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * fan_out) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        (_alias_bomb(), "the file expands to more than 100,000 values once its YAML aliases"),  # 10^8 values
+        (_alias_bomb(levels=30, fan_out=2), "the file expands to more than 100,000 values"),  # 2^30
+        (_alias_bomb(section="model:\n  init_kwargs"), "the file expands to more than"),
+        ("extra: &a {x: [*a]}\n", "a YAML alias refers to a value that contains it"),
+        ("train:\n  lr: 0.001\n  lr: 0.0001\n", ":3: duplicate key 'lr' (first given on line 2)"),
+        ("steps: 2\nseed: 1\nsteps: 3\n", ":3: duplicate key 'steps' (first given on line 1)"),
+        ('{"adora": {"enabled": true, "enabled": false}}', ":1: duplicate key 'enabled'"),
+        ("extra:\n  a: 1\n  b: {c: 1, c: 2}\n", ":3: duplicate key 'c'"),
+        ("extra: [" * 5000 + "]" * 5000 + "\n", "config"),  # deep nesting: a clean error either way
+    ],
+    ids=["bomb-10^8", "bomb-2^30", "bomb-in-init-kwargs", "recursive", "dup-yaml", "dup-top", "dup-json", "dup-nested", "deep"],
+)
+def test_config_file_bombs_and_duplicate_keys_are_refused(tmp_path, capsys, text, needle):
+    import time
+
+    config = tmp_path / "run.yaml"
+    config.write_text(text)
+    start = time.monotonic()
+    code = call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--config", str(config), *FAST])
+    assert time.monotonic() - start < 10
+    assert code == 2
+    line = assert_one_line(capsys.readouterr().err, needle)
+    assert str(config) in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_config_file_size_is_bounded_and_merge_keys_may_override(tmp_path, capsys):
+    from adora_openrlhf.cli_args import load_config_file
+
+    big = tmp_path / "big.yaml"
+    big.write_text("extra:\n  blob: '" + "x" * (2 << 20) + "'\n")
+    assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--config", str(big), *FAST]) == 2
+    assert_one_line(capsys.readouterr().err, f"{big}: larger than 1024 KiB")
+    merged = tmp_path / "merge.yaml"
+    merged.write_text("extra:\n  base: &b {lr: 0.001, seed: 1}\n  run:\n    <<: *b\n    lr: 0.002\n")
+    assert load_config_file(str(merged))["extra"]["run"] == {"lr": 0.002, "seed": 1}
+    fine = tmp_path / "fine.yaml"
+    fine.write_text("extra:\n  a: &a [1, 2]\n  b: [*a, *a]\n")  # a few aliases stay allowed
+    assert load_config_file(str(fine))["extra"]["b"] == [[1, 2], [1, 2]]
+
+
 @pytest.mark.parametrize("kind", ["missing", "directory", "empty", "bad_json", "not_utf8", "not_object", "blank_only"])
 @pytest.mark.parametrize("option", ["--data.train_path", "--data.eval_path"])
 def test_train_bad_data_files(tmp_path, capsys, bad_files, kind, option):
@@ -496,7 +674,8 @@ def test_converter_on_a_full_disk_leaves_no_partial_file(tmp_path, capsys):
 def _run(module, *argv, **kwargs):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("ADORA_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", module, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, **kwargs)
+    kwargs.setdefault("timeout", 120)
+    return subprocess.run([sys.executable, "-m", module, *argv], cwd=ROOT, env=env, capture_output=True, text=True, **kwargs)
 
 
 def test_processes_exit_with_one_line_and_debug_shows_the_traceback(tmp_path):
@@ -510,6 +689,20 @@ def test_processes_exit_with_one_line_and_debug_shows_the_traceback(tmp_path):
     assert result.returncode == 2
     assert_one_line(result.stderr, str(missing))
     assert not (tmp_path / "run").exists() and not (tmp_path / "e").exists()
+
+
+def test_stdout_of_a_real_training_is_the_json_summary_alone(tmp_path):
+    """`python -m adora_openrlhf.train > summary.json`: deepspeed (installed here) prints an accelerator warning
+    to stdout when a library imports it mid-run; it must land on stderr."""
+    import importlib.util
+
+    out = tmp_path / "run"
+    result = _run("adora_openrlhf.train", "--output-dir", str(out), *FAST, "--report_to", "none", timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout)  # nothing but the summary
+    assert summary == json.loads((out / "summary.json").read_text())
+    if importlib.util.find_spec("deepspeed") is not None:
+        assert "accelerator" in result.stderr.lower()  # the warning still reaches the user, on stderr
 
 
 @pytest.mark.slow

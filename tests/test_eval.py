@@ -132,6 +132,22 @@ def test_grader_crash_is_isolated(tmp_path, kk_rows):
     assert "unknown reward source 'no-such-source'" in records[1]["grader_error"]
 
 
+def test_a_crashing_grader_scores_the_tasks_failure_reward(monkeypatch):
+    """eval.run's fallback for a grader that raises is the task's lowest reward, never above a wrong answer."""
+    from adora_openrlhf.rewards import base
+    from eval.run import grade
+
+    def crashing(response, label, meta):
+        raise RuntimeError("grader bug")
+
+    monkeypatch.setitem(base.REWARD_FUNCTIONS._entries, "dapo_math", crashing)
+    monkeypatch.setitem(base.REWARD_FUNCTIONS._entries, "kk", crashing)
+    dapo = grade("dapo_math", "Answer: 42", {"label": "42", "meta": {"reward_style": "dapo"}})
+    assert dapo["reward"] == -1.0 and not dapo["correct"] and "grader bug" in dapo["grader_error"]
+    assert grade("kk", "x", {"label": "L", "meta": {}})["reward"] == -3.0
+    assert grade("no-such-source", "x", {"label": "L"})["reward"] == 0.0
+
+
 def test_read_jsonl_names_bad_line(tmp_path):
     path = tmp_path / "b.jsonl"
     path.write_text('{"prompt": "a", "label": "1"}\n{"prompt": "b"}\n')

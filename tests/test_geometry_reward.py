@@ -170,3 +170,108 @@ def test_free_form_label_with_escaped_dollar():
     meta = {"question_type": "free_form", "answer_type": "text"}
     result = geometry_reward(think("36"), "\\$36", meta)
     assert result.correct and result.info["grader_error"] == 0.0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# MathVista's numeric normalisation, and bounded parsing
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer, label, answer_type, precision, equal",
+    [
+        ("5", "5", "integer", 0, True),
+        ("5.0", "5", "integer", 0, True),
+        ("5.9", "5", "integer", 0, True),  # MathVista: str(int(float("5.9"))) == "5"
+        ("4.6", "5", "integer", 0, False),  # truncated to 4, not rounded to 5
+        ("4.5000001", "5", "integer", 0, False),
+        ("-4.6", "-4", "integer", 0, True),  # int() truncates toward zero
+        ("5", "5.5", "integer", 0, False),  # a label that is not a whole number matches nothing
+        ("1e999", "5", "integer", 0, False),  # an overflowing answer is wrong, not an error
+        ("1.6", "2.5", "float", 0, False),  # no precision: the label's one decimal, not 0
+        ("2.4", "2.5", "float", None, False),
+        ("2.54", "2.5", "float", 0, True),
+        ("2.5", "2.5", "float", 1, True),
+        ("2.54", "2.50", "float", 1, False),  # the label is written with 2 decimals: compared at 2
+        ("2.504", "2.50", "float", 1, True),
+        ("1.24", "1.2", "float", 1, True),
+        ("0.0012", "1e-3", "float", 0, True),
+        ("0.0016", "1e-3", "float", 0, False),
+        ("3.14159", "3.14", "float", 2, True),
+        ("3.14159", "3.1416", "float", 2, True),
+        ("3.1", "3.1416", "float", 2, False),
+    ],
+)
+def test_mathvista_numeric_normalisation(answer, label, answer_type, precision, equal):
+    assert numeric_equal(answer, label, precision, answer_type) is equal
+    meta = {"question_type": "free_form", "answer_type": answer_type}
+    if precision is not None:
+        meta["precision"] = precision
+    assert geometry_reward(think(answer), label, meta).correct is equal
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.decimals(-1000, 1000, allow_nan=False, allow_infinity=False, places=3), precision=st.integers(0, 3), offset=st.integers(-9, 9))
+def test_property_floats_are_compared_at_the_labels_decimals(value, precision, offset):
+    """An answer that differs from the label in the label's last written decimal is never right."""
+    label = str(value)
+    places = max(precision, -value.as_tuple().exponent)
+    answer = value + offset * value.__class__(10) ** -places
+    assert numeric_equal(str(answer), label, precision, "float") is (offset == 0)
+
+
+OLD_LETTER = r"^\s*(?:(?:option|choice)\s*)?\(?\s*([A-Za-z])\s*[\).:]?\s*(?:$|[\s\).:])"  # before it was made linear
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["option", "Choice", " ", "  ", "(", ")", ".", ":", "B", "c", "x1", "!"]), max_size=8))
+def test_property_letter_pattern_matches_as_the_old_one(tokens):
+    import re
+
+    from adora_openrlhf.rewards.geometry import _LETTER
+
+    text = "".join(tokens).strip()
+    old = re.match(OLD_LETTER, text, re.IGNORECASE)
+    new = _LETTER.match(text)
+    assert (old and old.group(1)) == (new and new.group(1)), text
+
+
+def test_stated_answer_of_the_last_line():
+    assert extract_final_answer("so\nThe answer is: 7") == "7"
+    assert extract_final_answer("so\nanswer: (B)  ") == "(B)"
+    assert extract_final_answer("so\nthe final answer") == "the final answer"  # nothing stated after it: the whole line
+
+
+@pytest.mark.parametrize(
+    "response, meta",
+    [
+        ("<think>r</think><answer>Option" + " " * 64_000 + "!</answer>", MC),
+        ("<think>r</think><answer>(" + " " * 64_000 + "!</answer>", MC),
+        ("<think>r</think>the answer" + " " * 64_000 + "is" + " " * 64_000 + "x", FLOAT1),
+        ("<think>r</think>answer x" + " " * 64_000 + "y", INT),
+        ("<answer>" * 50_000, INT),
+        ("<think>r</think>" + "<answer>x" * 30_000, MC),
+        ("\\boxed{" * 20_000, INT),
+    ],
+)
+def test_adversarial_responses_are_parsed_in_linear_time(response, meta):
+    import time
+
+    start = time.monotonic()
+    result = geometry_reward(response, "6", meta)
+    assert time.monotonic() - start < 1.0
+    assert not result.correct and result.reward <= 0.1  # never above a formatted wrong answer
+
+
+def test_failure_reward_and_row_time_limit():
+    from adora_openrlhf.rewards.base import failure_reward
+
+    assert failure_reward("mathvista", {}) == failure_reward("geometry3k", {}) == failure_reward("geo_synth", {}) == 0.0
+    meta = {"question_type": "free_form", "answer_type": "text", "grader_timeout_s": 1.0}
+    import time
+
+    geometry_reward(think("1"), "1", meta)  # a warm grading worker
+    start = time.monotonic()
+    result = geometry_reward(think("9^{9^{9^{9}}}"), "\\frac{1}{2}", meta)
+    assert time.monotonic() - start < 2.5
+    assert result.info["grader_timeout"] == 1.0 and result.reward == pytest.approx(geometry_reward(think("3"), "\\frac{1}{2}", meta).reward)

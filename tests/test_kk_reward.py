@@ -282,3 +282,115 @@ def test_property_a_second_role_makes_the_answer_unparsable(roles, data):
     text = "\n".join(lines)
     assert parse_kk_answer(text, names) is None
     assert parse_kk_answer_logic_rl(text, names) is None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bounded grading: every path reads the response in linear time, and the old patterns' answers are kept
+# ---------------------------------------------------------------------------------------------------------
+
+# The patterns before they were made linear, kept as the reference of what they matched.
+OLD_NAME_PATTERN = r"(?<![A-Za-z]){name}(?![A-Za-z])[\s\*_]*(?:is|was|:|=|-|—)?\s*(?P<neg>not\s+)?(?:an?\s+)?\**(?P<role>knight|knave)s?\b"
+OLD_LABEL_LINE = r"^\s*\(?\s*\d+\s*\)?[.:]?\s*(?P<name>.+?)\s+is\s+an?\s+(?P<role>knight|knave)\b"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Alice" + " " * 64_000 + "x",  # 33 s per response with the old name pattern
+        "Alice" + "*" * 64_000 + "x",
+        "Alice" + " _*" * 20_000 + "x",
+        "Alice is not" + " " * 64_000 + "x",
+        "Alice is a knight " * 5_000,  # one line: each match searched for the line end to the end of the text
+        "Alice " * 20_000,
+    ],
+)
+@pytest.mark.parametrize("parser", ["lenient", "logic_rl"])
+def test_adversarial_answers_are_parsed_in_linear_time(answer, parser):
+    import time
+
+    start = time.monotonic()
+    result = kk_reward(wrap(answer), LABEL, dict(META, kk_parser=parser))
+    assert time.monotonic() - start < 1.0
+    assert result.reward <= -0.5 and not result.correct  # never above a well-formed wrong answer
+
+
+@pytest.mark.parametrize("text", ["<answer>" * 50_000, "<answer>x" * 30_000 + "</answer>", "</answer><answer>" * 30_000])
+def test_answer_block_scan_is_linear(text):
+    import re
+    import time
+
+    from adora_openrlhf.rewards.kk import extract_answer_block
+
+    start = time.monotonic()
+    block = extract_answer_block(text)
+    assert time.monotonic() - start < 0.5
+    small = text[:2000]
+    found = re.findall(r"<answer>(.*?)</answer>", small, flags=re.DOTALL)
+    assert extract_answer_block(small) == (found[-1].strip() if found else None)
+    assert block is None or isinstance(block, str)
+
+
+def test_label_lines_are_parsed_in_linear_time():
+    import time
+
+    from adora_openrlhf.rewards.kk import parse_kk_label
+
+    start = time.monotonic()
+    for line in ("(1) Alice" + " " * 64_000 + "x", "1" + " " * 64_000 + "x", " " * 64_000 + "(1) Alice is a knave x"):
+        with pytest.raises(ValueError, match="label: line"):
+            parse_kk_label(line if "knave" not in line else line + "\n2 Bob")
+    assert time.monotonic() - start < 1.0
+
+
+_TOKENS = ["Alice", "Bob", " ", "  ", "\n", "*", "_", ":", "-", "is", "was", "not", "a", "an", "knight", "knave", "s", "x", "."]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_TOKENS), max_size=12))
+def test_property_name_pattern_matches_as_the_old_one(tokens):
+    import re
+
+    from adora_openrlhf.rewards.kk import _name_pattern
+
+    text = "".join(tokens)
+    for name in ("Alice", "Bob"):
+        old = [(m.span(), m.group("neg"), m.group("role")) for m in re.finditer(OLD_NAME_PATTERN.format(name=name), text, re.IGNORECASE)]
+        new = [(m.span(), m.group("neg"), m.group("role")) for m in _name_pattern(name).finditer(text)]
+        assert old == new, text
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["(", ")", "1", "2", ".", ":", " ", "  ", "Alice", "Bob", "Le", "is", "a", "an", "knight", "knave", "x"]), max_size=12))
+def test_property_label_lines_parse_as_before(tokens):
+    import re
+
+    from adora_openrlhf.rewards.kk import parse_kk_label
+
+    line = "".join(tokens).strip()
+    old = re.match(OLD_LABEL_LINE, line, re.IGNORECASE)
+    old_roles = {old.group("name").strip(): old.group("role").lower() == "knight"} if old and old.group("name").strip() else None
+    try:
+        new_roles = parse_kk_label(line) if line else None
+    except ValueError:
+        new_roles = None
+    assert new_roles == old_roles, line
+
+
+def test_failure_reward_is_the_lowest_reward():
+    from adora_openrlhf.rewards.base import failure_reward
+    from adora_openrlhf.rewards.kk import lowest_reward
+
+    assert failure_reward("kk", META) == -3.0 == kk_reward("no tags", LABEL, META).reward
+    assert lowest_reward(KKRewardConfig(grade_only_if_format_ok=False, answer_wrong=-2.5)) == -3.5
+
+
+@pytest.mark.parametrize("value", ["false", "true", 0, 1, None])
+def test_row_flags_must_be_booleans(value):
+    """meta.think_opened_in_prompt "false" read with bool() turned the option on."""
+    from adora_openrlhf.rewards.geometry import geometry_reward
+
+    with pytest.raises(ValueError, match=rf"meta.think_opened_in_prompt: must be true or false, got {value!r}"):
+        kk_reward(wrap(LABEL), LABEL, dict(META, think_opened_in_prompt=value))
+    with pytest.raises(ValueError, match="meta.think_opened_in_prompt"):
+        geometry_reward("<think>r</think>\\boxed{6}", "6", {"think_opened_in_prompt": value})
+    assert kk_reward(wrap(LABEL), LABEL, dict(META, think_opened_in_prompt=False)).reward == 3.0

@@ -207,6 +207,21 @@ def test_lr_factor_rises_then_decays():
     assert lr_factor(0, 1000, 0.03) == 1 / 30 and lr_factor(29, 1000, 0.03) == 1.0
 
 
+def test_lr_factor_when_the_rise_takes_every_step():
+    # 1 step with any ramp -> r = 1: the one step at full rate; 2 steps, ramp 0.9 -> r = 2: 1/2, 1
+    assert [lr_factor(s, 1, 0.5) for s in range(2)] == [1.0, 0.0]  # LambdaLR also asks for the step after the last
+    assert [lr_factor(s, 2, 0.9) for s in range(3)] == [0.5, 1.0, 0.0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.integers(1, 60), ramp=st.floats(0.0, 0.999))
+def test_property_lr_factor_is_defined_for_every_phase_length(steps, ramp):
+    """Every step of a phase of any length, and the scheduler's call after its last step, has a factor in [0, 1],
+    and the phase's peak is 1."""
+    factors = [lr_factor(s, steps, ramp) for s in range(steps + 1)]
+    assert all(0.0 <= f <= 1.0 for f in factors) and max(factors[:steps]) == 1.0 and factors[steps] == 0.0
+
+
 def test_name_pool_and_order():
     rows = kk.generate_rows(30, [2, 3], seed=2, name_pool=3, name_order="pool")
     for row in rows:

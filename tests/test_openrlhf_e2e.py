@@ -62,7 +62,7 @@ def setup(tmp_path_factory):
     return {"root": root, "model": model, "train": train, "test": test}
 
 
-def command(setup, out: Path, *extra: str, steps: int = 2, zero_stage: int = 2) -> list[str]:
+def command(setup, out: Path, *extra: str, steps: int = 2, zero_stage: int = 2, model: Path | None = None) -> list[str]:
     openrlhf = {
         "vllm.num_engines": 1,
         "actor.num_gpus_per_node": 1,
@@ -72,7 +72,7 @@ def command(setup, out: Path, *extra: str, steps: int = 2, zero_stage: int = 2) 
     }
     return [
         sys.executable, "-m", "adora_openrlhf.train", "--backend", "openrlhf", "--recipe", "dapo-math-adora",
-        "--model", str(setup["model"]), "--data.train_path", str(setup["train"]), "--data.eval_path", str(setup["test"]),
+        "--model", str(model or setup["model"]), "--data.train_path", str(setup["train"]), "--data.eval_path", str(setup["test"]),
         "--steps", str(steps), "--prompts_per_step", "4", "--sampling.n_keep", "4", "--sampling.samples_per_round", "4",
         "--sampling.max_rounds", "2", "--rollout.max_new_tokens", "4", "--data.max_prompt_tokens", "64",
         "--train.micro_batch_size", "4", "--train.lr", "0.005", "--train.lr_scheduler", "constant", "--adora.truncation_length", "none",
@@ -81,10 +81,10 @@ def command(setup, out: Path, *extra: str, steps: int = 2, zero_stage: int = 2) 
     ]  # fmt: skip
 
 
-def run(cmd: list[str]) -> subprocess.CompletedProcess:
+def run(cmd: list[str], timeout: int = RUN_TIMEOUT) -> subprocess.CompletedProcess:
     env = {**os.environ, **VLLM_ENV, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
     env.pop("RAY_ADDRESS", None)
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def records(out: Path) -> tuple[dict[int, dict], dict[int, dict]]:
@@ -194,3 +194,40 @@ def test_overwrite_replaces_the_run_with_zero3(setup, first_run):
     assert {p.name for p in (first_run / "checkpoints" / "_actor").iterdir() if p.is_dir()} <= {"best_global_step1", "global_step1"}
     assert (first_run / "checkpoints" / "_actor" / "global_step1" / "adora_run_config.json").exists()
     assert json.loads((first_run / "run_config.json").read_text())["steps"] == 1
+
+
+def test_an_engine_that_cannot_start_stops_the_launch(setup, tmp_path):
+    """vLLM's CPU attention needs heads of at least 32 dimensions: with heads of 16 the engine dies while starting.
+    The launch stops with an error line (the trainer does not wait for the dead engine to join its sync group)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from answer_model import answer_tokenizer
+
+    tokenizer = answer_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=256,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    Qwen2ForCausalLM(config).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    result = run(command(setup, tmp_path / "run", model=tmp_path / "model"), timeout=600)
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the OpenRLHF run failed (") and "Error" in last and "\x1b" not in last, last
+
+
+def test_the_cpu_strategy_uses_torch_adamw():
+    """Without CUDA, OpenRLHF's AdamW runs as torch's (DeepSpeed's torch_adam): DeepSpeed's fused CPU kernel, which it
+    would compile first, is not needed; Adam offload keeps DeepSpeed's CPU Adam."""
+    from adora_openrlhf.backends.openrlhf.entry import parse_openrlhf_args
+    from adora_openrlhf.backends.openrlhf.flash_attn_standin import install_if_needed
+
+    install_if_needed()  # as the launcher does on a machine without CUDA and flash-attn
+    from adora_openrlhf.backends.openrlhf.actors import adora_get_strategy
+
+    optim = {"type": "AdamW", "params": {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}}
+    strategy = adora_get_strategy(parse_openrlhf_args(["--reward.remote_url", "r.py"]))
+    assert strategy.get_ds_train_config(dict(optim, params=dict(optim["params"])))["optimizer"]["params"]["torch_adam"] is True
+    offload = adora_get_strategy(parse_openrlhf_args(["--reward.remote_url", "r.py", "--ds.adam_offload"]))
+    assert "torch_adam" not in offload.get_ds_train_config(dict(optim, params=dict(optim["params"])))["optimizer"]["params"]

@@ -211,7 +211,8 @@ def test_overlong_penalty_is_inside_the_pool_baseline(ray_cluster):
 
 
 def test_rollouts_without_reward_are_counted_and_fail_past_the_limit(ray_cluster, tmp_path):
-    """OpenRLHF's executor returns reward None when the reward call fails: scored 0, counted, fatal past the limit."""
+    """OpenRLHF's executor returns reward None when the reward call fails: scored with the task's failure reward
+    (K&K: -3, never above a wrong answer), counted, fatal past the limit."""
     failing = tmp_path / "failing_reward.py"
     failing.write_text("def reward_func(queries, prompts, labels):\n    raise RuntimeError('reward server down')\n")
     engine = make_engine(str(failing))
@@ -219,7 +220,7 @@ def test_rollouts_without_reward_are_counted_and_fail_past_the_limit(ray_cluster
     gen = generator(args, [engine], build_run_config("kk-tiny", {"max_missing_reward_fraction": 1.0}))
     experiences, consumed, _ = gen._generate_vllm(prompt_batches(PROMPTS[:1]), 1, False, **GENERATE_KWARGS)
     assert consumed == 1 and len(experiences) == 4
-    assert [float(e.rewards) for e in experiences] == [0.0] * 4
+    assert [float(e.rewards) for e in experiences] == [-3.0] * 4
     assert [float(e.info["reward_missing"]) for e in experiences] == [1.0] * 4
 
     gen = generator(args, [engine], build_run_config("kk-tiny", {"max_missing_reward_fraction": 0.5}))
@@ -235,6 +236,16 @@ def test_rewarded_and_unrewarded_samples_share_info_keys():
     assert float(missing.rewards) == 0.0 and float(missing.info["reward_missing"]) == 1.0 and float(scored.info["reward_missing"]) == 0.0
     gen_mod.align_info_keys([scored, missing])
     assert set(scored.info) == set(missing.info) and float(missing.info["correct"]) == 0.0
+
+
+@pytest.mark.parametrize("source, label, meta, failure", [("kk", "(1) Alice is a knight", {}, -3.0), ("dapo_math", "42", {"reward_style": "dapo"}, -1.0)])
+def test_unrewarded_samples_get_their_tasks_failure_reward(source, label, meta, failure):
+    """A rollout whose reward call failed never scores above a wrong answer of its task."""
+    from adora_openrlhf.rewards.openrlhf_reward import encode_reward_label
+
+    gen = generator(openrlhf_args(n=2), [], build_run_config("kk-tiny", {}))
+    missing = gen._process_response_into_experience(response_dict(3, 4, None, label=encode_reward_label(source, label, meta)))
+    assert float(missing.rewards) == failure and float(missing.info["reward_missing"]) == 1.0 and float(missing.scores) == 0.0
 
 
 def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_cluster, tmp_path):

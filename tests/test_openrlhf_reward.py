@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import adora_openrlhf.rewards.openrlhf_reward as hook
 from data_prep import kk
@@ -106,6 +108,35 @@ def test_bad_label_scores_zero_and_is_counted(monkeypatch):
         hook.decode_reward_label("plain label")
 
 
+def test_a_row_that_fails_to_score_gets_its_tasks_lowest_reward(monkeypatch):
+    """Never above a wrong answer: a K&K row whose label does not parse scores -3, a DAPO row whose reward
+    function crashes -1 (not 0, which would beat every wrong DAPO answer)."""
+    from adora_openrlhf.rewards import base
+
+    bad_kk = hook.encode_reward_label("kk", "Alice is", {"names": ["Alice"]})
+    dapo = hook.encode_reward_label("dapo_math", "42", {"reward_style": "dapo"})
+    prompt = "<|im_start|>assistant\n"
+    result = hook.reward_func([prompt + "<think>t</think><answer>x</answer>"], [prompt], [bad_kk])
+    assert result["rewards"].tolist() == [-3.0] and result["extra_logs"]["reward_error"].tolist() == [1.0]
+
+    def crashing(response, label, meta):
+        raise RuntimeError("grader bug")
+
+    monkeypatch.setitem(base.REWARD_FUNCTIONS._entries, "dapo_math", crashing)
+    result = hook.reward_func([prompt + "Answer: 42"], [prompt], [dapo])
+    assert result["rewards"].tolist() == [-1.0] and result["scores"].tolist() == [0.0]
+    assert result["extra_logs"]["reward_error"].tolist() == [1.0]
+    assert hook.failure_reward_of_label(dapo) == -1.0 and hook.failure_reward_of_label("not json") == 0.0
+
+
+def test_grader_timeout_scores_the_wrong_reward_through_the_hook():
+    dapo = hook.encode_reward_label("dapo_math", "\\frac{1}{2}", {"reward_style": "dapo", "grader_timeout_s": 1.0})
+    prompt = "<|im_start|>assistant\n"
+    result = hook.reward_func([prompt + "Answer: 9^{9^{9^{9}}}", prompt + "Answer: 3"], [prompt] * 2, [dapo] * 2)
+    assert result["rewards"].tolist() == [-1.0, -1.0]
+    assert result["extra_logs"]["grader_timeout"].tolist() == [1.0, 0.0]
+
+
 def test_plain_label_with_source_env(monkeypatch):
     monkeypatch.setenv(hook.SOURCE_ENV, "dapo_math")
     result = hook.reward_func(["Q: x\nAssistant: Answer: 7"], ["Q: x\n"], ["7"])
@@ -190,3 +221,31 @@ def test_end_of_turn_tokens_do_not_hide_the_answer():
     with_marker = score_one("Q: 3+4?<think>x</think>Answer: 7<|im_end|>", "Q: 3+4?", label)
     without = score_one("Q: 3+4?<think>x</think>Answer: 7", "Q: 3+4?", label)
     assert with_marker[0] == without[0] == 1.0
+
+
+def _old_strip_end_markers(response: str) -> str:
+    """The definition before it was made linear (it sliced a copy per marker), as the reference."""
+    text = response
+    while True:
+        stripped = text.rstrip()
+        for marker in hook.END_MARKERS:
+            if stripped.endswith(marker):
+                text = stripped[: -len(marker)]
+                break
+        else:
+            return text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([*hook.END_MARKERS, " ", "\n", "x", "Answer: 7", "<|im_", "end|>"]), max_size=10))
+def test_property_strip_end_markers_as_before(parts):
+    text = "".join(parts)
+    assert hook.strip_end_markers(text) == _old_strip_end_markers(text)
+
+
+def test_strip_end_markers_is_linear():
+    import time
+
+    start = time.monotonic()
+    assert hook.strip_end_markers("x" + "<|im_end|> " * 100_000) == "x"
+    assert time.monotonic() - start < 2.0

@@ -6,6 +6,8 @@ naming the file or option and what to do, and leaves the run directory as it was
 import json
 import shutil
 import struct
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,35 +20,15 @@ from adora_openrlhf.backends.local.metrics import read_metrics
 from adora_openrlhf.backends.local.model_source import safetensors_problem, weight_files_problem
 from adora_openrlhf.backends.local.trainer import train
 from adora_openrlhf.config import ConfigError
-from adora_openrlhf.recipes import build_run_config
 
-FAST = {
-    "model.tiny.vocab_size": 300,
-    "model.tiny.hidden_size": 16,
-    "model.tiny.intermediate_size": 32,
-    "model.tiny.num_hidden_layers": 1,
-    "model.tiny.num_attention_heads": 2,
-    "model.tiny.num_key_value_heads": 1,
-    "data.num_train": 8,
-    "data.num_eval": 2,
-    "data.kk_num_people": [2],
-    "warmup.steps": 0,
-    "steps": 2,
-    "prompts_per_step": 1,
-    "sampling.n_keep": 2,
-    "rollout.max_new_tokens": 4,
-    "eval_every": 0,
-    "save_every": 1,
-    "eval_samples": 0,
-}
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+from tiny_runs import snapshot, tiny_kk_config
+
+FAST = {"steps": 2, "save_every": 1}  # with tiny_runs.TINY_KK
 
 
 def _cfg(out, **extra):
-    return build_run_config("kk-tiny", {**FAST, "output_dir": str(out), **extra})
-
-
-def _snapshot(root):
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+    return tiny_kk_config(out, **{**FAST, **extra})
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +49,11 @@ def run(finished, tmp_path):
 
 def _refused(out, match, **kwargs):
     """Resume ``out`` expecting a ConfigError matching ``match``; nothing in ``out`` may change."""
-    before = _snapshot(out)
+    before = snapshot(out)
     cfg_extra = kwargs.pop("cfg", {})
     with pytest.raises(ConfigError, match=match) as err:
         train(_cfg(out, **{"steps": 3, **cfg_extra}), **{"resume": True, **kwargs})
-    assert _snapshot(out) == before
+    assert snapshot(out) == before
     assert "\n" not in str(err.value)
     return str(err.value)
 
@@ -498,8 +480,8 @@ def test_model_without_tokenizer_or_with_a_larger_tokenizer_is_refused(finished,
 
 def test_run_directory_check_order_is_read_only(run):
     """check_previous_run verifies without writing; the re-check under the lock skips the checksums."""
-    before = _snapshot(run)
+    before = snapshot(run)
     cfg = _cfg(run, steps=3)
     assert rundir.check_previous_run(run, cfg, True, False) == run / "checkpoints" / "step_000002"
     assert rundir.check_previous_run(run, cfg, True, False, verify_files=False) == run / "checkpoints" / "step_000002"
-    assert _snapshot(run) == before
+    assert snapshot(run) == before

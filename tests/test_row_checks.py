@@ -5,6 +5,8 @@ data file's folder); a vision row is identified by its prompt and the content of
 import json
 import os
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,23 +18,9 @@ from adora_openrlhf.config import ConfigError, DataConfig
 from data_prep import geo_synth
 from data_prep.kk import generate_rows as kk_rows
 
-FAST = {  # the smallest run that writes a final model
-    "model.tiny.vocab_size": 300,
-    "model.tiny.hidden_size": 16,
-    "model.tiny.intermediate_size": 32,
-    "model.tiny.num_hidden_layers": 1,
-    "model.tiny.num_attention_heads": 2,
-    "model.tiny.num_key_value_heads": 1,
-    "data.num_train": 8,
-    "data.num_eval": 2,
-    "data.kk_num_people": [2],
-    "warmup.steps": 0,
-    "prompts_per_step": 1,
-    "sampling.n_keep": 2,
-    "rollout.max_new_tokens": 4,
-    "eval_every": 0,
-    "eval_samples": 0,
-}
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+from tiny_runs import TINY_KK, tiny_kk_config
+
 KK_PROMPT = "Knights always tell the truth and knaves always lie. You meet 2 inhabitants: Alice and Bob."
 ALICE_BOB = "(1) Alice is a knight\n(2) Bob is a knave"
 
@@ -113,9 +101,9 @@ def test_property_generated_puzzles_pass_and_any_other_roles_are_refused(seed, p
 @pytest.mark.parametrize(
     "meta, needle",
     [
-        ({"reward_style": "dapo2"}, "field 'meta.reward_style': unknown style 'dapo2'"),
+        ({"reward_style": "dapo2"}, "field 'meta.reward_style': expected one of ["),
         ({"reward_style": None}, "field 'meta.reward_style'"),
-        ({"answer_scope": "final"}, "field 'meta.answer_scope': unknown scope 'final'"),
+        ({"answer_scope": "final"}, "field 'meta.answer_scope': expected one of ["),
         ({"grader_timeout_s": "1"}, "field 'meta.grader_timeout_s': must be a finite number of seconds > 0, got '1'"),
         ({"grader_timeout_s": 0}, "field 'meta.grader_timeout_s'"),
         ({"grader_timeout_s": -2.5}, "field 'meta.grader_timeout_s'"),
@@ -181,7 +169,7 @@ def test_bad_meta_with_overwrite_leaves_the_previous_run(tmp_path, capsys):
         train_cli.main(argv)
     assert exit_.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line == f"error: {data}:2: field 'meta.answer_scope': unknown scope 'last'; choose one of ['after_think', 'whole']"
+    assert line == f"error: {data}:2: field 'meta.answer_scope': expected one of ['after_think', 'whole'], got 'last'"
     assert sorted((str(p), p.stat().st_mtime_ns) for p in out.rglob("*")) == before
 
 
@@ -191,13 +179,13 @@ def test_a_row_without_a_demonstration_is_named_before_anything_is_written(tmp_p
     from adora_openrlhf.recipes import build_run_config
 
     model_run = tmp_path / "model_run"
-    train(build_run_config("kk-tiny", {**FAST, "steps": 1, "output_dir": str(model_run)}))
+    train(tiny_kk_config(model_run, steps=1))
     data = tmp_path / "math.jsonl"
     rows = [{"prompt": "Alice? 1+1", "label": "2", "source": "dapo_math", "meta": {"solution_text": "<answer>2</answer>"}}] * 2
     data.write_text("".join(json.dumps(r) + "\n" for r in [rows[0], {"prompt": "2+2?", "label": "4", "source": "dapo_math"}, *rows]))
     out = tmp_path / "run"
     cfg = build_run_config(
-        "kk-tiny", {**FAST, "warmup.steps": 2, "output_dir": str(out), "model.path": str(model_run / "final_model"), "data.train_path": str(data)}
+        "kk-tiny", {**TINY_KK, "warmup.steps": 2, "output_dir": str(out), "model.path": str(model_run / "final_model"), "data.train_path": str(data)}
     )
     with pytest.raises(ConfigError, match=rf"^{data}:2: warmup.steps: no demonstration for rows of source 'dapo_math'"):
         train(cfg)

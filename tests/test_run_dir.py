@@ -2,6 +2,8 @@
 
 import json
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -9,36 +11,15 @@ from adora_openrlhf.backends.local import rundir
 from adora_openrlhf.backends.local.metrics import MetricsLogger, read_metrics
 from adora_openrlhf.backends.local.trainer import train
 from adora_openrlhf.config import ConfigError
-from adora_openrlhf.recipes import build_run_config
 
-FAST = {  # the smallest run that writes checkpoints: a few seconds
-    "model.tiny.vocab_size": 300,
-    "model.tiny.hidden_size": 16,
-    "model.tiny.intermediate_size": 32,
-    "model.tiny.num_hidden_layers": 1,
-    "model.tiny.num_attention_heads": 2,
-    "model.tiny.num_key_value_heads": 1,
-    "data.num_train": 8,
-    "data.num_eval": 2,
-    "data.kk_num_people": [2],
-    "warmup.steps": 0,
-    "steps": 1,
-    "prompts_per_step": 1,
-    "sampling.n_keep": 2,
-    "rollout.max_new_tokens": 4,
-    "eval_every": 0,
-    "save_every": 0,
-    "eval_samples": 0,
-}
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+from tiny_runs import snapshot, tiny_kk_config
+
+FAST = {"steps": 1, "save_every": 0}  # with tiny_runs.TINY_KK
 
 
 def _cfg(out, **extra):
-    return build_run_config("kk-tiny", {**FAST, "output_dir": str(out), **extra})
-
-
-def _snapshot(root):
-    """Every path under ``root`` with its size and modification time (to assert that nothing changed)."""
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+    return tiny_kk_config(out, **{**FAST, **extra})
 
 
 @pytest.fixture(scope="module")
@@ -49,18 +30,18 @@ def finished_run(tmp_path_factory):
 
 
 def test_bad_data_path_leaves_a_resumable_run_untouched(finished_run):
-    before = _snapshot(finished_run)
+    before = snapshot(finished_run)
     for extra in ({"data.train_path": "data/trian.jsonl"}, {"data.eval_path": str(finished_run / "missing.jsonl")}):
         with pytest.raises(ConfigError, match="does not exist"):
             train(_cfg(finished_run, **extra), overwrite=True)
-    assert _snapshot(finished_run) == before
+    assert snapshot(finished_run) == before
 
 
 def test_new_run_refuses_a_directory_with_checkpoints(finished_run):
-    before = _snapshot(finished_run)
+    before = snapshot(finished_run)
     with pytest.raises(ConfigError, match=f"output_dir: '{finished_run}' holds a run with checkpoints .up to step 1.; .*--overwrite"):
         train(_cfg(finished_run, seed=3))
-    assert _snapshot(finished_run) == before
+    assert snapshot(finished_run) == before
 
 
 def test_overwrite_replaces_every_artefact_of_the_previous_run(tmp_path):

@@ -4,6 +4,11 @@ A reward function takes the response text, the row's ground-truth ``label`` and 
 returns a :class:`RewardResult`: the scalar training reward, the 0/1 correctness that the samplers and
 ADORA use, the extracted answer and a few scalars to log. Reward functions never raise on bad model output:
 unparsable answers score as wrong and are counted in ``info``.
+
+Each task also states its *failure reward* (:func:`failure_reward`): what a response scores when it could
+not be graded at all (the math grader's time limit or a crash inside a grader, a reward call that failed in
+OpenRLHF or in ``eval.run``). It is the task's lowest reward, so a policy can never gain by making grading
+fail: no failure scores above a wrong answer.
 """
 
 from __future__ import annotations
@@ -40,13 +45,46 @@ def _load_builtin_rewards() -> None:
 
 # The built-in task modules are imported at the first lookup (they register themselves on import).
 REWARD_FUNCTIONS: Registry[RewardFn] = Registry("reward source", "source", loader=_load_builtin_rewards)
+FailureRewardFn = Callable[[Mapping[str, Any]], float]  # row meta -> the task's lowest reward
+FAILURE_REWARDS: Registry[FailureRewardFn] = Registry("reward source", "source", loader=_load_builtin_rewards)
 
 
-def register_reward(*sources: str) -> Callable[[RewardFn], RewardFn]:
-    """Register ``fn`` as the reward of rows whose ``source`` is one of ``sources``."""
-    return REWARD_FUNCTIONS.register(*sources)
+def register_reward(*sources: str, failure: float | FailureRewardFn = 0.0) -> Callable[[RewardFn], RewardFn]:
+    """Register ``fn`` as the reward of rows whose ``source`` is one of ``sources``.
+
+    ``failure`` is the task's failure reward (a number, or a function of the row's meta when it depends on
+    the row, as DAPO's -1 does): the lowest reward the task gives, scored by a response that could not be graded.
+    """
+    failure_fn: FailureRewardFn = failure if callable(failure) else (lambda meta, value=float(failure): value)
+    register = REWARD_FUNCTIONS.register(*sources)
+
+    def wrap(fn: RewardFn) -> RewardFn:
+        FAILURE_REWARDS.register(*sources)(failure_fn)
+        return register(fn)
+
+    return wrap
 
 
 def get_reward_fn(source: str) -> RewardFn:
     """The reward registered for ``source``; an unknown source raises one line listing the known sources."""
     return REWARD_FUNCTIONS.get(source)
+
+
+def meta_flag(meta: Mapping[str, Any], key: str) -> bool:
+    """The boolean ``meta[key]`` of a data row; ValueError naming ``meta.KEY`` for anything but true or false
+    (the string "false" is truthy: read with ``bool()`` it would turn the option on)."""
+    value = meta[key]
+    if value is True or value is False:
+        return value
+    raise ValueError(f"meta.{key}: must be true or false, got {value!r}")
+
+
+def failure_reward(source: str, meta: Mapping[str, Any] | None = None) -> float:
+    """The reward of a ``source`` row's response that could not be graded: the task's lowest reward
+    (math: the style's wrong-answer reward, 0 or DAPO's -1; K&K: -3, a malformed response; geometry: 0).
+    Never raises: an unknown source, or a task whose failure reward itself fails on this meta, gives 0.0
+    (no task, no reward scale to stay below)."""
+    try:
+        return float(FAILURE_REWARDS.get(source)(meta if isinstance(meta, Mapping) else {}))
+    except Exception:  # noqa: BLE001 - called on error paths, where a second error would hide the first
+        return 0.0

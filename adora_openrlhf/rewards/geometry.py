@@ -5,29 +5,39 @@ else the last ``\\boxed{}``, else the last line (after "answer is" / "Answer:" w
 
 * ``multi_choice`` (``meta["choices"]``): the answer names an option by its text or, failing that, by
   letter ("B", "(B)", "Option B"); correct when that option is the one the label names the same way.
-* ``answer_type`` ``integer`` / ``float``: the first number in the answer, rounded to ``precision``
-  decimals (MathVista's rule; integers: 0), equals the label rounded the same way.
-* otherwise (free form, Geometry3K): the math grader (``math-verify``, never raises, time-limited); when
+* ``answer_type`` ``integer`` / ``float``: the first number in the answer, normalised as MathVista's scorer
+  does, equals the label: an integer answer is truncated (``str(int(float(x)))``: 4.6 -> 4), a float
+  answer rounded to ``d = max(precision, decimals the label is written with)`` decimals, the label too
+  (so a float is never compared at fewer decimals than its label has: 1.6 is not 2.5).
+* otherwise (free form, Geometry3K): the math grader (``math-verify``, never raises, time-limited:
+  ``timeout_s`` 10 s, or the row's ``meta["grader_timeout_s"]`` as for math rows); when
   ``meta["choices"]`` exist a letter answer is first mapped to its option's text.
 
 ``reward = (1 - format_weight) * accuracy + format_weight * format_ok`` where ``format_ok`` means one
 ``<think>...</think>`` block followed by a final answer (``\\boxed{}`` or ``<answer>``); ``correct`` is
-``accuracy == 1``. A grader timeout or crash counts as accuracy 0 and is reported in ``info``.
+``accuracy == 1``. A grader timeout or crash counts as accuracy 0 (so it scores as a wrong answer of the
+same format) and is reported in ``info``. 0, the reward of an unformatted wrong answer, is the task's
+failure reward. Everything but the math grader's call (time-limited) reads the response in linear time.
 """
 
 from __future__ import annotations
 
+import decimal
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from adora_openrlhf.rewards.base import RewardResult, register_reward
+from adora_openrlhf.rewards.base import RewardResult, meta_flag, register_reward
 from adora_openrlhf.rewards.math import REWARD_STYLES, final_segment, normalize_answer_line, safe_grade
+from adora_openrlhf.rewards.text import has_nonempty_tagged_block, last_tagged_block
 
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:,\d{3})*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
-_LETTER = re.compile(r"^\s*(?:(?:option|choice)\s*)?\(?\s*([A-Za-z])\s*[\).:]?\s*(?:$|[\s\).:])", re.IGNORECASE)
-_STATED = re.compile(r"(?i)\banswer\s*(?:is)?\s*:?\s*(.+?)\s*$")
+# A letter naming an option ("B", "(B)", "Option B", "choice (b)."), followed by the end, a space or ")", ".", ":".
+_LETTER = re.compile(r"^\s*(?:(?:option|choice)\s*)?(?:\(\s*)?([A-Za-z])(?![^\s\).:])", re.IGNORECASE)
+# "answer", "answer is", "answer:" ... : what follows on the line is the stated answer.
+_STATED = re.compile(r"(?i)\banswer(?:\s*is)?\s*:?")
 
 
 @dataclass(frozen=True)
@@ -56,9 +66,9 @@ def _last_boxed(text: str) -> str | None:
 def extract_final_answer(response: str) -> str | None:
     """The final answer: last <answer> block, else last \\boxed{}, else the last non-empty line."""
     tail = final_segment(response)
-    blocks = re.findall(r"<answer>(.*?)</answer>", tail, flags=re.DOTALL)
-    if blocks:
-        inner = blocks[-1].strip()
+    block = last_tagged_block(tail, "<answer>", "</answer>")
+    if block is not None:
+        inner = block.strip()
         return _last_boxed(inner) or inner
     boxed = _last_boxed(tail)
     if boxed is not None:
@@ -67,7 +77,8 @@ def extract_final_answer(response: str) -> str | None:
     if not lines:
         return None
     stated = _STATED.search(lines[-1])
-    return stated.group(1).strip() if stated else lines[-1]
+    after = lines[-1][stated.end() :].strip() if stated else ""
+    return after or lines[-1]
 
 
 def format_ok(response: str, config: GeometryRewardConfig) -> bool:
@@ -76,7 +87,7 @@ def format_ok(response: str, config: GeometryRewardConfig) -> bool:
     if config.require_think and (text.count("<think>") != 1 or text.count("</think>") != 1 or text.find("<think>") > text.find("</think>")):
         return False
     tail = final_segment(text)
-    return _last_boxed(tail) is not None or re.search(r"<answer>.+?</answer>", tail, flags=re.DOTALL) is not None
+    return _last_boxed(tail) is not None or has_nonempty_tagged_block(tail, "<answer>", "</answer>")
 
 
 def choice_index(answer: str, choices: Sequence[str]) -> int | None:
@@ -97,22 +108,53 @@ def choice_index(answer: str, choices: Sequence[str]) -> int | None:
     return None
 
 
-def first_number(text: str) -> float | None:
+def _first_number_text(text: str) -> str | None:
     match = _NUMBER.search(normalize_answer_line(text))
-    if not match:
-        return None
+    return match.group(0).replace(",", "") if match else None
+
+
+def first_number(text: str) -> float | None:
+    """The first number written in ``text`` (``1,200`` -> 1200.0), or None."""
+    number = _first_number_text(text)
     try:
-        return float(match.group(0).replace(",", ""))
+        return float(number) if number is not None else None
     except ValueError:
         return None
 
 
-def numeric_equal(answer: str, label: str, precision: int) -> bool:
-    """round(answer, precision) == round(label, precision) on the first number of each."""
-    pred, gold = first_number(answer), first_number(label)
-    if pred is None or gold is None:
+def decimals_written(number: str) -> int:
+    """Decimal places a number is written with: ``"2.50"`` -> 2, ``"3"`` -> 0, ``"1e-3"`` -> 3."""
+    try:
+        exponent = decimal.Decimal(number).as_tuple().exponent
+    except decimal.InvalidOperation:
+        return 0
+    return max(0, -exponent) if isinstance(exponent, int) else 0
+
+
+def numeric_equal(answer: str, label: str, precision: int | None, answer_type: str = "float") -> bool:
+    """MathVista's numeric normalisation (its ``normalize_extracted_answer``) on the first number of each side.
+
+    ``integer``: ``int(pred) == label``, ``int`` truncating as MathVista's ``str(int(float(x)))`` does (label 5:
+    5.9 is right, 4.6 is wrong); a label that is not a whole number matches nothing.
+    ``float``: ``round(pred, d) == round(label, d)`` with ``d = max(precision, decimals of the label)``: never
+    fewer decimals than the label is written with (label 2.5 without a precision: d = 1, so 1.6 and 2.4 are wrong).
+    """
+    pred, gold_text = first_number(answer), _first_number_text(label)
+    gold = first_number(label)
+    if pred is None or gold is None or gold_text is None or not (math.isfinite(pred) and math.isfinite(gold)):
         return False
-    return round(pred, precision) == round(gold, precision)
+    if answer_type == "integer":
+        return gold == int(gold) and int(pred) == int(gold)
+    places = max(int(precision or 0), decimals_written(gold_text))
+    return round(pred, places) == round(gold, places)
+
+
+def _precision(meta: Mapping[str, Any]) -> int:
+    """``meta["precision"]`` as decimals (MathVista stores floats such as 2.0); 0 when absent or unreadable."""
+    try:
+        return max(0, int(meta.get("precision") or 0))
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 def score_geometry(response: str, label: str, meta: Mapping[str, Any], config: GeometryRewardConfig) -> RewardResult:
@@ -131,14 +173,16 @@ def score_geometry(response: str, label: str, meta: Mapping[str, Any], config: G
             gold = choice_index(label, choices)
             correct = index is not None and index == gold
         elif answer_type in ("integer", "float"):
-            precision = int(meta.get("precision", 0) or 0) if answer_type == "float" else 0
-            correct = numeric_equal(answer, label, precision)
+            correct = numeric_equal(answer, label, _precision(meta), answer_type)
         else:
             if choices:
                 index = choice_index(answer, choices)
                 if index is not None and re.fullmatch(r"\(?[A-Za-z]\)?\.?", normalize_answer_line(answer)):
                     answer = choices[index]
-            status, correct, _, _ = safe_grade(f"\\boxed{{{answer}}}", label, REWARD_STYLES["math_verify"])
+            grader = REWARD_STYLES["math_verify"]
+            if "grader_timeout_s" in meta:
+                grader = replace(grader, timeout_s=float(meta["grader_timeout_s"]))
+            status, correct, _, _ = safe_grade(f"\\boxed{{{answer}}}", label, grader)
             info["grader_timeout"] = float(status == "timeout")
             info["grader_error"] = float(status == "error")
             if not correct and normalize_answer_line(answer).lower() == normalize_answer_line(label).lower():
@@ -150,9 +194,9 @@ def score_geometry(response: str, label: str, meta: Mapping[str, Any], config: G
     return RewardResult(reward=reward, correct=bool(correct), extracted=answer, info=info)
 
 
-@register_reward("geometry3k", "mathvista", "geo_synth")
+@register_reward("geometry3k", "mathvista", "geo_synth", failure=0.0)
 def geometry_reward(response: str, label: str, meta: Mapping[str, Any], config: GeometryRewardConfig = DEFAULT_GEOMETRY_CONFIG) -> RewardResult:
     """Geometry3K / MathVista reward; ``meta["think_opened_in_prompt"]`` overrides the config flag."""
     if isinstance(meta, Mapping) and "think_opened_in_prompt" in meta:
-        config = replace(config, think_opened_in_prompt=bool(meta["think_opened_in_prompt"]))
+        config = replace(config, think_opened_in_prompt=meta_flag(meta, "think_opened_in_prompt"))
     return score_geometry(response, label, meta, config)

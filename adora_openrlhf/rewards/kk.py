@@ -15,7 +15,11 @@ variants) and ``logic_rl`` (:func:`parse_kk_answer_logic_rl`, Logic-RL's role-co
 
 So a correct, well-formed response scores 3.0, a well-formed wrong one -0.5, a well-formed unparsable
 one -1, and any malformed response -3. ``correct`` is True exactly when the answer was graded and every
-role matches.
+role matches. -3 is also the task's failure reward (:func:`adora_openrlhf.rewards.base.failure_reward`).
+
+Grading is linear in the response length: the tag checks count and find, the answer block is found
+with ``str.find``, and no pattern has two quantifiers that can match the same characters next to each
+other (the lenient parser's ``Name`` + 32k spaces took 33 s per response when one did).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from adora_openrlhf.rewards.base import RewardResult, register_reward
+from adora_openrlhf.rewards.base import RewardResult, meta_flag, register_reward
+from adora_openrlhf.rewards.text import last_tagged_block
 
 THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE = "<think>", "</think>", "<answer>", "</answer>"
 
@@ -48,7 +53,8 @@ class KKRewardConfig:
             raise ValueError(f"kk_parser: unknown K&K answer parser {self.parser!r}; choose one of {sorted(KK_PARSERS)}")
 
 
-_LABEL_LINE = re.compile(r"^\s*\(?\s*\d+\s*\)?[.:]?\s*(?P<name>.+?)\s+is\s+an?\s+(?P<role>knight|knave)\b", re.IGNORECASE)
+_LABEL_NUMBER = re.compile(r"\s*(?:\(\s*)?\d+(?:\s*\))?[.:]?\s*")  # "(1) ", "1. ", "2: "
+_LABEL_ROLE = re.compile(r"(?<!\s)\s+is\s+an?\s+(?P<role>knight|knave)\b", re.IGNORECASE)  # from the start of a space run
 
 
 def format_ok(response: str, think_opened_in_prompt: bool = False) -> bool:
@@ -63,14 +69,17 @@ def format_ok(response: str, think_opened_in_prompt: bool = False) -> bool:
 
 def extract_answer_block(response: str) -> str | None:
     """Contents of the last ``<answer>...</answer>`` block, stripped; None when there is none."""
-    matches = re.findall(r"<answer>(.*?)</answer>", response, flags=re.DOTALL)
-    return matches[-1].strip() if matches else None
+    block = last_tagged_block(response, ANSWER_OPEN, ANSWER_CLOSE)
+    return block.strip() if block is not None else None
 
 
 def _name_pattern(name: str) -> re.Pattern[str]:
     # "<Name> is a knight", "<Name>: Knave.", "<Name> - knight", "<Name> is not a knave", with any spacing/case.
+    # The gap of spaces, stars and underscores after the name is taken whole, never given back: "(?=(X))\1" is an
+    # atomic group in Python's re. Given back, each of its n characters could be re-read by the optional "\s*"
+    # and "\**" after it, n^2 steps when no role follows (Name + 16k spaces: 8 s).
     return re.compile(
-        rf"(?<![A-Za-z]){re.escape(name)}(?![A-Za-z])[\s\*_]*(?:is|was|:|=|-|—)?\s*"
+        rf"(?<![A-Za-z]){re.escape(name)}(?![A-Za-z])(?=(?P<gap>[\s\*_]*))(?P=gap)(?:(?:is|was|:|=|-|—)\s*)?"
         r"(?P<neg>not\s+)?(?:an?\s+)?\**(?P<role>knight|knave)s?\b",
         re.IGNORECASE,
     )
@@ -105,10 +114,12 @@ def parse_kk_answer(text: str | None, names: Sequence[str]) -> dict[str, bool] |
         found = set()
         for match in _name_pattern(name).finditer(text):
             found.add(_is_knight(match))
-            line_end = text.find("\n", match.end())
-            end = len(text) if line_end < 0 else line_end
-            next_name = mentions.search(text, match.end(), end)
-            end = next_name.start() if next_name else end
+            # the clause ends at the next name or line break; both searches stop at the next mention of a
+            # name (the next match's own, at the latest), so all matches together read the text once
+            next_name = mentions.search(text, match.end())
+            end = next_name.start() if next_name else len(text)
+            line_end = text.find("\n", match.end(), end)
+            end = end if line_end < 0 else line_end
             found.update(_is_knight(extra) for extra in _ROLE_WORD.finditer(text, match.end(), end))
         if len(found) != 1:
             return None
@@ -155,10 +166,13 @@ def parse_kk_label(label: str, names: Sequence[str] | None = None) -> dict[str, 
         return roles
     roles = {}
     for line in label.strip().splitlines():
-        match = _LABEL_LINE.match(line)
-        if not match:
-            raise ValueError(f"label: line {line!r} is not of the form '(k) Name is a knight/knave'")
-        roles[match.group("name").strip()] = match.group("role").lower() == "knight"
+        number = _LABEL_NUMBER.match(line)
+        rest = line[number.end() :] if number else ""
+        role = _LABEL_ROLE.search(rest)
+        name = rest[: role.start()].strip() if role else ""
+        if not name:
+            raise ValueError(f"label: line {line[:200]!r} is not of the form '(k) Name is a knight/knave'")
+        roles[name] = role.group("role").lower() == "knight"
     if not roles:
         raise ValueError("label: empty K&K solution text")
     return roles
@@ -203,14 +217,21 @@ def config_for(meta: Mapping[str, Any], config: KKRewardConfig) -> KKRewardConfi
     (``meta["kk_parser"]``, else the ``ADORA_KK_PARSER`` environment variable, else ``config.parser``)."""
     changes: dict[str, Any] = {}
     if "think_opened_in_prompt" in meta:
-        changes["think_opened_in_prompt"] = bool(meta["think_opened_in_prompt"])
+        changes["think_opened_in_prompt"] = meta_flag(meta, "think_opened_in_prompt")
     parser = meta.get("kk_parser") or os.environ.get(KK_PARSER_ENV)
     if parser:
         changes["parser"] = str(parser)
     return replace(config, **changes) if changes else config
 
 
-@register_reward("kk")
+def lowest_reward(config: KKRewardConfig) -> float:
+    """The lowest reward under ``config``: a malformed response, graded as unparsable (or as wrong, when
+    malformed responses are graded and that scores lower)."""
+    answer = min(config.answer_unparsable, config.answer_wrong) if not config.grade_only_if_format_ok else config.answer_unparsable
+    return -abs(config.format_reward) + answer
+
+
+@register_reward("kk", failure=lowest_reward(DEFAULT_KK_REWARD_CONFIG))
 def kk_reward(response: str, label: str, meta: Mapping[str, Any], config: KKRewardConfig = DEFAULT_KK_REWARD_CONFIG) -> RewardResult:
     """K&K reward with Logic-RL's constants; the row's meta may override the parser and the think flag."""
     meta = meta if isinstance(meta, Mapping) else {}

@@ -21,9 +21,12 @@ subprocesses (:class:`ProcessGrader`, one worker per concurrent caller, started 
 start-up is not counted against a call). The worker grades under a ``SIGALRM`` timer in its own main
 thread; a worker that does not answer in time (a big-integer power such as ``10^{10^{10}}`` runs in C
 where no signal reaches it) is killed and replaced. ``mode="inline"`` grades in the calling main thread
-under the timer alone, which such C-level work can overrun. A timeout yields ``timeout_reward`` (0)
-with ``info["grader_timeout"] = 1``; any other grading failure yields ``error_reward`` (0) with
-``info["grader_error"] = 1``.
+under the timer alone, which such C-level work can overrun. A timeout scores the style's
+``wrong_reward`` (0, DAPO -1) with ``info["grader_timeout"] = 1``, and so does any other grading failure,
+with ``info["grader_error"] = 1``: an answer that makes grading fail never scores above a wrong one.
+
+The patterns of this module run in time linear in the response length (no nested or adjacent quantifiers
+that can match the same characters); math-verify's own parsing is bounded by the time limit.
 """
 
 from __future__ import annotations
@@ -58,9 +61,7 @@ class MathRewardConfig:
 
     style: str = "math_verify"  # "math_verify" (boxed / last expression) | "dapo" (last "Answer:" line)
     correct_reward: float = 1.0  # reward of a correct answer
-    wrong_reward: float = 0.0  # reward of a wrong or missing answer (DAPO: -1)
-    timeout_reward: float = 0.0  # reward when grading overran timeout_s (counted in info["grader_timeout"])
-    error_reward: float = 0.0  # reward when grading crashed (counted in info["grader_error"])
+    wrong_reward: float = 0.0  # reward of a wrong or missing answer (DAPO: -1), and of a grading timeout or crash
     answer_after_think: bool = True  # grade only the text after the last "</think>" when there is one
     dapo_tail_chars: int = 300  # DAPO looks for "Answer:" only in the last this many characters
     timeout_s: float = 10.0  # wall-clock limit of one grading call
@@ -74,6 +75,8 @@ class MathRewardConfig:
             raise ValueError(f"mode: unknown grading mode {self.mode!r}; choose auto, inline or process")
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s: must be > 0, got {self.timeout_s}")
+        if not self.wrong_reward < self.correct_reward:
+            raise ValueError(f"wrong_reward: must be below correct_reward ({self.correct_reward}), got {self.wrong_reward}")
 
 
 REWARD_STYLES_NAMES = ("math_verify", "dapo")
@@ -138,9 +141,12 @@ def parse_int(text: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|°")
+_DEGREES = re.compile(r"\^\s*(?:\{\s*)?\\circ\s*\}?|\\circ|°")
 _SPACE_THOUSANDS = re.compile(r"(?<=\d)(?:\s|\\ |\\;|~)(?=\d{3}(?!\d))")
-_NUMBER_WITH_UNIT = re.compile(r"\s*([+-]?\d+)(?:\.0+)?\s*(?:[A-Za-z]{2,}\.?\s*)+(?:\^\{?\d\}?)?\s*")
+# An integer, then unit words of two or more letters, each after a "." and/or spaces ("42 sq. units", "42cm^2").
+# Consecutive words must be separated: "(?:[A-Za-z]{2,}\.?\s*)+" could split one run of n letters in 2^n ways,
+# which a failing match tries one by one ("7 aaa...a!" with 60 letters ran for minutes).
+_NUMBER_WITH_UNIT = re.compile(r"([+-]?\d+)(?:\.0+)?\s*[A-Za-z]{2,}(?:(?:\.\s*|\s+)[A-Za-z]{2,})*\.?(?:\s*\^\{?\d\}?)?")
 
 
 def answer_integer(answer: str) -> int | None:
@@ -151,7 +157,7 @@ def answer_integer(answer: str) -> int | None:
     separators (``1 000``), and followed by unit words (``42 degrees``, ``42 square units``).
     """
     text = answer.rsplit("=", 1)[-1]
-    text = _SPACE_THOUSANDS.sub("", _DEGREES.sub("", text)).strip()
+    text = _SPACE_THOUSANDS.sub("", _DEGREES.sub("", text)).strip()  # stripped: the patterns need no outer spaces
     value = parse_int(text)
     if value is None:
         match = _NUMBER_WITH_UNIT.fullmatch(text)
@@ -517,12 +523,8 @@ def score_math(response: str, label: str, config: MathRewardConfig, grade_fn: Gr
     """Reward of one response under ``config`` (see the module docstring)."""
     response = response if isinstance(response, str) else ""
     status, correct, extracted, _ = safe_grade(response, str(label), config, grade_fn)
-    if status == "timeout":
-        reward = config.timeout_reward
-    elif status == "error":
-        reward = config.error_reward
-    else:
-        reward = config.correct_reward if correct else config.wrong_reward
+    correct = correct and status == "ok"
+    reward = config.correct_reward if correct else config.wrong_reward  # a timeout or a crash scores as wrong
     info = {
         "grader_timeout": float(status == "timeout"),
         "grader_error": float(status == "error"),
@@ -548,7 +550,16 @@ def config_for(meta: Mapping[str, Any] | None) -> MathRewardConfig:
     return config
 
 
-@register_reward(*MATH_SOURCES)
+def math_failure_reward(meta: Mapping[str, Any] | None) -> float:
+    """The row's wrong-answer reward (its style's), the lowest a math response scores; a row whose meta does
+    not parse gets the lowest of every style."""
+    try:
+        return config_for(meta).wrong_reward
+    except (TypeError, ValueError):
+        return min(config.wrong_reward for config in REWARD_STYLES.values())
+
+
+@register_reward(*MATH_SOURCES, failure=math_failure_reward)
 def math_reward(response: str, label: str, meta: Mapping[str, Any]) -> RewardResult:
     """Math reward for DAPO-Math, MATH500, AIME and AMC rows; style from ``meta["reward_style"]``."""
     return score_math(response, label, config_for(meta))

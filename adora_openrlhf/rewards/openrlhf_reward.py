@@ -19,8 +19,10 @@ Rows name their task through the label: the converters write a ``reward_label`` 
 
 Loading the file imports the package and its task rewards (:func:`check_package`): on a node where
 ``adora_openrlhf`` cannot be imported, OpenRLHF's loader fails when the engines start, with the install hint,
-instead of every rollout scoring 0. Per-row failures (a bad label, a grader crash) still score 0 and are
-counted in ``reward_error``.
+instead of every rollout scoring 0. A row that fails to score (a bad label, a crash inside a reward
+function) gets its task's failure reward (:func:`failure_reward_of_label`: the task's lowest reward, e.g. -1
+for DAPO rows, -3 for K&K; 0 when the label names no task) and is counted in ``reward_error``; a grader
+timeout scores as a wrong answer inside the reward functions themselves.
 """
 
 from __future__ import annotations
@@ -107,16 +109,21 @@ END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "
 
 def strip_end_markers(response: str) -> str:
     """``response`` without the end-of-turn / end-of-sequence tokens (and padding repeats of them) at its end,
-    so that rules reading the end of the text (DAPO's ``Answer:`` line) see what the model wrote."""
-    text = response
+    so that rules reading the end of the text (DAPO's ``Answer:`` line) see what the model wrote.
+
+    Whitespace before a marker goes with it; whitespace with no marker before it stays. The end moves left
+    over the text once (slicing a copy per marker took n^2 time on n repeats)."""
+    end = len(response)
     while True:
-        stripped = text.rstrip()
+        stripped = end
+        while stripped > 0 and response[stripped - 1].isspace():
+            stripped -= 1
         for marker in END_MARKERS:
-            if stripped.endswith(marker):
-                text = stripped[: -len(marker)]
+            if response.endswith(marker, 0, stripped):
+                end = stripped - len(marker)
                 break
         else:
-            return text
+            return response[:end]
 
 
 def split_response(query: str, prompt: str) -> str:
@@ -130,8 +137,21 @@ def split_response(query: str, prompt: str) -> str:
     return strip_end_markers(query)
 
 
+def failure_reward_of_label(label: Any) -> float:
+    """The failure reward of the task ``label`` names (:func:`adora_openrlhf.rewards.base.failure_reward`), or 0.0
+    when the label names none; never raises."""
+    from adora_openrlhf.rewards.base import failure_reward
+
+    try:
+        source, _, meta = decode_reward_label(label)
+    except Exception:  # noqa: BLE001 - an error path: the caller reports the label's own error
+        return 0.0
+    return failure_reward(source, meta)
+
+
 def score_one(query: str, prompt: str, label: Any) -> tuple[float, float, dict[str, float]]:
-    """``(reward, score, logs)`` of one rollout; a failure scores 0 with ``reward_error = 1`` and is logged."""
+    """``(reward, score, logs)`` of one rollout; a failure scores the task's failure reward with ``reward_error = 1``
+    and is logged."""
     from adora_openrlhf.rewards.base import get_reward_fn
 
     logs = dict.fromkeys(EXTRA_LOG_KEYS, 0.0)
@@ -142,7 +162,7 @@ def score_one(query: str, prompt: str, label: Any) -> tuple[float, float, dict[s
     except Exception as err:  # noqa: BLE001 - one bad row must not stop the rollout
         logger.error("reward_func: cannot score a rollout (%s: %s)", type(err).__name__, err)
         logs["reward_error"] = 1.0
-        return 0.0, 0.0, logs
+        return failure_reward_of_label(label), 0.0, logs
     logs["correct"] = float(result.correct)
     logs["answer_found"] = float(result.extracted is not None)
     logs["grader_timeout"] = float(result.info.get("grader_timeout", 0.0))

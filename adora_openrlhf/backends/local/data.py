@@ -195,17 +195,21 @@ def _positive_seconds(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
+def _meta_one_of(meta: dict[str, Any], key: str, default: str, choices: list[str]) -> str:
+    """``meta[key]`` (``default`` when absent), which must be one of ``choices``; RowFieldError naming ``meta.<key>``."""
+    value = meta.get(key, default)
+    if value not in choices:
+        raise RowFieldError(f"meta.{key}", f"expected one of {choices}, got {value!r}")
+    return value
+
+
 def _math_row_ok(prompt: Any, label: str, meta: dict[str, Any]) -> None:
     """The meta fields the math reward reads (``rewards/math.py``): ``reward_style`` one of its styles,
     ``answer_scope`` one of its scopes, ``grader_timeout_s`` a finite number of seconds > 0."""
     from adora_openrlhf.rewards.math import ANSWER_SCOPES, REWARD_STYLES, config_for
 
-    style = meta.get("reward_style", "math_verify")
-    if style not in REWARD_STYLES:
-        raise RowFieldError("meta.reward_style", f"unknown style {style!r}; choose one of {sorted(REWARD_STYLES)}")
-    scope = meta.get("answer_scope", "after_think")
-    if scope not in ANSWER_SCOPES:
-        raise RowFieldError("meta.answer_scope", f"unknown scope {scope!r}; choose one of {list(ANSWER_SCOPES)}")
+    _meta_one_of(meta, "reward_style", "math_verify", sorted(REWARD_STYLES))
+    _meta_one_of(meta, "answer_scope", "after_think", list(ANSWER_SCOPES))
     if "grader_timeout_s" in meta and not _positive_seconds(meta["grader_timeout_s"]):
         raise RowFieldError("meta.grader_timeout_s", f"must be a finite number of seconds > 0, got {meta['grader_timeout_s']!r}")
     try:
@@ -222,12 +226,8 @@ def _geometry_row_ok(prompt: Any, label: str, meta: dict[str, Any]) -> None:
     from adora_openrlhf.rewards.geometry import choice_index
 
     _think_flag_ok(meta)
-    question_type = meta.get("question_type", "free_form")
-    if question_type not in GEOMETRY_QUESTION_TYPES:
-        raise RowFieldError("meta.question_type", f"expected one of {list(GEOMETRY_QUESTION_TYPES)}, got {question_type!r}")
-    answer_type = meta.get("answer_type", "text")
-    if answer_type not in GEOMETRY_ANSWER_TYPES:
-        raise RowFieldError("meta.answer_type", f"expected one of {list(GEOMETRY_ANSWER_TYPES)}, got {answer_type!r}")
+    question_type = _meta_one_of(meta, "question_type", "free_form", list(GEOMETRY_QUESTION_TYPES))
+    answer_type = _meta_one_of(meta, "answer_type", "text", list(GEOMETRY_ANSWER_TYPES))
     choices = meta.get("choices")
     if choices is not None and not (isinstance(choices, list) and all(isinstance(c, str) for c in choices)):
         raise RowFieldError("meta.choices", f"expected a list of option texts, got {choices!r:.120}")

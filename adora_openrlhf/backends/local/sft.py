@@ -176,13 +176,14 @@ def warmup_styles(cfg: WarmupConfig) -> list[str]:
 def lr_factor(step: int, steps: int, ramp: float) -> float:
     """The learning-rate multiplier of optimiser step ``step`` (0-based) of ``steps``: a linear rise over the
     first ``r = ceil(ramp * steps)`` steps, ``(step + 1) / r``, then a linear decay, ``(steps - step) / (steps - r)``,
-    reaching ``1 / (steps - r)`` at the last step (``r = 0``: the decay alone, ``1 - step / steps``)."""
+    reaching ``1 / (steps - r)`` at the last step (``r = 0``: the decay alone, ``1 - step / steps``). When the rise
+    takes every step (``r = steps``, e.g. one step with any ramp) there is no decay; 0 after the last step."""
     rise = math.ceil(ramp * steps)
     if step < rise:
         return (step + 1) / rise
     if rise == 0:
         return max(0.0, 1.0 - step / steps)
-    return max(0.0, (steps - step) / (steps - rise))
+    return max(0.0, (steps - step) / max(1, steps - rise))
 
 
 def _phase(

@@ -47,7 +47,18 @@ class AdoraReplayBuffer(NaiveReplayBuffer):
 @inherit_rebound(CPU_NAMES)
 class AdoraDeepspeedStrategy(DeepspeedStrategy):
     """OpenRLHF's DeepSpeed strategy; on the CPU: no ``set_device``, a CPU device mesh, gloo collectives
-    (DeepSpeed's CPU accelerator chooses gloo when oneCCL is not installed)."""
+    (DeepSpeed's CPU accelerator chooses gloo when oneCCL is not installed), and torch's AdamW as DeepSpeed's
+    optimizer (:meth:`get_ds_train_config`)."""
+
+    def get_ds_train_config(self, optim_dict: dict | None = None, *, max_norm: float | None = None) -> dict:
+        """OpenRLHF's DeepSpeed training config; in a process without CUDA its AdamW runs as torch's
+        (DeepSpeed's ``torch_adam``, the same update) instead of DeepSpeed's fused CPU kernel, which DeepSpeed would
+        first compile (about 4 CPU-minutes). Adam offload keeps DeepSpeed's CPU Adam."""
+        config = super().get_ds_train_config(optim_dict, max_norm=max_norm)
+        optimizer = config.get("optimizer")
+        if needs_cpu_layer() and optimizer and optimizer.get("type") in ("Adam", "AdamW") and not self.adam_offload:
+            optimizer.setdefault("params", {})["torch_adam"] = True
+        return config
 
 
 def _nccl_or_cuda_refused(backend: str) -> None:
@@ -63,6 +74,10 @@ class AdoraActorPPOTrainer(ActorPPOTrainer):
     """OpenRLHF's policy trainer (inside the policy actor) with the gloo weight sync."""
 
     def _init_vllm_sync_group(self, backend: str):
+        """OpenRLHF's sync-group set-up (gloo: with :func:`.weight_sync.gloo_process_group`), once every engine has
+        started: a group waits for all of its ranks, so an engine that died while starting would leave the trainer
+        waiting for the group's 30-minute timeout; its start-up error is raised here instead."""
+        ray.get([engine.get_num_unfinished_requests.remote() for engine in self.vllm_engines])
         if backend == "gloo" and not getattr(self.strategy.args.vllm, "sync_with_ray", False):
             return _GLOO_SYNC_GROUP(self, backend)
         _nccl_or_cuda_refused(backend)

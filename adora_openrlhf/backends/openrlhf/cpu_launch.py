@@ -15,7 +15,7 @@ the engines over gloo (:mod:`.weight_sync`). What this module decides:
 - :func:`check_cpu_args`: the options that need a GPU, refused with one line each.
 - :func:`cpu_ray_init_kwargs`: the local Ray instance: logical GPUs for every actor and engine, CPUs for their
   placement bundles, the ``flash_attn`` stand-in hook (:mod:`.flash_attn_standin`) for every worker process, and
-  vLLM's CPU settings (``VLLM_CPU_OMP_THREADS_BIND=nobind``: Ray's processes share the cores).
+  vLLM's CPU settings (:data:`VLLM_CPU_ENV`: no thread pinning, a 2 GiB KV cache per engine).
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ CPU_DEFAULT_FLAGS: dict[str, Any] = {
     "vllm.enforce_eager": True,  # no CUDA graphs to capture
 }
 STANDIN_HOOK = "adora_openrlhf.backends.openrlhf.flash_attn_standin.install_if_needed"
-VLLM_CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}  # the user's environment wins
+# vLLM's CPU settings for the engines (the user's environment wins): no pinning of OpenMP threads (Ray's processes
+# share the cores), and a KV cache of 2 GiB per engine; without that vLLM sizes it from --vllm.gpu_memory_utilization
+# (OpenRLHF: 0.95) as a share of the machine's memory and refuses to start when less than that is free
+VLLM_CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_CPU_KVCACHE_SPACE": "2"}
 
 
 def is_cpu_machine(environ: dict[str, str] | None = None) -> bool:

