@@ -9,3 +9,4 @@ pip install -c "$pins" -r requirements/test.txt -e .
 pip install -c "$pins" wheel==0.48.0
 DS_BUILD_OPS=0 pip install --no-build-isolation -c "$pins" -r requirements/openrlhf-cpu-test.txt
 pip install --no-deps -c "$pins" openrlhf==0.11.2
+pip install -c "$pins" trl==1.16.0  # adora_openrlhf.integrations.trl (the [trl] extra); keeps the pinned torch and transformers

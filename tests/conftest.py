@@ -20,6 +20,11 @@ if os.environ.get("CI"):
     import openrlhf  # noqa: F401
     import ray  # noqa: F401
 
+    if not os.environ.get("ADORA_REQUIRE_VLLM"):
+        # the main suite's environment installs trl for the TRL drop-in's tests (tests/test_trl_integration.py);
+        # the real-engine venv (scripts/install_vllm_test_env.sh) does not, and runs only the `vllm` tests
+        import trl  # noqa: F401
+
 if os.environ.get("ADORA_REQUIRE_VLLM"):
     # .ci/run's real-engine step (scripts/install_vllm_test_env.sh): the tests marked `vllm` must run, not skip.
     import vllm  # noqa: F401

@@ -83,3 +83,18 @@ def test_both_test_environments_install_scipy_for_the_benchmark_tests():
     assert "-r requirements/test.txt" in installer
     vllm_pins = re.findall(r"\bscipy==([\w.]+)", (ROOT / "scripts" / "install_vllm_test_env.sh").read_text())
     assert len(vllm_pins) == 1 and wanted.contains(vllm_pins[0])
+
+
+def test_trl_has_one_version_in_the_test_env_the_extra_the_bench_and_the_drop_in():
+    """CI's environment (scripts/install_test_env.sh) installs the TRL that AdoraGRPOTrainer hooks into, so
+    tests/test_trl_integration.py runs in the default suite against that version."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    tested = re.search(r'^TESTED_TRL_VERSION = "([^"]+)"$', (ROOT / "adora_openrlhf" / "integrations" / "trl.py").read_text(), re.M)
+    assert tested, "adora_openrlhf/integrations/trl.py names the trl version it was tested with"
+    pin = f"trl=={tested.group(1)}"
+    installer = (ROOT / "scripts" / "install_test_env.sh").read_text()
+    assert [line for line in installer.splitlines() if line.startswith("pip install") and pin in line.split() and '-c "$pins"' in line]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["trl"] == [pin]
+    assert pin in (ROOT / "requirements" / "bench.txt").read_text().split()

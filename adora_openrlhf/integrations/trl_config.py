@@ -1,0 +1,187 @@
+"""``AdoraGRPOConfig``: TRL's ``GRPOConfig`` plus the fields of ADORA, adaptive multi-round sampling and DAPO filtering.
+
+Each new field mirrors one field of the core's configs (``adora_openrlhf.config``) under a prefix, with its default
+and its help text: ``adora_<field>`` -> :class:`AdoraConfig`, ``sampling_<field>`` -> :class:`AdaptiveSamplingConfig`,
+``dynamic_filtering_<field>`` -> :class:`DynamicFilteringConfig`, ``advantage_<field>`` -> :class:`AdvantageConfig`.
+They are plain dataclass fields with ``metadata={"help": ...}``, so ``HfArgumentParser`` and ``trl``'s CLI show
+them like TRL's own. ``__post_init__`` builds the core configs once, so a bad value fails when the config is made,
+with one :class:`ConfigError` naming the field (``adora_lambda_att: must be ...``).
+
+What TRL already has is taken from TRL: the group size ``n`` is ``num_generations``, the default sampling parameters
+(round 0 of the sampler) are ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``repetition_penalty`` and
+``max_completion_length``, and the estimator follows ``scale_rewards`` ("group" -> ``group_norm``, "none" ->
+``dr_grpo``) unless ``advantage_estimator`` names one.
+"""
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig
+
+from adora_openrlhf.config import AdaptiveSamplingConfig, AdoraConfig, AdvantageConfig, DynamicFilteringConfig, SamplingParams
+from adora_openrlhf.errors import ConfigError
+
+# TRL's scale_rewards -> the core's estimator with the same formula ("batch" scaling has no core estimator)
+ESTIMATOR_FOR_SCALE_REWARDS = {"group": "group_norm", "none": "dr_grpo"}
+_PREFIXES = ("adora", "sampling", "dynamic_filtering", "advantage")
+
+
+def _core_help(cls: type, name: str, note: str = "") -> dict[str, str]:
+    """The help text of core field ``cls.name`` (one source for both configs), with an optional note."""
+    text = next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
+    return {"help": f"{text}{note}"}
+
+
+def _default(cls: type, name: str) -> Any:
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
+def _renamed(err: ConfigError) -> ConfigError:
+    """The core's message with its dotted field (``adora.lambda_att``) written as this config's field (``adora_lambda_att``)."""
+    message = str(err)
+    for prefix in _PREFIXES:
+        if message.startswith(prefix + "."):
+            return ConfigError(prefix + "_" + message[len(prefix) + 1 :])
+    return ConfigError(message)
+
+
+@dataclass
+class AdoraGRPOConfig(GRPOConfig):
+    """Configuration of :class:`~adora_openrlhf.integrations.trl.AdoraGRPOTrainer`: every ``GRPOConfig`` field, plus
+    ADORA's rules, adaptive multi-round sampling and DAPO-style filtering (all off by default: then the trainer
+    is TRL's GRPO with the core's advantages, which equal TRL's except that a group whose rewards are all equal
+    gets advantage 0 exactly)."""
+
+    correct_threshold: float = field(
+        default=0.5,
+        metadata={
+            "help": "a completion is correct when its reward (the weighted sum of the reward functions) > this: ADORA's rules, the "
+            "filter's score and, unless sampling_positive_threshold is set, the sampler's positive label use it (1.0 for the "
+            "Logic-RL K&K reward, 0.5 for 0/1 rewards)"
+        },
+    )
+    advantage_estimator: str | None = field(
+        default=None,
+        metadata={"help": "group baseline, one of algorithms.advantages.ADVANTAGE_ESTIMATORS; None = from scale_rewards (group_norm or dr_grpo)"},
+    )
+    advantage_eps: float = field(default=1e-4, metadata={"help": "added to the group std by group_norm (TRL's 1e-4)"})
+
+    adora_enabled: bool = field(default=False, metadata=_core_help(AdoraConfig, "enabled"))
+    adora_rule: str = field(default=_default(AdoraConfig, "rule"), metadata=_core_help(AdoraConfig, "rule"))
+    adora_mode: str = field(default=_default(AdoraConfig, "mode"), metadata=_core_help(AdoraConfig, "mode"))
+    adora_lambda_att: float = field(default=_default(AdoraConfig, "lambda_att"), metadata=_core_help(AdoraConfig, "lambda_att"))
+    adora_lambda_amp: float = field(default=_default(AdoraConfig, "lambda_amp"), metadata=_core_help(AdoraConfig, "lambda_amp"))
+    adora_tau: float = field(default=_default(AdoraConfig, "tau"), metadata=_core_help(AdoraConfig, "tau"))
+    adora_edge_policy: str = field(default=_default(AdoraConfig, "edge_policy"), metadata=_core_help(AdoraConfig, "edge_policy"))
+    adora_drop_truncated_negatives: bool = field(
+        default=_default(AdoraConfig, "drop_truncated_negatives"),
+        metadata=_core_help(AdoraConfig, "drop_truncated_negatives", " (truncated: the completion ended without an eos token)"),
+    )
+    adora_truncation_length: int | None = field(default=None, metadata=_core_help(AdoraConfig, "truncation_length"))
+    adora_length_shaping: bool = field(default=False, metadata=_core_help(AdoraConfig, "length_shaping"))
+    adora_shaping_beta: float = field(default=_default(AdoraConfig, "shaping_beta"), metadata=_core_help(AdoraConfig, "shaping_beta"))
+    adora_shaping_p: float = field(default=_default(AdoraConfig, "shaping_p"), metadata=_core_help(AdoraConfig, "shaping_p"))
+
+    sampling_enabled: bool = field(
+        default=False,
+        metadata={"help": "adaptive multi-round sampling: rounds of sampling_samples_per_round completions per active prompt, kept num_generations"},
+    )
+    sampling_exit_rule: str = field(default=_default(AdaptiveSamplingConfig, "exit_rule"), metadata=_core_help(AdaptiveSamplingConfig, "exit_rule"))
+    sampling_positive_threshold: float | None = field(
+        default=None, metadata={"help": "a completion is positive for the exit rule when its reward > this; None = correct_threshold"}
+    )
+    sampling_samples_per_round: int = field(
+        default=_default(AdaptiveSamplingConfig, "samples_per_round"), metadata=_core_help(AdaptiveSamplingConfig, "samples_per_round")
+    )
+    sampling_max_rounds: int = field(default=_default(AdaptiveSamplingConfig, "max_rounds"), metadata=_core_help(AdaptiveSamplingConfig, "max_rounds"))
+    sampling_max_responses_per_prompt: int | None = field(default=None, metadata=_core_help(AdaptiveSamplingConfig, "max_responses_per_prompt"))
+    sampling_pool_scope: str = field(default=_default(AdaptiveSamplingConfig, "pool_scope"), metadata=_core_help(AdaptiveSamplingConfig, "pool_scope"))
+    sampling_drop_unfinished: bool = field(default=False, metadata=_core_help(AdaptiveSamplingConfig, "drop_unfinished"))
+    sampling_escalation: list[dict[str, float]] | str | None = field(
+        default=None,
+        metadata={
+            "help": "sampling parameters of the later rounds, a list (or its JSON text) such as [{'temperature': 1.2}]: round r >= 1 uses "
+            "entry min(r-1, len-1) over the defaults; keys temperature, top_p, top_k, min_p, repetition_penalty"
+        },
+    )
+    sampling_trigger_after_step: int = field(default=0, metadata=_core_help(AdaptiveSamplingConfig, "trigger_after_step"))
+
+    dynamic_filtering_enabled: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO dynamic sampling: drop groups whose share of correct completions is outside dynamic_filtering_score_range and "
+            "sample as many new prompts of train_dataset in their place (an alternative to sampling_enabled)"
+        },
+    )
+    dynamic_filtering_score_range: list[float] = field(default_factory=lambda: [0.0, 1.0], metadata=_core_help(DynamicFilteringConfig, "score_range"))
+    dynamic_filtering_max_refills: int = field(
+        default=_default(DynamicFilteringConfig, "max_refills"), metadata=_core_help(DynamicFilteringConfig, "max_refills")
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if isinstance(self.sampling_escalation, str):
+            try:
+                self.sampling_escalation = json.loads(self.sampling_escalation)
+            except json.JSONDecodeError as err:
+                raise ConfigError(f"sampling_escalation: not valid JSON ({err.msg}); write a list such as '[{{\"temperature\": 1.2}}]'") from None
+        if self.scale_rewards not in ESTIMATOR_FOR_SCALE_REWARDS and self.advantage_estimator is None:
+            raise ConfigError(
+                f"scale_rewards: {self.scale_rewards!r} has no group estimator in adora_openrlhf; use 'group' or 'none', or name one with advantage_estimator"
+            )
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ConfigError(
+                f"multi_objective_aggregation: AdoraGRPOTrainer computes group advantages of the summed reward; use 'sum_then_normalize', "
+                f"got {self.multi_objective_aggregation!r}"
+            )
+        if self.sampling_enabled and self.dynamic_filtering_enabled:
+            raise ConfigError("dynamic_filtering_enabled: DAPO filtering and adaptive sampling (sampling_enabled) are alternatives; enable one of them")
+        # build every core config once: their checks run now, before a model is loaded
+        self.advantage_config(), self.adora_config(), self.sampling_config(), self.filtering_config(), self.base_sampling_params()
+
+    # -- the core's configs ---------------------------------------------------------------------------------
+    def _build(self, cls: type, prefix: str, **values: Any) -> Any:
+        names = [f.name for f in dataclasses.fields(cls)]
+        kwargs = {name: getattr(self, f"{prefix}_{name}") for name in names if hasattr(self, f"{prefix}_{name}")}
+        try:
+            return cls(**{**kwargs, **values})
+        except ConfigError as err:
+            raise _renamed(err) from None
+
+    def advantage_config(self) -> AdvantageConfig:
+        estimator = self.advantage_estimator or ESTIMATOR_FOR_SCALE_REWARDS[self.scale_rewards]
+        return self._build(AdvantageConfig, "advantage", estimator=estimator)
+
+    def adora_config(self) -> AdoraConfig:
+        return self._build(AdoraConfig, "adora", correct_threshold=self.correct_threshold)
+
+    def positive_threshold(self) -> float:
+        return self.correct_threshold if self.sampling_positive_threshold is None else self.sampling_positive_threshold
+
+    def sampling_config(self) -> AdaptiveSamplingConfig:
+        return self._build(
+            AdaptiveSamplingConfig,
+            "sampling",
+            n_keep=self.num_generations,
+            positive_threshold=self.positive_threshold(),
+            escalation=list(self.sampling_escalation or []),
+        )
+
+    def filtering_config(self) -> DynamicFilteringConfig:
+        return self._build(DynamicFilteringConfig, "dynamic_filtering", score_range=list(self.dynamic_filtering_score_range))
+
+    def base_sampling_params(self) -> SamplingParams:
+        """Round 0's sampling parameters: TRL's (top_k 0 = off is the core's -1; min_p None is 0)."""
+        try:
+            return SamplingParams(
+                temperature=self.temperature,
+                top_p=self.top_p,
+                top_k=-1 if not self.top_k else self.top_k,
+                min_p=self.min_p or 0.0,
+                repetition_penalty=self.repetition_penalty,
+                max_new_tokens=self.max_completion_length,
+            )
+        except ConfigError as err:  # rollout.top_p -> top_p: TRL's own field names
+            raise ConfigError(str(err).replace("rollout.max_new_tokens", "max_completion_length").replace("rollout.", "", 1)) from None
