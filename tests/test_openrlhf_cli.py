@@ -356,7 +356,7 @@ def test_cluster_launch_holds_the_run_directory_lock(fake_gpu_stack, tmp_path, c
 
     monkeypatch.setattr(launcher, "run_openrlhf_train", second_launch_while_running)
     assert launcher.launch(cfg, []) == 0 and inner == [2]
-    assert "is in use by a running training" in capsys.readouterr().err
+    assert "is in use by another process (pid" in capsys.readouterr().err
     assert (tmp_path / "run" / "run_config.json").is_file()  # the running launch's files survive the refused one
 
 

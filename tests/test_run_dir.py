@@ -62,7 +62,7 @@ def test_overwrite_replaces_every_artefact_of_the_previous_run(tmp_path):
 def test_second_training_into_a_locked_directory_is_refused(tmp_path):
     out = tmp_path / "run"
     # a first training holds the directory
-    with rundir.RunDirLock(out), pytest.raises(ConfigError, match=r"is in use by a running training \(pid \d+\)"):
+    with rundir.RunDirLock(out), pytest.raises(ConfigError, match=r"is in use by another process \(pid \d+, a training run\)"):
         train(_cfg(out))
     assert sorted(p.name for p in out.iterdir()) == [".lock"]  # the refused run wrote nothing
     train(_cfg(out))  # once released, the directory is usable again

@@ -38,6 +38,7 @@ from typing import Any
 from adora_openrlhf.backends.local import checkpoint as ckpt
 from adora_openrlhf.backends.local.heldout import HELDOUT_IMAGES, HELDOUT_ROWS, HELDOUT_SETTINGS
 from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.dirlock import DirLock
 
 RESUMABLE_CHANGES = {"steps", "save_every", "eval_every", "output_dir", "report_to"}  # options a resumed run may change
 PATH_OPTIONS = {"model.path", "data.train_path", "data.eval_path"}  # compared by what they name, not by spelling
@@ -45,7 +46,6 @@ RUN_ARTEFACTS = (
     *("checkpoints", "tb", "final_model", "tokenizer", "metrics.jsonl", "summary.json", "reward_curve.png", "config.json", "wandb"),
     *(HELDOUT_ROWS, HELDOUT_SETTINGS, HELDOUT_IMAGES),  # the saved held-out set (heldout.py)
 )
-LOCK_FILE = ".lock"
 SUPERSEDED_DIR = "superseded"  # under checkpoints/: later checkpoints set aside by a resume from an earlier one
 
 logger = logging.getLogger(__name__)
@@ -247,39 +247,16 @@ def clear_previous_run(out: Path) -> None:
             target.unlink()
 
 
-class RunDirLock:
-    """Exclusive lock on ``out/.lock`` (creates ``out``); ConfigError when another process holds it."""
+class RunDirLock(DirLock):
+    """The training's exclusive lock on ``out/.lock`` (:class:`~adora_openrlhf.dirlock.DirLock`, creates ``out``);
+    ConfigError naming ``output_dir`` when another process holds it."""
 
     def __init__(self, out: Path):
+        super().__init__(out, "output_dir", "a training run")
         self.out = out
-        self.handle = None
 
-    def __enter__(self) -> RunDirLock:
-        self.out.mkdir(parents=True, exist_ok=True)
-        path = self.out / LOCK_FILE
-        handle = open(path, "a+", encoding="utf-8")
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not POSIX: no lock
-            self.handle = handle
-            return self
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
-            raise ConfigError(
-                f"output_dir: {str(self.out)!r} is in use by a running training ({holder}); wait for it to finish or choose another --output-dir"
-            ) from None
+    def _refuse(self, handle) -> ConfigError:
         handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()}\n")
-        handle.flush()
-        self.handle = handle
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.handle is not None:
-            self.handle.close()  # closing the descriptor releases the flock
-            self.handle = None
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        return ConfigError(f"output_dir: {str(self.out)!r} is in use by another process ({holder}); wait for it to finish or choose another --output-dir")
