@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import FROM_WARM_START, VARIANTS, RunSpec, markdown_table, mean_ci, run_training, warm_start_dir, write_json
+from bench.common import FROM_WARM_START, VARIANTS, RunSpec, gain_cells, markdown_table, run_training, warm_start_dir, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "cluster_testbed"
@@ -145,25 +145,20 @@ def table(records: list[dict[str, Any]]) -> str:
     rows = []
     for backend in ("local", "openrlhf"):
         for variant in dict.fromkeys(r["variant"] for r in records):
-            runs = sorted((r for r in records if r["backend"] == backend and r["variant"] == variant), key=lambda r: r["seed"])
+            runs = [r for r in records if r["backend"] == backend and r["variant"] == variant]
             if not runs:
                 continue
-            gains = [r["acc_final"] - r["acc_step0"] for r in runs]
-            mean, half = mean_ci(gains)
             rows.append(
                 [
                     backend,
                     variant,
-                    " ".join(str(r["seed"]) for r in runs),
-                    " ".join(f"{r['acc_step0']:.3f}" for r in runs),
-                    " ".join(f"{r['acc_final']:.3f}" for r in runs),
-                    f"{mean:+.3f} ± {half:.3f}",
+                    *gain_cells(runs),
                     f"{sum(r['step_s'] for r in runs if r['step_s']) / len(runs):.1f}",
                     f"{sum(r['responses'] for r in runs) / len(runs):.0f}",
                     f"{sum(r['wall_s'] for r in runs) / len(runs):.0f}",
                 ]
             )
-    header = ["backend", "variant", "seeds", "acc step 0", "acc final", "gain (mean ± 95%)", "s / step", "responses", "wall s"]
+    header = ["backend", "variant", "seeds", "acc step 0", "acc final", "gain per seed", "gain (mean ± 95%)", "s / step", "responses", "wall s"]
     return markdown_table(header, rows)
 
 

@@ -200,6 +200,22 @@ def trapezoid_auc(curve: Sequence[tuple[float, float]]) -> float | None:
     return area / (curve[-1][0] - curve[0][0])
 
 
+def gain_cells(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Table cells of one variant's runs (records with ``seed``, ``acc_step0``, ``acc_final``), in seed order: the
+    seeds, the accuracy at step 0 and at the end per seed, the gain (final - step 0) per seed, and its mean ± the
+    half-width of the 95% interval (:func:`mean_ci`)."""
+    runs = sorted(runs, key=lambda r: r["seed"])
+    gains = [r["acc_final"] - r["acc_step0"] for r in runs]
+    mean, half = mean_ci(gains)
+    return [
+        " ".join(str(r["seed"]) for r in runs),
+        " ".join(f"{r['acc_step0']:.3f}" for r in runs),
+        " ".join(f"{r['acc_final']:.3f}" for r in runs),
+        " ".join(f"{gain:+.3f}" for gain in gains),
+        f"{mean:+.3f} ± {half:.3f}",
+    ]
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import FROM_WARM_START, VARIANTS, RunSpec, markdown_table, mean_ci, run_training, warm_start_dir, write_json
+from bench.common import FROM_WARM_START, VARIANTS, RunSpec, gain_cells, markdown_table, run_training, warm_start_dir, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "trl_testbed"
@@ -211,17 +211,12 @@ def table(records: list[dict[str, Any]]) -> str:
     """One row per (trainer, variant): per-seed accuracy at step 0 and 40, the gain (mean ± 95% interval), step time."""
     rows = []
     for trainer_kind, variant in dict.fromkeys((r["trainer"], r["variant"]) for r in records):
-        runs = sorted((r for r in records if r["trainer"] == trainer_kind and r["variant"] == variant), key=lambda r: r["seed"])
-        mean, half = mean_ci([r["acc_final"] - r["acc_step0"] for r in runs])
+        runs = [r for r in records if r["trainer"] == trainer_kind and r["variant"] == variant]
         rows.append(
             [
                 trainer_kind,
                 variant,
-                " ".join(str(r["seed"]) for r in runs),
-                " ".join(f"{r['acc_step0']:.3f}" for r in runs),
-                " ".join(f"{r['acc_final']:.3f}" for r in runs),
-                " ".join(f"{r['acc_final'] - r['acc_step0']:+.3f}" for r in runs),
-                f"{mean:+.3f} ± {half:.3f}",
+                *gain_cells(runs),
                 f"{sum(r['step_s'] for r in runs) / len(runs):.1f}",
                 f"{sum(r['responses'] for r in runs) / len(runs):.0f}",
             ]

@@ -1,0 +1,38 @@
+"""bench.cluster_testbed's bookkeeping (the runs themselves need the real-engine venv and take hours)."""
+
+from __future__ import annotations
+
+import json
+
+from bench.cluster_testbed import cli_flags, reuse, table
+from bench.common import gain_cells
+
+
+def record(backend: str, variant: str, seed: int, acc0: float, acc: float) -> dict:
+    return {"backend": backend, "variant": variant, "seed": seed, "acc_step0": acc0, "acc_final": acc, "step_s": 2.0, "responses": 5120, "wall_s": 100.0}
+
+
+def test_gain_cells_by_hand():
+    # gains 0.6 and 0.7: mean 0.65, s = 0.0707, t_{0.975,1} = 12.706 -> half-width 12.706 * 0.0707 / sqrt(2) = 0.635
+    cells = gain_cells([record("local", "GRPO", 1, 0.2, 0.9), record("local", "GRPO", 0, 0.2, 0.8)])
+    assert cells == ["0 1", "0.200 0.200", "0.800 0.900", "+0.600 +0.700", "+0.650 ± 0.635"]
+    assert gain_cells([record("local", "GRPO", 3, 0.25, 0.5)])[-1] == "+0.250 ± 0.000"  # one seed: no spread
+
+
+def test_table_has_a_row_per_backend_and_variant_local_first():
+    records = [record("openrlhf", "GRPO", 0, 0.17, 0.8), record("local", "GRPO", 0, 0.21, 0.88), record("openrlhf", "GRPO+ADORA", 0, 0.17, 0.85)]
+    lines = table(records).splitlines()
+    assert lines[0].startswith("| backend | variant | seeds |") and len(lines) == 5
+    assert lines[2].startswith("| local | GRPO | 0 | 0.210 | 0.880 | +0.670 |")
+    assert lines[3].startswith("| openrlhf | GRPO | 0 |") and lines[4].startswith("| openrlhf | GRPO+ADORA | 0 |")
+
+
+def test_variant_overrides_become_flags_and_finished_runs_are_reused_only_with_the_same_settings(tmp_path):
+    assert cli_flags({"adora.enabled": True, "sampling.max_rounds": 4, "rollout.stop": ["a"]}) == [
+        "--adora.enabled", "true", "--sampling.max_rounds", "4", "--rollout.stop", '["a"]',
+    ]  # fmt: skip
+    settings = {"backend": "openrlhf", "variant": "GRPO", "seed": 0}
+    assert reuse(tmp_path, settings) is None
+    (tmp_path / "record.json").write_text(json.dumps({"acc_final": 0.8, "settings": settings}))
+    assert reuse(tmp_path, settings)["acc_final"] == 0.8
+    assert reuse(tmp_path, {**settings, "seed": 1}) is None
