@@ -22,7 +22,7 @@ from typing import Any
 # Every variant changes only the method; the rest (learning rate, batch, group size n, rollout parameters,
 # steps) is the recipe's, chosen for GRPO. Adaptive variants share one budget: rounds of 8 responses per
 # still-active prompt, at most 2 rounds, n_keep kept for training. ADORA runs use the K&K (LLM) reference's
-# edge cases (ALGORITHMS.md section 2): no correct response -> TDS, correct but no counted incorrect -> TAS.
+# edge cases (``edge_policy llm``, algorithms/adora.py): no correct response -> TDS, correct but no counted incorrect -> TAS.
 _ADORA_ATT = {"adora.enabled": True, "adora.mode": "attenuate", "adora.edge_policy": "llm"}
 _ADORA_AMP = {"adora.enabled": True, "adora.mode": "amplify", "adora.edge_policy": "llm"}
 _ADA = {"sampling.enabled": True, "sampling.samples_per_round": 8, "sampling.max_rounds": 2}

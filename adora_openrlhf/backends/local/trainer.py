@@ -209,7 +209,7 @@ def scheduled_lrs(train: PolicyLossConfig, step: int, steps: int) -> list[float]
 
 def group_batch(groups: list[PromptGroup]) -> GroupBatch:
     """The kept responses of ``groups`` as the advantage pipeline's [G, n] tensors. ``correct`` is left to the
-    pipeline (reward > adora.correct_threshold, ALGORITHMS.md section 2), as on the openrlhf backend, rather than
+    pipeline (reward > adora.correct_threshold, the correctness rule in ``algorithms/adora.py``), as on the openrlhf backend, rather than
     taken from the task's own flag: the two agree on the shipped rewards, and a changed threshold takes effect."""
     return GroupBatch(
         rewards=torch.tensor([[r.reward for r in x.kept] for x in groups], dtype=torch.float32),

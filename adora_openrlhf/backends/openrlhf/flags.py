@@ -29,10 +29,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.rewards.openrlhf_reward import REWARD_LABEL_KEY  # the column data_prep writes (source, label, meta)
 
 EXTRA_KEY = "openrlhf"  # RunConfig.extra[EXTRA_KEY]: recipe-level OpenRLHF flags {"group.name": value}
 ARGS_ATTR = "adora_run_config"  # attribute of OpenRLHF's args namespace holding our RunConfig as JSON
-REWARD_LABEL_KEY = "reward_label"  # column written by data_prep (JSON of source, label, meta)
 FINAL_MODEL_DIR = "final_model"  # output_dir/final_model: OpenRLHF's --ckpt.output_dir (the model saved at the end)
 CHECKPOINT_CONFIG = "adora_run_config.json"  # the RunConfig, saved by the trainer in each DeepSpeed checkpoint folder
 MARKER_FILE = "adora_trainer.json"  # output_dir/MARKER_FILE: written by our trainer actor, checked by the launcher
