@@ -14,8 +14,9 @@ Both evaluate the 200 held-out puzzles greedily before the first step and every 
 for openrlhf the whole launch: Ray, engine and DeepSpeed start-up included), ``startup_s`` (openrlhf: launch to
 the first step's end minus that step's time), ``step_s`` (mean seconds per RL step), ``responses`` (generated
 over the run, all sampling rounds) and the accuracy curve. Results go to ``bench/results/cluster_testbed/``
-(``results.json``, ``table.md``); run folders stay under ``--out``. A finished run (its ``record.json``) is
-reused when the benchmark is run again with the same settings.
+(``results.json``, ``table.md``; the records of earlier invocations are kept, a run made again replaces its
+record); run folders stay under ``--out``. A finished run (its ``record.json``) is reused when the benchmark is
+run again with the same settings.
 
 ``--prepare-only`` writes the warm starts and the JSONL files and stops: the inputs of a manual
 ``--recipe kk-testbed-openrlhf`` run.
@@ -179,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     inputs: dict[int, dict[str, str]] = {}  # prepared when a seed's first run comes
     plan = [(backend, v, s) for s in args.seeds for v in args.variants for backend in ("openrlhf", "local")]
     plan += [("openrlhf", v, s) for v, s in extra] + [("local", v, s) for v, s in extra]
-    records = []
+    found = args.results / "results.json"
+    records = json.loads(found.read_text())["records"] if found.exists() else []  # earlier runs are kept
     for backend, variant, seed in plan:
         if backend not in args.backends:
             continue
@@ -187,9 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         runner = run_local if backend == "local" else run_openrlhf
         if seed not in inputs:
             inputs[seed] = prepare(seed, args.out)
-        records.append(runner(variant, seed, inputs[seed], args.out))
+        record = runner(variant, seed, inputs[seed], args.out)
+        records = [r for r in records if (r["backend"], r["variant"], r["seed"]) != (backend, variant, seed)] + [record]
         args.results.mkdir(parents=True, exist_ok=True)
-        write_json(args.results / "results.json", {"records": records})
+        write_json(found, {"records": records})
         (args.results / "table.md").write_text(table(records) + "\n")
     print(table(records))
     return 0

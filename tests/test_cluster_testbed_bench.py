@@ -36,3 +36,19 @@ def test_variant_overrides_become_flags_and_finished_runs_are_reused_only_with_t
     (tmp_path / "record.json").write_text(json.dumps({"acc_final": 0.8, "settings": settings}))
     assert reuse(tmp_path, settings)["acc_final"] == 0.8
     assert reuse(tmp_path, {**settings, "seed": 1}) is None
+
+
+def test_a_later_invocation_keeps_earlier_records_and_replaces_a_rerun(tmp_path, monkeypatch):
+    import bench.cluster_testbed as bench
+
+    results = tmp_path / "results"
+    results.mkdir()
+    earlier = [record("openrlhf", "GRPO", 0, 0.17, 0.825), record("openrlhf", "GRPO", 1, 0.2, 0.5)]
+    (results / "results.json").write_text(json.dumps({"records": earlier}))
+    monkeypatch.setattr(bench, "prepare", lambda seed, out: {"model": f"m{seed}", "train": "t", "test": "e"})
+    monkeypatch.setattr(bench, "run_openrlhf", lambda variant, seed, inputs, out: record("openrlhf", variant, seed, 0.2, 0.9))
+    argv = ["--seeds", "1", "--variants", "GRPO", "--extra", "--backends", "openrlhf", "--out", str(tmp_path / "runs"), "--results", str(results)]
+    assert bench.main(argv) == 0
+    kept = {(r["seed"], r["acc_final"]) for r in json.loads((results / "results.json").read_text())["records"]}
+    assert kept == {(0, 0.825), (1, 0.9)}  # seed 0 kept, seed 1 replaced by the new run
+    assert "| openrlhf | GRPO | 0 1 |" in (results / "table.md").read_text()
