@@ -32,7 +32,11 @@ class DirLock:
         handle.seek(0)
         holder = handle.read().strip() or "another process"
         handle.close()
-        return ConfigError(f"{self.option}: {str(self.path)!r} is in use by another process ({holder}); wait for it to finish or choose another {self.option}")
+        return ConfigError(self.refusal(holder))
+
+    def refusal(self, holder: str) -> str:
+        """The one-line refusal when ``holder`` (the lock file's text: pid and job) holds the lock."""
+        return f"{self.option}: {str(self.path)!r} is in use by another process ({holder}); wait for it to finish or choose another {self.option}"
 
     def check_free(self) -> None:
         """ConfigError now when another process holds the lock; creates nothing (the lock is taken by ``with``)."""

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import FROM_WARM_START, VARIANTS, RunSpec, gain_cells, markdown_table, run_training, warm_start_dir, write_json
+from bench.common import FROM_WARM_START, VARIANTS, RunSpec, gain_cells, markdown_table, read_records, run_training, save_records, warm_start_dir
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "cluster_testbed"
@@ -180,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     inputs: dict[int, dict[str, str]] = {}  # prepared when a seed's first run comes
     plan = [(backend, v, s) for s in args.seeds for v in args.variants for backend in ("openrlhf", "local")]
     plan += [("openrlhf", v, s) for v, s in extra] + [("local", v, s) for v, s in extra]
-    found = args.results / "results.json"
-    records = json.loads(found.read_text())["records"] if found.exists() else []  # earlier runs are kept
+    records = read_records(args.results)  # earlier runs are kept
     for backend, variant, seed in plan:
         if backend not in args.backends:
             continue
@@ -189,11 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         runner = run_local if backend == "local" else run_openrlhf
         if seed not in inputs:
             inputs[seed] = prepare(seed, args.out)
-        record = runner(variant, seed, inputs[seed], args.out)
-        records = [r for r in records if (r["backend"], r["variant"], r["seed"]) != (backend, variant, seed)] + [record]
-        args.results.mkdir(parents=True, exist_ok=True)
-        write_json(found, {"records": records})
-        (args.results / "table.md").write_text(table(records) + "\n")
+        records = save_records(args.results, records, runner(variant, seed, inputs[seed], args.out), ("backend", "variant", "seed"), table)
     print(table(records))
     return 0
 

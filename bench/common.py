@@ -200,6 +200,25 @@ def trapezoid_auc(curve: Sequence[tuple[float, float]]) -> float | None:
     return area / (curve[-1][0] - curve[0][0])
 
 
+def read_records(results_dir: Path) -> list[dict[str, Any]]:
+    """The records of ``results_dir/results.json`` (written by :func:`save_records`), or none."""
+    found = Path(results_dir) / "results.json"
+    return json.loads(found.read_text())["records"] if found.exists() else []
+
+
+def save_records(
+    results_dir: Path, records: list[dict[str, Any]], record: dict[str, Any], keys: Sequence[str], table: Callable[[list[dict[str, Any]]], str]
+) -> list[dict[str, Any]]:
+    """``records`` with ``record`` in place of the one that has the same values at ``keys`` (appended otherwise),
+    written to ``results_dir`` as ``results.json`` and ``table.md`` (``table(records)``); returns the new list."""
+    records = [r for r in records if any(r[k] != record[k] for k in keys)] + [record]
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    write_json(results_dir / "results.json", {"records": records})
+    (results_dir / "table.md").write_text(table(records) + "\n")
+    return records
+
+
 def gain_cells(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     """Table cells of one variant's runs (records with ``seed``, ``acc_step0``, ``acc_final``), in seed order: the
     seeds, the accuracy at step 0 and at the end per seed, the gain (final - step 0) per seed, and its mean ± the

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import FROM_WARM_START, VARIANTS, RunSpec, gain_cells, markdown_table, run_training, warm_start_dir, write_json
+from bench.common import FROM_WARM_START, VARIANTS, RunSpec, gain_cells, markdown_table, read_records, run_training, save_records, warm_start_dir
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "trl_testbed"
@@ -238,17 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     for trainer_kind, variant in plan:
         if trainer_kind not in ("local", "trl", "adora-trl") or variant not in VARIANTS or (trainer_kind == "trl" and variant != "GRPO"):
             parser.error(f"--runs: {trainer_kind}:{variant} is not a run this benchmark makes (trl runs GRPO only; variants: {sorted(VARIANTS)})")
-    found = args.results / "results.json"
-    records = json.loads(found.read_text())["records"] if found.exists() else []
+    records = read_records(args.results)
     for seed in args.seeds:
         model_dir = warm_start_dir(RECIPE, seed, json.loads(args.warm_start), args.out)
         for trainer_kind, variant in plan:
             print(f"[trl_testbed] {trainer_kind} {variant} seed {seed}", file=sys.stderr, flush=True)
             record = run_one(trainer_kind, variant, seed, model_dir, args.out, args.steps)
-            records = [r for r in records if (r["trainer"], r["variant"], r["seed"]) != (trainer_kind, variant, seed)] + [record]
-            args.results.mkdir(parents=True, exist_ok=True)
-            write_json(found, {"records": records})
-            (args.results / "table.md").write_text(table(records) + "\n")
+            records = save_records(args.results, records, record, ("trainer", "variant", "seed"), table)
     print(table(records))
     return 0
 

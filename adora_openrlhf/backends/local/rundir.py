@@ -255,8 +255,5 @@ class RunDirLock(DirLock):
         super().__init__(out, "output_dir", "a training run")
         self.out = out
 
-    def _refuse(self, handle) -> ConfigError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        return ConfigError(f"output_dir: {str(self.out)!r} is in use by another process ({holder}); wait for it to finish or choose another --output-dir")
+    def refusal(self, holder: str) -> str:
+        return f"output_dir: {str(self.out)!r} is in use by another process ({holder}); wait for it to finish or choose another --output-dir"
