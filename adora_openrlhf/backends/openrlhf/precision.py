@@ -20,9 +20,8 @@ import os
 import torch
 
 PARAM_DTYPE_CHOICE = "fp32"
-# OpenRLHF's --ds.param_dtype value -> the dtype name vLLM takes
-ENGINE_DTYPES = {"bf16": "bfloat16", "fp16": "float16", PARAM_DTYPE_CHOICE: "float32"}
-# environment variable of the Ray job naming the engines' dtype (set by the launcher from --ds.param_dtype)
+# environment variable of the Ray job naming the engines' dtype: the run's model.dtype (flags.PARAM_DTYPES maps it
+# to --ds.param_dtype), set by the launcher
 ENGINE_DTYPE_ENV = "ADORA_VLLM_DTYPE"
 
 
@@ -43,11 +42,6 @@ def install() -> None:
     if utils.convert_to_torch_dtype is not convert_param_dtype:
         utils._openrlhf_convert_to_torch_dtype = utils.convert_to_torch_dtype
         utils.convert_to_torch_dtype = convert_param_dtype
-
-
-def engine_dtype(param_dtype: str) -> str:
-    """The vLLM dtype for a ``--ds.param_dtype`` value."""
-    return ENGINE_DTYPES[param_dtype]
 
 
 def engine_dtype_from_env(default: str) -> str:
