@@ -34,15 +34,66 @@ over the group's correct responses (as the reference: u = 0 when they all have o
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import torch
 
+from adora_openrlhf.config_checks import check_field_types, check_number, require
 from adora_openrlhf.registry import Registry
 
-if TYPE_CHECKING:  # config validates names through the registries below, so this module never imports it at run time
-    from adora_openrlhf.config import AdoraConfig
+# Config (section adora)
+
+ADORA_MODES = ("attenuate", "amplify")
+
+
+@dataclass
+class AdoraConfig:
+    """ADORA advantage reweighting (see ``algorithms/adora.py``).
+
+    Every prompt group is classed as temporarily advantageous (TAS), disadvantageous (TDS) or neutral (the
+    length rule's groups with no correct response under ``edge_policy="vlm"``). ``attenuate`` multiplies TDS advantages by
+    ``lambda_att``; ``amplify`` multiplies TAS advantages by ``lambda_amp``. Neutral groups keep weight 1.
+    """
+
+    enabled: bool = field(default=False, metadata={"help": "off = plain estimator output, untouched"})
+    rule: str = field(default="length", metadata={"help": 'group classification rule: one of algorithms.adora.GROUP_RULES ("length", "difficulty")'})
+    mode: str = field(default="attenuate", metadata={"help": '"attenuate" (TDS *= lambda_att; the reference code) or "amplify" (TAS *= lambda_amp)'})
+    lambda_att: float = field(default=0.1, metadata={"help": "attenuation factor for TDS groups, in (0, 1]"})
+    lambda_amp: float = field(default=2.0, metadata={"help": "amplification factor for TAS groups, >= 1 (paper constant unverified; tune it)"})
+    tau: float = field(default=0.5, metadata={"help": "difficulty rule: TAS when 0 < group accuracy <= tau"})
+    correct_threshold: float = field(default=0.5, metadata={"help": "a response is correct when reward > this (1.0 for the Logic-RL K&K reward)"})
+    drop_truncated_negatives: bool = field(default=True, metadata={"help": "length rule: incorrect responses that hit the limit are not counted"})
+    edge_policy: str = field(
+        default="vlm",
+        metadata={
+            "help": "length rule edge groups, one of algorithms.adora.EDGE_POLICIES: 'vlm' (no correct -> weight 1, "
+            "correct but no counted incorrect -> TDS) or 'llm' (no correct -> TDS, correct but no counted incorrect -> TAS)"
+        },
+    )
+    truncation_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "length rule: a response of at least this many tokens counts as truncated (the LLM reference: 3900 of 4096); None = only the engine's flag"
+        },
+    )
+    length_shaping: bool = field(default=False, metadata={"help": "reference LLM option: shift correct rewards by length before normalising"})
+    shaping_beta: float = field(default=0.5, metadata={"help": "length shaping magnitude: shift = +-beta * (2u - 1)"})
+    shaping_p: float = field(default=0.5, metadata={"help": "length shaping: hard group if #correct < n*p, easy if #correct >= n*(1-p)"})
+
+    def __post_init__(self) -> None:
+        check_field_types(self, "adora")
+        EDGE_POLICIES.check(self.edge_policy)
+        if self.truncation_length is not None:
+            check_number(self.truncation_length, "adora.truncation_length", integer=True, ge=1)
+        GROUP_RULES.check(self.rule)
+        require(self.mode in ADORA_MODES, "adora.mode", f"unknown mode {self.mode!r}; choose one of {list(ADORA_MODES)}")
+        check_number(self.lambda_att, "adora.lambda_att", gt=0, le=1)  # weights only scale, never flip
+        check_number(self.lambda_amp, "adora.lambda_amp", ge=1)
+        check_number(self.tau, "adora.tau", gt=0, le=1)
+        check_number(self.correct_threshold, "adora.correct_threshold")
+        check_number(self.shaping_beta, "adora.shaping_beta", ge=0)
+        check_number(self.shaping_p, "adora.shaping_p", gt=0, le=1)
+
 
 TAS, TDS, NEUTRAL = 1, -1, 0
 

@@ -23,11 +23,28 @@ bit for bit.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from adora_openrlhf.config_checks import check_field_types, check_number
 from adora_openrlhf.registry import Registry
+
+# Config (section advantage)
+
+
+@dataclass
+class AdvantageConfig:
+    """Group baseline / advantage estimator (see ``algorithms/advantages.py`` for the formulas)."""
+
+    estimator: str = field(default="group_norm", metadata={"help": "one of algorithms.advantages.ADVANTAGE_ESTIMATORS"})
+    eps: float = field(default=1e-9, metadata={"help": "added to the group std by group_norm (OpenRLHF 0.11 uses 1e-9)"})
+
+    def __post_init__(self) -> None:
+        check_field_types(self, "advantage")
+        ADVANTAGE_ESTIMATORS.check(self.estimator)
+        check_number(self.eps, "advantage.eps", ge=0)
+
 
 RewardsLike = torch.Tensor | Sequence[torch.Tensor]
 

@@ -19,12 +19,64 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from adora_openrlhf.algorithms.advantages import PoolStats
 from adora_openrlhf.algorithms.sampling import PromptGroup, SamplingResult, ScoredResponse, kept_group_metrics
+from adora_openrlhf.config_checks import check_field_types, check_number, require
+
+# Config (section dynamic_filtering)
+
+
+@dataclass
+class DynamicFilteringConfig:
+    """DAPO dynamic filtering (see ``algorithms/dynamic_filtering.py``), OpenRLHF's ``--algo.dynamic_filtering_enable``.
+
+    A prompt's group of ``n_keep`` responses is kept when ``low < mean(scores) < high`` (scores: the task's 0/1
+    correctness); other groups are dropped and as many new prompts are drawn from the data and sampled in their
+    place, at most ``max_refills`` times per step. An alternative to adaptive sampling (``sampling.enabled``).
+    """
+
+    enabled: bool = field(
+        default=False, metadata={"help": "drop groups whose mean correctness is outside score_range and refill them with new prompts (DAPO dynamic sampling)"}
+    )
+    score_range: list[float] = field(
+        default_factory=lambda: [0.0, 1.0],
+        metadata={
+            "help": "[low, high]: a group is kept when low < mean correctness < high ([0, 1]: drop all-wrong and all-correct groups); "
+            "OpenRLHF's --algo.dynamic_filtering_range"
+        },
+    )
+    max_refills: int = field(
+        default=4,
+        metadata={
+            "help": "refill rounds per step at most, each sampling as many new prompts as were dropped; after them the step "
+            "trains on the groups it has (fewer than prompts_per_step, none = no update)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.score_range, tuple):  # OpenRLHF's namespace holds (low, high)
+            self.score_range = list(self.score_range)
+        check_field_types(self, "dynamic_filtering")
+        require(
+            isinstance(self.score_range, list) and len(self.score_range) == 2,
+            "dynamic_filtering.score_range",
+            f"must be two numbers [low, high] such as [0, 1], got {self.score_range!r}",
+        )
+        for i, value in enumerate(self.score_range):
+            check_number(value, f"dynamic_filtering.score_range[{i}]")
+        low, high = self.score_range
+        require(low < high, "dynamic_filtering.score_range", f"low must be below high (a group is kept when low < mean < high), got {self.score_range!r}")
+        require(
+            low < 1 and high > 0,
+            "dynamic_filtering.score_range",
+            f"no group could ever be kept: a mean correctness lies in [0, 1], so low must be < 1 and high > 0, got {self.score_range!r}",
+        )
+        check_number(self.max_refills, "dynamic_filtering.max_refills", integer=True, ge=0)
+
 
 # sampler metrics that count work over every prompt sampled this step: summed over the batches
 _SUMMED = ("sampling/responses_generated", "sampling/tokens_generated", "sampling/unfinished_prompts", "sampling/dropped_prompts")

@@ -25,11 +25,57 @@ Aggregation of a per-token quantity ``x`` (registry :data:`LOSS_AGGREGATIONS`):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from adora_openrlhf.algorithms.lr_schedules import LR_SCHEDULES
+from adora_openrlhf.config_checks import check_field_types, check_number
 from adora_openrlhf.registry import Registry
+
+# Config (section train)
+
+
+@dataclass
+class PolicyLossConfig:
+    """Token-level PPO-clip objective with optional KL to a frozen reference."""
+
+    lr: float = field(default=1e-5, metadata={"help": "AdamW learning rate"})
+    lr_scheduler: str = field(
+        default="constant",
+        metadata={
+            "help": "learning-rate schedule over the run's optimiser steps: constant | constant_with_warmup | linear | cosine | "
+            "cosine_with_min_lr (OpenRLHF's names and formulas, algorithms/lr_schedules.py)"
+        },
+    )
+    lr_warmup_ratio: float = field(default=0.0, metadata={"help": "warm-up share of the optimiser steps (ceil(ratio * steps)); ignored by constant"})
+    min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine_with_min_lr: the floor, as a fraction of lr"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    clip_eps_low: float = field(default=0.2, metadata={"help": "ratio clipped to [1 - clip_eps_low, 1 + clip_eps_high]"})
+    clip_eps_high: float = field(default=0.2, metadata={"help": "DAPO's clip-higher uses e.g. 0.28"})
+    kl_coef: float = field(default=0.0, metadata={"help": "> 0 adds kl_coef * KL(policy || reference) (k3 estimator) per token"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
+    ppo_epochs: int = field(default=1, metadata={"help": "passes over each rollout batch"})
+    micro_batch_size: int = field(default=8, metadata={"help": "responses per forward/backward"})
+    loss_agg: str = field(
+        default="token_mean", metadata={"help": '"token_mean" (DAPO) | "seq_mean_token_mean" (GRPO paper) | "seq_mean_token_sum_norm" (Dr. GRPO)'}
+    )
+
+    def __post_init__(self) -> None:
+        check_field_types(self, "train")
+        check_number(self.lr, "train.lr", gt=0)
+        check_number(self.lr_warmup_ratio, "train.lr_warmup_ratio", ge=0, lt=1)
+        check_number(self.min_lr_ratio, "train.min_lr_ratio", ge=0, le=1)
+        check_number(self.weight_decay, "train.weight_decay", ge=0)
+        check_number(self.clip_eps_low, "train.clip_eps_low", gt=0, lt=1)  # 1 - clip_eps_low must stay a positive ratio
+        check_number(self.clip_eps_high, "train.clip_eps_high", gt=0)
+        check_number(self.kl_coef, "train.kl_coef", ge=0)
+        check_number(self.max_grad_norm, "train.max_grad_norm", gt=0)  # 0 would freeze every gradient, < 0 flip it
+        check_number(self.ppo_epochs, "train.ppo_epochs", integer=True, ge=1)
+        check_number(self.micro_batch_size, "train.micro_batch_size", integer=True, ge=1)
+        LOSS_AGGREGATIONS.check(self.loss_agg)
+        LR_SCHEDULES.check(self.lr_scheduler)
+
 
 Aggregator = Callable[[torch.Tensor, torch.Tensor, int | None], torch.Tensor]
 LOSS_AGGREGATIONS: Registry[Aggregator] = Registry("loss aggregation", "train.loss_agg")

@@ -31,19 +31,120 @@ parameters and keeps them all: plain GRPO sampling.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from adora_openrlhf.algorithms.advantages import PoolStats
+from adora_openrlhf.config_checks import check_field_types, check_number, require
 from adora_openrlhf.registry import Registry
 
-if TYPE_CHECKING:  # config validates names through EXIT_RULES, so this module never imports it at run time
-    from adora_openrlhf.config import AdaptiveSamplingConfig, SamplingParams
+# Config: the rollout's sampling parameters and the sampler's settings (sections rollout and sampling)
+
+SAMPLING_PARAM_NAMES = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def check_sampling_values(values: Mapping[str, Any], section: str) -> None:
+    """Range checks of the sampling parameters present in ``values``, errors named ``section.NAME`` (``rollout``,
+    or an escalation entry ``sampling.escalation[i]``, which gives only the parameters it changes)."""
+    ranges: dict[str, dict[str, Any]] = {
+        "temperature": {"gt": 0},
+        "top_p": {"gt": 0, "le": 1},
+        "top_k": {"integer": True, "ge": 1, "also": (-1,)},
+        "min_p": {"ge": 0, "lt": 1},
+        "repetition_penalty": {"gt": 0},
+        "max_new_tokens": {"integer": True, "ge": 1},
+    }
+    for name, value in values.items():
+        check_number(value, f"{section}.{name}", **ranges[name])
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding parameters for one generation request (the subset shared by vLLM and transformers)."""
+
+    temperature: float = field(default=1.0, metadata={"help": "softmax temperature; > 0 (greedy decoding is not used for RL rollouts)"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass in (0, 1]"})
+    top_k: int = field(default=-1, metadata={"help": "keep the k most likely tokens; -1 disables (vLLM convention)"})
+    min_p: float = field(default=0.0, metadata={"help": "drop tokens below min_p * p(max token); 0 disables"})
+    repetition_penalty: float = field(default=1.0, metadata={"help": ">1 penalises tokens already generated; 1 disables"})
+    max_new_tokens: int = field(default=512, metadata={"help": 'generation limit per response; a response that hits it is "truncated"'})
+
+    def __post_init__(self) -> None:
+        check_field_types(self, "rollout")
+        check_sampling_values(dataclasses.asdict(self), "rollout")
+
+    def override(self, changes: Mapping[str, Any]) -> SamplingParams:
+        """Return a copy with ``changes`` applied; unknown parameter names are an error."""
+        valid = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - valid)
+        require(not unknown, "sampling.escalation", f"unknown sampling parameter(s) {unknown}; valid: {sorted(valid)}")
+        return dataclasses.replace(self, **dict(changes))
+
+
+POOL_SCOPES = ("step", "history")
+
+
+@dataclass
+class AdaptiveSamplingConfig:
+    """Adaptive multi-round sampling (see ``algorithms/sampling.py``).
+
+    When ``enabled`` is False the sampler does one round of ``n_keep`` responses per prompt and keeps them
+    all, which is plain GRPO sampling.
+    """
+
+    enabled: bool = field(default=False, metadata={"help": "False = one round of n_keep responses per prompt (plain GRPO)"})
+    exit_rule: str = field(default="balance", metadata={"help": 'when a prompt retires: one of algorithms.sampling.EXIT_RULES ("balance", "pos")'})
+    positive_threshold: float = field(default=0.5, metadata={"help": "a response is positive when reward > this (Reinforce-Ada: 0.7 for 0/1 rewards)"})
+    n_keep: int = field(default=4, metadata={"help": "responses kept per prompt for training (the group size n)"})
+    samples_per_round: int = field(default=8, metadata={"help": "responses generated per round for each still-active prompt"})
+    max_rounds: int = field(default=4, metadata={"help": "rounds per training step at most"})
+    max_responses_per_prompt: int | None = field(
+        default=None, metadata={"help": "hard cap on the pool per prompt per step; None = max_rounds*samples_per_round"}
+    )
+    pool_scope: str = field(default="step", metadata={"help": 'baseline pool: "step" (this step\'s responses) or "history" (every step so far)'})
+    drop_unfinished: bool = field(default=False, metadata={"help": "drop prompts that never retired instead of keeping what they have"})
+    escalation: list[dict[str, Any]] = field(default_factory=list, metadata={"help": "round r>=1 uses escalation[min(r-1, len-1)] over the defaults"})
+    trigger_after_step: int = field(default=0, metadata={"help": "escalation is used only from this training step on (adaGRPO's K)"})
+
+    def __post_init__(self) -> None:
+        check_field_types(self, "sampling")
+        EXIT_RULES.check(self.exit_rule)
+        check_number(self.positive_threshold, "sampling.positive_threshold")
+        check_number(self.n_keep, "sampling.n_keep", integer=True, ge=1)
+        check_number(self.samples_per_round, "sampling.samples_per_round", integer=True, ge=1)
+        check_number(self.max_rounds, "sampling.max_rounds", integer=True, ge=1)
+        check_number(self.max_responses_per_prompt, "sampling.max_responses_per_prompt", integer=True, ge=1, also=(None,))
+        require(self.pool_scope in POOL_SCOPES, "sampling.pool_scope", f"must be one of {list(POOL_SCOPES)}, got {self.pool_scope!r}")
+        check_number(self.trigger_after_step, "sampling.trigger_after_step", integer=True, ge=0)
+        require(
+            isinstance(self.escalation, list) and all(isinstance(e, Mapping) for e in self.escalation),
+            "sampling.escalation",
+            "must be a list of mappings such as [{'temperature': 1.2}, {'temperature': 1.4, 'top_p': 1.0}]",
+        )
+        for i, changes in enumerate(self.escalation):
+            unknown = sorted(set(changes) - set(SAMPLING_PARAM_NAMES))
+            require(not unknown, f"sampling.escalation[{i}]", f"unknown sampling parameter(s) {unknown}; valid: {list(SAMPLING_PARAM_NAMES)}")
+            check_sampling_values(changes, f"sampling.escalation[{i}]")  # the rollout ranges, now rather than at first use
+        if self.enabled:
+            budget = self.response_budget
+            require(
+                budget >= self.n_keep,
+                "sampling.max_responses_per_prompt",
+                f"the per-prompt budget ({budget} responses) is smaller than n_keep={self.n_keep}; raise "
+                "max_rounds, samples_per_round or max_responses_per_prompt, or lower n_keep",
+            )
+
+    @property
+    def response_budget(self) -> int:
+        """Most responses one prompt may receive in one step."""
+        full = self.max_rounds * self.samples_per_round
+        return full if self.max_responses_per_prompt is None else min(full, self.max_responses_per_prompt)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.config import ConfigError
+from adora_openrlhf.errors import ConfigError
 
 # from_pretrained arguments that also select or unlock a tokenizer's / processor's files
 FILE_KWARGS = ("trust_remote_code", "revision", "cache_dir", "token", "local_files_only", "subfolder")
