@@ -354,7 +354,7 @@ def test_adora_correctness_follows_the_threshold_not_the_task_flag():
     from adora_openrlhf.algorithms.pipeline import compute_step_advantages
     from adora_openrlhf.algorithms.sampling import PromptGroup, ScoredResponse
     from adora_openrlhf.backends.local.rollout import RolloutSample
-    from adora_openrlhf.backends.local.trainer import group_batch
+    from adora_openrlhf.backends.local.rl_step import group_batch
     from adora_openrlhf.config import AdoraConfig, AdvantageConfig
 
     def response(reward, length, task_flag):
@@ -400,14 +400,14 @@ def test_rollout_metrics_count_group_classes():
     """All-correct, all-wrong and mixed groups (the task's correctness): 1 of 3 each, hand-counted."""
     from adora_openrlhf.algorithms.sampling import PromptGroup, ScoredResponse
     from adora_openrlhf.backends.local.rollout import RolloutSample
-    from adora_openrlhf.backends.local.trainer import _rollout_metrics
+    from adora_openrlhf.backends.local.rl_step import rollout_metrics
 
     def group(flags):
         kept = [ScoredResponse(3.0 if f else -0.5, f, 4, payload=RolloutSample(0, [1], [2] * 4, "<think>guess.</think>", f, {"format_ok": 1.0})) for f in flags]
         return PromptGroup(0, kept, [r.reward for r in kept], None)
 
     rows = [Row(prompt="p", label="l", source="kk", meta={})]
-    metrics = _rollout_metrics([group([True, True]), group([False, False]), group([True, False])], rows)
+    metrics = rollout_metrics([group([True, True]), group([False, False]), group([True, False])], rows)
     assert metrics["groups/all_correct_fraction"] == metrics["groups/all_wrong_fraction"] == metrics["groups/mixed_fraction"] == pytest.approx(1 / 3)
     assert metrics["reward/accuracy"] == 0.5 and metrics["response/shortcut_fraction"] == 1.0
 

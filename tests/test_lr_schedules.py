@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adora_openrlhf.algorithms.lr_schedules import LR_SCHEDULES, lr_factor, warmup_steps
-from adora_openrlhf.backends.local.trainer import scheduled_lrs
+from adora_openrlhf.backends.local.rl_step import scheduled_lrs
 from adora_openrlhf.config import ConfigError, PolicyLossConfig
 
 

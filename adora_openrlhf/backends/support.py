@@ -174,7 +174,7 @@ OPENRLHF: dict[str, Support] = {
 # The local backend runs every field in its own code (trainer.py and the modules it calls), except these two.
 LOCAL: dict[str, Support] = {
     **{dotted: USED for dotted in OPENRLHF},
-    **{f"dynamic_filtering.{name}": USED for name in ("enabled", "score_range", "max_refills")},  # trainer._filtered_sample
+    **{f"dynamic_filtering.{name}": USED for name in ("enabled", "score_range", "max_refills")},  # rl_step.filtered_sample
     "extra": Refused("extra holds backend-specific options (extra.openrlhf: OpenRLHF flags); the local backend has none"),
     "max_missing_reward_fraction": Refused("the local backend scores every response itself; this limit is for OpenRLHF's reward executor"),
 }

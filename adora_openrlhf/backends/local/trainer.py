@@ -5,12 +5,12 @@ on the corpus for the tiny model, or the checkpoint's own; vision tasks add the 
 (tiny random-init Qwen2-style LM, tiny Qwen2.5-VL for vision tasks, or ``--model PATH|owner/name``, optional LoRA),
 supervised warm-up, held-out evaluation at step 0, checkpoint ``step_000000``.
 
-Each RL step:
+Each RL step (``rl_step.py``, :func:`rl_step`):
 
 1. take the next ``prompts_per_step`` prompts of the seeded data order;
 2. :class:`AdaptiveSampler` drives batched generation + reward scoring (one round of ``n_keep`` per prompt
    when adaptive sampling is off: plain GRPO), down-samples to ``n_keep`` and gives pool statistics; with
-   ``dynamic_filtering.enabled`` (DAPO, :func:`_filtered_sample`) groups whose mean correctness is outside
+   ``dynamic_filtering.enabled`` (DAPO, ``rl_step.filtered_sample``) groups whose mean correctness is outside
    ``score_range`` are dropped and as many next prompts sampled in their place, at most ``max_refills`` times
    (the data position advances by every prompt consumed; a step that keeps no group makes no update);
 3. :func:`compute_step_advantages`: group advantages (pool statistics when adaptive sampling is on), then
@@ -18,7 +18,7 @@ Each RL step:
 4. :func:`policy_update`: token-level PPO-clip loss (+ k3 KL to the frozen step-0 policy when
    ``kl_coef > 0``), gradient clipping, AdamW;
 5. metrics to JSONL/TensorBoard; held-out evaluation every ``eval_every`` steps; checkpoint every
-   ``save_every`` steps.
+   ``save_every`` steps (:func:`_train_in`, the loop).
 
 At the end: reward-curve PNG, ``summary.json`` and the final model in ``final_model/``. The held-out rows and
 the settings they are evaluated with are saved at the start (``heldout.jsonl``, ``heldout.json``: ``heldout.py``).
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import random
 import time
 from dataclasses import dataclass
@@ -39,25 +38,22 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from adora_openrlhf.algorithms.dynamic_filtering import filter_and_refill
-from adora_openrlhf.algorithms.lr_schedules import lr_factor
-from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_step_advantages
-from adora_openrlhf.algorithms.sampling import AdaptiveSampler, PromptGroup
+from adora_openrlhf.algorithms.sampling import AdaptiveSampler
 from adora_openrlhf.backends.local import checkpoint as ckpt
 from adora_openrlhf.backends.local import rundir, vlm
-from adora_openrlhf.backends.local.data import batch_indices, load_rows, row_key, rows_fingerprint
+from adora_openrlhf.backends.local.data import load_rows, rows_fingerprint
 from adora_openrlhf.backends.local.evaluate import evaluate
 from adora_openrlhf.backends.local.heldout import save_heldout
 from adora_openrlhf.backends.local.metrics import MetricsLogger, plot_reward_curve
 from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model, count_parameters, load_pretrained, pick_device, vocabulary_problem
 from adora_openrlhf.backends.local.model_source import check_model_source, weight_files_problem
+from adora_openrlhf.backends.local.rl_step import StepModels, rl_step
 from adora_openrlhf.backends.local.rollout import RolloutEngine, encode_prompts, make_reward_fns
-from adora_openrlhf.backends.local.sft import demonstration_for, style_fractions, supervised_warmup, warmup_styles
+from adora_openrlhf.backends.local.sft import demonstration_for, supervised_warmup, warmup_styles
 from adora_openrlhf.backends.local.tokenization import COMPACT_CHAT_TEMPLATE, load_tokenizer, render_prompt, tokenizer_problem, train_bpe_tokenizer
-from adora_openrlhf.backends.local.update import pack, policy_update
 from adora_openrlhf.backends.support import check_backend_fields
 from adora_openrlhf.cli_args import format_config
-from adora_openrlhf.config import ConfigError, PolicyLossConfig, RunConfig
+from adora_openrlhf.config import ConfigError, RunConfig
 
 logger = logging.getLogger(__name__)
 
@@ -168,78 +164,6 @@ def warm_start(cfg: RunConfig, out_dir: str | Path) -> Path:
     ckpt.export_model(model, out, cfg.model.merge_lora_on_save)
     (processor or tokenizer).save_pretrained(str(out))
     return out
-
-
-def _rollout_metrics(groups, rows) -> dict[str, float]:
-    """Reward, accuracy, format and length statistics of the kept responses, the share of groups whose kept
-    responses are all correct, all wrong or mixed (the task's correctness), and the share of each behaviour
-    the task's response probe recognises (K&K: thorough / shortcut)."""
-    kept = [r for g in groups for r in g.kept]
-    correct_counts = [(sum(r.payload.correct for r in g.kept), len(g.kept)) for g in groups if g.kept]
-    n_groups = max(len(correct_counts), 1)
-    n = max(len(kept), 1)
-    lengths = [r.length for r in kept]
-    mean = sum(lengths) / n
-    std = math.sqrt(sum((x - mean) ** 2 for x in lengths) / n)
-    return {
-        "reward/mean": sum(r.reward for r in kept) / n,
-        "reward/accuracy": sum(r.payload.correct for r in kept) / n,
-        "reward/format": sum(r.payload.info.get("format_ok", 0.0) for r in kept) / n,
-        "groups/all_correct_fraction": sum(c == k for c, k in correct_counts) / n_groups,
-        "groups/all_wrong_fraction": sum(c == 0 for c, _ in correct_counts) / n_groups,
-        "groups/mixed_fraction": sum(0 < c < k for c, k in correct_counts) / n_groups,
-        "response/length_mean": mean,
-        "response/length_std": std,
-        "response/length_std_over_mean": std / mean if mean > 0 else 0.0,
-        "response/length_max": float(max(lengths, default=0)),
-        "response/truncated_fraction": sum(r.truncated for r in kept) / n,
-        **style_fractions([rows[r.payload.row_index].source for r in kept], [r.payload.text for r in kept], "response/"),
-    }
-
-
-def scheduled_lrs(train: PolicyLossConfig, step: int, steps: int) -> list[float]:
-    """The learning rate of each PPO epoch's optimiser step of RL step ``step`` (0-based) of ``steps``: optimiser
-    step ``k = step * ppo_epochs + epoch`` of ``steps * ppo_epochs`` under ``train.lr_scheduler``. A function of
-    the step alone, so a resumed run continues the schedule without saved scheduler state."""
-    epochs = train.ppo_epochs
-    return [
-        train.lr * lr_factor(train.lr_scheduler, step * epochs + epoch, steps * epochs, train.lr_warmup_ratio, train.min_lr_ratio) for epoch in range(epochs)
-    ]
-
-
-def group_batch(groups: list[PromptGroup]) -> GroupBatch:
-    """The kept responses of ``groups`` as the advantage pipeline's [G, n] tensors. ``correct`` is left to the
-    pipeline (reward > adora.correct_threshold, the correctness rule in ``algorithms/adora.py``), as on the openrlhf backend, rather than
-    taken from the task's own flag: the two agree on the shipped rewards, and a changed threshold takes effect."""
-    return GroupBatch(
-        rewards=torch.tensor([[r.reward for r in x.kept] for x in groups], dtype=torch.float32),
-        lengths=torch.tensor([[r.length for r in x.kept] for x in groups], dtype=torch.float32),
-        truncated=torch.tensor([[r.truncated for r in x.kept] for x in groups], dtype=torch.bool),
-    )
-
-
-def _sample_at(cfg: RunConfig, sampler: AdaptiveSampler, engine: RolloutEngine, train_rows, position: int, count: int, step: int):
-    """The sampler's result for the ``count`` prompts of the seeded data order from ``position`` on."""
-    rows = batch_indices(position, count, len(train_rows), cfg.seed)
-    return sampler.sample(count, engine.generate_fn(rows), step=step, prompt_keys=[row_key(train_rows[i]) for i in rows])
-
-
-def _filtered_sample(cfg: RunConfig, sampler: AdaptiveSampler, engine: RolloutEngine, train_rows, position: int, step: int):
-    """One step's groups through DAPO dynamic filtering (``algorithms/dynamic_filtering.py``): batches of new prompts
-    of the data order from ``position`` on, each sampled by the (plain, one-round) sampler; groups outside
-    ``dynamic_filtering.score_range`` of mean correctness are dropped and refilled. Returns (result, prompts consumed)."""
-    drawn = 0
-
-    def sample_batch(count: int):
-        nonlocal drawn
-        start, drawn = position + drawn, drawn + count
-        return _sample_at(cfg, sampler, engine, train_rows, start, count, step)
-
-    low, high = cfg.dynamic_filtering.score_range
-    filtered = filter_and_refill(
-        sample_batch, cfg.prompts_per_step, lambda response: float(response.payload.correct), low, high, cfg.dynamic_filtering.max_refills
-    )
-    return filtered.result, filtered.prompts_consumed
 
 
 def _load_policy_and_tokenizer(cfg: RunConfig, train_rows, checkpoint: Path | None, device):
@@ -359,183 +283,145 @@ class _Loaded:
     run_record: dict[str, Any]  # what every checkpoint records for --resume (trainer_state/run.json)
 
 
-def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Path | None, train_rows, eval_rows, loaded: _Loaded) -> dict[str, Any]:
-    """The run itself, in the locked ``out``."""
-    tokenizer, processor, model, optimizer = loaded.tokenizer, loaded.processor, loaded.model, loaded.optimizer
-    logger.info("config:\n%s", format_config(cfg))
-    (out / "config.json").write_text(format_config(cfg) + "\n")
-    save_heldout(out, eval_rows, cfg)  # for `python -m eval.run --run out` (heldout.py)
-    saved_tokenizer = processor if processor is not None else tokenizer  # what checkpoints save as tokenizer/
-    if resume_from is None and cfg.model.path is None:
-        saved_tokenizer.save_pretrained(str(out / "tokenizer"))
-    total, trainable = count_parameters(model)
-    tiny = "tiny Qwen2.5-VL-style (random init)" if processor is not None else "tiny Qwen2-style (random init)"
-    logger.info(
-        f"policy: {tiny if cfg.model.path is None else cfg.model.path}, {total:,} parameters "
-        f"({trainable:,} trainable), vocab {len(tokenizer)}, device {device}; {len(train_rows)} train / {len(eval_rows)} held-out prompts"
-    )
-    (train_ids, train_extras), (eval_ids, eval_extras) = loaded.encoded
-    train_rewards, eval_rewards = loaded.rewards
+class _LocalRun:
+    """One run in its locked directory ``out``: what :func:`_train_in` sets up, evaluates, saves and finishes."""
 
-    def save(step: int, position: int) -> None:
-        state = ckpt.TrainerState(step, position, sampler.state_dict(), ckpt.capture_rng())
-        ckpt.save_checkpoint(out, model, optimizer, saved_tokenizer, state, merge_lora=cfg.model.merge_lora_on_save, run_record=loaded.run_record)
+    def __init__(self, cfg: RunConfig, out: Path, device, resume_from: Path | None, train_rows, eval_rows, loaded: _Loaded) -> None:
+        self.cfg, self.out, self.device, self.resume_from, self.loaded = cfg, out, device, resume_from, loaded
+        self.train_rows, self.eval_rows = train_rows, eval_rows
+        self.model, self.optimizer = loaded.model, loaded.optimizer
+        self.saved_tokenizer = loaded.processor if loaded.processor is not None else loaded.tokenizer  # what checkpoints save as tokenizer/
+        (self.train_ids, self.train_extras), (self.eval_ids, self.eval_extras) = loaded.encoded
+        train_rewards, self.eval_rewards = loaded.rewards
+        self.sampler = AdaptiveSampler(cfg.sampling, cfg.rollout, seed=cfg.seed)
+        self.engine = RolloutEngine(
+            self.model,
+            loaded.tokenizer,
+            self.train_ids,
+            train_rows,
+            train_rewards,
+            cfg.sampling.positive_threshold,
+            cfg.model.generation_batch_size,
+            extras=self.train_extras,
+            kv_cache=cfg.model.kv_cache,
+            decoding=cfg.model.decoding,
+        )
+        self.metrics_log: MetricsLogger | None = None
 
-    sampler = AdaptiveSampler(cfg.sampling, cfg.rollout, seed=cfg.seed)
-    engine = RolloutEngine(
-        model,
-        tokenizer,
-        train_ids,
-        train_rows,
-        train_rewards,
-        cfg.sampling.positive_threshold,
-        cfg.model.generation_batch_size,
-        extras=train_extras,
-        kv_cache=cfg.model.kv_cache,
-        decoding=cfg.model.decoding,
-    )
+    def write_run_files(self) -> None:
+        """config.json, the held-out set (``heldout.py``) and a new tiny model's tokenizer; the policy in one log line."""
+        cfg, out, tokenizer = self.cfg, self.out, self.loaded.tokenizer
+        logger.info("config:\n%s", format_config(cfg))
+        (out / "config.json").write_text(format_config(cfg) + "\n")
+        save_heldout(out, self.eval_rows, cfg)  # for `python -m eval.run --run out` (heldout.py)
+        if self.resume_from is None and cfg.model.path is None:
+            self.saved_tokenizer.save_pretrained(str(out / "tokenizer"))
+        total, trainable = count_parameters(self.model)
+        tiny = "tiny Qwen2.5-VL-style (random init)" if self.loaded.processor is not None else "tiny Qwen2-style (random init)"
+        logger.info(
+            f"policy: {tiny if cfg.model.path is None else cfg.model.path}, {total:,} parameters ({trainable:,} trainable), vocab "
+            f"{len(tokenizer)}, device {self.device}; {len(self.train_rows)} train / {len(self.eval_rows)} held-out prompts"
+        )
 
-    def run_eval(step: int) -> dict[str, float]:
+    def save(self, step: int, position: int) -> None:
+        state = ckpt.TrainerState(step, position, self.sampler.state_dict(), ckpt.capture_rng())
+        ckpt.save_checkpoint(
+            self.out, self.model, self.optimizer, self.saved_tokenizer, state, merge_lora=self.cfg.model.merge_lora_on_save, run_record=self.loaded.run_record
+        )
+
+    def evaluate(self, step: int) -> dict[str, float]:
         """Held-out metrics; sampled with its own seed so evaluating never shifts the training RNG stream."""
-        t0 = time.perf_counter()
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        cfg, t0 = self.cfg, time.perf_counter()
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(cfg.seed * 100_003 + step)
             result = evaluate(
-                model,
-                tokenizer,
-                eval_ids,
-                eval_rows,
-                eval_rewards,
+                self.model,
+                self.loaded.tokenizer,
+                self.eval_ids,
+                self.eval_rows,
+                self.eval_rewards,
                 cfg.rollout,
                 cfg.eval_samples,
                 cfg.model.generation_batch_size,
-                extras=eval_extras,
+                extras=self.eval_extras,
                 kv_cache=cfg.model.kv_cache,
                 decoding=cfg.model.decoding,
             )
         return {**result, "time/eval_s": time.perf_counter() - t0}
 
-    # ---- warm-up or resume ------------------------------------------------------------------------------
-    if loaded.state is not None:
-        state = loaded.state
-        sampler.load_state_dict(state.sampler)
-        ckpt.restore_rng(state.rng)
-        start_step, position = state.step, state.data_position
-        metrics_log = MetricsLogger(out, resume_step=start_step, report_to=cfg.report_to, config=cfg.to_dict())
-        logger.info("resumed from %s at step %d (data position %d)", resume_from, start_step, position)
-    else:
-        metrics_log = MetricsLogger(out, report_to=cfg.report_to, config=cfg.to_dict())
+    def begin(self) -> tuple[int, int]:
+        """The resumed state, or the warm-up, step-0 evaluation and checkpoint ``step_000000``: (first step, data position)."""
+        cfg, out, state = self.cfg, self.out, self.loaded.state
+        if state is not None:
+            self.sampler.load_state_dict(state.sampler)
+            ckpt.restore_rng(state.rng)
+            self.metrics_log = MetricsLogger(out, resume_step=state.step, report_to=cfg.report_to, config=cfg.to_dict())
+            logger.info("resumed from %s at step %d (data position %d)", self.resume_from, state.step, state.data_position)
+            return state.step, state.data_position
+        self.metrics_log = MetricsLogger(out, report_to=cfg.report_to, config=cfg.to_dict())
         t0 = time.perf_counter()
-        losses = supervised_warmup(model, tokenizer, train_ids, train_rows, cfg.warmup, cfg.seed, cfg.train.micro_batch_size, train_extras)
+        losses = supervised_warmup(
+            self.model, self.loaded.tokenizer, self.train_ids, self.train_rows, cfg.warmup, cfg.seed, cfg.train.micro_batch_size, self.train_extras
+        )
         warm = {"warmup/steps": len(losses), "warmup/time_s": time.perf_counter() - t0}
         if losses:
             warm.update({"warmup/first_loss": losses[0], "warmup/final_loss": float(np.mean(losses[-10:]))})
-        start_step, position = 0, 0
-        metrics_log.log(0, {**warm, **run_eval(0)})
-        save(0, 0)
+        self.metrics_log.log(0, {**warm, **self.evaluate(0)})
+        self.save(0, 0)
+        return 0, 0
 
-    ref_model = loaded.ref_model
-    if ref_model is None and cfg.train.kl_coef > 0 and cfg.model.lora_rank == 0:  # LoRA runs use the base model (adapters off) as reference
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            ref_model = _build_model(cfg, tokenizer, device, ckpt.checkpoint_dir(out) / "step_000000")
-        ref_model.eval().requires_grad_(False)
+    def step_models(self) -> StepModels:
+        """The models an RL step uses; the KL reference is the step-0 checkpoint's policy (LoRA runs: the base model, adapters off)."""
+        cfg, ref_model = self.cfg, self.loaded.ref_model
+        if ref_model is None and cfg.train.kl_coef > 0 and cfg.model.lora_rank == 0:
+            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                ref_model = _build_model(cfg, self.loaded.tokenizer, self.device, ckpt.checkpoint_dir(self.out) / "step_000000")
+            ref_model.eval().requires_grad_(False)
+        return StepModels(self.model, self.optimizer, ref_model, self.loaded.tokenizer, self.train_extras)
 
-    # ---- RL steps ---------------------------------------------------------------------------------------
-    norm_length = cfg.rollout.max_new_tokens
+    def finish(self, started: float, start_step: int) -> dict[str, Any]:
+        """The reward curve, ``final_model/`` and ``summary.json`` (returned)."""
+        from adora_openrlhf.backends.local.metrics import read_metrics
+
+        cfg, out = self.cfg, self.out
+        plot_reward_curve(out / "metrics.jsonl", out / "reward_curve.png")
+        final_dir = out / "final_model"
+
+        def write_final(directory: Path) -> None:
+            ckpt.export_model(self.model, directory, cfg.model.merge_lora_on_save)
+            self.saved_tokenizer.save_pretrained(str(directory))
+
+        ckpt.write_atomically(final_dir, write_final, "the final model", ckpt.resume_hint(out))
+        evals = [r for r in read_metrics(out / "metrics.jsonl") if "eval/greedy_accuracy" in r]
+        summary = {
+            "recipe": cfg.recipe,
+            "steps": cfg.steps,
+            "eval_step0": {k: v for k, v in evals[0].items() if k.startswith("eval/")} if evals else {},
+            "eval_final": {k: v for k, v in evals[-1].items() if k.startswith("eval/")} if evals else {},
+            "wall_time_s": time.perf_counter() - started,
+            "resumed_from_step": None if self.resume_from is None else start_step,
+        }
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        logger.info("wrote %s, %s and %s", out / "summary.json", out / "reward_curve.png", final_dir)
+        return summary
+
+
+def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Path | None, train_rows, eval_rows, loaded: _Loaded) -> dict[str, Any]:
+    """The run itself, in the locked ``out``: set up, warm up (or resume), the RL steps, finish."""
+    run = _LocalRun(cfg, out, device, resume_from, train_rows, eval_rows, loaded)
+    run.write_run_files()
+    start_step, position = run.begin()
+    models = run.step_models()
     bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc="RL", unit="step", dynamic_ncols=True)
     for step in bar:
-        step_start = time.perf_counter()
-        engine.reset_timers()
-        t0 = time.perf_counter()
-        if cfg.dynamic_filtering.enabled:
-            result, consumed = _filtered_sample(cfg, sampler, engine, train_rows, position, step)
-            if not result.groups:
-                logger.info(
-                    "step %d: dynamic filtering kept no group of %d prompts (%d refills); no policy update this step",
-                    step + 1,
-                    consumed,
-                    cfg.dynamic_filtering.max_refills,
-                )
-        else:
-            result = _sample_at(cfg, sampler, engine, train_rows, position, cfg.prompts_per_step, step)
-            consumed = cfg.prompts_per_step
-        position += consumed
-        sampling_seconds = time.perf_counter() - t0
-        advantage_seconds = 0.0
-        metrics: dict[str, float] = {**result.metrics}
-        train_seconds = 0.0
-        if result.groups:
-            g = result.groups
-            batch = group_batch(g)
-            t0 = time.perf_counter()
-            adv = compute_step_advantages(batch, cfg.advantage, cfg.adora, result.pool_stats)
-            advantage_seconds = time.perf_counter() - t0
-            samples = [r.payload for x in g for r in x.kept]
-            # micro-batches of similar lengths: less padding; the step's gradient is a sum over sequences (order-free)
-            order = sorted(range(len(samples)), key=lambda i: len(samples[i].prompt_ids) + len(samples[i].response_ids))
-            samples = [samples[i] for i in order]
-            t0 = time.perf_counter()
-            packed = pack(
-                [s.prompt_ids for s in samples],
-                [s.response_ids for s in samples],
-                tokenizer.pad_token_id,
-                [train_extras[s.row_index] for s in samples] if train_extras is not None else None,
-            )
-            update = policy_update(
-                model,
-                optimizer,
-                packed,
-                adv.advantages.reshape(-1)[order],
-                cfg.train,
-                norm_length,
-                ref_model=ref_model,
-                use_lora_reference=cfg.train.kl_coef > 0 and cfg.model.lora_rank > 0,
-                lrs=scheduled_lrs(cfg.train, step, cfg.steps),
-            )
-            train_seconds = time.perf_counter() - t0
-            if not math.isfinite(update["train/loss"]):
-                raise FloatingPointError(f"step {step + 1}: the policy loss is not finite ({update['train/loss']}); lower --lr")
-            metrics.update({**_rollout_metrics(g, train_rows), **adv.metrics, **update})
-        metrics.update(
-            {
-                "time/generate_s": engine.generate_seconds,
-                "time/score_s": engine.score_seconds,
-                "time/train_s": train_seconds,
-                "time/advantage_s": advantage_seconds,  # estimator + ADORA weights
-                "time/sampler_overhead_s": sampling_seconds - engine.generate_seconds - engine.score_seconds,  # rounds, exit rules, down-sampling
-                "time/step_s": time.perf_counter() - step_start,
-            }
-        )
+        metrics, position = rl_step(cfg, step, position, run.sampler, run.engine, train_rows, models)
         done = step + 1
         if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
-            metrics.update(run_eval(done))
-        metrics_log.log(done, metrics)
+            metrics.update(run.evaluate(done))
+        run.metrics_log.log(done, metrics)
         if (cfg.save_every and done % cfg.save_every == 0) or done == cfg.steps:
-            save(done, position)
+            run.save(done, position)
         bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.2f}", acc=f"{metrics.get('reward/accuracy', float('nan')):.2f}")
     bar.close()
-    metrics_log.close()
-
-    # ---- artefacts --------------------------------------------------------------------------------------
-    from adora_openrlhf.backends.local.metrics import read_metrics
-
-    plot_reward_curve(out / "metrics.jsonl", out / "reward_curve.png")
-    final_dir = out / "final_model"
-
-    def write_final(directory: Path) -> None:
-        ckpt.export_model(model, directory, cfg.model.merge_lora_on_save)
-        saved_tokenizer.save_pretrained(str(directory))
-
-    ckpt.write_atomically(final_dir, write_final, "the final model", ckpt.resume_hint(out))
-    evals = [r for r in read_metrics(out / "metrics.jsonl") if "eval/greedy_accuracy" in r]
-    summary = {
-        "recipe": cfg.recipe,
-        "steps": cfg.steps,
-        "eval_step0": {k: v for k, v in evals[0].items() if k.startswith("eval/")} if evals else {},
-        "eval_final": {k: v for k, v in evals[-1].items() if k.startswith("eval/")} if evals else {},
-        "wall_time_s": time.perf_counter() - started,
-        "resumed_from_step": None if resume_from is None else start_step,
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    logger.info("wrote %s, %s and %s", out / "summary.json", out / "reward_curve.png", final_dir)
-    return summary
+    run.metrics_log.close()
+    return run.finish(started, start_step)

@@ -1,0 +1,191 @@
+"""One RL step of the local backend, top to bottom (:func:`rl_step`), and the pieces it is made of.
+
+1. sample: the next ``prompts_per_step`` prompts of the seeded data order through :class:`AdaptiveSampler`
+   (:func:`sample_at`), or through DAPO dynamic filtering (:func:`filtered_sample`);
+2. advantages: :func:`compute_step_advantages` on the kept responses (:func:`group_batch`): the estimator's
+   group advantages (pool statistics when adaptive sampling is on), then ADORA's weights;
+3. update: :func:`policy_update` on the kept responses, packed in micro-batches of similar lengths, with the
+   step's learning rates (:func:`scheduled_lrs`);
+4. metrics: the sampler's, the advantage pipeline's, the update's, :func:`rollout_metrics` and the step's timers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from adora_openrlhf.algorithms.dynamic_filtering import filter_and_refill
+from adora_openrlhf.algorithms.lr_schedules import lr_factor
+from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_step_advantages
+from adora_openrlhf.algorithms.policy_loss import PolicyLossConfig
+from adora_openrlhf.algorithms.sampling import AdaptiveSampler, PromptGroup
+from adora_openrlhf.backends.local.data import batch_indices, row_key
+from adora_openrlhf.backends.local.rollout import RolloutEngine
+from adora_openrlhf.backends.local.sft import style_fractions
+from adora_openrlhf.backends.local.update import pack, policy_update
+from adora_openrlhf.config import RunConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class StepModels:
+    """What an RL step updates and reads: the policy, its optimiser, the KL reference (or None), the tokenizer
+    (its pad id) and the training rows' extra model inputs (vision rows; None for text)."""
+
+    model: Any
+    optimizer: torch.optim.Optimizer
+    ref_model: Any
+    tokenizer: Any
+    train_extras: Any
+
+
+def rl_step(
+    cfg: RunConfig, step: int, position: int, sampler: AdaptiveSampler, engine: RolloutEngine, train_rows, models: StepModels
+) -> tuple[dict[str, float], int]:
+    """RL step ``step`` (0-based) from data position ``position``: (its metrics, the next data position)."""
+    step_start = time.perf_counter()
+    engine.reset_timers()
+    result, consumed = sample_step(cfg, step, position, sampler, engine, train_rows)
+    sampling_seconds = time.perf_counter() - step_start
+    metrics: dict[str, float] = {**result.metrics}
+    advantage_seconds = train_seconds = 0.0
+    if result.groups:
+        t0 = time.perf_counter()
+        adv = compute_step_advantages(group_batch(result.groups), cfg.advantage, cfg.adora, result.pool_stats)
+        advantage_seconds = time.perf_counter() - t0
+        update = update_policy(cfg, step, result.groups, adv.advantages, models)
+        train_seconds = time.perf_counter() - t0 - advantage_seconds
+        metrics.update({**rollout_metrics(result.groups, train_rows), **adv.metrics, **update})
+    metrics.update(
+        {
+            "time/generate_s": engine.generate_seconds,
+            "time/score_s": engine.score_seconds,
+            "time/train_s": train_seconds,
+            "time/advantage_s": advantage_seconds,  # estimator + ADORA weights
+            "time/sampler_overhead_s": sampling_seconds - engine.generate_seconds - engine.score_seconds,  # rounds, exit rules, down-sampling
+            "time/step_s": time.perf_counter() - step_start,
+        }
+    )
+    return metrics, position + consumed
+
+
+def sample_step(cfg: RunConfig, step: int, position: int, sampler: AdaptiveSampler, engine: RolloutEngine, train_rows):
+    """The step's sampler result and the number of prompts it consumed (dynamic filtering may draw more)."""
+    if not cfg.dynamic_filtering.enabled:
+        return sample_at(cfg, sampler, engine, train_rows, position, cfg.prompts_per_step, step), cfg.prompts_per_step
+    result, consumed = filtered_sample(cfg, sampler, engine, train_rows, position, step)
+    if not result.groups:
+        logger.info(
+            "step %d: dynamic filtering kept no group of %d prompts (%d refills); no policy update this step",
+            step + 1,
+            consumed,
+            cfg.dynamic_filtering.max_refills,
+        )
+    return result, consumed
+
+
+def update_policy(cfg: RunConfig, step: int, groups: list[PromptGroup], advantages: torch.Tensor, models: StepModels) -> dict[str, float]:
+    """The PPO-clip update on the kept responses of ``groups`` with their [G, n] ``advantages``; the update's metrics.
+    Micro-batches hold responses of similar lengths (less padding; the step's gradient is a sum over sequences)."""
+    samples = [r.payload for g in groups for r in g.kept]
+    order = sorted(range(len(samples)), key=lambda i: len(samples[i].prompt_ids) + len(samples[i].response_ids))
+    samples = [samples[i] for i in order]
+    extras = models.train_extras
+    packed = pack(
+        [s.prompt_ids for s in samples],
+        [s.response_ids for s in samples],
+        models.tokenizer.pad_token_id,
+        [extras[s.row_index] for s in samples] if extras is not None else None,
+    )
+    update = policy_update(
+        models.model,
+        models.optimizer,
+        packed,
+        advantages.reshape(-1)[order],
+        cfg.train,
+        cfg.rollout.max_new_tokens,
+        ref_model=models.ref_model,
+        use_lora_reference=cfg.train.kl_coef > 0 and cfg.model.lora_rank > 0,
+        lrs=scheduled_lrs(cfg.train, step, cfg.steps),
+    )
+    if not math.isfinite(update["train/loss"]):
+        raise FloatingPointError(f"step {step + 1}: the policy loss is not finite ({update['train/loss']}); lower --lr")
+    return update
+
+
+def rollout_metrics(groups, rows) -> dict[str, float]:
+    """Reward, accuracy, format and length statistics of the kept responses, the share of groups whose kept
+    responses are all correct, all wrong or mixed (the task's correctness), and the share of each behaviour
+    the task's response probe recognises (K&K: thorough / shortcut)."""
+    kept = [r for g in groups for r in g.kept]
+    correct_counts = [(sum(r.payload.correct for r in g.kept), len(g.kept)) for g in groups if g.kept]
+    n_groups = max(len(correct_counts), 1)
+    n = max(len(kept), 1)
+    lengths = [r.length for r in kept]
+    mean = sum(lengths) / n
+    std = math.sqrt(sum((x - mean) ** 2 for x in lengths) / n)
+    return {
+        "reward/mean": sum(r.reward for r in kept) / n,
+        "reward/accuracy": sum(r.payload.correct for r in kept) / n,
+        "reward/format": sum(r.payload.info.get("format_ok", 0.0) for r in kept) / n,
+        "groups/all_correct_fraction": sum(c == k for c, k in correct_counts) / n_groups,
+        "groups/all_wrong_fraction": sum(c == 0 for c, _ in correct_counts) / n_groups,
+        "groups/mixed_fraction": sum(0 < c < k for c, k in correct_counts) / n_groups,
+        "response/length_mean": mean,
+        "response/length_std": std,
+        "response/length_std_over_mean": std / mean if mean > 0 else 0.0,
+        "response/length_max": float(max(lengths, default=0)),
+        "response/truncated_fraction": sum(r.truncated for r in kept) / n,
+        **style_fractions([rows[r.payload.row_index].source for r in kept], [r.payload.text for r in kept], "response/"),
+    }
+
+
+def scheduled_lrs(train: PolicyLossConfig, step: int, steps: int) -> list[float]:
+    """The learning rate of each PPO epoch's optimiser step of RL step ``step`` (0-based) of ``steps``: optimiser
+    step ``k = step * ppo_epochs + epoch`` of ``steps * ppo_epochs`` under ``train.lr_scheduler``. A function of
+    the step alone, so a resumed run continues the schedule without saved scheduler state."""
+    epochs = train.ppo_epochs
+    return [
+        train.lr * lr_factor(train.lr_scheduler, step * epochs + epoch, steps * epochs, train.lr_warmup_ratio, train.min_lr_ratio) for epoch in range(epochs)
+    ]
+
+
+def group_batch(groups: list[PromptGroup]) -> GroupBatch:
+    """The kept responses of ``groups`` as the advantage pipeline's [G, n] tensors. ``correct`` is left to the
+    pipeline (reward > adora.correct_threshold, the correctness rule in ``algorithms/adora.py``), as on the openrlhf backend, rather than
+    taken from the task's own flag: the two agree on the shipped rewards, and a changed threshold takes effect."""
+    return GroupBatch(
+        rewards=torch.tensor([[r.reward for r in x.kept] for x in groups], dtype=torch.float32),
+        lengths=torch.tensor([[r.length for r in x.kept] for x in groups], dtype=torch.float32),
+        truncated=torch.tensor([[r.truncated for r in x.kept] for x in groups], dtype=torch.bool),
+    )
+
+
+def sample_at(cfg: RunConfig, sampler: AdaptiveSampler, engine: RolloutEngine, train_rows, position: int, count: int, step: int):
+    """The sampler's result for the ``count`` prompts of the seeded data order from ``position`` on."""
+    rows = batch_indices(position, count, len(train_rows), cfg.seed)
+    return sampler.sample(count, engine.generate_fn(rows), step=step, prompt_keys=[row_key(train_rows[i]) for i in rows])
+
+
+def filtered_sample(cfg: RunConfig, sampler: AdaptiveSampler, engine: RolloutEngine, train_rows, position: int, step: int):
+    """One step's groups through DAPO dynamic filtering (``algorithms/dynamic_filtering.py``): batches of new prompts
+    of the data order from ``position`` on, each sampled by the (plain, one-round) sampler; groups outside
+    ``dynamic_filtering.score_range`` of mean correctness are dropped and refilled. Returns (result, prompts consumed)."""
+    drawn = 0
+
+    def sample_batch(count: int):
+        nonlocal drawn
+        start, drawn = position + drawn, drawn + count
+        return sample_at(cfg, sampler, engine, train_rows, start, count, step)
+
+    low, high = cfg.dynamic_filtering.score_range
+    filtered = filter_and_refill(
+        sample_batch, cfg.prompts_per_step, lambda response: float(response.payload.correct), low, high, cfg.dynamic_filtering.max_refills
+    )
+    return filtered.result, filtered.prompts_consumed
