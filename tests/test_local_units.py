@@ -353,8 +353,8 @@ def test_adora_correctness_follows_the_threshold_not_the_task_flag():
     backend does, so that a threshold a user sets decides which responses count as correct."""
     from adora_openrlhf.algorithms.pipeline import compute_step_advantages
     from adora_openrlhf.algorithms.sampling import PromptGroup, ScoredResponse
-    from adora_openrlhf.backends.local.rollout import RolloutSample
     from adora_openrlhf.backends.local.rl_step import group_batch
+    from adora_openrlhf.backends.local.rollout import RolloutSample
     from adora_openrlhf.config import AdoraConfig, AdvantageConfig
 
     def response(reward, length, task_flag):
@@ -399,8 +399,8 @@ def test_shipped_kk_reward_flag_agrees_with_the_recipe_threshold(recipe):
 def test_rollout_metrics_count_group_classes():
     """All-correct, all-wrong and mixed groups (the task's correctness): 1 of 3 each, hand-counted."""
     from adora_openrlhf.algorithms.sampling import PromptGroup, ScoredResponse
-    from adora_openrlhf.backends.local.rollout import RolloutSample
     from adora_openrlhf.backends.local.rl_step import rollout_metrics
+    from adora_openrlhf.backends.local.rollout import RolloutSample
 
     def group(flags):
         kept = [ScoredResponse(3.0 if f else -0.5, f, 4, payload=RolloutSample(0, [1], [2] * 4, "<think>guess.</think>", f, {"format_ok": 1.0})) for f in flags]
