@@ -36,13 +36,15 @@ from adora_openrlhf.algorithms.sampling import AdaptiveSamplingConfig, SamplingP
 from adora_openrlhf.config_checks import check_field_types, check_number, from_dict, require
 from adora_openrlhf.errors import ConfigError  # defined beside the registries (no import circle); exported here
 from adora_openrlhf.prompt_templates import PROMPT_TEMPLATES
+from adora_openrlhf.tasks import geo_synth
+from adora_openrlhf.tasks.kk import NAME_ORDERS
 
 # ---------------------------------------------------------------------------------------------------------
 # Model, data, optimisation, and the whole run
 # ---------------------------------------------------------------------------------------------------------
 
 TASKS = ("kk", "math", "geometry")
-GEO_TASKS = ("count", "most", "larger", "colour")  # question kinds of data_prep.geo_synth.TASKS (a test keeps them equal)
+GEO_TASKS = tuple(geo_synth.TASKS)  # the generated images' question kinds
 BACKENDS = ("local", "openrlhf")
 KV_CACHES = ("growing", "dynamic")  # backends/local/kv_cache.py: model.generate's key/value cache
 DECODINGS = ("compact", "generate")  # backends/local/decoding.py: the local backend's decoding loop
@@ -216,7 +218,7 @@ class DataConfig:
     max_prompt_tokens: int = field(default=512, metadata={"help": "prompts longer than this are rejected with their row index"})
     geo_tasks: list[str] = field(
         default_factory=lambda: ["count", "most", "larger"],
-        metadata={"help": "task geometry without train_path: question kinds of the generated images (data_prep.geo_synth.TASKS)"},
+        metadata={"help": "task geometry without train_path: question kinds of the generated images (tasks/geo_synth.py)"},
     )
     geo_levels: list[int] = field(
         default_factory=lambda: [1, 2, 3, 4],
@@ -244,7 +246,7 @@ class DataConfig:
         )
         for i, people in enumerate(self.kk_num_people):
             check_number(people, f"data.kk_num_people[{i}]", integer=True, ge=2, le=8)
-        require(self.kk_name_order in ("random", "pool"), "data.kk_name_order", f"must be 'random' or 'pool', got {self.kk_name_order!r}")
+        require(self.kk_name_order in NAME_ORDERS, "data.kk_name_order", f"must be one of {list(NAME_ORDERS)}, got {self.kk_name_order!r}")
         check_number(self.kk_name_pool, "data.kk_name_pool", integer=True, ge=max(self.kk_num_people), le=26)
         check_number(self.num_train, "data.num_train", integer=True, ge=1)
         check_number(self.num_eval, "data.num_eval", integer=True, ge=1)

@@ -172,7 +172,7 @@ _local_recipe("kk-testbed-adora", "kk-testbed with ADORA length-rule attenuation
 
 
 # The vision-language path on CPU: a tiny random-init Qwen2.5-VL (vision tower + language model, processor
-# saved with the run) on generated PIL images (data_prep/geo_synth.py), graded by the Geometry3K reward
+# saved with the run) on generated PIL images (tasks/geo_synth.py), graded by the Geometry3K reward
 # (0.9 * correct + 0.1 * format, so correct_threshold 0.5), with ADORA's difficulty rule as in geo3k.
 # The vision encoder stays frozen (model.freeze_visual_encoder): trained at the warm-up's learning rate its
 # projector's outputs grew ~75x in norm and swamped the text tokens, so the policy ignored the image

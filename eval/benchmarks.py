@@ -11,7 +11,7 @@ Subsets reported besides "all":
 - ``mathvista``: ``ID`` = math-targeted VQA, ``OOD`` = general VQA (MathVista's ``category`` metadata;
   the ADORA report does not publish its split, so this one is ours), and one subset per task;
 - ``math500``: ``level=L``;
-- ``geo_synth`` (the generated shape images of ``data_prep.geo_synth``): ``task=T`` and ``level=L``;
+- ``geo_synth`` (the generated shape images of ``adora_openrlhf/tasks/geo_synth.py``): ``task=T`` and ``level=L``;
 - ``heldout`` (a training run's held-out set, ``--run``): each row is graded by its own ``source`` and split
   into that source's subsets.
 
@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from adora_openrlhf.tasks import geo_synth, kk, math500_subsets, mathvista_subsets
 
 Row = dict[str, Any]
 
@@ -92,52 +94,17 @@ def read_jsonl(path: str | Path) -> list[Row]:
     return [row for _, row in read_located(path)]
 
 
-def _meta(row: Mapping[str, Any]) -> Mapping[str, Any]:
-    return row.get("meta") or {}
-
-
-def _kk_subsets(row: Mapping[str, Any]) -> list[str]:
-    people = _meta(row).get("num_people")
-    if people is None:
-        return []
-    return [f"ppl={people}", "ID" if int(people) <= 5 else "OOD"]
-
-
-def _mathvista_subsets(row: Mapping[str, Any]) -> list[str]:
-    meta = _meta(row)
-    labels = []
-    category = meta.get("category") or (meta.get("metadata") or {}).get("category")
-    if category:
-        labels.append("ID" if category == "math-targeted-vqa" else "OOD")
-    task = meta.get("task") or (meta.get("metadata") or {}).get("task")
-    if task:
-        labels.append(f"task={task}")
-    return labels
-
-
-def _geo_synth_subsets(row: Mapping[str, Any]) -> list[str]:
-    meta = _meta(row)
-    return [f"task={meta['task']}", f"level={meta['difficulty']}"] if "task" in meta and "difficulty" in meta else []
-
-
 def _geo_synth_generated(seed: int, cache_dir: Path) -> list[Row]:
-    """200 generated shape images (``data_prep.geo_synth``) from a seed stream of their own, saved as PNG files."""
-    from data_prep import geo_synth
+    """200 generated shape images (``tasks/geo_synth.py``) from a seed stream of their own, saved as PNG files."""
+    from data_prep.geo_synth import write_split
 
-    path = geo_synth.write_split(geo_synth.generate_rows(200, 20_000 + seed), cache_dir / "geo_synth", "eval")
+    path = write_split(geo_synth.generate_rows(200, 20_000 + seed), cache_dir / "geo_synth", "eval")
     return read_jsonl(path)
 
 
-def _math500_subsets(row: Mapping[str, Any]) -> list[str]:
-    level = _meta(row).get("level")
-    return [f"level={level}"] if level is not None else []
-
-
 def _kk_generated(seed: int, cache_dir: Path) -> list[Row]:
-    from data_prep.kk import generate_rows
-
     # 100 puzzles per people count, 2..8, with a seed far from the training generator's default
-    return [row for people in range(2, 9) for row in generate_rows(100, [people], seed=10_000 + 97 * seed + people)]
+    return [row for people in range(2, 9) for row in kk.generate_rows(100, [people], seed=10_000 + 97 * seed + people)]
 
 
 def _math_hub(name: str) -> Callable[[int, Path], list[Row]]:
@@ -173,13 +140,13 @@ HELDOUT = "heldout"  # a training run's held-out set (eval/runs.py)
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in (
-        Benchmark("kk", "kk", _kk_subsets, _kk_generated),
+        Benchmark("kk", "kk", kk.subsets, _kk_generated),
         Benchmark("aime24", "aime24", lambda row: [], _math_hub("aime24")),
         Benchmark("aime25", "aime25", lambda row: [], _math_hub("aime25")),
         Benchmark("amc23", "amc23", lambda row: [], _math_hub("amc23")),
-        Benchmark("math500", "math500", _math500_subsets, _math_hub("math500")),
-        Benchmark("mathvista", "mathvista", _mathvista_subsets, _mathvista_hub),
-        Benchmark("geo_synth", "geo_synth", _geo_synth_subsets, _geo_synth_generated),
+        Benchmark("math500", "math500", math500_subsets, _math_hub("math500")),
+        Benchmark("mathvista", "mathvista", mathvista_subsets, _mathvista_hub),
+        Benchmark("geo_synth", "geo_synth", geo_synth.subsets, _geo_synth_generated),
         Benchmark(HELDOUT, None, _by_row_source),
     )
 }

@@ -323,8 +323,8 @@ def test_eval_speed_bench_times_both_ways_on_a_saved_policy(tmp_path):
     from adora_openrlhf.backends.local.model import build_tiny_model
     from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
     from adora_openrlhf.config import TinyModelConfig
+    from adora_openrlhf.tasks.kk import generate_rows
     from bench import eval_speed
-    from data_prep.kk import generate_rows
 
     rows = generate_rows(3, [2], seed=4)
     tokenizer = train_bpe_tokenizer([m["content"] for r in rows for m in r["prompt"]] * 2, 300)

@@ -65,7 +65,7 @@ class ScriptedGenerator:
 
 @pytest.fixture
 def kk_rows():
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
 
     rows = generate_rows(3, [2], seed=1) + generate_rows(3, [6], seed=2)
     for seq, row in enumerate(rows):
@@ -268,7 +268,7 @@ def test_end_to_end_with_tiny_local_model(tmp_path):
     the report equals a hand count on samples.jsonl, and a second run generates nothing new."""
     from adora_openrlhf.backends.local.trainer import warm_start
     from adora_openrlhf.recipes import build_run_config
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
 
     cfg = build_run_config(
         "kk-tiny",

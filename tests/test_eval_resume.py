@@ -16,7 +16,7 @@ def tiny_model(tmp_path_factory):
     from adora_openrlhf.backends.local.model import build_tiny_model
     from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
     from adora_openrlhf.config import TinyModelConfig
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
 
     root = tmp_path_factory.mktemp("model")
     rows = generate_rows(20, [2], seed=5)
@@ -129,7 +129,7 @@ def test_samples_of_changed_rows_are_not_reused(tiny_model, tmp_path, caplog):
     out = tmp_path / "eval"
     assert main(_argv(model, bench_file, out)) == 0
     rows = [json.loads(line) for line in bench_file.read_text().splitlines()]
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
 
     changed = tmp_path / "changed.jsonl"
     rows[1] = generate_rows(1, [2], seed=99)[0]  # another puzzle at position 1: same problem id "1"
@@ -263,7 +263,7 @@ def test_relative_image_paths_resolve_against_the_files_folder(tmp_path, monkeyp
 
 def test_image_rows_for_a_text_model_and_a_foreign_tokenizer_fail_before_generation(tiny_model, tmp_path, capsys):
     from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
 
     model, bench_file = tiny_model
     _png(tmp_path / "a.png")

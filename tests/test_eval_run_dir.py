@@ -125,7 +125,7 @@ def test_sampled_evaluation_states_its_noise_and_what_it_measures(tiny_run, tmp_
 
 
 def test_the_runs_model_on_another_benchmark_says_so(tiny_run, tmp_path):
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
 
     _, out, _ = tiny_run
     bench_file = tmp_path / "kk.jsonl"

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adora_openrlhf.rewards.kk import parse_kk_answer
-from data_prep import kk
+from adora_openrlhf.tasks import kk
+from data_prep import kk as kk_files
 
 
 def _to_python(statement) -> str:
@@ -136,7 +137,7 @@ def test_converter_accepts_public_rows_and_rejects_malformed(tmp_path):
     path = tmp_path / "kk.jsonl"
     lines = [json.dumps(r) for r in good + [bad_solution, bad_names, bad_quiz, flipped]] + ["{not json"]
     path.write_text("\n".join(lines) + "\n")
-    rows, rejected = kk.convert_file(path)
+    rows, rejected = kk_files.convert_file(path)
     assert [r["label"] for r in rows] == [g["solution_text_format"] for g in good]
     assert rows[0]["meta"]["names"] == good[0]["names"] and rows[0]["source"] == "kk"
     assert len(rejected) == 5
@@ -151,8 +152,8 @@ def test_converter_checks_statements_against_solution():
     row = _public_row(kk.generate_puzzle(3, random.Random(3)))
     row["statements"] = repr((("lying", 1), ("lying", 0), ("telling-truth", 0)))  # two solutions
     row.pop("solution_text_format")
-    with pytest.raises(kk.RowError, match=r"row 9: field 'statements'"):
-        kk.convert_public_row(row, 9)
+    with pytest.raises(kk_files.RowError, match=r"row 9: field 'statements'"):
+        kk_files.convert_public_row(row, 9)
 
 
 def test_converter_reads_parquet_via_datasets(tmp_path):
@@ -161,13 +162,13 @@ def test_converter_reads_parquet_via_datasets(tmp_path):
     good = [_public_row(kk.generate_puzzle(n, random.Random(n))) for n in (2, 3)]
     path = tmp_path / "kk.parquet"
     datasets.Dataset.from_list(good).to_parquet(str(path))
-    rows, rejected = kk.convert_file(path)
+    rows, rejected = kk_files.convert_file(path)
     assert not rejected and [r["meta"]["solution"] for r in rows] == [g["solution"] for g in good]
 
 
 def test_cli_generate_and_convert(tmp_path, capsys):
     out = tmp_path / "gen"
-    assert kk.main(["--out", str(out), "--num-train", "30", "--num-eval", "10", "--people", "2-4", "--seed", "3"]) == 0
+    assert kk_files.main(["--out", str(out), "--num-train", "30", "--num-eval", "10", "--people", "2-4", "--seed", "3"]) == 0
     train = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
     test = [json.loads(line) for line in (out / "test.jsonl").read_text().splitlines()]
     assert len(train) == 30 and len(test) == 10
@@ -177,7 +178,7 @@ def test_cli_generate_and_convert(tmp_path, capsys):
     src = tmp_path / "public.jsonl"
     src.write_text("\n".join(json.dumps(_public_row(kk.generate_puzzle(3, random.Random(i)))) for i in range(4)) + "\n{}\n")
     out2 = tmp_path / "conv"
-    assert kk.main(["--out", str(out2), "--from-jsonl", str(src)]) == 0
+    assert kk_files.main(["--out", str(out2), "--from-jsonl", str(src)]) == 0
     captured = capsys.readouterr()
     assert "rejected 1 malformed rows" in captured.err and f"warning: rejected {src}:5: field 'quiz'" in captured.err
     assert len((out2 / "train.jsonl").read_text().splitlines()) == 4
@@ -185,13 +186,13 @@ def test_cli_generate_and_convert(tmp_path, capsys):
 
 @pytest.mark.parametrize("spec, expected", [("3-7", [3, 4, 5, 6, 7]), ("2,3,5", [2, 3, 5]), ("8", [8])])
 def test_parse_people(spec, expected):
-    assert kk.parse_people(spec) == expected
+    assert kk_files.parse_people(spec) == expected
 
 
 @pytest.mark.parametrize("spec", ["1-3", "9", "a-b", ""])
 def test_parse_people_rejects(spec):
     with pytest.raises(ValueError, match="--people"):
-        kk.parse_people(spec)
+        kk_files.parse_people(spec)
 
 
 @settings(max_examples=40, deadline=None)

@@ -17,7 +17,7 @@ from adora_openrlhf.rewards.kk import (
     parse_kk_answer,
     parse_kk_answer_logic_rl,
 )
-from data_prep import kk
+from adora_openrlhf.tasks import kk
 
 NAMES = ["Alice", "Bob", "Carol"]
 LABEL = "(1) Alice is a knight\n(2) Bob is a knave\n(3) Carol is a knight"

@@ -13,7 +13,7 @@ from adora_openrlhf.backends.local.data import Row
 from adora_openrlhf.backends.local.sft import DEMONSTRATIONS, demonstration_for, lr_factor, style_fractions, warmup_styles
 from adora_openrlhf.config import ConfigError, WarmupConfig
 from adora_openrlhf.rewards.kk import format_ok, kk_reward
-from data_prep import kk
+from adora_openrlhf.tasks import kk
 
 
 def _row(raw: dict) -> Row:

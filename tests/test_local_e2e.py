@@ -178,7 +178,7 @@ def test_local_checkpoint_with_lora_and_chat_template(tmp_path):
     from adora_openrlhf.backends.local.model import build_tiny_model
     from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
     from adora_openrlhf.config import TinyModelConfig
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
 
     rows = generate_rows(20, [2], seed=5)
     texts = [m["content"] for r in rows for m in r["prompt"]] + [r["label"] for r in rows]

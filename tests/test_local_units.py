@@ -246,7 +246,7 @@ def test_jsonl_rows_load_and_bad_rows_are_named(tmp_path):
 
 
 def test_demonstration_scores_full_reward():
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
 
     for raw in generate_rows(5, [2, 3], seed=3):
         row = Row(raw["prompt"], raw["label"], raw["source"], raw["meta"])
@@ -313,7 +313,7 @@ def test_duplicates_are_reported_and_held_out_prompts_never_train(tmp_path, capl
 
 
 def test_impossible_generation_request_names_the_option(monkeypatch):
-    import data_prep.kk as kk
+    from adora_openrlhf.tasks import kk
 
     def too_many(num_train, num_eval, people, seed, **kwargs):
         raise ValueError(f"num: only 12 distinct puzzles found for people counts {list(people)}; ask for fewer")
@@ -379,7 +379,7 @@ def test_shipped_kk_reward_flag_agrees_with_the_recipe_threshold(recipe):
     import random
 
     from adora_openrlhf.recipes import build_run_config
-    from data_prep import kk
+    from adora_openrlhf.tasks import kk
 
     threshold = build_run_config(recipe).adora.correct_threshold
     puzzle = kk.generate_puzzle(2, random.Random(0), name_pool=3, name_order="pool")
@@ -415,7 +415,7 @@ def test_rollout_metrics_count_group_classes():
 def test_evaluation_reports_accuracy_per_people_count(monkeypatch):
     """Held-out accuracy per subset of eval.benchmarks (K&K: ppl=N); a subset holding every row (ID) is not repeated."""
     import adora_openrlhf.backends.local.evaluate as evaluate_module
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
 
     raw = generate_rows(3, [2], seed=0) + generate_rows(2, [3], seed=0)
     rows = validate_rows(raw, "eval", "kk")
@@ -439,7 +439,7 @@ def test_saved_tokenizer_loads_back_with_the_same_token_ids(tmp_path):
     Qwen2Tokenizer, which rebuilds its own normaliser and pre-tokeniser: the trained tokenizer must use the same
     ones, or a resumed run, a warm start or eval.run would see other token ids than training did (digits above all)."""
     from adora_openrlhf.backends.local.tokenization import load_tokenizer
-    from data_prep.kk import generate_rows, statements_from_json, thorough_response
+    from adora_openrlhf.tasks.kk import generate_rows, statements_from_json, thorough_response
 
     rows = generate_rows(20, [2, 3], seed=0)
     texts = [r["prompt"][-1]["content"] for r in rows] + [thorough_response(r["meta"]["names"], statements_from_json(r["meta"]["statements"])) for r in rows]

@@ -17,7 +17,7 @@ from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
 from adora_openrlhf.backends.local.trainer import _build_model
 from adora_openrlhf.config import ConfigError, ModelConfig, TinyModelConfig
 from adora_openrlhf.recipes import build_run_config
-from data_prep.kk import generate_rows
+from adora_openrlhf.tasks.kk import generate_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import adora_openrlhf.rewards.openrlhf_reward as hook
-from data_prep import kk
+from adora_openrlhf.tasks import kk
 from data_prep.common import write_jsonl
 
 HOOK_FILE = Path(hook.__file__)

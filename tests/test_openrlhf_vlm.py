@@ -26,7 +26,8 @@ from adora_openrlhf.backends.local import vlm
 from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
 from adora_openrlhf.backends.local.update import pack, token_log_probs
 from adora_openrlhf.config import TinyModelConfig, TinyVisionConfig
-from data_prep import geo_synth
+from adora_openrlhf.tasks import geo_synth
+from data_prep import geo_synth as geo_synth_files
 from gpu_stubs import import_openrlhf
 
 actor_module, vlm_utils, prompts_dataset, orl_utils = import_openrlhf(
@@ -46,7 +47,7 @@ def checkpoint(tmp_path_factory):
     processor = vlm.build_tiny_processor(tokenizer, VISION)
     vlm.build_tiny_vlm(TEXT, VISION, tokenizer, seed=0).save_pretrained(str(root / "model"))
     processor.save_pretrained(str(root / "model"))
-    path = geo_synth.write_split(rows, root / "data", "train")
+    path = geo_synth_files.write_split(rows, root / "data", "train")
     return root / "model", [json.loads(line) for line in path.read_text().splitlines()]
 
 

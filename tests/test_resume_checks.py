@@ -107,7 +107,7 @@ def test_an_earlier_versions_checkpoint_falls_back_to_config_json(run):
 
 @pytest.mark.parametrize("edit", ["meta", "prompt", "drop_row", "swap_rows"])
 def test_data_edited_in_place_is_refused_on_resume(tmp_path, edit):
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
 
     data = tmp_path / "train.jsonl"
     rows = generate_rows(8, [2], seed=1)
@@ -128,7 +128,7 @@ def test_data_edited_in_place_is_refused_on_resume(tmp_path, edit):
 
 
 def test_edited_held_out_rows_are_refused_on_resume(tmp_path):
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
 
     train_file, eval_file = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
     train_file.write_text("".join(json.dumps(r) + "\n" for r in generate_rows(8, [2], seed=1)))
@@ -142,7 +142,7 @@ def test_edited_held_out_rows_are_refused_on_resume(tmp_path):
 
 
 def test_reformatting_the_data_file_is_not_a_change(tmp_path):
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
 
     data = tmp_path / "train.jsonl"
     rows = generate_rows(8, [2], seed=1)

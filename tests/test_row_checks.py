@@ -15,8 +15,9 @@ from PIL import Image
 
 from adora_openrlhf.backends.local.data import image_digest, load_rows, row_key, rows_fingerprint, validate_rows
 from adora_openrlhf.config import ConfigError, DataConfig
-from data_prep import geo_synth
-from data_prep.kk import generate_rows as kk_rows
+from adora_openrlhf.tasks import geo_synth
+from adora_openrlhf.tasks.kk import generate_rows as kk_rows
+from data_prep import geo_synth as geo_synth_files
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from tiny_runs import TINY_KK, tiny_kk_config
@@ -232,7 +233,7 @@ def test_the_documented_geo_synth_file_workflow_trains_and_keeps_every_held_out_
     """``python -m data_prep.geo_synth --out DIR`` then --data.train_path/eval_path: the prompts repeat (a few
     question templates) but the images differ, so no held-out row is dropped and nothing is refused."""
     monkeypatch.chdir(tmp_path)
-    assert geo_synth.main(["--out", "data/geo", "--num-train", str(num_train), "--num-eval", str(num_eval), "--seed", "0"]) == 0
+    assert geo_synth_files.main(["--out", "data/geo", "--num-train", str(num_train), "--num-eval", str(num_eval), "--seed", "0"]) == 0
     cfg = DataConfig(task="geometry", train_path="data/geo/train.jsonl", eval_path="data/geo/test.jsonl", num_eval=num_eval)
     train, held = load_rows(cfg, seed=0)
     assert len(train) == num_train and len(held) == num_eval

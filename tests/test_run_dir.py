@@ -113,7 +113,7 @@ def test_resume_with_a_torn_metrics_line_a_respelled_and_a_moved_directory(tmp_p
 
 
 def test_resume_compares_data_files_by_content(tmp_path, monkeypatch):
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
 
     data = tmp_path / "a" / "train.jsonl"
     data.parent.mkdir()

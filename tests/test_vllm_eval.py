@@ -50,7 +50,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bench_rows():
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
 
     return generate_rows(3, [2, 3], seed=5)
 
@@ -139,7 +139,7 @@ def test_greedy_answers_agree_with_transformers(model_dir):
 
     from adora_openrlhf.backends.local.rollout import generate_responses
     from adora_openrlhf.config import SamplingParams as LocalParams
-    from data_prep.kk import generate_rows
+    from adora_openrlhf.tasks.kk import generate_rows
     from eval.generation import render_prompt
 
     bench_rows = generate_rows(8, [2, 3], seed=11)

@@ -23,7 +23,8 @@ from adora_openrlhf.backends.local.update import pack, token_log_probs
 from adora_openrlhf.config import AdaptiveSamplingConfig, AdoraConfig, ConfigError, SamplingParams, TinyModelConfig, TinyVisionConfig
 from adora_openrlhf.recipes import build_run_config
 from adora_openrlhf.rewards.base import get_reward_fn
-from data_prep import geo_synth
+from adora_openrlhf.tasks import geo_synth
+from data_prep import geo_synth as geo_synth_files
 
 TEXT = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
 VISION = TinyVisionConfig(image_size=32, patch_size=8, depth=1, hidden_size=16, intermediate_size=32, num_heads=2)
@@ -123,7 +124,7 @@ def test_generator_is_reproducible_and_splits_are_disjoint(tmp_path):
     assert len(train) == 60 and len(held) == 20
     assert not {json.dumps(r["meta"]["shapes"]) for r in train} & {json.dumps(r["meta"]["shapes"]) for r in held}
     assert {r["meta"]["difficulty"] for r in train} == {1, 2, 3, 4} and {r["meta"]["task"] for r in train} == set(geo_synth.TASKS)
-    path = geo_synth.write_split(held, tmp_path, "test")  # the JSONL + PNG files read back pixel for pixel
+    path = geo_synth_files.write_split(held, tmp_path, "test")  # the JSONL + PNG files read back pixel for pixel
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert vlm.load_image(rows[0]["images"][0]).tobytes() == held[0]["images"][0].tobytes()
     assert json.loads(rows[0]["reward_label"])["source"] == "geo_synth"
@@ -132,7 +133,7 @@ def test_generator_is_reproducible_and_splits_are_disjoint(tmp_path):
 
 def test_generator_cli_errors(capsys):
     with pytest.raises(SystemExit):
-        geo_synth.main(["--out", "/tmp/unused", "--tasks", "count,nope"])
+        geo_synth_files.main(["--out", "/tmp/unused", "--tasks", "count,nope"])
     assert "unknown question kind(s) ['nope']" in capsys.readouterr().err
 
 

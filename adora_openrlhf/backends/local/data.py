@@ -1,8 +1,8 @@
 """Training and held-out rows for the local backend, their reward functions, and the data order.
 
 Rows follow the project's JSONL schema ``{"prompt", "label", "images", "source", "meta"}``. With no
-``data.train_path`` and task ``kk`` the rows are generated K&K puzzles (``data_prep.kk``), with task
-``geometry`` generated images (``data_prep.geo_synth``); train and eval share no puzzle or image. A local
+``data.train_path`` and task ``kk`` the rows are generated K&K puzzles (``tasks/kk.py``), with task
+``geometry`` generated images (``tasks/geo_synth.py``); train and eval share no puzzle or image. A local
 ``.jsonl``/``.json``/``.parquet`` file is read by :mod:`adora_openrlhf.datafiles` (errors name ``file:line``,
 lines counted from 1); a name that is not a file path is loaded from the hub with ``datasets.load_dataset``.
 Every row is checked at load time, before a run writes anything: prompt, label, meta, images (each file
@@ -168,7 +168,7 @@ def _think_flag_ok(meta: dict[str, Any]) -> None:
 
 
 def _kk_statements_ok(statements: Any, people: Sequence[str], assignment: Sequence[bool]) -> None:
-    from data_prep.kk import evaluate, statements_from_json
+    from adora_openrlhf.tasks.kk import evaluate, statements_from_json
 
     if not isinstance(statements, list) or len(statements) != len(people):
         raise RowFieldError("meta.statements", f"expected one statement per person ({len(people)}), got {statements!r:.120}")
@@ -176,7 +176,7 @@ def _kk_statements_ok(statements: Any, people: Sequence[str], assignment: Sequen
         parsed = statements_from_json(statements)
         truth = [evaluate(st, assignment) for st in parsed]
     except (ValueError, TypeError, IndexError, KeyError) as err:
-        raise RowFieldError("meta.statements", f"not a statement list of data_prep.kk's form ({type(err).__name__}: {err})") from None
+        raise RowFieldError("meta.statements", f"not a statement list of the K&K task's form (tasks/kk.py) ({type(err).__name__}: {err})") from None
     wrong = [
         f"{name} ({'knight' if role else 'knave'}) says something {'false' if role else 'true'}"
         for name, role, said in zip(people, assignment, truth, strict=True)
@@ -364,7 +364,7 @@ def _load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
         raw, lines, where = _load_path(cfg.eval_path, "data.eval_path")
         held = validate_rows(raw, where, cfg.task, lines)
     if cfg.train_path is None and cfg.task == "geometry":
-        from data_prep.geo_synth import generate_splits as geo_splits
+        from adora_openrlhf.tasks.geo_synth import generate_splits as geo_splits
 
         train_raw, eval_raw = geo_splits(cfg.num_train, cfg.num_eval, seed, cfg.geo_tasks, cfg.geo_levels)
         train = validate_rows(train_raw, "generated train", cfg.task)
@@ -374,7 +374,7 @@ def _load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
     if cfg.train_path is None:
         if cfg.task != "kk":
             raise ConfigError(f"data.train_path: task {cfg.task!r} has no generator; give a JSONL file (see data_prep/)")
-        from data_prep.kk import generate_splits
+        from adora_openrlhf.tasks.kk import generate_splits
 
         try:
             train_raw, eval_raw = generate_splits(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from adora_openrlhf import tasks
 from adora_openrlhf.backends.local.rollout import generate_responses
 from adora_openrlhf.backends.local.sft import style_fractions
 from adora_openrlhf.config import SamplingParams
@@ -30,7 +31,7 @@ def evaluate(
     """Metrics ``eval/greedy_accuracy``, ``eval/greedy_reward``, ``eval/greedy_format``,
     ``eval/greedy_length_mean``, the behaviour shares of the task's probe (``eval/greedy_thorough_fraction``
     for K&K), the accuracy on each subset that holds some but not all rows (``eval/greedy_accuracy/ppl_3``: the
-    subsets of ``eval.benchmarks``, K&K by number of people) and the same for ``sampled`` when ``samples > 0``.
+    subsets of ``tasks.SUBSET_RULES``, K&K by number of people) and the same for ``sampled`` when ``samples > 0``.
     ``extras`` holds each row's extra model inputs (images), or is None for text rows."""
     views = [("greedy", 1, True)] + ([("sampled", samples, False)] if samples > 0 else [])
     labels = subset_labels(rows)
@@ -74,9 +75,6 @@ def evaluate(
 
 
 def subset_labels(rows: Sequence[Any]) -> list[list[str]]:
-    """Each row's subset labels as the evaluation benchmark of its source names them (``eval.benchmarks``:
+    """Each row's subset labels by its source (``tasks.SUBSET_RULES``, as the evaluation benchmarks name them:
     K&K ``ppl=N`` and ``ID``/``OOD``, MATH500 ``level=L`` ...); none for sources without a benchmark."""
-    from eval.benchmarks import BENCHMARKS
-
-    by_source = {bench.source: bench.subsets for bench in BENCHMARKS.values()}
-    return [by_source[row.source]({"meta": row.meta}) if row.source in by_source else [] for row in rows]
+    return [tasks.subset_labels({"source": row.source, "meta": row.meta}) for row in rows]

@@ -8,9 +8,9 @@ Demonstrations come from a registry keyed by (row source, style) (:data:`DEMONST
 
 - ``direct``: ``<think>`` the roles in one line ``</think>`` then the answer (no reasoning shown);
 - ``thorough``: guess-and-check reasoning that tests candidates against every statement step by step
-  (``data_prep.kk.thorough_trace``); long, and right whenever it is executed correctly;
+  (``tasks.kk.thorough_trace``); long, and right whenever it is executed correctly;
 - ``shortcut``: ``<think>guess.</think>`` and a random answer; short, and right only by luck;
-- ``restate``: the whole quiz read back, then a guess and a random answer (``data_prep.kk.restate_think``);
+- ``restate``: the whole quiz read back, then a guess and a random answer (``tasks.kk.restate_think``);
   right only by luck, but about as long as a short thorough trace, so that response length alone does not
   tell a checked answer from a guess.
 
@@ -55,7 +55,7 @@ def register_demonstration(source: str, style: str, randomised: bool = False) ->
 
 
 def _kk_names_statements(row: Any):
-    from data_prep.kk import statements_from_json
+    from adora_openrlhf.tasks.kk import statements_from_json
 
     names, statements = row.meta.get("names"), row.meta.get("statements")
     if not names or statements is None or len(statements) != len(names):
@@ -80,7 +80,7 @@ def kk_direct(row: Any, rng: random.Random) -> str:
 @register_demonstration("kk", "thorough")
 def kk_thorough(row: Any, rng: random.Random) -> str:
     """Guess-and-check trace that tests candidates in a fixed order until one passes every statement."""
-    from data_prep.kk import thorough_response
+    from adora_openrlhf.tasks.kk import thorough_response
 
     return thorough_response(*_kk_names_statements(row))
 
@@ -88,7 +88,7 @@ def kk_thorough(row: Any, rng: random.Random) -> str:
 @register_demonstration("kk", "shortcut", randomised=True)
 def kk_shortcut(row: Any, rng: random.Random) -> str:
     """``<think>guess.</think>`` and a uniformly random assignment."""
-    from data_prep.kk import shortcut_response
+    from adora_openrlhf.tasks.kk import shortcut_response
 
     return shortcut_response(row.meta.get("names") or _kk_names_statements(row)[0], rng)
 
@@ -96,7 +96,7 @@ def kk_shortcut(row: Any, rng: random.Random) -> str:
 @register_demonstration("kk", "restate", randomised=True)
 def kk_restate(row: Any, rng: random.Random) -> str:
     """The whole quiz read back, ``guess.``, and a uniformly random assignment."""
-    from data_prep.kk import restate_response
+    from adora_openrlhf.tasks.kk import restate_response
 
     return restate_response(*_kk_names_statements(row), rng)
 
@@ -128,8 +128,8 @@ def register_probe(source: str, styles: Sequence[str]) -> Callable[[ResponseProb
 
 @register_probe("kk", styles=("thorough", "shortcut"))
 def kk_probe(response: str) -> str:
-    """``thorough``, ``shortcut`` or ``other`` (see ``data_prep.kk.trace_kind``)."""
-    from data_prep.kk import trace_kind
+    """``thorough``, ``shortcut`` or ``other`` (see ``tasks.kk.trace_kind``)."""
+    from adora_openrlhf.tasks.kk import trace_kind
 
     return trace_kind(response)
 

@@ -1,0 +1,120 @@
+"""The package's layering rules, checked on its source: the library never imports the command-line folders
+(``data_prep/``, ``eval/``), its modules import each other without a circle, ``config.py`` imports no backend,
+no function is longer than 80 lines, and the installed distribution holds ``adora_openrlhf`` alone."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import setuptools
+import tomllib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "adora_openrlhf"
+MAX_FUNCTION_LINES = 80
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _imported_names(module: str, path: pathlib.Path) -> set[str]:
+    """Every module name an import statement of the file names (function-level imports included)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph = {}
+    for module, path in modules.items():
+        edges = set()
+        for name in _imported_names(module, path):
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name not in (module, "adora_openrlhf"):
+                edges.add(name)
+        graph[module] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_library_never_imports_the_command_line_folders():
+    offenders = {module: sorted(n for n in _imported_names(module, path) if n.split(".")[0] in ("data_prep", "eval")) for module, path in _modules().items()}
+    assert {m: names for m, names in offenders.items() if names} == {}
+
+
+def test_no_import_circle_and_config_imports_no_backend():
+    graph = _import_graph()
+    assert _cycles(graph) == []
+    assert sorted(m for m in graph["adora_openrlhf.config"] if ".backends" in m) == []
+
+
+def test_no_function_is_longer_than_80_lines():
+    long = []
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                long.append(f"{module}.{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert long == []
+
+
+def test_the_distribution_installs_only_the_package():
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = setuptools.find_packages(str(ROOT), include=include)
+    assert "adora_openrlhf" in packages
+    assert sorted(p for p in packages if p.split(".")[0] != "adora_openrlhf") == []
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
