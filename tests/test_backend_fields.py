@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
 from adora_openrlhf.backends.support import BACKEND_FIELDS, MAPPED, USED, Refused, check_backend_fields
@@ -204,3 +206,38 @@ def test_local_trainer_refuses_before_touching_the_output_dir(tmp_path):
     with pytest.raises(ConfigError, match=r"^max_missing_reward_fraction: not supported by the local backend"):
         train(build_run_config("kk-tiny", {"max_missing_reward_fraction": 0.5, "output_dir": str(tmp_path / "run")}))
     assert not (tmp_path / "run").exists()
+
+
+def test_the_docs_show_the_mapping_table():
+    from adora_openrlhf.backends.openrlhf.field_flags import markdown_table
+
+    docs = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "openrlhf_backend.md").read_text()
+    start, end = docs.index("<!-- field_flags table -->\n"), docs.index("<!-- end field_flags table -->")
+    assert docs[start + len("<!-- field_flags table -->\n") : end] == markdown_table()  # python -m adora_openrlhf.backends.openrlhf.field_flags
+
+
+def test_every_mapped_field_is_in_the_table_and_read_backs_name_real_fields():
+    from adora_openrlhf.backends.openrlhf.field_flags import FIELD_FLAGS, mapped_fields
+
+    assert set(mapped_fields()) <= set(LEAF_TYPES)
+    mapped = {d for d, entry in BACKEND_FIELDS["openrlhf"].items() if entry == MAPPED}
+    assert mapped <= set(mapped_fields())  # the support table's mapped fields come from FIELD_FLAGS
+    assert all(entry.fields and entry.flags for entry in FIELD_FLAGS)
+
+
+def test_an_estimator_openrlhf_does_not_know_goes_as_the_stand_in_and_keeps_its_name(monkeypatch):
+    pytest.importorskip("openrlhf")
+    from adora_openrlhf.algorithms import advantages
+    from adora_openrlhf.backends.openrlhf import field_flags, flags, launcher
+
+    entries = dict(advantages.ADVANTAGE_ESTIMATORS._entries)
+    monkeypatch.setattr(advantages.ADVANTAGE_ESTIMATORS, "_entries", entries)  # registered for this test only
+    advantages.register_estimator("toy_mean_only")(lambda rewards, mask, moments, eps: rewards - moments.mean)
+    cfg = build_run_config(BASE, {"advantage.estimator": "toy_mean_only"})
+    assert flags.derived_flags(cfg)["algo.advantage.estimator"] == field_flags.STAND_IN_ESTIMATOR == "group_norm"
+    _, args, final = launcher.prepare(cfg, [])
+    assert (args.algo.advantage.estimator, final.advantage.estimator) == ("group_norm", "toy_mean_only")
+    _, args, final = launcher.prepare(cfg, ["--algo.advantage.estimator", "rloo"])  # a flag passed through wins
+    assert final.advantage.estimator == "rloo"
+    _, _, final = launcher.prepare(build_run_config(BASE, {"advantage.estimator": "rloo"}), [])
+    assert final.advantage.estimator == "rloo"

@@ -2,7 +2,7 @@
 
 Every leaf field of ``RunConfig`` has one entry per backend:
 
-- :data:`MAPPED`: turned into the engine's own option (openrlhf: a flag of ``flags.derived_flags``; the test
+- :data:`MAPPED`: turned into the engine's own option (openrlhf: the fields of ``field_flags.FIELD_FLAGS``; the test
   changes the field and sees the OpenRLHF command line change);
 - :data:`USED`: read by this package's own code on that backend (the comment says where);
 - :class:`Refused`: the backend cannot honour it; a value other than the default (under the entry's
@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adora_openrlhf.backends.openrlhf.field_flags import mapped_fields
 from adora_openrlhf.config import ConfigError, RunConfig
 
 MAPPED = "mapped"
@@ -49,18 +50,11 @@ _TINY = Refused("the openrlhf backend trains model.path (a Hugging Face model); 
 _WARMUP = Refused("the supervised warm-up is a local-backend phase; run OpenRLHF's SFT (openrlhf.cli.train_sft) first and pass its output as --model")
 
 OPENRLHF: dict[str, Support] = {
+    **{dotted: MAPPED for dotted in mapped_fields()},  # field_flags.FIELD_FLAGS; the entries below override
     "recipe": USED,  # recorded with the run
     "backend": USED,  # picks this table
-    "seed": MAPPED,  # --train.seed
-    "steps": MAPPED,  # --data.max_samples = steps * prompts_per_step
-    "prompts_per_step": MAPPED,  # --rollout.batch_size
-    "output_dir": MAPPED,  # --ckpt.output_dir, --ckpt.path, --logger.tensorboard_dir
-    "save_every": MAPPED,  # --ckpt.save_steps
-    "eval_every": MAPPED,  # --eval.steps (with data.eval_path)
-    "eval_samples": MAPPED,  # --eval.n_samples_per_prompt (0: one greedy sample, --eval.temperature 0)
     "extra": USED,  # extra.openrlhf: the recipe's OpenRLHF flags
     "max_missing_reward_fraction": USED,  # samples_generator.check_missing_rewards
-    **{f"rollout.{name}": MAPPED for name in ("temperature", "top_p", "max_new_tokens")},  # --rollout.*
     "rollout.top_k": USED,  # AdoraPPOTrainer adds it to OpenRLHF's generate_kwargs (its vLLM SamplingParams read top_k)
     "rollout.min_p": Refused(
         "OpenRLHF 0.11.2's own rollout sends no min_p to vLLM; it is used only by adaptive sampling (--sampling.enabled true)", _sampling_off
@@ -68,7 +62,6 @@ OPENRLHF: dict[str, Support] = {
     "rollout.repetition_penalty": Refused(
         "OpenRLHF 0.11.2's own rollout sends no repetition_penalty to vLLM; it is used only by adaptive sampling (--sampling.enabled true)", _sampling_off
     ),
-    "advantage.estimator": MAPPED,  # --algo.advantage.estimator
     "advantage.eps": USED,  # AdoraExperienceMaker: group advantages of this package
     **{
         f"adora.{name}": USED
@@ -88,7 +81,6 @@ OPENRLHF: dict[str, Support] = {
             "shaping_p",
         )
     },  # AdoraExperienceMaker
-    "sampling.n_keep": MAPPED,  # --rollout.n_samples_per_prompt
     **{
         f"sampling.{name}": USED
         for name in (
@@ -104,12 +96,9 @@ OPENRLHF: dict[str, Support] = {
             "trigger_after_step",
         )
     },  # AdoraSamplesGenerator (flags.reconcile refuses drop_unfinished)
-    "dynamic_filtering.enabled": MAPPED,  # --algo.dynamic_filtering_enable
-    "dynamic_filtering.score_range": MAPPED,  # --algo.dynamic_filtering_range LOW HIGH (emitted with enabled)
     "dynamic_filtering.max_refills": Refused(
         "OpenRLHF refills dropped prompts until its data runs out, with no cap per step; leave dynamic_filtering.max_refills at its default"
     ),
-    "model.path": MAPPED,  # --actor.model_name_or_path
     **{
         f"model.tiny.{name}": _TINY
         for name in (
@@ -126,12 +115,7 @@ OPENRLHF: dict[str, Support] = {
         f"model.tiny_vision.{name}": _TINY
         for name in ("image_size", "patch_size", "spatial_merge_size", "depth", "hidden_size", "intermediate_size", "num_heads")
     },
-    "model.lora_rank": MAPPED,  # --ds.lora.rank
-    "model.lora_alpha": MAPPED,  # --ds.lora.alpha
-    "model.lora_target_modules": MAPPED,  # --ds.lora.target_modules (["all-linear"]: OpenRLHF's default)
-    "model.dtype": MAPPED,  # --ds.param_dtype bf16 | fp16 | fp32 (fp32: precision.py)
     "model.generation_batch_size": Refused("the local backend's generate batch; on the cluster vLLM batches itself (see --rollout.micro_batch_size)"),
-    "model.freeze_visual_encoder": MAPPED,  # --actor.freeze_visual_encoder (same rule: all but language_model.* and lm_head.*)
     "model.kv_cache": Refused("the local backend's generate cache; on the cluster vLLM manages its own paged KV cache"),
     "model.decoding": Refused("the local backend's decoding loop; on the cluster vLLM schedules sequences itself (continuous batching)"),
     "model.init_kwargs": Refused(
@@ -141,32 +125,12 @@ OPENRLHF: dict[str, Support] = {
     ),  # attn_implementation: MAPPED
     "model.merge_lora_on_save": Refused("OpenRLHF saves its checkpoints its own way; merge the adapters of its final model afterwards"),
     "data.task": USED,  # reward routing; geometry adds --data.image_key
-    "data.train_path": MAPPED,  # --data.prompt_dataset
-    "data.eval_path": MAPPED,  # --eval.dataset
     **{f"data.{name}": _GENERATED for name in ("kk_num_people", "kk_name_pool", "kk_name_order", "num_train", "num_eval", "geo_tasks", "geo_levels")},
-    "data.max_prompt_tokens": MAPPED,  # --data.max_len = max_prompt_tokens + rollout.max_new_tokens
     "data.prompt_template": Refused(
         "OpenRLHF renders prompts with the tokenizer's chat template (--data.apply_chat_template); use auto or chat",
         allowed=lambda value: value in ("auto", "chat"),
     ),  # auto/chat: MAPPED to --data.apply_chat_template
     "data.kk_parser": USED,  # ADORA_KK_PARSER in every Ray worker (launcher.ray_env_vars)
-    **{
-        f"train.{name}": MAPPED
-        for name in (
-            "lr",
-            "lr_scheduler",
-            "lr_warmup_ratio",
-            "min_lr_ratio",
-            "weight_decay",
-            "clip_eps_low",
-            "clip_eps_high",
-            "kl_coef",
-            "max_grad_norm",
-            "ppo_epochs",
-            "micro_batch_size",
-            "loss_agg",
-        )
-    },  # --actor.*, --algo.kl.*, --train.*
     **{f"warmup.{name}": _WARMUP for name in ("steps", "lr", "batch_size", "style", "style_shares", "lr_ramp", "mix_steps", "mix_lr", "mix")},
     "report_to": Refused("the openrlhf backend logs through OpenRLHF's own options (--logger.tensorboard_dir DIR, --logger.wandb.key KEY)"),
 }

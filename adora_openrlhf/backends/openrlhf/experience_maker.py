@@ -168,7 +168,8 @@ class AdoraExperienceMaker(RemoteExperienceMaker):
         self.run_config = run_config
 
     def uses_core(self) -> bool:
-        """Whether the configured OpenRLHF estimator is one of the core's group estimators."""
+        """Whether the configured OpenRLHF estimator is one of the core's group estimators (or the stand-in flag of a
+        registered estimator OpenRLHF does not know, ``field_flags.STAND_IN_ESTIMATOR``: the run config names it)."""
         return self.args.algo.advantage.estimator in ADVANTAGE_ESTIMATORS
 
     @torch.no_grad()
@@ -187,7 +188,7 @@ class AdoraExperienceMaker(RemoteExperienceMaker):
 
         n = args.rollout.n_samples_per_prompt
         flat = flatten_rollout(experiences)
-        out = group_advantages(flat, n, self.run_config, args.algo.advantage.estimator)
+        out = group_advantages(flat, n, self.run_config, self.run_config.advantage.estimator)  # ours, also behind a stand-in flag
 
         # back to the concatenation order of the micro-batches
         scalar = out.advantages.reshape(-1)[flat.order].split(flat.split_sizes)

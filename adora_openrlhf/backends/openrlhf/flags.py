@@ -3,17 +3,18 @@
 The OpenRLHF command line of a run is built in three layers, later ones winning (argparse keeps the last
 value of a repeated option):
 
-1. flags derived from the :class:`RunConfig` (:func:`derived_flags`): model (dtype, LoRA), data keys, group size,
-   sampling defaults, estimator, optimiser, KL, checkpoints, evaluation samples, DAPO dynamic filtering, and the reward file of
-   :mod:`adora_openrlhf.rewards`; fields this backend cannot honour are refused (``backends/support.py``);
+1. flags derived from the :class:`RunConfig` (:func:`derived_flags`): the data keys and the reward file of
+   :mod:`adora_openrlhf.rewards`, then every field of the mapping table (``field_flags.FIELD_FLAGS``: model,
+   group size, sampling defaults, estimator, optimiser, KL, checkpoints, evaluation, DAPO dynamic filtering);
+   fields this backend cannot honour are refused (``backends/support.py``);
 2. the recipe's cluster flags, ``RunConfig.extra["openrlhf"]`` (a mapping ``{"actor.num_gpus_per_node": 8,
    "train.colocate_all": True, ...}``: dotted OpenRLHF names without the leading ``--``);
 3. the OpenRLHF flags typed on our command line (everything our parser does not know is passed through).
 
-After OpenRLHF's parser has validated the result, :func:`reconcile` copies the fields both sides share
-(group size, estimator, rollout temperature/top_p/max_new_tokens, dtype, LoRA, evaluation samples, dynamic filtering) from the
-final namespace back into the
-RunConfig, so an OpenRLHF flag given explicitly is what both OpenRLHF and our classes use, and rejects
+After OpenRLHF's parser has validated the result, :func:`reconcile` copies the fields both sides share (the
+table's read-backs: group size, estimator, rollout temperature/top_p/max_new_tokens, dtype, LoRA, evaluation
+samples, dynamic filtering, the learning-rate schedule) from the final namespace back into the RunConfig, so an
+OpenRLHF flag given explicitly is what both OpenRLHF and our classes use, and rejects
 combinations our classes do not support. :func:`attach_run_config` stores the RunConfig as JSON on the
 namespace (``args.adora_run_config``); the namespace travels inside OpenRLHF's strategy object to the Ray
 trainer actor, where :func:`run_config_from_args` rebuilds it.
@@ -28,20 +29,15 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from adora_openrlhf.backends.openrlhf.field_flags import LOSS_AGG_MODES, PARAM_DTYPES, read_back, set_dotted, table_flags
 from adora_openrlhf.config import ConfigError, RunConfig
 from adora_openrlhf.rewards.openrlhf_reward import REWARD_LABEL_KEY  # the column data_prep writes (source, label, meta)
 
 EXTRA_KEY = "openrlhf"  # RunConfig.extra[EXTRA_KEY]: recipe-level OpenRLHF flags {"group.name": value}
 ARGS_ATTR = "adora_run_config"  # attribute of OpenRLHF's args namespace holding our RunConfig as JSON
-FINAL_MODEL_DIR = "final_model"  # output_dir/final_model: OpenRLHF's --ckpt.output_dir (the model saved at the end)
 CHECKPOINT_CONFIG = "adora_run_config.json"  # the RunConfig, saved by the trainer in each DeepSpeed checkpoint folder
 MARKER_FILE = "adora_trainer.json"  # output_dir/MARKER_FILE: written by our trainer actor, checked by the launcher
 LAUNCH_ID_ATTR = "adora_launch_id"  # attribute of OpenRLHF's args namespace: the launch's id, echoed in the marker
-
-# our PolicyLossConfig.loss_agg -> OpenRLHF --actor.loss_agg_mode
-LOSS_AGG_MODES = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
-# our ModelConfig.dtype -> OpenRLHF --ds.param_dtype (fp32: this package's addition, see precision.py)
-PARAM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 def reward_file_path() -> str:
@@ -81,63 +77,14 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
             "report_to: the openrlhf backend logs through OpenRLHF's own options "
             "(--logger.tensorboard_dir DIR, --logger.wandb.key KEY); leave report_to at its default"
         )
-    out_dir = Path(cfg.output_dir)
-    flags: dict[str, Any] = {
-        "actor.model_name_or_path": cfg.model.path,
-        "data.prompt_dataset": cfg.data.train_path,
+    return {
         "data.input_key": "prompt",
         "data.label_key": REWARD_LABEL_KEY,
-        "data.apply_chat_template": True,
-        "data.max_samples": cfg.steps * cfg.prompts_per_step,  # one episode of `steps` rollout batches
-        "data.max_len": cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens,
+        "data.apply_chat_template": True,  # data.prompt_template auto or chat (support.py refuses compact)
         "reward.remote_url": reward_file_path(),
-        "rollout.batch_size": cfg.prompts_per_step,
-        "rollout.n_samples_per_prompt": cfg.sampling.n_keep,
-        "rollout.temperature": cfg.rollout.temperature,
-        "rollout.top_p": cfg.rollout.top_p,
-        "rollout.max_new_tokens": cfg.rollout.max_new_tokens,
-        "rollout.micro_batch_size": cfg.train.micro_batch_size,
-        "train.batch_size": cfg.prompts_per_step * cfg.sampling.n_keep,  # one optimiser step per rollout batch
-        "train.micro_batch_size": cfg.train.micro_batch_size,
-        "train.max_epochs": cfg.train.ppo_epochs,
-        "train.seed": cfg.seed,
-        "algo.advantage.estimator": cfg.advantage.estimator,
-        "actor.adam.lr": cfg.train.lr,
-        "actor.lr_scheduler": cfg.train.lr_scheduler,
-        "actor.lr_warmup_ratio": cfg.train.lr_warmup_ratio,
-        "actor.min_lr_ratio": cfg.train.min_lr_ratio,
-        "actor.adam.weight_decay": cfg.train.weight_decay,
-        "actor.eps_clip_low_high": (cfg.train.clip_eps_low, cfg.train.clip_eps_high),
-        "actor.max_norm": cfg.train.max_grad_norm,
-        "actor.loss_agg_mode": LOSS_AGG_MODES[cfg.train.loss_agg],
-        "algo.kl.init_coef": cfg.train.kl_coef,
-        "ckpt.output_dir": str(out_dir / FINAL_MODEL_DIR),
-        "ckpt.path": str(out_dir / "checkpoints"),
-        "ckpt.save_steps": cfg.save_every if cfg.save_every > 0 else -1,
         "ckpt.load_enable": resume,
-        "logger.tensorboard_dir": str(out_dir / "tensorboard"),
-        "ds.param_dtype": PARAM_DTYPES[cfg.model.dtype],
-        "ds.lora.rank": cfg.model.lora_rank,
-        "ds.lora.alpha": cfg.model.lora_alpha,
-        # ["all-linear"]: OpenRLHF's default, the string peft expands (a one-element list would name a module)
-        "ds.lora.target_modules": None if cfg.model.lora_target_modules == ["all-linear"] else list(cfg.model.lora_target_modules),
-        "eval.n_samples_per_prompt": max(cfg.eval_samples, 1),
+        **table_flags(cfg),  # every field OpenRLHF has a flag for (field_flags.FIELD_FLAGS)
     }
-    if cfg.eval_samples == 0:  # greedy only, as the local backend's evaluation with eval_samples 0
-        flags["eval.temperature"] = 0.0
-    if "attn_implementation" in cfg.model.init_kwargs:
-        flags["ds.attn_implementation"] = cfg.model.init_kwargs["attn_implementation"]
-    if cfg.train.kl_coef > 0:  # GRPO-style KL loss against the reference (k3 estimator)
-        flags.update({"algo.kl.use_loss": True, "algo.kl.estimator": "k3"})
-    if cfg.data.eval_path:
-        flags.update({"eval.dataset": cfg.data.eval_path, "eval.steps": cfg.eval_every if cfg.eval_every > 0 else -1})
-    if cfg.dynamic_filtering.enabled:  # DAPO dynamic filtering: OpenRLHF's own (our samples generator passes it through)
-        flags.update({"algo.dynamic_filtering_enable": True, "algo.dynamic_filtering_range": tuple(cfg.dynamic_filtering.score_range)})
-    if cfg.data.task == "geometry":  # Qwen2.5-VL: one diagram per prompt
-        flags.update({"data.image_key": "images", "data.max_images_per_prompt": 1})
-    if cfg.model.freeze_visual_encoder:
-        flags["actor.freeze_visual_encoder"] = True
-    return flags
 
 
 def recipe_flags(cfg: RunConfig) -> dict[str, Any]:
@@ -198,25 +145,8 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
             f"reward.overlong_buffer_len: {buffer:g} is longer than the response limit ({max_new} tokens); lower it or raise --rollout.max_new_tokens"
         )
     values = cfg.to_dict()
-    values["sampling"]["n_keep"] = int(args.rollout.n_samples_per_prompt)
-    if ours:
-        values["advantage"]["estimator"] = estimator
-    values["model"]["dtype"] = {v: k for k, v in PARAM_DTYPES.items()}[args.ds.param_dtype]
-    values["model"]["lora_rank"] = int(args.ds.lora.rank)
-    values["model"]["lora_alpha"] = int(args.ds.lora.alpha)
-    targets = args.ds.lora.target_modules
-    values["model"]["lora_target_modules"] = ["all-linear"] if targets in ("all-linear", ["all-linear"]) else list(targets)
-    values["eval_samples"] = 0 if args.eval.temperature == 0 else int(args.eval.n_samples_per_prompt)  # 0: greedy only
-    values["model"]["freeze_visual_encoder"] = bool(getattr(args.actor, "freeze_visual_encoder", False))
-    values["dynamic_filtering"]["enabled"] = bool(args.algo.dynamic_filtering_enable)
-    values["dynamic_filtering"]["score_range"] = [float(v) for v in args.algo.dynamic_filtering_range]
-    values["train"]["lr_scheduler"] = str(args.actor.lr_scheduler)  # a name without a local counterpart fails here, naming the choices
-    values["train"]["lr_warmup_ratio"] = float(args.actor.lr_warmup_ratio)
-    values["train"]["min_lr_ratio"] = float(args.actor.min_lr_ratio)
-    values["rollout"]["temperature"] = float(args.rollout.temperature)
-    values["rollout"]["top_p"] = float(args.rollout.top_p)
-    if args.rollout.max_new_tokens is not None:
-        values["rollout"]["max_new_tokens"] = int(args.rollout.max_new_tokens)
+    for dotted, value in read_back(args, cfg).items():  # the shared fields (field_flags.FIELD_FLAGS)
+        set_dotted(values, dotted, value)
     return RunConfig.from_dict(values)
 
 

@@ -30,9 +30,9 @@ from typing import Any
 
 from adora_openrlhf.backends.local.rundir import RunDirLock, config_differences
 from adora_openrlhf.backends.openrlhf.entry import ENTRY_MODULE, check_openrlhf_version, parse_openrlhf_args, run_openrlhf_train
+from adora_openrlhf.backends.openrlhf.field_flags import FINAL_MODEL_DIR
 from adora_openrlhf.backends.openrlhf.flags import (
     CHECKPOINT_CONFIG,
-    FINAL_MODEL_DIR,
     LAUNCH_ID_ATTR,
     MARKER_FILE,
     attach_run_config,

@@ -20,7 +20,7 @@ import os
 import torch
 
 PARAM_DTYPE_CHOICE = "fp32"
-# environment variable of the Ray job naming the engines' dtype: the run's model.dtype (flags.PARAM_DTYPES maps it
+# environment variable of the Ray job naming the engines' dtype: the run's model.dtype (field_flags.PARAM_DTYPES maps it
 # to --ds.param_dtype), set by the launcher
 ENGINE_DTYPE_ENV = "ADORA_VLLM_DTYPE"
 
