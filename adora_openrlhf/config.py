@@ -35,6 +35,7 @@ from adora_openrlhf.algorithms.policy_loss import PolicyLossConfig
 from adora_openrlhf.algorithms.sampling import AdaptiveSamplingConfig, SamplingParams
 from adora_openrlhf.config_checks import check_field_types, check_number, from_dict, require
 from adora_openrlhf.errors import ConfigError  # defined beside the registries (no import circle); exported here
+from adora_openrlhf.plugins import import_plugins
 from adora_openrlhf.prompt_templates import PROMPT_TEMPLATES
 from adora_openrlhf.tasks import geo_synth
 from adora_openrlhf.tasks.kk import NAME_ORDERS
@@ -373,6 +374,14 @@ class RunConfig:
         default=1, metadata={"help": "held-out evaluation: sampled responses per puzzle (rollout parameters) besides the greedy one; 0 = greedy only"}
     )
     extra: dict[str, Any] = field(default_factory=dict, metadata={"help": "backend-specific options (e.g. OpenRLHF pass-through flags)"})
+    plugins: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "modules to import before the run, on every process (both backends, every Ray worker): a user's own "
+            "estimators, ADORA rules, exit rules, rewards and templates, registered by their decorators (plugins.py); "
+            "a list or a comma list"
+        },
+    )
     max_missing_reward_fraction: float = field(
         default=0.01,
         metadata={
@@ -422,4 +431,7 @@ class RunConfig:
 
     @staticmethod
     def from_dict(values: Mapping[str, Any]) -> RunConfig:
+        """The config of ``values`` (nested mappings, unknown keys an error); the ``plugins`` it names are imported
+        first, so that the names they register are valid choices of the other fields."""
+        import_plugins(values.get("plugins", []))
         return from_dict(RunConfig, values)

@@ -55,6 +55,7 @@ OPENRLHF: dict[str, Support] = {
     "backend": USED,  # picks this table
     "extra": USED,  # extra.openrlhf: the recipe's OpenRLHF flags
     "max_missing_reward_fraction": USED,  # samples_generator.check_missing_rewards
+    "plugins": USED,  # RunConfig.from_dict (driver and trainer actor), ADORA_PLUGINS in every Ray worker (launcher.ray_env_vars)
     "rollout.top_k": USED,  # AdoraPPOTrainer adds it to OpenRLHF's generate_kwargs (its vLLM SamplingParams read top_k)
     "rollout.min_p": Refused(
         "OpenRLHF 0.11.2's own rollout sends no min_p to vLLM; it is used only by adaptive sampling (--sampling.enabled true)", _sampling_off

@@ -32,7 +32,8 @@ RewardFn = Callable[[str, str, Mapping[str, Any]], RewardResult]  # (response, l
 
 
 def _load_builtin_rewards() -> None:
-    """Import the task modules so that their ``@register_reward`` decorators run."""
+    """Import the task modules, and the plugins a run names in ``ADORA_PLUGINS``, so that their ``@register_reward``
+    decorators run."""
     import importlib
 
     for module in ("kk", "math", "geometry"):
@@ -41,6 +42,9 @@ def _load_builtin_rewards() -> None:
         except ModuleNotFoundError as err:  # a task module that is not part of this install
             if err.name != f"adora_openrlhf.rewards.{module}":
                 raise
+    from adora_openrlhf.plugins import import_plugins_from_env
+
+    import_plugins_from_env()  # a run's own rewards (setting plugins), in OpenRLHF's reward worker too
 
 
 # The built-in task modules are imported at the first lookup (they register themselves on import).

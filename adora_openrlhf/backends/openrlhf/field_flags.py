@@ -198,7 +198,13 @@ FIELD_FLAGS: tuple[FieldFlags, ...] = (
         lambda cfg: {"ds.attn_implementation": cfg.model.init_kwargs["attn_implementation"]} if "attn_implementation" in cfg.model.init_kwargs else {},
         note="only attn_implementation (and trust_remote_code: true, always on)",
     ),
-    one("model.freeze_visual_encoder", "actor.freeze_visual_encoder", back=bool, note="every parameter outside language_model.* and lm_head.*"),
+    FieldFlags(
+        ("model.freeze_visual_encoder",),
+        "--actor.freeze_visual_encoder",
+        lambda cfg: {"actor.freeze_visual_encoder": True} if cfg.model.freeze_visual_encoder else {},
+        lambda args, cfg: {"model.freeze_visual_encoder": bool(value_at(args, "actor.freeze_visual_encoder"))},
+        note="every parameter outside language_model.* and lm_head.*",
+    ),
     FieldFlags(
         ("eval_samples",),
         "--eval.n_samples_per_prompt (0: --eval.temperature 0)",

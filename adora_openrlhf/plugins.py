@@ -1,0 +1,50 @@
+"""A user's own extensions, named by the setting ``plugins`` and imported on every process of a run.
+
+A plugin is an importable module whose top level registers what it adds with the registries' decorators:
+``register_estimator`` (``algorithms/advantages.py``), ``register_rule`` (``algorithms/adora.py``),
+``register_exit_rule`` (``algorithms/sampling.py``), ``register_reward`` (``rewards/base.py``: a task's reward,
+picked by each row's ``source``), ``register_template`` (``prompt_templates.py``) ...::
+
+    python -m adora_openrlhf.train --recipe kk-tiny --plugins my_project.adora_plugins --advantage.estimator my_estimator
+
+Where they are imported: :meth:`RunConfig.from_dict` imports ``plugins`` before it validates any other field (so
+a plugin's names are valid choices on the command line, in recipes and in the Ray trainer actor, which rebuilds the
+config from JSON); on the openrlhf backend every Ray worker has :data:`PLUGINS_ENV` set, and the reward registry
+imports them before its first lookup (OpenRLHF's reward worker). The module must be importable on every node
+(installed, or its folder on ``PYTHONPATH``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping, Sequence
+
+from adora_openrlhf.errors import ConfigError
+
+PLUGINS_ENV = "ADORA_PLUGINS"  # comma-separated module names, in the environment of every Ray worker of a run
+
+
+def import_plugins(names: Sequence[str], field: str = "plugins") -> None:
+    """Import each named module once (Python caches them); ConfigError naming ``field[i]`` when one cannot be imported."""
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise ConfigError(f"{field}: must be a list of module names such as ['my_project.adora_plugins'], got {names!r}")
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{field}[{i}]: must be a module name such as my_project.adora_plugins, got {name!r}")
+        try:
+            importlib.import_module(name.strip())
+        except ImportError as err:
+            raise ConfigError(
+                f"{field}[{i}]: cannot import {name!r} ({err}); install it or put its folder on PYTHONPATH (on every node of a cluster run)"
+            ) from None
+
+
+def plugins_from_env(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The module names of :data:`PLUGINS_ENV` (empty when unset)."""
+    return [name.strip() for name in environ.get(PLUGINS_ENV, "").split(",") if name.strip()]
+
+
+def import_plugins_from_env(environ: Mapping[str, str] = os.environ) -> None:
+    """Import the plugins a run named in :data:`PLUGINS_ENV` (Ray workers of the openrlhf backend)."""
+    import_plugins(plugins_from_env(environ), PLUGINS_ENV)

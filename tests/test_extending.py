@@ -1,0 +1,128 @@
+"""Adding a task and an estimator is one file: a plugin module, named by ``--plugins``, that registers a reward
+(a new row ``source``) and an advantage estimator. The local backend trains with both; the openrlhf backend
+passes the estimator to OpenRLHF as its stand-in and keeps the name, and OpenRLHF's reward worker (the reward
+file, in a fresh process with the run's ``ADORA_PLUGINS``) scores the new source."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.plugins import PLUGINS_ENV, plugins_from_env
+from adora_openrlhf.recipes import build_run_config
+
+PLUGIN = textwrap.dedent(
+    '''
+    """A toy task (is a number odd or even?) and a toy estimator, registered on import."""
+    from adora_openrlhf.algorithms.advantages import register_estimator
+    from adora_openrlhf.rewards.base import RewardResult, register_reward
+
+    ESTIMATOR_CALLS = []
+
+
+    @register_estimator("toy_mean_baseline")
+    def mean_baseline(rewards, mask, moments, eps):
+        """A_i = r_i - mean (no division by the std)."""
+        ESTIMATOR_CALLS.append(tuple(rewards.shape))
+        return rewards - moments.mean
+
+
+    @register_reward("toy_parity")
+    def parity_reward(response, label, meta):
+        """1 when the last word of the response is the label (odd or even)."""
+        words = response.split()
+        answer = words[-1].strip(".") if words else None
+        return RewardResult(reward=float(answer == label), correct=answer == label, extracted=answer)
+    '''
+)
+MODULE = "toy_adora_plugin"  # one name for the whole test session: the registries are per process
+
+
+@pytest.fixture
+def plugin(tmp_path_factory, monkeypatch):
+    folder = tmp_path_factory.getbasetemp() / "plugin"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{MODULE}.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(folder))
+    return folder
+
+
+def _toy_rows(path: Path, numbers: range) -> str:
+    rows = [{"prompt": [{"role": "user", "content": f"Is {n} odd or even?"}], "label": "odd" if n % 2 else "even", "source": "toy_parity"} for n in numbers]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def test_a_plugin_adds_a_task_and_an_estimator_to_the_local_backend(plugin, tmp_path):
+    from adora_openrlhf.backends.local.trainer import train
+
+    cfg = build_run_config(
+        "kk-tiny",
+        {
+            "plugins": [MODULE],
+            "advantage.estimator": "toy_mean_baseline",
+            "data.train_path": _toy_rows(tmp_path / "train.jsonl", range(40)),
+            "data.eval_path": _toy_rows(tmp_path / "test.jsonl", range(100, 108)),
+            "warmup.steps": 0,
+            "warmup.mix_steps": 0,
+            "steps": 2,
+            "prompts_per_step": 4,
+            "eval_every": 0,
+            "eval_samples": 0,
+            "rollout.max_new_tokens": 8,
+            "output_dir": str(tmp_path / "run"),
+            "report_to": ["none"],
+        },
+    )
+    summary = train(cfg)
+    calls = importlib.import_module(MODULE).ESTIMATOR_CALLS
+    assert calls and all(shape[0] == 4 for shape in calls)  # the toy estimator computed every step's advantages
+    assert "eval/greedy_accuracy" in summary["eval_final"]  # the toy reward graded the held-out rows
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["plugins"] == [MODULE]
+
+
+def test_an_unknown_plugin_is_a_clear_error():
+    with pytest.raises(ConfigError, match=r"^plugins\[0\]: cannot import 'no_such_adora_plugin'"):
+        RunConfig.from_dict({"plugins": ["no_such_adora_plugin"]})
+    with pytest.raises(ConfigError, match=r"^plugins: must be a list of module names"):
+        RunConfig.from_dict({"plugins": "one_module"})
+    with pytest.raises(ConfigError, match=r"^advantage.estimator: unknown advantage estimator 'toy_never_registered'"):
+        RunConfig.from_dict({"advantage": {"estimator": "toy_never_registered"}})
+
+
+def test_the_openrlhf_backend_keeps_the_estimator_and_hands_the_plugins_to_every_worker(plugin):
+    pytest.importorskip("openrlhf")
+    from adora_openrlhf.backends.openrlhf import launcher
+
+    cfg = build_run_config("dapo-math-adora", {"plugins": [MODULE], "advantage.estimator": "toy_mean_baseline"})
+    _, args, final = launcher.prepare(cfg, [])
+    assert (args.algo.advantage.estimator, final.advantage.estimator, final.plugins) == ("group_norm", "toy_mean_baseline", [MODULE])
+    env = launcher.ray_env_vars(final)
+    assert plugins_from_env(env) == [MODULE]
+
+
+def test_the_reward_worker_imports_the_plugins_and_scores_the_new_source(plugin):
+    """OpenRLHF's reward worker loads the reward file in a process of its own: there the run's ADORA_PLUGINS are
+    imported before the first lookup."""
+    script = textwrap.dedent(
+        """
+        import json
+        from adora_openrlhf.rewards.openrlhf_reward import encode_reward_label, reward_func
+        label = encode_reward_label("toy_parity", "odd")
+        out = reward_func(["Is 7 odd or even? It is odd", "Is 7 odd or even? It is even"], ["Is 7 odd or even?"] * 2, [label, label])
+        print(json.dumps(out["scores"].tolist()))
+        """
+    )
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, PLUGINS_ENV: MODULE, "PYTHONPATH": os.pathsep.join([str(plugin), str(repo), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=plugin)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [1.0, 0.0]
