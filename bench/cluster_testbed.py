@@ -43,14 +43,14 @@ ACCURACY_KEY = "eval_default_pass1"  # OpenRLHF's evaluation: the 0/1 scores' me
 
 def prepare(seed: int, out: Path) -> dict[str, str]:
     """The warm start and the testbed's rows of ``seed`` as JSONL: ``{"model", "train", "test"}`` paths."""
-    from adora_openrlhf.backends.local.data import load_rows
+    from adora_openrlhf.backends.local.data import load_run_rows
     from adora_openrlhf.recipes import build_run_config
     from data_prep.common import write_jsonl
 
     model = warm_start_dir(LOCAL_RECIPE, seed, {}, out)
     data = out / f"data_seed{seed}"
     if not (data / "test.jsonl").exists():
-        train, held = load_rows(build_run_config(LOCAL_RECIPE, {"seed": seed}).data, seed)
+        train, held = load_run_rows(build_run_config(LOCAL_RECIPE, {"seed": seed}).data, seed)
 
         def row(r) -> dict[str, Any]:
             return {"prompt": r.prompt, "label": r.label, "source": r.source, "meta": r.meta}

@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="bench/results/decoding")
     args = parser.parse_args(argv)
 
-    from adora_openrlhf.backends.local.data import load_rows
+    from adora_openrlhf.backends.local.data import load_run_rows
     from adora_openrlhf.backends.local.model import load_pretrained
     from adora_openrlhf.backends.local.rollout import generate_responses
     from adora_openrlhf.backends.local.tokenization import load_tokenizer, render_prompt
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = build_run_config(args.recipe, {"seed": args.seed})
     model_dir = args.model or warm_start_dir(args.recipe, args.seed, {}, out)
     tokenizer, model = load_tokenizer(model_dir), load_pretrained(model_dir).eval()
-    train_rows, _ = load_rows(cfg.data, cfg.seed)
+    train_rows, _ = load_run_rows(cfg.data, cfg.seed)
     texts = [render_prompt(r.prompt, tokenizer, cfg.data.prompt_template) for r in train_rows[: args.prompts]]
     prompts = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
     batch = len(prompts) * args.n

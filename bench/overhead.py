@@ -56,7 +56,7 @@ def raw_floor(model_dir: str, overrides: dict[str, Any], repeats: int) -> dict[s
     """Median seconds of raw transformers generate + one forward/backward/AdamW step on the first batch."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from adora_openrlhf.backends.local.data import batch_indices, load_rows
+    from adora_openrlhf.backends.local.data import batch_indices, load_run_rows
     from adora_openrlhf.backends.local.tokenization import render_prompt
     from adora_openrlhf.recipes import build_run_config
 
@@ -64,7 +64,7 @@ def raw_floor(model_dir: str, overrides: dict[str, Any], repeats: int) -> dict[s
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    train_rows, _ = load_rows(cfg.data, cfg.seed)
+    train_rows, _ = load_run_rows(cfg.data, cfg.seed)
     rows = [train_rows[i] for i in batch_indices(0, cfg.prompts_per_step, len(train_rows), cfg.seed)]
     texts = [render_prompt(r.prompt, tokenizer, cfg.data.prompt_template) for r in rows for _ in range(cfg.sampling.n_keep)]
     batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -110,7 +110,7 @@ def run_trl(model_dir: str, overrides: dict[str, Any], steps: int, out: Path) ->
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from adora_openrlhf.backends.local.data import batch_indices, load_rows
+    from adora_openrlhf.backends.local.data import batch_indices, load_run_rows
     from adora_openrlhf.backends.local.tokenization import render_prompt
     from adora_openrlhf.recipes import build_run_config
     from adora_openrlhf.rewards.kk import kk_reward
@@ -118,7 +118,7 @@ def run_trl(model_dir: str, overrides: dict[str, Any], steps: int, out: Path) ->
     cfg = build_run_config(RECIPE, {**overrides, "model.path": model_dir, "warmup.steps": 0})
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    train_rows, _ = load_rows(cfg.data, cfg.seed)
+    train_rows, _ = load_run_rows(cfg.data, cfg.seed)
     order = batch_indices(0, steps * cfg.prompts_per_step, len(train_rows), cfg.seed)
     data = Dataset.from_list(
         [

@@ -54,14 +54,14 @@ def adora_fields(variant: str) -> dict[str, Any]:
 
 def load_testbed(seed: int, model_dir: str, steps: int | None = None):
     """(run config, tokenizer, train rows, held-out rows, their reward functions) of the seed's testbed."""
-    from adora_openrlhf.backends.local.data import load_rows
+    from adora_openrlhf.backends.local.data import load_run_rows
     from adora_openrlhf.backends.local.rollout import make_reward_fns
     from adora_openrlhf.backends.local.tokenization import load_tokenizer
     from adora_openrlhf.recipes import build_run_config
 
     overrides = {"steps": steps} if steps is not None else {}
     cfg = build_run_config(RECIPE, {**FROM_WARM_START, **overrides, "seed": seed, "model.path": model_dir})
-    train_rows, eval_rows = load_rows(cfg.data, seed)
+    train_rows, eval_rows = load_run_rows(cfg.data, seed)
     tokenizer = load_tokenizer(model_dir)
     return cfg, tokenizer, train_rows, eval_rows, make_reward_fns(train_rows), make_reward_fns(eval_rows)
 

@@ -52,7 +52,7 @@ def load_numbered(name_or_path: str, split: str, config: str | None = None) -> N
     return NumberedRows(loaded.rows, loaded.numbers, loaded.bad, loaded.where if path.is_file() else None)
 
 
-def load_rows(name_or_path: str, split: str, config: str | None = None) -> list[dict[str, Any]]:
+def load_split_rows(name_or_path: str, split: str, config: str | None = None) -> list[dict[str, Any]]:
     """The rows of :func:`load_numbered`, without their numbers."""
     return load_numbered(name_or_path, split, config).rows
 

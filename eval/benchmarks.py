@@ -185,6 +185,6 @@ def load_located_rows(
     return [(where, resolve_images(row, where, base_dir)) for where, row in located]
 
 
-def load_rows(bench: Benchmark, explicit_file: str | None, data_dir: str | None, seed: int, limit: int | None, cache_dir: Path) -> list[Row]:
+def load_benchmark_rows(bench: Benchmark, explicit_file: str | None, data_dir: str | None, seed: int, limit: int | None, cache_dir: Path) -> list[Row]:
     """Rows of ``bench`` (see :func:`load_located_rows`)."""
     return [row for _, row in load_located_rows(bench, explicit_file, data_dir, seed, limit, cache_dir)]

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from data_prep import dapo_math, geometry3k, math_eval, mathvista
-from data_prep.common import RowError, answer_text, last_boxed, load_rows
+from data_prep.common import RowError, answer_text, last_boxed, load_split_rows
 
 
 def _jsonl(path: Path, rows) -> Path:
@@ -36,7 +36,7 @@ def test_helpers(tmp_path):
     odd = tmp_path / "rows.xyz"
     odd.write_text("{}")
     with pytest.raises(ValueError, match="--dataset: unsupported file type"):
-        load_rows(str(odd), "train")
+        load_split_rows(str(odd), "train")
 
 
 # ---------------------------------------------------------------- DAPO-Math
@@ -177,7 +177,7 @@ def test_geometry3k_jsonl_relative_paths_and_bad_image(tmp_path):
         {"images": ["img/a.png"], "problem": "Find x.", "answer": ""},
     ]
     src = _jsonl(tmp_path / "geo.jsonl", rows)
-    raw = load_rows(str(src), "train")
+    raw = load_split_rows(str(src), "train")
     ok = geometry3k.convert_geometry_row(raw[0], 1, tmp_path / "out", base_dir=tmp_path)
     assert Path(ok["images"][0]).is_file() and ok["meta"]["id"] == 1
     with pytest.raises(RowError, match=r"row 2: field 'images\[0\]': cannot read the image"):
@@ -281,7 +281,7 @@ def test_mathvista_decoded_image_from_parquet(tmp_path):
     }
     src = tmp_path / "mv.parquet"
     datasets.Dataset.from_dict(data, features=features).to_parquet(str(src))
-    raw = load_rows(str(src), "testmini")
+    raw = load_split_rows(str(src), "testmini")
     row = mathvista.convert_mathvista_row(raw[0], 1, tmp_path / "imgs")
     assert row["label"] == "3" and Path(row["images"][0]).name == "7.png"
 
@@ -290,7 +290,7 @@ def test_load_error_names_the_dataset_and_split(tmp_path, capsys):
     folder = tmp_path / "local_ds"
     folder.mkdir()
     _jsonl(folder / "train.jsonl", [{"problem": "p", "answer": "1"}])
-    assert len(load_rows(str(folder), "train")) == 1
+    assert len(load_split_rows(str(folder), "train")) == 1
     argv = ["--out", str(tmp_path / "o"), "--benchmark", "amc23", "--dataset", str(folder), "--split", "nope"]
     assert math_eval.main(argv) == 2
     assert "split 'nope'" in capsys.readouterr().err

@@ -252,10 +252,10 @@ def test_math_benchmark_from_data_dir_is_graded_by_math_verify(tmp_path):
             texts = [["The answer is \\boxed{2}."] * k if r["meta"]["id"] == "a" else ["\\boxed{0.5}", "\\boxed{3}"] for r in rows]
             return [[completion(t) for t in row] for row in texts]
 
-    from eval.benchmarks import load_rows
+    from eval.benchmarks import load_benchmark_rows
 
     bench = get_benchmark("math500")
-    loaded = load_rows(bench, None, str(data), seed=0, limit=None, cache_dir=tmp_path / "cache")
+    loaded = load_benchmark_rows(bench, None, str(data), seed=0, limit=None, cache_dir=tmp_path / "cache")
     evaluate_benchmark(bench, loaded, Answers(), k=2, out_path=tmp_path / SAMPLES_FILE)
     write_report(tmp_path, 2, ["math500"], {})
     report = {(r["subset"]): r for r in json.loads((tmp_path / "report.json").read_text())["rows"]}

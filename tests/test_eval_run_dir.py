@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from adora_openrlhf.backends.local.data import load_rows
+from adora_openrlhf.backends.local.data import load_run_rows
 from adora_openrlhf.backends.local.trainer import train
 from adora_openrlhf.recipes import build_run_config
 from eval.run import SAMPLES_FILE, main, read_records
@@ -48,7 +48,7 @@ def tiny_run(tmp_path_factory):
 
 def test_the_run_saves_its_heldout_rows_and_settings(tiny_run):
     cfg, out, _ = tiny_run
-    _, held = load_rows(cfg.data, cfg.seed)
+    _, held = load_run_rows(cfg.data, cfg.seed)
     saved = [json.loads(line) for line in (out / "heldout.jsonl").read_text().splitlines()]
     assert [(r["prompt"], r["label"], r["source"], r["meta"]) for r in saved] == [(h.prompt, h.label, h.source, h.meta) for h in held]
     assert all(r["meta"]["kk_parser"] == cfg.data.kk_parser for r in saved)  # graded with the run's parser

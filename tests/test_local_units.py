@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, GenerationRequest
 from adora_openrlhf.backends.local import checkpoint as ckpt
-from adora_openrlhf.backends.local.data import Row, batch_indices, load_rows, validate_rows
+from adora_openrlhf.backends.local.data import Row, batch_indices, load_run_rows, validate_rows
 from adora_openrlhf.backends.local.kv_cache import MIN_CAPACITY, growing_cache_for
 from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model
 from adora_openrlhf.backends.local.rollout import RolloutEngine, generate_responses, make_reward_fns
@@ -232,7 +232,7 @@ def test_jsonl_rows_load_and_bad_rows_are_named(tmp_path):
     good = tmp_path / "train.jsonl"
     rows = [{"prompt": f"q{i}: is Alice a knight?", "label": "(1) Alice is a knight", "meta": {"names": ["Alice"]}} for i in range(6)]
     good.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    train, held = load_rows(DataConfig(task="kk", train_path=str(good), num_eval=2), seed=0)
+    train, held = load_run_rows(DataConfig(task="kk", train_path=str(good), num_eval=2), seed=0)
     assert len(train) == 4 and len(held) == 2 and train[0].source == "kk"
     ok = {"prompt": "Is Alice a knight?", "label": "(1) Alice is a knight"}
     with pytest.raises(ConfigError, match="train.jsonl:2: field 'label': missing"):  # rows numbered from 1
@@ -241,7 +241,7 @@ def test_jsonl_rows_load_and_bad_rows_are_named(tmp_path):
         validate_rows([ok, {"label": "x"}], "train.jsonl", "kk", lines=[3, 7])
     with pytest.raises(ConfigError, match=r"train.jsonl:1: field 'label': the 'kk' reward cannot parse it"):
         validate_rows([{"prompt": "a", "label": "x"}], "train.jsonl", "kk")
-    gen_train, gen_eval = load_rows(DataConfig(num_train=10, num_eval=5, kk_num_people=[2]), seed=0)
+    gen_train, gen_eval = load_run_rows(DataConfig(num_train=10, num_eval=5, kk_num_people=[2]), seed=0)
     assert not {repr(r.prompt) for r in gen_train} & {repr(r.prompt) for r in gen_eval}
 
 
@@ -297,19 +297,19 @@ def test_duplicates_are_reported_and_held_out_prompts_never_train(tmp_path, capl
     rows = [{"prompt": f"{p}: is Alice a knight?", "label": label} for p in ("A", "B", "C", "D", "A")]
     train_file = tmp_path / "train.jsonl"
     train_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    train, held = load_rows(DataConfig(task="kk", train_path=str(train_file), num_eval=2), seed=0)
+    train, held = load_run_rows(DataConfig(task="kk", train_path=str(train_file), num_eval=2), seed=0)
     assert [r.prompt[0] for r in held] == ["D", "A"] and [r.prompt[0] for r in train] == ["B", "C"]  # "A" (line 1) is held out too
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "adora_openrlhf.backends.local.data"]
     assert any(w.startswith(f"{train_file}:5: duplicate row (same prompt, images and label as {train_file}:1)") for w in warnings), warnings
     caplog.clear()
     eval_file = tmp_path / "eval.jsonl"
     eval_file.write_text("".join(json.dumps({"prompt": f"{p}: is Alice a knight?", "label": label}) + "\n" for p in ("B", "E")))
-    train, held = load_rows(DataConfig(task="kk", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
+    train, held = load_run_rows(DataConfig(task="kk", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
     assert [r.prompt[0] for r in held] == ["E"] and len(train) == 5
     assert "data.eval_path: dropped 1 held-out rows that are also training rows (same prompt and images)" in caplog.text
     eval_file.write_text(json.dumps({"prompt": "C: is Alice a knight?", "label": label}) + "\n")
     with pytest.raises(ConfigError, match="data.eval_path: every held-out row is also a training row"):
-        load_rows(DataConfig(task="kk", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
+        load_run_rows(DataConfig(task="kk", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
 
 
 def test_impossible_generation_request_names_the_option(monkeypatch):
@@ -320,7 +320,7 @@ def test_impossible_generation_request_names_the_option(monkeypatch):
 
     monkeypatch.setattr(kk, "generate_splits", too_many)
     with pytest.raises(ConfigError, match=r"^data.num_train: cannot generate 50 \+ 5 puzzles for kk_num_people \[2\] \(num: only 12"):
-        load_rows(DataConfig(num_train=50, num_eval=5, kk_num_people=[2]), seed=0)
+        load_run_rows(DataConfig(num_train=50, num_eval=5, kk_num_people=[2]), seed=0)
 
 
 @pytest.mark.parametrize("greedy", [True, False])

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from adora_openrlhf.backends.local.data import image_digest, load_rows, row_key, rows_fingerprint, validate_rows
+from adora_openrlhf.backends.local.data import image_digest, load_run_rows, row_key, rows_fingerprint, validate_rows
 from adora_openrlhf.config import ConfigError, DataConfig
 from adora_openrlhf.tasks import geo_synth
 from adora_openrlhf.tasks.kk import generate_rows as kk_rows
@@ -235,14 +235,14 @@ def test_the_documented_geo_synth_file_workflow_trains_and_keeps_every_held_out_
     monkeypatch.chdir(tmp_path)
     assert geo_synth_files.main(["--out", "data/geo", "--num-train", str(num_train), "--num-eval", str(num_eval), "--seed", "0"]) == 0
     cfg = DataConfig(task="geometry", train_path="data/geo/train.jsonl", eval_path="data/geo/test.jsonl", num_eval=num_eval)
-    train, held = load_rows(cfg, seed=0)
+    train, held = load_run_rows(cfg, seed=0)
     assert len(train) == num_train and len(held) == num_eval
     assert num_train < 10 or {r.prompt for r in held} & {r.prompt for r in train}  # shared prompt texts ...
     assert not {row_key(r) for r in held} & {row_key(r) for r in train}  # ... of different problems
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # the file works from any directory
-    assert len(load_rows(DataConfig(task="geometry", train_path=str(tmp_path / "data/geo/train.jsonl"), num_eval=2), seed=0)[1]) == 2
+    assert len(load_run_rows(DataConfig(task="geometry", train_path=str(tmp_path / "data/geo/train.jsonl"), num_eval=2), seed=0)[1]) == 2
 
 
 def test_a_true_duplicate_image_row_is_still_dropped_from_the_held_out_rows(tmp_path, caplog):
@@ -251,7 +251,7 @@ def test_a_true_duplicate_image_row_is_still_dropped_from_the_held_out_rows(tmp_
     train_file, eval_file = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
     train_file.write_text("".join(json.dumps({**row, "images": [str(p)]}) + "\n" for p in (red, blue)))
     eval_file.write_text(json.dumps({**row, "images": [str(red)]}) + "\n" + json.dumps({**row, "images": [str(_png(tmp_path / "g.png", "green"))]}) + "\n")
-    train, held = load_rows(DataConfig(task="geometry", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
+    train, held = load_run_rows(DataConfig(task="geometry", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
     assert [r.images for r in held] == [(str(tmp_path / "g.png"),)]
     assert "dropped 1 held-out rows that are also training rows (same prompt and images)" in caplog.text
 
@@ -266,15 +266,16 @@ def test_relative_image_paths_resolve_against_the_data_files_folder(tmp_path, mo
     )
     for cwd in (tmp_path, folder / "img"):
         monkeypatch.chdir(cwd)
-        train, _ = load_rows(DataConfig(task="geometry", train_path=os.path.relpath(data, cwd), num_eval=1), seed=0)
+        train, _ = load_run_rows(DataConfig(task="geometry", train_path=os.path.relpath(data, cwd), num_eval=1), seed=0)
         assert train[0].images == (str(folder.resolve() / "img" / "a.png"),)
     moved = tmp_path / "moved"
     shutil.move(str(folder), str(moved))  # the folder moves with its images
-    assert load_rows(DataConfig(task="geometry", train_path=str(moved / "train.jsonl"), num_eval=1), seed=0)[0][0].images[0].startswith(str(moved.resolve()))
+    moved_rows, _ = load_run_rows(DataConfig(task="geometry", train_path=str(moved / "train.jsonl"), num_eval=1), seed=0)
+    assert moved_rows[0].images[0].startswith(str(moved.resolve()))
     (moved / "img" / "a.png").unlink()
     missing = rf"{moved}/train.jsonl:1: field 'images\[0\]': no image file at '{moved.resolve()}/img/a.png'"
     with pytest.raises(ConfigError, match=missing + r" \(a relative path is read from the data file's folder\)"):
-        load_rows(DataConfig(task="geometry", train_path=str(moved / "train.jsonl"), num_eval=1), seed=0)
+        load_run_rows(DataConfig(task="geometry", train_path=str(moved / "train.jsonl"), num_eval=1), seed=0)
 
 
 @pytest.mark.parametrize(
@@ -296,7 +297,7 @@ def test_a_damaged_image_names_the_file_line_and_field(tmp_path, damage, needle)
         "\n".join(json.dumps({"prompt": "<image>x?", "label": "1", "source": "geo_synth", "images": [p]}) for p in ("good.png", "good.png", "bad.png")) + "\n"
     )
     with pytest.raises(ConfigError) as err:
-        load_rows(DataConfig(task="geometry", train_path=str(data), num_eval=1), seed=0)
+        load_run_rows(DataConfig(task="geometry", train_path=str(data), num_eval=1), seed=0)
     message = str(err.value)
     assert message.startswith(f"{data}:3: field 'images[0]': the image file '{bad}' {needle} (") and message.endswith(
         "it is damaged or not an image: replace it"

@@ -348,7 +348,7 @@ def _without_overlap(train: list[Row], held: list[Row], option: str) -> list[Row
     return kept
 
 
-def load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
+def load_run_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
     """(train rows, held-out rows) for ``cfg``; held-out prompts never appear among the training prompts. K&K rows
     get ``meta["kk_parser"] = cfg.kk_parser`` unless they name one."""
     train, held = _load_rows(cfg, seed)

@@ -51,13 +51,6 @@ SUPERSEDED_DIR = "superseded"  # under checkpoints/: later checkpoints set aside
 logger = logging.getLogger(__name__)
 
 
-def check_output_dir(out: Path) -> None:
-    """ConfigError unless ``out`` is a directory, or can be created as one, that this user may write."""
-    from adora_openrlhf.cli_errors import check_output_dir as check
-
-    check(out, "output_dir")
-
-
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():

@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler
 from adora_openrlhf.backends.local import checkpoint as ckpt
 from adora_openrlhf.backends.local import rundir, vlm
-from adora_openrlhf.backends.local.data import load_rows, rows_fingerprint
+from adora_openrlhf.backends.local.data import load_run_rows, rows_fingerprint
 from adora_openrlhf.backends.local.evaluate import evaluate
 from adora_openrlhf.backends.local.heldout import save_heldout
 from adora_openrlhf.backends.local.metrics import MetricsLogger, plot_reward_curve
@@ -53,6 +53,7 @@ from adora_openrlhf.backends.local.sft import demonstration_for, supervised_warm
 from adora_openrlhf.backends.local.tokenization import COMPACT_CHAT_TEMPLATE, load_tokenizer, render_prompt, tokenizer_problem, train_bpe_tokenizer
 from adora_openrlhf.backends.support import check_backend_fields
 from adora_openrlhf.cli_args import format_config
+from adora_openrlhf.cli_errors import check_output_dir
 from adora_openrlhf.config import ConfigError, RunConfig
 
 logger = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ def warm_start(cfg: RunConfig, out_dir: str | Path) -> Path:
     the benchmarks start every variant of a seed from one warm start."""
     _check_runnable(cfg)
     _seed_everything(cfg.seed)
-    train_rows, _ = load_rows(cfg.data, cfg.seed)
+    train_rows, _ = load_run_rows(cfg.data, cfg.seed)
     tokenizer, processor = _build_tokenizer(cfg, train_rows, None)
     model = _build_model(cfg, tokenizer, pick_device())
     ids, extras = _encode(cfg, tokenizer, train_rows, "train", processor)
@@ -234,13 +235,13 @@ def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False, resume_
     started = time.perf_counter()
     out = Path(cfg.output_dir)
     resume = resume or resume_from is not None
-    rundir.check_output_dir(out)
+    check_output_dir(out, "output_dir")
     checkpoint = rundir.check_previous_run(out, cfg, resume, overwrite, resume_from)
     _seed_everything(cfg.seed)
     device = pick_device()
 
     # ---- data, tokenizer, model, trainer state (read-only: nothing is written yet) ---------------------
-    train_rows, eval_rows = load_rows(cfg.data, cfg.seed)
+    train_rows, eval_rows = load_run_rows(cfg.data, cfg.seed)
     if checkpoint is not None:
         rundir.check_resume_data(checkpoint, cfg, train_rows, eval_rows)
     else:  # every warm-up demonstration can be built (a row that cannot is named)

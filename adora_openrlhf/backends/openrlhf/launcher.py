@@ -120,7 +120,7 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
         return 0
     out_dir = Path(cfg.output_dir)
     try:
-        check_previous_run(out_dir, cfg, resume, overwrite)  # read-only: nothing is written before it passes
+        check_previous_launch(out_dir, cfg, resume, overwrite)  # read-only: nothing is written before it passes
         components = import_components()
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -272,7 +272,7 @@ def check_resume_config(checkpoint: Path, cfg: RunConfig) -> None:
         )
 
 
-def check_previous_run(out_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> None:
+def check_previous_launch(out_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> None:
     """Read-only checks before a cluster run touches ``output_dir`` (the local backend's rules, rundir.py):
     ``--resume`` needs a checkpoint under ``output_dir/checkpoints`` (OpenRLHF would silently start afresh) whose
     config equals this one (:func:`check_resume_config`); without it, a directory holding a previous launch's
