@@ -71,13 +71,13 @@ def held_out(model, tokenizer, cfg, eval_rows, eval_rewards) -> dict[str, float]
     import torch
 
     from adora_openrlhf.backends.local.evaluate import evaluate
-    from adora_openrlhf.backends.local.rollout import encode_prompts
+    from adora_openrlhf.backends.local.rollout import GenerationSettings, encode_prompts
     from adora_openrlhf.backends.local.tokenization import render_prompt
 
     ids = encode_prompts(tokenizer, [render_prompt(r.prompt, tokenizer, cfg.data.prompt_template) for r in eval_rows], cfg.data.max_prompt_tokens, "eval")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed * 100_003)
-        return evaluate(model, tokenizer, ids, eval_rows, eval_rewards, cfg.rollout, 0, cfg.model.generation_batch_size)
+        return evaluate(model, tokenizer, ids, eval_rows, eval_rewards, cfg.rollout, 0, GenerationSettings.of(cfg.model))
 
 
 def run_trl(trainer_kind: str, variant: str, seed: int, model_dir: str, run_dir: Path, steps: int | None = None) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from adora_openrlhf.backends.local import checkpoint as ckpt
 from adora_openrlhf.backends.local.data import Row, batch_indices, load_run_rows, validate_rows
 from adora_openrlhf.backends.local.kv_cache import MIN_CAPACITY, growing_cache_for
 from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model
-from adora_openrlhf.backends.local.rollout import RolloutEngine, generate_responses, make_reward_fns
+from adora_openrlhf.backends.local.rollout import GenerationSettings, RolloutEngine, generate_responses, make_reward_fns
 from adora_openrlhf.backends.local.sft import kk_demonstration, supervised_warmup
 from adora_openrlhf.backends.local.tokenization import TAG_TOKENS, render_prompt, train_bpe_tokenizer
 from adora_openrlhf.backends.local.update import pack, token_log_probs
@@ -186,7 +186,7 @@ def test_engine_batches_requests_by_params_and_scores(tok, model):
         )
     ] * 2
     ids = [tok(r.prompt).input_ids for r in rows]
-    engine = RolloutEngine(model, tok, ids, rows, make_reward_fns(rows), positive_threshold=1.0, batch_size=4)
+    engine = RolloutEngine(model, tok, ids, rows, make_reward_fns(rows), positive_threshold=1.0, settings=GenerationSettings(4))
     hot = SamplingParams(max_new_tokens=4, temperature=1.3)
     calls = []
     import adora_openrlhf.backends.local.rollout as rollout
@@ -213,7 +213,7 @@ def test_engine_batches_requests_by_params_and_scores(tok, model):
 def test_sampler_drives_engine(tok, model):
     rows = [Row(prompt="Alice says: Bob is a knave.", label="(1) Alice is a knight", source="kk", meta={"names": ["Alice"]})] * 3
     ids = [tok(r.prompt).input_ids for r in rows]
-    engine = RolloutEngine(model, tok, ids, rows, make_reward_fns(rows), positive_threshold=1.0, batch_size=8)
+    engine = RolloutEngine(model, tok, ids, rows, make_reward_fns(rows), positive_threshold=1.0, settings=GenerationSettings(8))
     cfg = AdaptiveSamplingConfig(enabled=True, n_keep=2, samples_per_round=2, max_rounds=2, escalation=[{"temperature": 1.5}])
     result = AdaptiveSampler(cfg, SamplingParams(max_new_tokens=4), seed=0).sample(3, engine.generate_fn([0, 1, 2]), step=0)
     assert len(result.groups) == 3 and all(len(g.kept) == 2 for g in result.groups)
@@ -421,13 +421,17 @@ def test_evaluation_reports_accuracy_per_people_count(monkeypatch):
     rows = validate_rows(raw, "eval", "kk")
     # hand-made responses: the right answer for the 2-person puzzles and the first 3-person one, a wrong one for the last
     texts = [f"<think>x</think>\n<answer>{r.label}</answer>" for r in rows[:4]] + ["<think>x</think>\n<answer>none</answer>"]
-    monkeypatch.setattr(evaluate_module, "generate_responses", lambda model, tok, prompts, *a, **k: [([i], False) for i in range(len(prompts))])
+
+    def decoded_indices(model, tok, prompts, *args, **kwargs):
+        return [([i], False) for i in range(len(prompts))]
+
+    monkeypatch.setattr("adora_openrlhf.backends.local.rollout.generate_responses", decoded_indices)
 
     class Decoder:
         def decode(self, ids, skip_special_tokens=True):
             return texts[ids[0]]
 
-    metrics = evaluate_module.evaluate(None, Decoder(), [[1]] * 5, rows, make_reward_fns(rows), SamplingParams(), samples=0, batch_size=8)
+    metrics = evaluate_module.evaluate(None, Decoder(), [[1]] * 5, rows, make_reward_fns(rows), SamplingParams(), samples=0, settings=GenerationSettings(8))
     assert metrics["eval/greedy_accuracy"] == pytest.approx(4 / 5)
     assert metrics["eval/greedy_accuracy/ppl_2"] == pytest.approx(1.0)
     assert metrics["eval/greedy_accuracy/ppl_3"] == pytest.approx(1 / 2)

@@ -17,7 +17,7 @@ from adora_openrlhf.algorithms.adora import TAS, TDS, classify_groups
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler
 from adora_openrlhf.backends.local import vlm
 from adora_openrlhf.backends.local.data import Row, validate_rows
-from adora_openrlhf.backends.local.rollout import RolloutEngine, generate_responses, make_reward_fns
+from adora_openrlhf.backends.local.rollout import GenerationSettings, RolloutEngine, generate_responses, make_reward_fns
 from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
 from adora_openrlhf.backends.local.update import pack, token_log_probs
 from adora_openrlhf.config import AdaptiveSamplingConfig, AdoraConfig, ConfigError, SamplingParams, TinyModelConfig, TinyVisionConfig
@@ -329,7 +329,7 @@ def test_difficulty_rule_classes_on_real_rollouts(tiny, rows):
     processor, model, _ = tiny
     schema_rows = [Row(r["prompt"], r["label"], r["source"], r["meta"], tuple(r["images"])) for r in rows]
     ids, extras = encode(processor, rows)
-    engine = RolloutEngine(model, processor.tokenizer, ids, schema_rows, make_reward_fns(schema_rows), 0.5, 64, extras=extras)
+    engine = RolloutEngine(model, processor.tokenizer, ids, schema_rows, make_reward_fns(schema_rows), 0.5, GenerationSettings(64), extras=extras)
     torch.manual_seed(1)
     sampler = AdaptiveSampler(AdaptiveSamplingConfig(n_keep=4), SamplingParams(temperature=1.5, max_new_tokens=6), seed=0)
     groups = sampler.sample(len(rows), engine.generate_fn(list(range(len(rows))))).groups

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from adora_openrlhf import tasks
-from adora_openrlhf.backends.local.rollout import generate_responses
+from adora_openrlhf.backends.local.rollout import GenerationSettings
 from adora_openrlhf.backends.local.sft import style_fractions
 from adora_openrlhf.config import SamplingParams
 
@@ -23,10 +23,8 @@ def evaluate(
     reward_fns: Sequence[Any],
     params: SamplingParams,
     samples: int,
-    batch_size: int,
+    settings: GenerationSettings,
     extras: Sequence[Any] | None = None,
-    kv_cache: str = "growing",
-    decoding: str = "compact",
 ) -> dict[str, float]:
     """Metrics ``eval/greedy_accuracy``, ``eval/greedy_reward``, ``eval/greedy_format``,
     ``eval/greedy_length_mean``, the behaviour shares of the task's probe (``eval/greedy_thorough_fraction``
@@ -38,16 +36,8 @@ def evaluate(
     metrics: dict[str, float] = {}
     for name, k, greedy in views:
         index = [i for i in range(len(rows)) for _ in range(k)]
-        outputs = generate_responses(
-            model,
-            tokenizer,
-            [prompt_ids[i] for i in index],
-            params,
-            batch_size,
-            greedy=greedy,
-            extras=[extras[i] for i in index] if extras is not None else None,
-            kv_cache=kv_cache,
-            decoding=decoding,
+        outputs = settings.generate(
+            model, tokenizer, [prompt_ids[i] for i in index], params, greedy=greedy, extras=[extras[i] for i in index] if extras is not None else None
         )
         correct = rewards = well_formed = length = 0.0
         texts = []

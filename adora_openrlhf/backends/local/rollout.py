@@ -21,7 +21,7 @@ import torch
 from adora_openrlhf.algorithms.sampling import GenerationRequest, ScoredResponse
 from adora_openrlhf.backends.local.decoding import compact_decode
 from adora_openrlhf.backends.local.kv_cache import attention_reads_cache, full_attention_only, growing_cache_for
-from adora_openrlhf.config import SamplingParams
+from adora_openrlhf.config import ModelConfig, SamplingParams
 
 
 @dataclass
@@ -57,6 +57,26 @@ def generation_config(params: SamplingParams, tokenizer, greedy: bool = False):
         min_p=params.min_p if params.min_p > 0 else None,
         **common,
     )
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How the local backend decodes, for rollouts and evaluation alike (the settings ``model.generation_batch_size``,
+    ``model.kv_cache`` and ``model.decoding``; see :func:`generate_responses`)."""
+
+    batch_size: int  # sequences per decoding batch
+    kv_cache: str = "growing"
+    decoding: str = "compact"
+
+    @classmethod
+    def of(cls, model_cfg: ModelConfig) -> GenerationSettings:
+        return cls(model_cfg.generation_batch_size, model_cfg.kv_cache, model_cfg.decoding)
+
+    def generate(self, model, tokenizer, prompts: Sequence[Sequence[int]], params: SamplingParams, greedy: bool = False, extras=None):
+        """:func:`generate_responses` with these settings."""
+        return generate_responses(
+            model, tokenizer, prompts, params, self.batch_size, greedy=greedy, extras=extras, kv_cache=self.kv_cache, decoding=self.decoding
+        )
 
 
 @torch.no_grad()
@@ -152,21 +172,17 @@ class RolloutEngine:
         rows: Sequence[Any],
         reward_fns: Sequence[Any],
         positive_threshold: float,
-        batch_size: int,
+        settings: GenerationSettings,
         extras: Sequence[dict[str, torch.Tensor] | None] | None = None,
-        kv_cache: str = "growing",
-        decoding: str = "compact",
     ):
         self.model = model
-        self.kv_cache = kv_cache
-        self.decoding = decoding
+        self.settings = settings
         self.extras = extras  # per training row: extra model inputs of its prompt (vision rows), or None
         self.tokenizer = tokenizer
         self.prompt_ids = prompt_ids  # token ids of every training row's rendered prompt
         self.rows = rows
         self.reward_fns = reward_fns
         self.positive_threshold = positive_threshold
-        self.batch_size = batch_size
         self.generate_seconds = 0.0
         self.score_seconds = 0.0
 
@@ -199,9 +215,7 @@ class RolloutEngine:
                 t0 = time.perf_counter()
                 prompts = [self.prompt_ids[row] for _, row in items]
                 more = {"extras": [self.extras[row] for _, row in items]} if self.extras is not None else {}
-                responses = generate_responses(
-                    self.model, self.tokenizer, prompts, params, self.batch_size, kv_cache=self.kv_cache, decoding=self.decoding, **more
-                )
+                responses = self.settings.generate(self.model, self.tokenizer, prompts, params, **more)
                 t1 = time.perf_counter()
                 for (r_index, row), prompt, (response, truncated) in zip(items, prompts, responses, strict=True):
                     outputs[r_index].append(self.score(row, prompt, response, truncated))

@@ -48,7 +48,7 @@ from adora_openrlhf.backends.local.metrics import MetricsLogger, plot_reward_cur
 from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model, count_parameters, load_pretrained, pick_device, vocabulary_problem
 from adora_openrlhf.backends.local.model_source import check_model_source, weight_files_problem
 from adora_openrlhf.backends.local.rl_step import StepModels, rl_step
-from adora_openrlhf.backends.local.rollout import RolloutEngine, encode_prompts, make_reward_fns
+from adora_openrlhf.backends.local.rollout import GenerationSettings, RolloutEngine, encode_prompts, make_reward_fns
 from adora_openrlhf.backends.local.sft import demonstration_for, supervised_warmup, warmup_styles
 from adora_openrlhf.backends.local.tokenization import COMPACT_CHAT_TEMPLATE, load_tokenizer, render_prompt, tokenizer_problem, train_bpe_tokenizer
 from adora_openrlhf.backends.support import check_backend_fields
@@ -294,6 +294,7 @@ class _LocalRun:
         self.saved_tokenizer = loaded.processor if loaded.processor is not None else loaded.tokenizer  # what checkpoints save as tokenizer/
         (self.train_ids, self.train_extras), (self.eval_ids, self.eval_extras) = loaded.encoded
         train_rewards, self.eval_rewards = loaded.rewards
+        self.generation = GenerationSettings.of(cfg.model)  # rollouts and evaluation decode alike
         self.sampler = AdaptiveSampler(cfg.sampling, cfg.rollout, seed=cfg.seed)
         self.engine = RolloutEngine(
             self.model,
@@ -302,10 +303,8 @@ class _LocalRun:
             train_rows,
             train_rewards,
             cfg.sampling.positive_threshold,
-            cfg.model.generation_batch_size,
+            self.generation,
             extras=self.train_extras,
-            kv_cache=cfg.model.kv_cache,
-            decoding=cfg.model.decoding,
         )
         self.metrics_log: MetricsLogger | None = None
 
@@ -343,10 +342,8 @@ class _LocalRun:
                 self.eval_rewards,
                 cfg.rollout,
                 cfg.eval_samples,
-                cfg.model.generation_batch_size,
+                self.generation,
                 extras=self.eval_extras,
-                kv_cache=cfg.model.kv_cache,
-                decoding=cfg.model.decoding,
             )
         return {**result, "time/eval_s": time.perf_counter() - t0}
 
