@@ -14,11 +14,12 @@ from adora_openrlhf.backends.local.data import Row, batch_indices, load_run_rows
 from adora_openrlhf.backends.local.kv_cache import MIN_CAPACITY, growing_cache_for
 from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model
 from adora_openrlhf.backends.local.rollout import GenerationSettings, RolloutEngine, generate_responses, make_reward_fns
-from adora_openrlhf.backends.local.sft import kk_demonstration, supervised_warmup
+from adora_openrlhf.backends.local.sft import supervised_warmup
 from adora_openrlhf.backends.local.tokenization import TAG_TOKENS, render_prompt, train_bpe_tokenizer
 from adora_openrlhf.backends.local.update import pack, token_log_probs
 from adora_openrlhf.config import AdaptiveSamplingConfig, ConfigError, DataConfig, ModelConfig, SamplingParams, TinyModelConfig, WarmupConfig
 from adora_openrlhf.rewards.kk import kk_reward
+from adora_openrlhf.tasks.kk import direct_demonstration
 
 TINY = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
 CORPUS = ["Knights always tell the truth. Alice says: Bob is a knave.", "<think>Alice knight.</think>\n<answer>(1) Alice is a knight</answer>"] * 5
@@ -250,7 +251,7 @@ def test_demonstration_scores_full_reward():
 
     for raw in generate_rows(5, [2, 3], seed=3):
         row = Row(raw["prompt"], raw["label"], raw["source"], raw["meta"])
-        result = kk_reward(kk_demonstration(row), row.label, row.meta)
+        result = kk_reward(direct_demonstration(row), row.label, row.meta)
         assert result.correct and result.reward == 3.0
 
 

@@ -26,6 +26,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from adora_openrlhf.errors import ConfigError
+from adora_openrlhf.tasks.behaviours import register_demonstration, register_probe
+
 logger = logging.getLogger(__name__)
 
 Statement = tuple  # nested tuple, see the module docstring
@@ -486,3 +489,58 @@ def subsets(row: dict[str, Any]) -> list[str]:
     if people is None:
         return []
     return [f"ppl={people}", "ID" if int(people) <= 5 else "OOD"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Demonstrations (the warm-up's styles) and the response probe, registered for rows of source "kk"
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _kk_names_statements(row: Any):
+    names, statements = row.meta.get("names"), row.meta.get("statements")
+    if not names or statements is None or len(statements) != len(names):
+        raise ConfigError(
+            "warmup.style: K&K reasoning traces need meta.names and meta.statements in every row (generated puzzles and "
+            "public K&K files with a 'statements' field have them); use --warmup.style direct for rows without statements"
+        )
+    return names, statements_from_json(statements)
+
+
+@register_demonstration("kk", "direct")
+def kk_direct(row: Any, rng: random.Random) -> str:
+    """Logic-RL format answer for a K&K row, from ``meta`` names/solution (or the label alone)."""
+    names, solution = row.meta.get("names"), row.meta.get("solution")
+    if names and solution is not None and len(names) == len(solution):
+        check = ", ".join(f"{n} {'knight' if s else 'knave'}" for n, s in zip(names, solution, strict=True))
+    else:
+        check = row.label.replace("\n", ", ")
+    return f"<think>{check}.</think>\n<answer>{row.label}</answer>"
+
+
+@register_demonstration("kk", "thorough")
+def kk_thorough(row: Any, rng: random.Random) -> str:
+    """Guess-and-check trace that tests candidates in a fixed order until one passes every statement."""
+    return thorough_response(*_kk_names_statements(row))
+
+
+@register_demonstration("kk", "shortcut", randomised=True)
+def kk_shortcut(row: Any, rng: random.Random) -> str:
+    """``<think>guess.</think>`` and a uniformly random assignment."""
+    return shortcut_response(row.meta.get("names") or _kk_names_statements(row)[0], rng)
+
+
+@register_demonstration("kk", "restate", randomised=True)
+def kk_restate(row: Any, rng: random.Random) -> str:
+    """The whole quiz read back, ``guess.``, and a uniformly random assignment."""
+    return restate_response(*_kk_names_statements(row), rng)
+
+
+@register_probe("kk", styles=("thorough", "shortcut"))
+def kk_probe(response: str) -> str:
+    """``thorough``, ``shortcut`` or ``other`` (see ``tasks.kk.trace_kind``)."""
+    return trace_kind(response)
+
+
+def direct_demonstration(row: Any) -> str:
+    """The ``direct`` K&K demonstration (kept for callers that want the plain answer)."""
+    return kk_direct(row, random.Random(0))

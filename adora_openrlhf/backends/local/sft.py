@@ -4,7 +4,8 @@ A random-init model scores the minimum reward on every response, so GRPO would s
 groups. A short supervised phase on demonstrations teaches the answer format and some of the task, which
 gives RL groups with mixed rewards to learn from.
 
-Demonstrations come from a registry keyed by (row source, style) (:data:`DEMONSTRATIONS`). The K&K styles:
+Demonstrations come from a registry keyed by (row source, style) (``tasks/behaviours.py``, :data:`DEMONSTRATIONS`;
+the K&K ones are registered in ``tasks/kk.py``). The K&K styles:
 
 - ``direct``: ``<think>`` the roles in one line ``</think>`` then the answer (no reasoning shown);
 - ``thorough``: guess-and-check reasoning that tests candidates against every statement step by step
@@ -24,143 +25,23 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from adora_openrlhf.backends.local.update import pack, token_log_probs
-from adora_openrlhf.config import ConfigError, WarmupConfig
-from adora_openrlhf.registry import Registry
-
-Demonstration = Callable[[Any, random.Random], str]  # (row, rng) -> response text (without the eos token)
-# source -> (style -> builder): DEMONSTRATIONS.get(source).get(style), each level a Registry
-DEMONSTRATIONS: Registry[Registry[Demonstration]] = Registry("demonstration source", "source")
-
-
-# (source, style) pairs whose demonstration is drawn at random each time (e.g. a guessed answer): never cached
-RANDOMISED_DEMONSTRATIONS: set[tuple[str, str]] = set()
-
-
-def register_demonstration(source: str, style: str, randomised: bool = False) -> Callable[[Demonstration], Demonstration]:
-    """Register ``fn(row, rng) -> response text`` as the ``style`` demonstration of rows of ``source``;
-    ``randomised``: the text depends on ``rng``, so the warm-up draws it anew each time instead of caching it."""
-    if source not in DEMONSTRATIONS:
-        DEMONSTRATIONS.add(source, Registry("style", f"warmup.style (rows of source {source!r})"))
-    if randomised:
-        RANDOMISED_DEMONSTRATIONS.add((source, style))
-    return DEMONSTRATIONS.get(source).register(style)
-
-
-def _kk_names_statements(row: Any):
-    from adora_openrlhf.tasks.kk import statements_from_json
-
-    names, statements = row.meta.get("names"), row.meta.get("statements")
-    if not names or statements is None or len(statements) != len(names):
-        raise ConfigError(
-            "warmup.style: K&K reasoning traces need meta.names and meta.statements in every row (generated puzzles and "
-            "public K&K files with a 'statements' field have them); use --warmup.style direct for rows without statements"
-        )
-    return names, statements_from_json(statements)
-
-
-@register_demonstration("kk", "direct")
-def kk_direct(row: Any, rng: random.Random) -> str:
-    """Logic-RL format answer for a K&K row, from ``meta`` names/solution (or the label alone)."""
-    names, solution = row.meta.get("names"), row.meta.get("solution")
-    if names and solution is not None and len(names) == len(solution):
-        check = ", ".join(f"{n} {'knight' if s else 'knave'}" for n, s in zip(names, solution, strict=True))
-    else:
-        check = row.label.replace("\n", ", ")
-    return f"<think>{check}.</think>\n<answer>{row.label}</answer>"
-
-
-@register_demonstration("kk", "thorough")
-def kk_thorough(row: Any, rng: random.Random) -> str:
-    """Guess-and-check trace that tests candidates in a fixed order until one passes every statement."""
-    from adora_openrlhf.tasks.kk import thorough_response
-
-    return thorough_response(*_kk_names_statements(row))
-
-
-@register_demonstration("kk", "shortcut", randomised=True)
-def kk_shortcut(row: Any, rng: random.Random) -> str:
-    """``<think>guess.</think>`` and a uniformly random assignment."""
-    from adora_openrlhf.tasks.kk import shortcut_response
-
-    return shortcut_response(row.meta.get("names") or _kk_names_statements(row)[0], rng)
-
-
-@register_demonstration("kk", "restate", randomised=True)
-def kk_restate(row: Any, rng: random.Random) -> str:
-    """The whole quiz read back, ``guess.``, and a uniformly random assignment."""
-    from adora_openrlhf.tasks.kk import restate_response
-
-    return restate_response(*_kk_names_statements(row), rng)
-
-
-# Response probes: name the behaviour a response shows (for the metrics), one per source.
-ResponseProbe = Callable[[str], str]  # response text -> style name ("other" when none fits)
-
-
-@dataclass(frozen=True)
-class Probe:
-    """A source's response probe and the styles it reports every time, seen or not."""
-
-    fn: ResponseProbe
-    styles: tuple[str, ...]
-
-
-RESPONSE_PROBES: Registry[Probe] = Registry("response probe", "source")
-
-
-def register_probe(source: str, styles: Sequence[str]) -> Callable[[ResponseProbe], ResponseProbe]:
-    """Register ``fn(response text) -> style name`` as the probe of rows of ``source``."""
-
-    def wrap(fn: ResponseProbe) -> ResponseProbe:
-        RESPONSE_PROBES.add(source, Probe(fn, tuple(styles)))
-        return fn
-
-    return wrap
-
-
-@register_probe("kk", styles=("thorough", "shortcut"))
-def kk_probe(response: str) -> str:
-    """``thorough``, ``shortcut`` or ``other`` (see ``tasks.kk.trace_kind``)."""
-    from adora_openrlhf.tasks.kk import trace_kind
-
-    return trace_kind(response)
-
-
-def style_fractions(sources: Sequence[str], texts: Sequence[str], prefix: str) -> dict[str, float]:
-    """``{prefix}thorough_fraction``, ``{prefix}shortcut_fraction`` ...: the share of responses whose probe names
-    each style, over the responses whose source has a probe (empty when none has); the styles a probe was
-    registered with are reported even when no response shows them."""
-    kinds = [RESPONSE_PROBES.get(s).fn(t) for s, t in zip(sources, texts, strict=True) if s in RESPONSE_PROBES]
-    if not kinds:
-        return {}
-    names = sorted(set(kinds).union(*(RESPONSE_PROBES.get(s).styles for s in set(sources) if s in RESPONSE_PROBES)))
-    return {f"{prefix}{name}_fraction": kinds.count(name) / len(kinds) for name in names}
-
-
-def kk_demonstration(row: Any) -> str:
-    """The ``direct`` K&K demonstration (kept for callers that want the plain answer)."""
-    return kk_direct(row, random.Random(0))
-
-
-def demonstration_for(row: Any, style: str = "direct", rng: random.Random | None = None) -> str:
-    """The ``style`` demonstration of ``row``; sources without builders fall back to ``meta.solution_text``."""
-    if row.source in DEMONSTRATIONS:
-        return DEMONSTRATIONS.get(row.source).get(style)(row, rng or random.Random(0))
-    solution = row.meta.get("solution_text") if isinstance(row.meta, dict) else None
-    if isinstance(solution, str) and solution.strip():
-        return solution
-    raise ConfigError(
-        f"warmup.steps: no demonstration for rows of source {row.source!r} (no registered builder and no meta.solution_text); "
-        "set --warmup.steps 0 for a model that already follows the answer format"
-    )
+from adora_openrlhf.config import WarmupConfig
+from adora_openrlhf.tasks.behaviours import (  # noqa: F401 (names of this module before the move)
+    DEMONSTRATIONS,
+    RANDOMISED_DEMONSTRATIONS,
+    RESPONSE_PROBES,
+    demonstration_for,
+    register_demonstration,
+    register_probe,
+    style_fractions,
+)
 
 
 def warmup_styles(cfg: WarmupConfig) -> list[str]:
