@@ -211,7 +211,7 @@ def test_openrlhf_generation_marks_truncated_responses(engine, model_dir):
         assert e.rollout_log_probs is None  # no importance-sampling correction: OpenRLHF asks for no logprobs
 
 
-def start_engine(model_dir):
+def start_engine(model_dir, dtype="bfloat16"):
     """Our engine actor (OpenRLHF's RolloutRayActor with the package's worker extension), as the CPU run starts it."""
     return sync_mod.RemoteAdoraRolloutActor.options(num_cpus=1, num_gpus=1).remote(
         model=str(model_dir),
@@ -220,7 +220,7 @@ def start_engine(model_dir):
         seed=0,
         distributed_executor_backend="uni",
         max_model_len=MAX_LEN,
-        dtype="bfloat16",
+        dtype=dtype,
         gpu_memory_utilization=0.5,
         num_gpus=1,
         max_logprobs=2,
@@ -293,7 +293,9 @@ def test_gloo_weight_sync_and_reload_from_a_saved_policy(ray_cluster, model_dir,
 
 def test_gloo_weight_sync_with_tied_embeddings(ray_cluster, tmp_path):
     """The local backend's tiny models tie the output layer to the embeddings (vLLM logs that its LM head got no
-    tensor of its own): after a sync of perturbed weights the engine's log-probs equal the trainer model's."""
+    tensor of its own): after a sync of perturbed weights the engine's log-probs equal the trainer model's. In
+    float32 on both sides (the testbed's training dtype): bf16 log-probs of vLLM's CPU kernels and torch's differ by
+    up to 0.1 depending on the CPU, which would hide a missed tensor no better than it shows one."""
     from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     from answer_model import answer_tokenizer
@@ -307,8 +309,8 @@ def test_gloo_weight_sync_with_tied_embeddings(ray_cluster, tmp_path):
     torch.manual_seed(0)
     Qwen2ForCausalLM(config).save_pretrained(tmp_path / "tied")
     tokenizer.save_pretrained(tmp_path / "tied")
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "tied", dtype=torch.bfloat16)
-    actor = start_engine(tmp_path / "tied")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "tied", dtype=torch.float32)
+    actor = start_engine(tmp_path / "tied", dtype="float32")
     prompt = tokenizer(PROMPTS[1], add_special_tokens=False)["input_ids"]
 
     def trainer_logprobs(tokens):
@@ -317,12 +319,12 @@ def test_gloo_weight_sync_with_tied_embeddings(ray_cluster, tmp_path):
         return {t: float(torch.log_softmax(logits, -1)[t]) for t in tokens}
 
     _, before = first_step(actor, prompt)
-    assert before == pytest.approx(trainer_logprobs(before), abs=0.05)
+    assert before == pytest.approx(trainer_logprobs(before), abs=2e-3)
     with torch.no_grad():
         for param in model.parameters():
-            param.add_(torch.randn_like(param) * 0.05)  # weights of about twice their size: bf16 logits stay close
+            param.add_(torch.randn_like(param) * 0.05)  # weights of about twice their size
     gloo_sync(actor, model)
     _, after = first_step(actor, prompt)
-    assert after == pytest.approx(trainer_logprobs(after), abs=0.05)
+    assert after == pytest.approx(trainer_logprobs(after), abs=2e-3)
     assert before != pytest.approx(after, abs=0.05) or set(before) != set(after)
     ray.kill(actor)

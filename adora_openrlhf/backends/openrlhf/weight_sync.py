@@ -128,6 +128,7 @@ class AdoraWorkerExtension(WorkerWrap):
         if empty_cache:
             pending, self._pending_weights = self._pending_weights, []
             self.model_runner.reload_weights(weights_iterator=iter(pending))
+            refresh_cpu_matmul_handles(self.model_runner.get_model())
         return None
 
     def reload_weights_from_dir(self, model_dir: str) -> int:
@@ -141,7 +142,28 @@ class AdoraWorkerExtension(WorkerWrap):
                 yield item
 
         self.model_runner.reload_weights(weights_iterator=counted())
+        refresh_cpu_matmul_handles(self.model_runner.get_model())
         return count
+
+
+def refresh_cpu_matmul_handles(model: torch.nn.Module) -> int:
+    """Rebuild the CPU matmul handle of every layer that keeps its weight (embeddings and LM heads); returns the count.
+
+    vLLM's CPU backend multiplies by a layer's weight through a handle made from that weight when the model loads
+    (``dispatch_cpu_unquantized_gemm``: oneDNN or a packed copy). A reload in place rebuilds the layers whose tensors it
+    loads, but an LM head tied to the embeddings (``tie_word_embeddings``, as the local backend's tiny models) is a layer
+    of its own whose weight is the embedding's and for which no tensor arrives: its handle kept the first weights, so
+    the engine sampled with the starting model's output layer while the trainer's moved. Layers whose weight the
+    dispatch removed (the linear layers) have an empty weight here and were rebuilt by the reload."""
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    count = 0
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if hasattr(module, "cpu_linear") and isinstance(weight, torch.Tensor) and weight.ndim == 2 and weight.numel() > 0 and not weight.is_meta:
+            dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+            count += 1
+    return count
 
 
 class AdoraRolloutActor(RolloutRayActor.__ray_actor_class__):
