@@ -255,14 +255,6 @@ def read_back(args: Any, cfg: RunConfig) -> dict[str, Any]:
     return values
 
 
-def set_dotted(values: dict[str, Any], dotted: str, value: Any) -> None:
-    """``values["a"]["b"] = value`` for ``"a.b"`` (a ``RunConfig.to_dict()``)."""
-    *parents, leaf = dotted.split(".")
-    for part in parents:
-        values = values[part]
-    values[leaf] = value
-
-
 def markdown_table() -> str:
     """The mapping as the Markdown table of docs/openrlhf_backend.md."""
     rows = ["| our field(s) | OpenRLHF flag(s) | read back | note |", "|---|---|---|---|"]

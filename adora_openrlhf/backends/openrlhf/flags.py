@@ -29,8 +29,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from adora_openrlhf.backends.openrlhf.field_flags import LOSS_AGG_MODES, PARAM_DTYPES, read_back, set_dotted, table_flags
+from adora_openrlhf.backends.openrlhf.field_flags import LOSS_AGG_MODES, PARAM_DTYPES, read_back, table_flags
 from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.recipes import apply_overrides
 from adora_openrlhf.rewards.openrlhf_reward import REWARD_LABEL_KEY  # the column data_prep writes (source, label, meta)
 
 EXTRA_KEY = "openrlhf"  # RunConfig.extra[EXTRA_KEY]: recipe-level OpenRLHF flags {"group.name": value}
@@ -144,9 +145,7 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
         raise ConfigError(
             f"reward.overlong_buffer_len: {buffer:g} is longer than the response limit ({max_new} tokens); lower it or raise --rollout.max_new_tokens"
         )
-    values = cfg.to_dict()
-    for dotted, value in read_back(args, cfg).items():  # the shared fields (field_flags.FIELD_FLAGS)
-        set_dotted(values, dotted, value)
+    values = apply_overrides(cfg.to_dict(), read_back(args, cfg))  # the shared fields (field_flags.FIELD_FLAGS)
     return RunConfig.from_dict(values)
 
 
