@@ -18,6 +18,12 @@ over the run, all sampling rounds) and the accuracy curve. Results go to ``bench
 record); run folders stay under ``--out``. A finished run (its ``record.json``) is reused when the benchmark is
 run again with the same settings.
 
+``--replicates VARIANT:SEED:RL_SEED ...`` runs the variant again from the warm start and rows of ``SEED`` with
+``RL_SEED`` as the run's seed (data order, sampling, the trainer's randomness), on each backend: the spread of
+final accuracy that RL's own randomness gives from one warm start, to judge a difference between the backends
+on one seed. Replicate records carry ``rl_seed`` and are tabled apart (the local backend then reads the rows from
+the same JSONL files as the openrlhf backend).
+
 ``--prepare-only`` writes the warm starts and the JSONL files and stops: the inputs of a manual
 ``--recipe kk-testbed-openrlhf`` run.
 """
@@ -78,19 +84,31 @@ def reuse(run_dir: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def run_openrlhf(variant: str, seed: int, inputs: dict[str, str], out: Path) -> dict[str, Any]:
-    """One ``--backend openrlhf`` run of the variant from the seed's warm start; its record."""
-    run_dir = out / "openrlhf" / f"{variant}_seed{seed}"
-    settings = {"backend": "openrlhf", "variant": variant, "seed": seed, "inputs": inputs, "recipe": CLUSTER_RECIPE}
+def run_name(variant: str, seed: int, rl_seed: int | None) -> str:
+    """A run's folder name: ``VARIANT_seedSEED``, with ``_rlRL_SEED`` for a replicate."""
+    return f"{variant}_seed{seed}" + ("" if rl_seed is None else f"_rl{rl_seed}")
+
+
+def with_rl_seed(record: dict[str, Any], rl_seed: int | None) -> dict[str, Any]:
+    """``record`` with ``rl_seed`` set when the run is a replicate (main runs carry none)."""
+    return record if rl_seed is None else {**record, "rl_seed": rl_seed}
+
+
+def run_openrlhf(variant: str, seed: int, inputs: dict[str, str], out: Path, rl_seed: int | None = None) -> dict[str, Any]:
+    """One ``--backend openrlhf`` run of the variant from the seed's warm start (run seed ``rl_seed`` for a
+    replicate, else ``seed``); its record."""
+    run_dir = out / "openrlhf" / run_name(variant, seed, rl_seed)
+    settings = with_rl_seed({"backend": "openrlhf", "variant": variant, "seed": seed, "inputs": inputs, "recipe": CLUSTER_RECIPE}, rl_seed)
     if (found := reuse(run_dir, settings)) is not None:
         return found
     command = [
         sys.executable, "-m", "adora_openrlhf.train", "--backend", "openrlhf", "--recipe", CLUSTER_RECIPE,
         "--model", inputs["model"], "--data.train_path", inputs["train"], "--data.eval_path", inputs["test"],
-        "--seed", str(seed), "--output_dir", str(run_dir / "run"), "--overwrite", *cli_flags(VARIANTS[variant]),
+        "--seed", str(seed if rl_seed is None else rl_seed), "--output_dir", str(run_dir / "run"), "--overwrite",
+        *cli_flags(VARIANTS[variant]),
     ]  # fmt: skip
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    log_path = run_dir.parent / f"{variant}_seed{seed}.log"
+    log_path = run_dir.parent / f"{run_dir.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.time()
     with open(log_path, "w") as log:
@@ -108,6 +126,7 @@ def run_openrlhf(variant: str, seed: int, inputs: dict[str, str], out: Path) -> 
         "backend": "openrlhf",
         "variant": variant,
         "seed": seed,
+        **({} if rl_seed is None else {"rl_seed": rl_seed}),
         "acc_step0": curve[0][1],
         "acc_final": curve[-1][1],
         "wall_s": round(wall, 1),
@@ -120,11 +139,15 @@ def run_openrlhf(variant: str, seed: int, inputs: dict[str, str], out: Path) -> 
     return record
 
 
-def run_local(variant: str, seed: int, inputs: dict[str, str], out: Path) -> dict[str, Any]:
-    """The local backend's run of the variant from the same warm start (bench.common.run_training); its record."""
+def run_local(variant: str, seed: int, inputs: dict[str, str], out: Path, rl_seed: int | None = None) -> dict[str, Any]:
+    """The local backend's run of the variant from the same warm start (bench.common.run_training); its record.
+    A replicate (``rl_seed``) reads the seed's rows from the JSONL files and runs with seed ``rl_seed``."""
     overrides = {**FROM_WARM_START, **VARIANTS[variant], "model.path": inputs["model"]}
+    if rl_seed is not None:
+        overrides.update({"data.train_path": inputs["train"], "data.eval_path": inputs["test"]})
     start = time.time()
-    run = run_training(RunSpec(variant, seed, LOCAL_RECIPE, overrides, str(out / "local" / f"{variant}_seed{seed}"), reuse=True))
+    run_dir = out / "local" / run_name(variant, seed, rl_seed)
+    run = run_training(RunSpec(variant, seed if rl_seed is None else rl_seed, LOCAL_RECIPE, overrides, str(run_dir), reuse=True))
     steps = [r for r in run["metrics"] if "eval/greedy_accuracy" not in r or "reward/mean" in r]
     curve = [(r["step"], r["eval/greedy_accuracy"]) for r in run["metrics"] if "eval/greedy_accuracy" in r]
     times = [r["time/step_s"] for r in steps if "time/step_s" in r]
@@ -132,6 +155,7 @@ def run_local(variant: str, seed: int, inputs: dict[str, str], out: Path) -> dic
         "backend": "local",
         "variant": variant,
         "seed": seed,
+        **({} if rl_seed is None else {"rl_seed": rl_seed}),
         "acc_step0": curve[0][1],
         "acc_final": curve[-1][1],
         "wall_s": round(run["summary"].get("wall_time_s", time.time() - start), 1),
@@ -142,7 +166,47 @@ def run_local(variant: str, seed: int, inputs: dict[str, str], out: Path) -> dic
 
 
 def table(records: list[dict[str, Any]]) -> str:
-    """One row per (backend, variant): accuracy at step 0 and at the end, gain, per seed and as mean ± 95% interval."""
+    """One row per (backend, variant): accuracy at step 0 and at the end, gain, per seed and as mean ± 95% interval;
+    then, when there are replicates, :func:`replicate_table`."""
+    main_runs = [r for r in records if r.get("rl_seed") is None]
+    replicates = replicate_table(records)
+    return main_table(main_runs) + ("\n\n" + replicates if replicates else "")
+
+
+def replicate_table(records: list[dict[str, Any]]) -> str:
+    """Per (variant, warm-start seed) that has replicates, per backend: the final accuracy of each run seed (the
+    main run's seed first), their mean, range and standard deviation. Empty without replicates."""
+    import statistics
+
+    wanted = dict.fromkeys((r["variant"], r["seed"]) for r in records if r.get("rl_seed") is not None)
+    rows = []
+    for variant, seed in wanted:
+        for backend in ("local", "openrlhf"):
+            runs = [r for r in records if (r["backend"], r["variant"], r["seed"]) == (backend, variant, seed)]
+            runs.sort(key=lambda r: (r.get("rl_seed") is not None, r.get("rl_seed") or 0))
+            if not runs:
+                continue
+            finals = [r["acc_final"] for r in runs]
+            rows.append(
+                [
+                    backend,
+                    variant,
+                    str(seed),
+                    " ".join(str(r.get("rl_seed", seed)) for r in runs),
+                    " ".join(f"{a:.3f}" for a in finals),
+                    f"{statistics.fmean(finals):.3f}",
+                    f"{min(finals):.3f}-{max(finals):.3f}",
+                    f"{statistics.stdev(finals):.3f}" if len(finals) > 1 else "-",
+                ]
+            )
+    if not rows:
+        return ""
+    header = ["backend", "variant", "warm start", "run seeds", "acc final per run", "mean", "range", "sd"]
+    return "Replicates: the same warm start and rows, other run seeds.\n\n" + markdown_table(header, rows)
+
+
+def main_table(records: list[dict[str, Any]]) -> str:
+    """The rows of :func:`table` for the main runs (no ``rl_seed``)."""
     rows = []
     for backend in ("local", "openrlhf"):
         for variant in dict.fromkeys(r["variant"] for r in records):
@@ -171,26 +235,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", nargs="+", default=["local", "openrlhf"], choices=["local", "openrlhf"])
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "cluster_testbed", help="warm starts, data and run folders")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--replicates", nargs="*", default=[], help="runs again from a seed's warm start and rows with another run seed, as VARIANT:SEED:RL_SEED"
+    )
     parser.add_argument("--prepare-only", action="store_true", help="write the warm starts and JSONL files, then stop")
     args = parser.parse_args(argv)
     extra = [(v, int(s)) for v, s in (item.split(":") for item in args.extra)]
+    replicates = [parse_replicate(item, parser) for item in args.replicates]
     if args.prepare_only:
         print(json.dumps({seed: prepare(seed, args.out) for seed in sorted({*args.seeds, *(s for _, s in extra)})}, indent=2))
         return 0
     inputs: dict[int, dict[str, str]] = {}  # prepared when a seed's first run comes
-    plan = [(backend, v, s) for s in args.seeds for v in args.variants for backend in ("openrlhf", "local")]
-    plan += [("openrlhf", v, s) for v, s in extra] + [("local", v, s) for v, s in extra]
+    plan = [(backend, v, s, None) for s in args.seeds for v in args.variants for backend in ("openrlhf", "local")]
+    plan += [("openrlhf", v, s, None) for v, s in extra] + [("local", v, s, None) for v, s in extra]
+    plan += [(backend, v, s, r) for v, s, r in replicates for backend in ("openrlhf", "local")]
     records = read_records(args.results)  # earlier runs are kept
-    for backend, variant, seed in plan:
+    for backend, variant, seed, rl_seed in plan:
         if backend not in args.backends:
             continue
-        print(f"[cluster_testbed] {backend} {variant} seed {seed}", file=sys.stderr, flush=True)
+        print(f"[cluster_testbed] {backend} {run_name(variant, seed, rl_seed)}", file=sys.stderr, flush=True)
         runner = run_local if backend == "local" else run_openrlhf
         if seed not in inputs:
             inputs[seed] = prepare(seed, args.out)
-        records = save_records(args.results, records, runner(variant, seed, inputs[seed], args.out), ("backend", "variant", "seed"), table)
+        record = runner(variant, seed, inputs[seed], args.out, rl_seed)
+        records = save_records(args.results, records, record, ("backend", "variant", "seed", "rl_seed"), table)
     print(table(records))
     return 0
+
+
+def parse_replicate(item: str, parser: argparse.ArgumentParser) -> tuple[str, int, int]:
+    """``VARIANT:SEED:RL_SEED`` -> (variant, seed, rl_seed); a malformed item stops with the option named."""
+    parts = item.split(":")
+    if len(parts) != 3 or parts[0] not in VARIANTS or not all(p.isdigit() for p in parts[1:]):
+        parser.error(f"--replicates {item!r}: expected VARIANT:SEED:RL_SEED with a variant of {sorted(VARIANTS)} and two seeds")
+    if parts[1] == parts[2]:
+        parser.error(f"--replicates {item!r}: RL_SEED equal to SEED is the main run; choose another run seed")
+    return parts[0], int(parts[1]), int(parts[2])
 
 
 if __name__ == "__main__":

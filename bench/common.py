@@ -209,9 +209,10 @@ def read_records(results_dir: Path) -> list[dict[str, Any]]:
 def save_records(
     results_dir: Path, records: list[dict[str, Any]], record: dict[str, Any], keys: Sequence[str], table: Callable[[list[dict[str, Any]]], str]
 ) -> list[dict[str, Any]]:
-    """``records`` with ``record`` in place of the one that has the same values at ``keys`` (appended otherwise),
+    """``records`` with ``record`` in place of the one that has the same values at ``keys`` (a key a record lacks
+    counts as None; appended otherwise),
     written to ``results_dir`` as ``results.json`` and ``table.md`` (``table(records)``); returns the new list."""
-    records = [r for r in records if any(r[k] != record[k] for k in keys)] + [record]
+    records = [r for r in records if any(r.get(k) != record.get(k) for k in keys)] + [record]
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     write_json(results_dir / "results.json", {"records": records})

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from bench.cluster_testbed import cli_flags, reuse, table
+import pytest
+
+from bench.cluster_testbed import cli_flags, parse_replicate, reuse, run_name, table
 from bench.common import gain_cells
 
 
@@ -46,9 +48,53 @@ def test_a_later_invocation_keeps_earlier_records_and_replaces_a_rerun(tmp_path,
     earlier = [record("openrlhf", "GRPO", 0, 0.17, 0.825), record("openrlhf", "GRPO", 1, 0.2, 0.5)]
     (results / "results.json").write_text(json.dumps({"records": earlier}))
     monkeypatch.setattr(bench, "prepare", lambda seed, out: {"model": f"m{seed}", "train": "t", "test": "e"})
-    monkeypatch.setattr(bench, "run_openrlhf", lambda variant, seed, inputs, out: record("openrlhf", variant, seed, 0.2, 0.9))
+    monkeypatch.setattr(bench, "run_openrlhf", lambda variant, seed, inputs, out, rl_seed=None: record("openrlhf", variant, seed, 0.2, 0.9))
     argv = ["--seeds", "1", "--variants", "GRPO", "--extra", "--backends", "openrlhf", "--out", str(tmp_path / "runs"), "--results", str(results)]
     assert bench.main(argv) == 0
     kept = {(r["seed"], r["acc_final"]) for r in json.loads((results / "results.json").read_text())["records"]}
     assert kept == {(0, 0.825), (1, 0.9)}  # seed 0 kept, seed 1 replaced by the new run
     assert "| openrlhf | GRPO | 0 1 |" in (results / "table.md").read_text()
+
+
+def test_replicates_are_parsed_named_and_refused_in_one_line():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    assert parse_replicate("GRPO+ADORA:1:101", parser) == ("GRPO+ADORA", 1, 101)
+    assert run_name("GRPO+ADORA", 1, 101) == "GRPO+ADORA_seed1_rl101" and run_name("GRPO", 1, None) == "GRPO_seed1"
+    for bad in ("GRPO:1", "NOPE:1:2", "GRPO:1:x", "GRPO:1:1"):
+        with pytest.raises(SystemExit):
+            parse_replicate(bad, parser)
+
+
+def test_replicates_are_tabled_apart_with_their_spread():
+    main = [record("local", "GRPO+ADORA", 1, 0.17, 0.88), record("openrlhf", "GRPO+ADORA", 1, 0.17, 0.675)]
+    reps = [{**record("local", "GRPO+ADORA", 1, 0.17, acc), "rl_seed": rl} for rl, acc in ((102, 0.70), (101, 0.82))]
+    text = table(main + reps)
+    first, second = text.split("Replicates")
+    assert "| local | GRPO+ADORA | 1 | 0.170 | 0.880 | +0.710 |" in first  # the main table holds the main runs only
+    # local runs in run-seed order 1 (main), 101, 102: finals 0.88 0.82 0.70, mean 0.8, sd sqrt(((0.08)^2+(0.02)^2+(0.1)^2)/2) = 0.0917
+    assert "| local | GRPO+ADORA | 1 | 1 101 102 | 0.880 0.820 0.700 | 0.800 | 0.700-0.880 | 0.092 |" in second
+    assert "| openrlhf | GRPO+ADORA | 1 | 1 | 0.675 | 0.675 | 0.675-0.675 | - |" in second
+    assert "Replicates" not in table(main)
+
+
+def test_replicate_runs_get_their_run_seed_and_do_not_replace_the_main_run(tmp_path, monkeypatch):
+    import bench.cluster_testbed as bench
+
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "results.json").write_text(json.dumps({"records": [record("local", "GRPO+ADORA", 1, 0.17, 0.88)]}))
+    monkeypatch.setattr(bench, "prepare", lambda seed, out: {"model": f"m{seed}", "train": "t", "test": "e"})
+    calls = []
+
+    def fake_local(variant, seed, inputs, out, rl_seed=None):
+        calls.append((variant, seed, rl_seed))
+        return {**record("local", variant, seed, 0.17, 0.7), **({"rl_seed": rl_seed} if rl_seed is not None else {})}
+
+    monkeypatch.setattr(bench, "run_local", fake_local)
+    argv = ["--seeds", "1", "--variants", "GRPO", "--extra", "--backends", "local", "--replicates", "GRPO+ADORA:1:101"]
+    assert bench.main([*argv, "--out", str(tmp_path / "runs"), "--results", str(results)]) == 0
+    assert calls == [("GRPO", 1, None), ("GRPO+ADORA", 1, 101)]
+    kept = {(r["variant"], r.get("rl_seed"), r["acc_final"]) for r in json.loads((results / "results.json").read_text())["records"]}
+    assert kept == {("GRPO+ADORA", None, 0.88), ("GRPO", None, 0.7), ("GRPO+ADORA", 101, 0.7)}
