@@ -229,8 +229,8 @@ def main_table(records: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cluster_testbed", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--variants", nargs="+", default=["GRPO", "GRPO+ADORA"], choices=sorted(VARIANTS))
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="warm-start seeds of the main runs (none: only --extra and --replicates)")
+    parser.add_argument("--variants", nargs="*", default=["GRPO", "GRPO+ADORA"], choices=sorted(VARIANTS))
     parser.add_argument("--extra", nargs="*", default=["Ada-balance:0"], help="more openrlhf runs as VARIANT:SEED (default: Ada-balance on seed 0)")
     parser.add_argument("--backends", nargs="+", default=["local", "openrlhf"], choices=["local", "openrlhf"])
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "cluster_testbed", help="warm starts, data and run folders")

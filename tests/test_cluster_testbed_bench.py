@@ -96,5 +96,8 @@ def test_replicate_runs_get_their_run_seed_and_do_not_replace_the_main_run(tmp_p
     argv = ["--seeds", "1", "--variants", "GRPO", "--extra", "--backends", "local", "--replicates", "GRPO+ADORA:1:101"]
     assert bench.main([*argv, "--out", str(tmp_path / "runs"), "--results", str(results)]) == 0
     assert calls == [("GRPO", 1, None), ("GRPO+ADORA", 1, 101)]
+    argv = ["--seeds", "--extra", "--backends", "local", "--replicates", "GRPO+ADORA:1:102"]  # replicates only
+    assert bench.main([*argv, "--out", str(tmp_path / "runs"), "--results", str(results)]) == 0
+    assert calls[2:] == [("GRPO+ADORA", 1, 102)]
     kept = {(r["variant"], r.get("rl_seed"), r["acc_final"]) for r in json.loads((results / "results.json").read_text())["records"]}
-    assert kept == {("GRPO+ADORA", None, 0.88), ("GRPO", None, 0.7), ("GRPO+ADORA", 101, 0.7)}
+    assert kept == {("GRPO+ADORA", None, 0.88), ("GRPO", None, 0.7), ("GRPO+ADORA", 101, 0.7), ("GRPO+ADORA", 102, 0.7)}
