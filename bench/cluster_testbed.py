@@ -169,8 +169,7 @@ def table(records: list[dict[str, Any]]) -> str:
     """One row per (backend, variant): accuracy at step 0 and at the end, gain, per seed and as mean ± 95% interval;
     then, when there are replicates, :func:`replicate_table`."""
     main_runs = [r for r in records if r.get("rl_seed") is None]
-    replicates = replicate_table(records)
-    return main_table(main_runs) + ("\n\n" + replicates if replicates else "")
+    return "\n\n".join(part for part in (main_table(main_runs) if main_runs else "", replicate_table(records)) if part)
 
 
 def replicate_table(records: list[dict[str, Any]]) -> str:

@@ -77,6 +77,7 @@ def test_replicates_are_tabled_apart_with_their_spread():
     assert "| local | GRPO+ADORA | 1 | 1 101 102 | 0.880 0.820 0.700 | 0.800 | 0.700-0.880 | 0.092 |" in second
     assert "| openrlhf | GRPO+ADORA | 1 | 1 | 0.675 | 0.675 | 0.675-0.675 | - |" in second
     assert "Replicates" not in table(main)
+    assert table(reps).startswith("Replicates")  # no main runs: no empty main table
 
 
 def test_replicate_runs_get_their_run_seed_and_do_not_replace_the_main_run(tmp_path, monkeypatch):
