@@ -126,7 +126,6 @@ def run_openrlhf(variant: str, seed: int, inputs: dict[str, str], out: Path, rl_
         "backend": "openrlhf",
         "variant": variant,
         "seed": seed,
-        **({} if rl_seed is None else {"rl_seed": rl_seed}),
         "acc_step0": curve[0][1],
         "acc_final": curve[-1][1],
         "wall_s": round(wall, 1),
@@ -135,6 +134,7 @@ def run_openrlhf(variant: str, seed: int, inputs: dict[str, str], out: Path, rl_
         "curve": curve,
         "settings": settings,
     }
+    record = with_rl_seed(record, rl_seed)
     (run_dir / "record.json").write_text(json.dumps(record, indent=2) + "\n")
     return record
 
@@ -151,11 +151,10 @@ def run_local(variant: str, seed: int, inputs: dict[str, str], out: Path, rl_see
     steps = [r for r in run["metrics"] if "eval/greedy_accuracy" not in r or "reward/mean" in r]
     curve = [(r["step"], r["eval/greedy_accuracy"]) for r in run["metrics"] if "eval/greedy_accuracy" in r]
     times = [r["time/step_s"] for r in steps if "time/step_s" in r]
-    return {
+    record = {
         "backend": "local",
         "variant": variant,
         "seed": seed,
-        **({} if rl_seed is None else {"rl_seed": rl_seed}),
         "acc_step0": curve[0][1],
         "acc_final": curve[-1][1],
         "wall_s": round(run["summary"].get("wall_time_s", time.time() - start), 1),
@@ -163,6 +162,7 @@ def run_local(variant: str, seed: int, inputs: dict[str, str], out: Path, rl_see
         "responses": int(sum(r.get("sampling/responses_generated", 0) for r in steps)),
         "curve": curve,
     }
+    return with_rl_seed(record, rl_seed)
 
 
 def table(records: list[dict[str, Any]]) -> str:

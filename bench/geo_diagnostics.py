@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from adora_openrlhf.tasks.geo_synth import COLOURS
 from bench.common import markdown_table, write_json
 
-COLOURS = ("red", "green", "blue", "yellow")
 VIEWS = ("greedy", "sampled", "blank")
 
 
@@ -119,12 +118,16 @@ def view_metrics(rows: Sequence[Mapping[str, Any]], texts: Sequence[Sequence[str
     return metrics
 
 
-def held_out(run: Path, blank: Path | None = None) -> list[dict[str, Any]]:
-    """The run's held-out rows with absolute image paths (every image replaced by ``blank`` when given)."""
-    rows = [json.loads(line) for line in (run / "heldout.jsonl").read_text().splitlines() if line.strip()]
-    for row in rows:
-        row["images"] = [str(blank) if blank is not None else str(run / path) for path in row.get("images") or []]
-    return rows
+def held_out(rows_file: Path, cache_dir: Path) -> list[dict[str, Any]]:
+    """The run's held-out rows, read and their images resolved and checked as ``eval.run --run`` reads them."""
+    from eval.benchmarks import HELDOUT, get_benchmark, load_located_rows
+
+    return [dict(row) for _, row in load_located_rows(get_benchmark(HELDOUT), str(rows_file), None, 0, None, cache_dir=cache_dir)]
+
+
+def with_images(rows: Sequence[dict[str, Any]], image: Path) -> list[dict[str, Any]]:
+    """``rows`` with every image replaced by ``image``."""
+    return [{**row, "images": [str(image)] * len(row.get("images") or [])} for row in rows]
 
 
 def blank_image(like: str, out: Path) -> Path:
@@ -142,13 +145,15 @@ def blank_image(like: str, out: Path) -> Path:
 def diagnose(
     model: str, rows: Sequence[dict[str, Any]], blank_rows: Sequence[dict[str, Any]], samples: int, max_new_tokens: int
 ) -> dict[str, dict[str, float]]:
-    """The three views' metrics for one checkpoint (each image its own seed, so the views are reproducible)."""
+    """The three views' metrics for one checkpoint (each image its own seed, so the views are reproducible); the
+    model is loaded once and each view sets its own decoding."""
     from eval.generation import EvalSampling, HFGenerator
     from eval.run import grade
 
+    generator = HFGenerator(model, EvalSampling(), batch_size=64)
     results = {}
     for view, view_rows, temperature, k in (("greedy", rows, 0.0, 1), ("sampled", rows, 1.0, samples), ("blank", blank_rows, 0.0, 1)):
-        generator = HFGenerator(model, EvalSampling(temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens, seed=0), batch_size=64)
+        generator.sampling = EvalSampling(temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens, seed=0)
         outputs = generator.generate(view_rows, k, seeds=list(range(len(view_rows))))
         texts = [[c.text for c in completions] for completions in outputs]
         correct = [[bool(grade(row["source"], text, row)["correct"]) for text in responses] for row, responses in zip(view_rows, texts, strict=True)]
@@ -172,22 +177,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
+    from eval.runs import open_run
+
     torch.set_num_threads(1)
-    if not (args.run / "heldout.jsonl").exists():
-        parser.error(f"--run: {args.run} has no heldout.jsonl (a local-backend run directory is needed)")
+    try:
+        target = open_run(args.run)
+    except ValueError as err:  # names --run and the fix
+        parser.error(str(err))
     found = {int(p.name.split("_")[-1]): p for p in sorted((args.run / "checkpoints").glob("step_*")) if (p / "config.json").exists()}
     steps = args.steps if args.steps else sorted(found)
     missing = [s for s in steps if s not in found]
     if missing or not steps:
         parser.error(f"--steps: no checkpoint for {missing or 'any step'} in {args.run / 'checkpoints'} (found {sorted(found)})")
     out = args.out or args.run / "diagnostics"
-    config = json.loads((args.run / "config.json").read_text())
-    max_new_tokens = config.get("rollout", {}).get("max_new_tokens", 32)
-    rows = held_out(args.run)
-    blank_rows = held_out(args.run, blank_image(rows[0]["images"][0], out))
+    rows = held_out(target.rows_file, out)
+    blank_rows = with_images(rows, blank_image(rows[0]["images"][0], out))
     records = []
     for step in steps:
-        records.append({"step": step, **diagnose(str(found[step]), rows, blank_rows, args.samples, max_new_tokens)})
+        records.append({"step": step, **diagnose(str(found[step]), rows, blank_rows, args.samples, target.max_new_tokens)})
         print(f"[geo_diagnostics] step {step} done", flush=True)
     text = table(records)
     print(text)
