@@ -10,11 +10,14 @@ and settings, in one process:
   (:class:`PerProblemGenerator`): one compact-decoding call per problem for its k samples, with the growing cache
   holding one entry per key/value head (as it did then), under ``torch.manual_seed(problem seed)``, 8 problems
   per ``evaluate_benchmark`` call;
-- ``batched``: ``eval.generation.HFGenerator`` as ``eval.run`` uses it now: the samples of ``batch-size // k``
-  problems per call, ``batch-size`` sequences per decoding batch, one random stream per sample, the cache's
-  heads repeated for grouped-query attention on CPU (``backends/local/kv_cache.py``).
+- ``batched-forward``: ``eval.generation.HFGenerator``'s batching with the model's own forward for every decoding
+  step: the samples of ``batch-size // k`` problems per call, ``batch-size`` sequences per decoding batch, one
+  random stream per sample, the cache's heads repeated for grouped-query attention on CPU
+  (``backends/local/kv_cache.py``);
+- ``batched``: ``HFGenerator`` as ``eval.run`` uses it now: the same, with the one-token steps after the prefill
+  through ``backends/local/decode_step.py`` (the forward's operations without its module machinery).
 
-Each ``--threads`` value (torch threads) times both ways once.
+Each ``--threads`` value (torch threads) times each way once.
 
 Two modes: ``sampled`` (``--k`` samples at ``--temperature``: the README's evaluation example by default) and
 ``greedy`` (temperature 0, k = 1, where both ways must give the same responses: counted). Prints and writes
@@ -35,14 +38,20 @@ import torch
 from bench.common import markdown_table, write_json
 from eval.generation import Completion, EvalSampling, HFGenerator, Progress
 
-WAYS = ("per-problem", "batched")
+WAYS = ("per-problem", "batched-forward", "batched")
 OLD_PROBLEMS_PER_CALL = 8  # eval.run's --batch-size default before batching: problems per generation call
+
+
+class ForwardStepGenerator(HFGenerator):
+    """``HFGenerator`` with the model's own forward for every decoding step (no ``decode_step.py``)."""
+
+    fast_step = False
 
 
 class PerProblemGenerator(HFGenerator):
     """The `transformers` engine of ``eval.run`` before batching across problems: each problem's k samples in a
     compact-decoding call of their own (k copies of one prompt: no padding), the growing cache with one entry per
-    key/value head, under ``torch.manual_seed`` of the problem's seed."""
+    key/value head, the model's forward for every step, under ``torch.manual_seed`` of the problem's seed."""
 
     def generate(
         self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None, progress: Progress | None = None
@@ -62,17 +71,20 @@ class PerProblemGenerator(HFGenerator):
             torch.manual_seed(seed)
             ids = torch.tensor([prompt] * k)
             cache = growing_cache_for(self.model)  # no batch size given: one entry per key/value head
-            responses = compact_decode(self.model, ids, torch.ones_like(ids), params, eos, pad, cache, greedy=greedy)
+            responses = compact_decode(self.model, ids, torch.ones_like(ids), params, eos, pad, cache, greedy=greedy, fast_step=False)
             out.append([Completion(self.tokenizer.decode(ids, skip_special_tokens=True), len(ids), truncated) for ids, truncated in responses])
             if progress is not None:
                 progress(k)
         return out
 
 
+GENERATOR_OF_WAY = {"per-problem": PerProblemGenerator, "batched-forward": ForwardStepGenerator, "batched": HFGenerator}
+
+
 def _time_way(way: str, model: str, bench, rows, k: int, sampling: EvalSampling, batch_size: int, out: Path) -> dict[str, Any]:
     from eval.run import evaluate_benchmark, read_records
 
-    generator = (PerProblemGenerator if way == "per-problem" else HFGenerator)(model, sampling, batch_size=batch_size)
+    generator = GENERATOR_OF_WAY[way](model, sampling, batch_size=batch_size)
     samples = out / "runs" / f"{way}_t{sampling.temperature:g}_k{k}.jsonl"  # runs/: not committed (.gitignore)
     samples.parent.mkdir(parents=True, exist_ok=True)
     samples.unlink(missing_ok=True)
@@ -117,8 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for mode, k, temperature in (("sampled", args.k, args.temperature), ("greedy", 1, 0.0)):
             sampling = EvalSampling(temperature=temperature, max_new_tokens=args.max_new_tokens)
             result = {way: _time_way(way, args.model, bench, rows, k, sampling, args.batch_size, out) for way in WAYS}
-            old, new = result["per-problem"], result["batched"]
-            same = sum(old["responses"][key] == text for key, text in new["responses"].items()) if mode == "greedy" else None
+            old = result["per-problem"]
+            same = {way: sum(old["responses"][key] == text for key, text in result[way]["responses"].items()) for way in WAYS[1:]}
             record = {
                 "threads": threads,
                 "mode": mode,
@@ -126,9 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "k": k,
                 "temperature": temperature,
                 **{f"{way}_{key}": value for way in WAYS for key, value in result[way].items() if key != "responses"},
-                "speedup": old["wall_s"] / new["wall_s"],
-                "cpu_speedup": old["cpu_s"] / new["cpu_s"],
-                "identical_responses": same,
+                **{f"{way}_speedup": old["wall_s"] / result[way]["wall_s"] for way in WAYS[1:]},
+                **{f"{way}_cpu_speedup": old["cpu_s"] / result[way]["cpu_s"] for way in WAYS[1:]},
+                **{f"{way}_identical_responses": same[way] if mode == "greedy" else None for way in WAYS[1:]},
             }
             records.append(record)
             table.append(
@@ -136,41 +148,43 @@ def main(argv: Sequence[str] | None = None) -> int:
                     str(threads),
                     mode,
                     f"{len(rows)} x {k}",
-                    f"{old['tokens_mean']:.0f} / {new['tokens_mean']:.0f}",
-                    f"{old['wall_s']:.1f}",
-                    f"{new['wall_s']:.1f}",
-                    f"{record['speedup']:.1f}x",
-                    f"{old['cpu_s']:.1f} / {new['cpu_s']:.1f}",
-                    f"{record['cpu_speedup']:.1f}x",
-                    f"{old['avg_at_k']:.3f} / {new['avg_at_k']:.3f}",
-                    "n/a (sampled)" if same is None else f"{same} of {len(rows)}",
+                    " / ".join(f"{result[way]['tokens_mean']:.0f}" for way in WAYS),
+                    " / ".join(f"{result[way]['wall_s']:.1f}" for way in WAYS),
+                    " / ".join(f"{record[f'{way}_speedup']:.1f}x" for way in WAYS[1:]),
+                    " / ".join(f"{result[way]['cpu_s']:.1f}" for way in WAYS),
+                    " / ".join(f"{record[f'{way}_cpu_speedup']:.1f}x" for way in WAYS[1:]),
+                    " / ".join(f"{result[way]['avg_at_k']:.3f}" for way in WAYS),
+                    "n/a (sampled)" if mode != "greedy" else " / ".join(f"{same[way]} of {len(rows)}" for way in WAYS[1:]),
                 ]
             )
             print(table[-1], flush=True)
+    ways, faster = " / ".join(WAYS), " / ".join(WAYS[1:])
     header = [
         "threads",
         "mode",
         "problems x samples",
-        "mean response tokens (per-problem / batched)",
-        "per-problem s",
-        "batched s",
-        "speed-up",
-        "CPU s (per-problem / batched)",
-        "CPU speed-up",
-        "avg@k (per-problem / batched)",
-        "identical responses",
+        f"mean response tokens ({ways})",
+        f"wall s ({ways})",
+        f"speed-up ({faster})",
+        f"CPU s ({ways})",
+        f"CPU speed-up ({faster})",
+        f"avg@k ({ways})",
+        f"responses identical to per-problem ({faster})",
     ]
     intro = (
         f"`eval.run --engine hf` on {args.model}, --bench {args.bench} (first {len(rows)} problems), sampled at temperature "
         f"{args.temperature:g} with k = {args.k} and greedy with k = 1, --max-new-tokens {args.max_new_tokens}, torch threads {args.threads}; "
-        f"per-problem: one decoding call per problem, {OLD_PROBLEMS_PER_CALL} problems per call of evaluate_benchmark; batched: "
-        f"{args.batch_size} sequences per decoding batch. Wall and process-CPU seconds of generation, grading and writing the samples."
+        f"per-problem: one decoding call per problem, {OLD_PROBLEMS_PER_CALL} problems per call of evaluate_benchmark, the model's forward "
+        f"for every step; batched-forward: {args.batch_size} sequences per decoding batch, the model's forward for every step; batched: "
+        f"the same batches, one-token steps through decode_step.py (eval.run today). Wall and process-CPU seconds of generation, "
+        "grading and writing the samples; speed-ups over per-problem."
     )
     text = markdown_table(header, table)
     (out / "table.md").write_text(f"{intro}\n\n{text}\n")
     write_json(out / "results.json", {"settings": vars(args), "runs": records})
     print(f"\n{intro}\n\n{text}")
-    return 0 if all(r["identical_responses"] == r["problems"] for r in records if r["mode"] == "greedy") else 1
+    identical = all(r[f"{way}_identical_responses"] == r["problems"] for r in records if r["mode"] == "greedy" for way in WAYS[1:])
+    return 0 if identical else 1
 
 
 if __name__ == "__main__":

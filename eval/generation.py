@@ -135,7 +135,12 @@ class HFGenerator:
     (module docstring): the k samples of every row of a call, ``batch_size`` sequences per decoding batch, in
     row order. A vision-language checkpoint (config with a ``vision_config``, e.g. Qwen2.5-VL or the local
     backend's tiny one) is loaded with its processor, and rows with ``images`` go through it
-    (``backends/local/vlm.py``). ``template``: the prompt template (``backends/local/tokenization.py``)."""
+    (``backends/local/vlm.py``). ``template``: the prompt template (``backends/local/tokenization.py``).
+    ``fast_step`` (class attribute): text decoding takes its one-token steps through ``backends/local/decode_step.py``
+    where the model allows (the same logits, bitwise); ``bench/eval_speed.py`` turns it off to time the model's
+    own forward."""
+
+    fast_step = True
 
     def __init__(self, model_path: str, sampling: EvalSampling, batch_size: int = 128, dtype: str = "auto", template: str = "auto"):
         from adora_openrlhf.backends.local import vlm
@@ -203,6 +208,7 @@ class HFGenerator:
                 greedy=greedy,
                 uniforms=uniforms,
                 on_finish=progress,
+                fast_step=self.fast_step,
             )
         else:  # model.generate (images): one call per row, under the row's own seed
             responses = []

@@ -317,7 +317,7 @@ def test_decoding_bench_times_both_loops_on_a_saved_policy(tmp_path):
     assert "| greedy | 2 |" in (tmp_path / "out" / "table.md").read_text()
 
 
-def test_eval_speed_bench_times_both_ways_on_a_saved_policy(tmp_path):
+def test_eval_speed_bench_times_the_three_ways_on_a_saved_policy(tmp_path):
     import json
 
     from adora_openrlhf.backends.local.model import build_tiny_model
@@ -338,5 +338,7 @@ def test_eval_speed_bench_times_both_ways_on_a_saved_policy(tmp_path):
     assert eval_speed.main(argv) == 0
     records = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
     assert [(r["mode"], r["problems"], r["k"]) for r in records] == [("sampled", 3, 2), ("greedy", 3, 1)]
-    assert records[1]["identical_responses"] == 3 and all(r["speedup"] > 0 for r in records)
+    assert records[1]["batched_identical_responses"] == records[1]["batched-forward_identical_responses"] == 3
+    assert records[0]["batched_identical_responses"] is None
+    assert all(r[f"{way}_speedup"] > 0 and r[f"{way}_wall_s"] > 0 for r in records for way in ("batched-forward", "batched"))
     assert "| 1 | greedy | 3 x 1 |" in (tmp_path / "out" / "table.md").read_text()

@@ -14,6 +14,10 @@ with sampling, until the first compaction (both draw ``torch.multinomial`` over 
 compaction fewer rows draw, so later draws differ while every row's sampling distribution stays the same).
 ``tests/test_decoding.py`` checks both against ``model.generate``.
 
+After the prefill, a plain Qwen2 decoder takes its one-token steps through ``decode_step.decode_step_for`` (the
+same operations as its forward without the module machinery: bitwise the same logits); other models are called
+as they are.
+
 Per-row random streams (``uniforms``, used by ``eval.run``): row ``i`` draws its ``t``-th token by inverse-CDF
 sampling with the ``t``-th number of its own row of uniforms (:func:`inverse_cdf_sample`), instead of one
 ``torch.multinomial`` call over the batch. A row's tokens are then a function of its own stream and its own
@@ -30,6 +34,7 @@ from collections.abc import Callable
 
 import torch
 
+from adora_openrlhf.backends.local.decode_step import decode_step_for
 from adora_openrlhf.config import SamplingParams
 
 COMPACT_RATIO = 0.75  # compact when at most this share of the batch's rows is unfinished
@@ -92,6 +97,7 @@ def compact_decode(
     compact_ratio: float | None = None,
     uniforms: torch.Tensor | None = None,
     on_finish: Callable[[int], None] | None = None,
+    fast_step: bool = True,
 ) -> list[tuple[list[int], bool]]:
     """``(response ids, truncated)`` for each row of the left-padded ``input_ids`` [B, W], in order.
 
@@ -101,6 +107,7 @@ def compact_decode(
     sampled tokens equal ``model.generate``'s under the same torch seed). ``uniforms`` [B, max_new_tokens]: each
     row's own random stream (module docstring); without it rows draw with ``torch.multinomial``. ``on_finish(n)``
     is called whenever ``n`` rows have ended (eos, or the token limit for the rest), for progress reports.
+    ``fast_step`` False calls the model for every step even where ``decode_step_for`` has a step (same tokens).
     """
     compact_ratio = COMPACT_RATIO if compact_ratio is None else compact_ratio
     processors = logits_processors(params, greedy)
@@ -113,9 +120,13 @@ def compact_decode(
     generated: list[list[int]] = [[] for _ in range(batch)]
     ended = [False] * batch
     step_ids, step_positions = input_ids, positions
+    one_token_step = decode_step_for(model, cache) if fast_step else None
     for step in range(params.max_new_tokens):
-        out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
+        if step > 0 and one_token_step is not None:
+            logits = one_token_step(step_ids, step_positions, mask).to(copy=True, dtype=torch.float32)
+        else:
+            out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
         scores = processors(seqs, logits)
         if greedy:
             tokens = torch.argmax(scores, dim=-1)

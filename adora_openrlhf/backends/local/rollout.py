@@ -92,6 +92,7 @@ def generate_responses(
     decoding: str = "compact",
     uniforms: torch.Tensor | None = None,
     on_finish: Callable[[int], None] | None = None,
+    fast_step: bool = True,
 ) -> list[tuple[list[int], bool]]:
     """``(response ids, truncated)`` for each prompt (token ids), in order.
 
@@ -103,6 +104,8 @@ def generate_responses(
     full-attention models, others fall back to ``model.generate``) or "generate" (``model.generate``).
     ``uniforms`` [len(prompts), max_new_tokens]: each prompt's own random stream for sampling (compact decoding
     only; see ``decoding.py``). ``on_finish(n)``: called as responses end (per batch with ``model.generate``).
+    ``fast_step``: compact decoding takes its one-token steps through ``decode_step.py`` where the model allows
+    (bitwise the same logits); False calls the model's forward for every step.
     """
     device = next(model.parameters()).device
     config = generation_config(params, tokenizer, greedy)
@@ -135,7 +138,17 @@ def generate_responses(
                 rows_uniforms = uniforms[start : start + batch_size].to(device) if uniforms is not None else None
                 with attention_reads_cache(model, cache):
                     decoded = compact_decode(
-                        model, ids.to(device), mask.to(device), params, eos, pad, cache, greedy=greedy, uniforms=rows_uniforms, on_finish=on_finish
+                        model,
+                        ids.to(device),
+                        mask.to(device),
+                        params,
+                        eos,
+                        pad,
+                        cache,
+                        greedy=greedy,
+                        uniforms=rows_uniforms,
+                        on_finish=on_finish,
+                        fast_step=fast_step,
                     )
                 out.extend(decoded)
                 continue

@@ -1,0 +1,151 @@
+"""A one-token decoding step for Qwen2 decoders that runs ``transformers``' tensor operations without its modules.
+
+After the prefill, every step of :func:`~adora_openrlhf.backends.local.decoding.compact_decode` feeds one token
+per row. The tiny models of the local backend need well under a millisecond of arithmetic for such a step at small
+batch sizes, but ``Qwen2ForCausalLM.forward`` spends several milliseconds in Python around it: module calls and
+their hooks, keyword plumbing, output dataclasses, the causal-mask builder, the attention-function registry. In the
+tail of a decoding batch, where a few long responses are left, that overhead is nearly all of the time.
+
+:func:`decode_step_for` returns, for a model it recognises, a function ``step(tokens [B, 1], positions [B, 1],
+attention_mask [B, T]) -> logits [B, V]`` equal to ``model(input_ids=tokens, attention_mask=attention_mask,
+position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]``, and that updates
+``cache`` the same way. It calls the same operations in the same order on the same tensors, so the logits are
+bitwise identical (``tests/test_decode_step.py`` checks this with and without padding, with the growing cache's
+heads repeated and not, and across compactions):
+
+- embedding; rotary ``cos``/``sin`` from the model's own rotary module;
+- per layer: ``h + o_proj(attn(rms(h)))`` then ``h + down(silu(gate(x)) * up(x))`` with ``x = rms(h)``, where
+  ``rms(x) = w * (x / sqrt(mean(x^2) + eps))`` (computed in float32), ``q, k, v`` the projections with biases,
+  rotated as ``x cos + rotate_half(x) sin``, the new ``k, v`` written with ``cache.layers[i].update``, and
+  ``attn = softmax(q K^T * head_dim^-1/2 + mask) V`` through ``torch.nn.functional.scaled_dot_product_attention``;
+- the final norm and ``lm_head``.
+
+The attention mask follows ``transformers``' SDPA path for one query token: none when no position of the batch
+is padding, else ``attention_mask[:, None, None, :]`` as the additive mask (0 where attended, -inf on padding)
+that SDPA makes of the boolean one ``transformers`` passes (made once per step instead of once per layer); key/value heads shared by several query heads
+go to SDPA with ``enable_gqa`` when there is no mask and are repeated (``repeat_kv``) when there is, unless the
+attention modules read a cache whose heads are stored repeated (``num_key_value_groups == 1`` inside
+``kv_cache.attention_reads_cache``).
+
+Anything else gets None, and decoding calls the model as before: another architecture, an attention
+implementation other than ``sdpa``, attention dropout in training mode, sliding-window layers, a projection or
+norm that is not the plain ``transformers`` module (LoRA adapters, quantised layers), an activation other than
+SiLU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+DecodeStep = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _rms_norm(hidden: torch.Tensor, norm) -> torch.Tensor:
+    """``Qwen2RMSNorm.forward``: ``w * (x / sqrt(mean(x^2) + eps))`` in float32, back in the input dtype."""
+    dtype = hidden.dtype
+    hidden = hidden.to(torch.float32)
+    variance = hidden.pow(2).mean(-1, keepdim=True)
+    hidden = hidden * torch.rsqrt(variance + norm.variance_epsilon)
+    return norm.weight * hidden.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _repeat_kv(states: torch.Tensor, repeats: int) -> torch.Tensor:
+    """``transformers``' ``repeat_kv``: [B, kv_heads, T, D] -> [B, kv_heads * repeats, T, D]."""
+    batch, heads, length, dim = states.shape
+    return states[:, :, None].expand(batch, heads, repeats, length, dim).reshape(batch, heads * repeats, length, dim)
+
+
+def _unsupported_reason(model) -> str | None:
+    """Why :func:`decode_step_for` cannot stand in for ``model``'s forward (None when it can)."""
+    from torch import nn
+    from transformers.activations import ACT2FN
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, Qwen2MLP, Qwen2RMSNorm
+
+    silu = (nn.SiLU, type(ACT2FN["silu"]))  # transformers' SiLUActivation: forward = F.silu
+
+    if type(model) is not Qwen2ForCausalLM:
+        return f"{type(model).__name__} is not Qwen2ForCausalLM"
+    config = model.config
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        return f"attention implementation {getattr(config, '_attn_implementation', None)!r} (needs 'sdpa')"
+    if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or []):
+        return "sliding-window layers"
+    if model.training and config.attention_dropout:
+        return "attention dropout in training mode"
+    if config.hidden_act != "silu":
+        return f"activation {config.hidden_act!r}"
+    plain = [model.lm_head]
+    norms = [model.model.norm]
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        if type(mlp) is not Qwen2MLP or type(mlp.act_fn) not in silu:
+            return "a changed MLP"
+        plain += [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+        norms += [layer.input_layernorm, layer.post_attention_layernorm]
+    if any(type(module) is not nn.Linear for module in plain):
+        return "a projection that is not a plain torch.nn.Linear (adapters or quantisation)"
+    if any(type(module) is not Qwen2RMSNorm for module in norms):
+        return "a norm that is not Qwen2RMSNorm"
+    if type(model.model.embed_tokens) is not nn.Embedding:
+        return "an embedding that is not a plain torch.nn.Embedding"
+    if model.model._forward_hooks or model.model._forward_pre_hooks or model._forward_hooks or model._forward_pre_hooks:
+        return "forward hooks on the model"
+    return None
+
+
+def decode_step_for(model, cache) -> DecodeStep | None:
+    """A one-token step for ``model`` writing into ``cache`` (module docstring), or None when ``model`` is not a plain
+    Qwen2 decoder with SDPA attention or ``cache`` is not a layered ``transformers`` cache."""
+    if cache is None or not hasattr(cache, "layers") or _unsupported_reason(model) is not None:
+        return None
+    decoder = model.model
+    layers = list(decoder.layers)
+    embedding = decoder.embed_tokens.weight
+
+    def step(tokens: torch.Tensor, positions: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        batch = tokens.shape[0]
+        hidden = F.embedding(tokens, embedding, decoder.embed_tokens.padding_idx)
+        cos, sin = decoder.rotary_emb(hidden, positions)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        mask = None
+        if not bool(attention_mask.all()):  # SDPA turns a boolean mask into this one in every call: made once here
+            mask = torch.zeros(attention_mask.shape, dtype=hidden.dtype, device=hidden.device)
+            mask = mask.masked_fill_(attention_mask == 0, float("-inf"))[:, None, None, :]
+        for index, layer in enumerate(layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            residual = hidden
+            x = _rms_norm(hidden, layer.input_layernorm)
+            shape = (batch, 1, -1, attn.head_dim)
+            query = F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(shape).transpose(1, 2)
+            key = F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(shape).transpose(1, 2)
+            value = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(shape).transpose(1, 2)
+            query = (query * cos) + (_rotate_half(query) * sin)
+            key = (key * cos) + (_rotate_half(key) * sin)
+            keys, values = cache.layers[index].update(key, value)
+            extra = {}
+            groups = attn.num_key_value_groups
+            if groups > 1:
+                if mask is None and keys.shape[-1] == values.shape[-1] <= 256:
+                    extra = {"enable_gqa": True}
+                else:
+                    keys, values = _repeat_kv(keys, groups), _repeat_kv(values, groups)
+            out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, dropout_p=0.0, scale=attn.scaling, is_causal=False, **extra)
+            out = out.transpose(1, 2).contiguous().reshape(batch, 1, -1).contiguous()
+            hidden = residual + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
+            residual = hidden
+            x = _rms_norm(hidden, layer.post_attention_layernorm)
+            gate = F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias)
+            up = F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
+            hidden = residual + F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+        hidden = _rms_norm(hidden, decoder.norm)
+        return F.linear(hidden[:, -1], model.lm_head.weight, model.lm_head.bias)
+
+    return step
