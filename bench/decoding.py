@@ -5,13 +5,17 @@
 
 What a rollout costs depends on how the response lengths of one batch spread: ``model.generate`` runs every
 sequence until the longest ends, compact decoding (``model.decoding compact``, ``backends/local/decoding.py``)
-drops finished sequences from the batch. So the benchmark times a real policy on the recipe's training
+drops finished sequences from the batch; ``compact-forward`` is compact decoding calling the model's forward for
+every step, ``compact`` (what the trainer runs) takes the steps after the prefill through
+``backends/local/decode_step.py``. So the benchmark times a real policy on the recipe's training
 prompts: ``--model`` (a run's checkpoint directory, e.g. ``runs/kk-testbed/checkpoints/step_000020``), or
 without it the recipe's warm start for ``--seed`` (built once under ``--out``, as the sample-efficiency
 benchmark builds its own). ``--prompts`` x ``--n`` sequences in one batch, as one RL step generates them:
 sampled at the recipe's temperature, and greedy (one response per prompt). The two loops alternate within
-each repeat so that both see the same machine load. Prints the median wall and process-CPU seconds of each,
-the ratios generate / compact, the response lengths, and whether the greedy tokens were identical; writes
+each repeat so that all see the same machine load. Prints the median wall and process-CPU seconds of each,
+the ratios generate / compact and compact-forward / compact, the response lengths, whether the greedy tokens of
+generate and compact were identical, and whether compact-forward and compact gave the same tokens (sampled too:
+same seed, bitwise the same logits); writes
 ``table.md`` and ``results.json`` to ``--out``.
 """
 
@@ -27,7 +31,12 @@ import torch
 
 from bench.common import markdown_table, warm_start_dir, write_json
 
-LOOPS = ("generate", "compact")
+LOOPS = ("generate", "compact-forward", "compact")
+LOOP_SETTINGS = {  # generate_responses keyword arguments of each loop
+    "generate": {"decoding": "generate"},
+    "compact-forward": {"decoding": "compact", "fast_step": False},
+    "compact": {"decoding": "compact"},
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,25 +77,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             for loop in LOOPS:
                 torch.manual_seed(repeat)
                 started, cpu_started = time.perf_counter(), time.process_time()
-                tokens[loop] = generate_responses(model, tokenizer, inputs, cfg.rollout, batch, greedy=greedy, kv_cache=cfg.model.kv_cache, decoding=loop)
+                tokens[loop] = generate_responses(
+                    model, tokenizer, inputs, cfg.rollout, batch, greedy=greedy, kv_cache=cfg.model.kv_cache, **LOOP_SETTINGS[loop]
+                )
                 seconds[loop].append(time.perf_counter() - started)
                 cpu_seconds[loop].append(time.process_time() - cpu_started)
         median = {loop: statistics.median(s) for loop, s in seconds.items()}
         cpu = {loop: statistics.median(s) for loop, s in cpu_seconds.items()}
         lengths = [len(ids) for ids, _ in tokens["compact"]]
         same = tokens["generate"] == tokens["compact"] if greedy else None
+        same_step = tokens["compact-forward"] == tokens["compact"]
         record = {
             "mode": mode,
             "sequences": len(inputs),
-            "generate_s": median["generate"],
-            "compact_s": median["compact"],
+            **{f"{loop}_s": median[loop] for loop in LOOPS},
+            **{f"{loop}_cpu_s": cpu[loop] for loop in LOOPS},
             "speedup": median["generate"] / median["compact"],
-            "generate_cpu_s": cpu["generate"],
-            "compact_cpu_s": cpu["compact"],
             "cpu_speedup": cpu["generate"] / cpu["compact"],
+            "step_speedup": median["compact-forward"] / median["compact"],
+            "step_cpu_speedup": cpu["compact-forward"] / cpu["compact"],
             "length_mean": statistics.fmean(lengths),
             "length_max": max(lengths),
             "identical_tokens": same,
+            "step_identical_tokens": same_step,
         }
         records.append(record)
         rows.append(
@@ -95,15 +108,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                 str(len(inputs)),
                 f"{record['length_mean']:.1f} / {record['length_max']}",
                 f"{median['generate']:.2f}",
+                f"{median['compact-forward']:.2f}",
                 f"{median['compact']:.2f}",
                 f"{record['speedup']:.2f}x",
                 f"{record['cpu_speedup']:.2f}x",
+                f"{record['step_speedup']:.2f}x",
+                f"{record['step_cpu_speedup']:.2f}x",
                 "n/a (sampled)" if same is None else ("yes" if same else "NO"),
+                "yes" if same_step else "NO",
             ]
         )
         print(rows[-1], flush=True)
 
-    header = ["mode", "sequences", "response length mean / max", "generate s", "compact s", "speed-up", "CPU speed-up", "identical tokens"]
+    header = [
+        "mode",
+        "sequences",
+        "response length mean / max",
+        "generate s",
+        "compact-forward s",
+        "compact s",
+        "speed-up (generate / compact)",
+        "CPU speed-up",
+        "step speed-up (compact-forward / compact)",
+        "CPU step speed-up",
+        "identical tokens (generate, compact)",
+        "identical tokens (compact-forward, compact)",
+    ]
     intro = (
         f"{args.recipe} policy {model_dir}, {len(prompts)} training prompts, one batch of {batch} sampled sequences and one of "
         f"{len(prompts)} greedy, {args.threads} torch thread(s), median of {args.repeats}."
@@ -113,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "table.md").write_text(f"{intro}\n\n{table}\n")
     write_json(out / "results.json", {"settings": vars(args), "model": str(model_dir), "runs": records})
     print(f"\n{intro}\n\n{table}")
-    return 0 if all(r["identical_tokens"] is not False for r in records) else 1
+    return 0 if all(r["identical_tokens"] is not False and r["step_identical_tokens"] for r in records) else 1
 
 
 if __name__ == "__main__":

@@ -296,7 +296,7 @@ def test_kv_cache_bench_writes_its_table(tmp_path):
     assert "| 5 |" in (tmp_path / "table.md").read_text()
 
 
-def test_decoding_bench_times_both_loops_on_a_saved_policy(tmp_path):
+def test_decoding_bench_times_the_three_loops_on_a_saved_policy(tmp_path):
     import json
 
     from adora_openrlhf.backends.local.model import build_tiny_model
@@ -314,6 +314,7 @@ def test_decoding_bench_times_both_loops_on_a_saved_policy(tmp_path):
     records = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
     assert [(r["mode"], r["sequences"]) for r in records] == [("sampled", 4), ("greedy", 2)]
     assert records[1]["identical_tokens"] is True and all(r["speedup"] > 0 and r["length_max"] >= 1 for r in records)
+    assert all(r["step_identical_tokens"] is True and r["step_speedup"] > 0 and r["compact-forward_s"] > 0 for r in records)
     assert "| greedy | 2 |" in (tmp_path / "out" / "table.md").read_text()
 
 
