@@ -13,7 +13,15 @@ Matched settings (the testbed's): 16 prompts x 8 completions per step in the loc
 seed, temperature 1, top-p 1, no top-k, 400 new tokens, lr 1.5e-4 constant, AdamW betas (0.9, 0.999), weight decay
 0, gradient clipping 1.0, PPO clip 0.2 with one update per batch, token-mean loss (TRL ``loss_type="dapo"``), no
 KL (``beta=0``), the local backend's K&K reward (Logic-RL, ``correct_threshold`` 1.0). TRL generates the 128
-completions of a step with ``model.generate`` and trains in 4 micro-batches of 32 (one optimiser step per batch).
+completions of a step and trains in 4 micro-batches of 32 (one optimiser step per batch).
+
+Generation (``--generation``): ``compact`` (default) gives the policy a ``generate`` that TRL calls as it calls
+``model.generate`` (:func:`use_compact_decoding`), made of the local backend's compact decoding: the same logits
+processors and sampling with TRL's generation config of the call (so adaptive sampling's escalated parameters
+too), each completion drawn from the same distribution, but finished sequences leave the batch. ``generate`` keeps
+``transformers``' ``model.generate``, which runs all 128 sequences of a step until the longest ends (one runaway
+completion at the 400-token limit keeps the whole batch decoding): about 6x the local backend's time per step here,
+so 4-6 hours for the nine TRL runs of seeds 0-2 on the 2-core machine.
 
 Held-out greedy accuracy on the seed's 200 held-out puzzles, with the local backend's evaluation
 (``backends/local/evaluate.py``), before the first step and after the last. Records (per run:
@@ -80,7 +88,56 @@ def held_out(model, tokenizer, cfg, eval_rows, eval_rewards) -> dict[str, float]
         return evaluate(model, tokenizer, ids, eval_rows, eval_rewards, cfg.rollout, 0, GenerationSettings.of(cfg.model))
 
 
-def run_trl(trainer_kind: str, variant: str, seed: int, model_dir: str, run_dir: Path, steps: int | None = None) -> dict[str, Any]:
+GENERATIONS = ("compact", "generate")
+
+
+def use_compact_decoding(model, pad_token_id: int) -> None:
+    """Give ``model`` a ``generate(input_ids, attention_mask, generation_config)`` made of compact decoding
+    (``backends/local/decoding.py``) that returns what ``model.generate`` returns: the left-padded prompts followed
+    by the completions, each ending at its eos, padded with ``pad_token_id`` to the longest. Sampling follows the
+    call's generation config (temperature, top-p, top-k, min-p, repetition penalty, max new tokens; greedy when
+    ``do_sample`` is off) with ``torch.multinomial`` on the global generator, as ``model.generate`` samples."""
+    import torch
+
+    from adora_openrlhf.algorithms.sampling import SamplingParams
+    from adora_openrlhf.backends.local.decoding import compact_decode
+    from adora_openrlhf.backends.local.kv_cache import attention_reads_cache, growing_cache_for
+
+    def generate(input_ids=None, attention_mask=None, generation_config=None, **kwargs):
+        if kwargs:
+            raise TypeError(f"compact generate: unexpected arguments {sorted(kwargs)} (text prompts only)")
+        config = generation_config
+        eos = config.eos_token_id[0] if isinstance(config.eos_token_id, (list, tuple)) and len(config.eos_token_id) == 1 else config.eos_token_id
+        if not isinstance(eos, int):
+            raise ValueError(f"compact generate: one eos token id is needed, got {config.eos_token_id!r}")
+        params = SamplingParams(
+            temperature=config.temperature if config.do_sample else 1.0,
+            top_p=config.top_p if config.top_p is not None else 1.0,
+            top_k=config.top_k if config.top_k else -1,
+            min_p=config.min_p or 0.0,
+            repetition_penalty=config.repetition_penalty or 1.0,
+            max_new_tokens=config.max_new_tokens,
+        )
+        rows, width = input_ids.shape
+        cache = growing_cache_for(model, rows * (width + params.max_new_tokens))
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad(), attention_reads_cache(model, cache):
+                decoded = compact_decode(model, input_ids, attention_mask, params, eos, pad_token_id, cache, greedy=not config.do_sample)
+        finally:
+            model.train(was_training)
+        longest = max(len(ids) for ids, _ in decoded)
+        out = torch.full((rows, width + longest), pad_token_id, dtype=input_ids.dtype, device=input_ids.device)
+        out[:, :width] = input_ids
+        for row, (ids, _) in enumerate(decoded):
+            out[row, width : width + len(ids)] = torch.tensor(ids, dtype=input_ids.dtype)
+        return out
+
+    model.generate = generate
+
+
+def run_trl(trainer_kind: str, variant: str, seed: int, model_dir: str, run_dir: Path, steps: int | None = None, generation: str = "compact") -> dict[str, Any]:
     """One TRL run of the testbed's RL phase from the warm start; its record."""
     import torch
     from datasets import Dataset
@@ -146,6 +203,8 @@ def run_trl(trainer_kind: str, variant: str, seed: int, model_dir: str, run_dir:
 
         args = AdoraGRPOConfig(**common, correct_threshold=cfg.adora.correct_threshold, **adora_fields(variant))
         trainer = AdoraGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer)
+    if generation == "compact":
+        use_compact_decoding(trainer.model, tokenizer.pad_token_id)
     start = time.time()
     trainer.train()
     wall = time.time() - start
@@ -156,6 +215,7 @@ def run_trl(trainer_kind: str, variant: str, seed: int, model_dir: str, run_dir:
         "trainer": trainer_kind,
         "variant": variant,
         "seed": seed,
+        "generation": generation,
         "acc_step0": before["eval/greedy_accuracy"],
         "acc_final": after["eval/greedy_accuracy"],
         "eval_step0": before,
@@ -193,14 +253,16 @@ def run_local(variant: str, seed: int, model_dir: str, run_dir: Path, steps: int
     }
 
 
-def run_one(trainer_kind: str, variant: str, seed: int, model_dir: str, out: Path, steps: int | None = None) -> dict[str, Any]:
+def run_one(trainer_kind: str, variant: str, seed: int, model_dir: str, out: Path, steps: int | None = None, generation: str = "compact") -> dict[str, Any]:
     run_dir = out / trainer_kind / f"{variant}_seed{seed}"
     settings = {"trainer": trainer_kind, "variant": variant, "seed": seed, "model": model_dir, "micro_batch": MICRO_BATCH, "steps": steps}
+    if trainer_kind != "local":
+        settings["generation"] = generation
     path = run_dir / "record.json"
     if path.exists() and (found := json.loads(path.read_text())).get("settings") == settings:
         return found
     run_dir.mkdir(parents=True, exist_ok=True)
-    runner = run_local if trainer_kind == "local" else functools.partial(run_trl, trainer_kind)
+    runner = run_local if trainer_kind == "local" else functools.partial(run_trl, trainer_kind, generation=generation)
     record = runner(variant, seed, model_dir, run_dir, steps)
     record["settings"] = settings
     path.write_text(json.dumps(record, indent=2) + "\n")
@@ -208,13 +270,13 @@ def run_one(trainer_kind: str, variant: str, seed: int, model_dir: str, out: Pat
 
 
 def table(records: list[dict[str, Any]]) -> str:
-    """One row per (trainer, variant): per-seed accuracy at step 0 and 40, the gain (mean ± 95% interval), step time."""
+    """One row per (trainer, variant, TRL generation): per-seed accuracy at step 0 and 40, the gain (mean ± 95% interval), step time."""
     rows = []
-    for trainer_kind, variant in dict.fromkeys((r["trainer"], r["variant"]) for r in records):
-        runs = [r for r in records if r["trainer"] == trainer_kind and r["variant"] == variant]
+    for trainer_kind, variant, generation in dict.fromkeys((r["trainer"], r["variant"], r.get("generation")) for r in records):
+        runs = [r for r in records if r["trainer"] == trainer_kind and r["variant"] == variant and r.get("generation") == generation]
         rows.append(
             [
-                trainer_kind,
+                trainer_kind if generation is None else f"{trainer_kind} ({generation})",
                 variant,
                 *gain_cells(runs),
                 f"{sum(r['step_s'] for r in runs) / len(runs):.1f}",
@@ -233,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--steps", type=int, default=None, help="RL steps (default: the testbed's 40)")
     parser.add_argument("--warm-start", default="{}", help="JSON overrides of the warm start (default none: the testbed's own)")
+    parser.add_argument(
+        "--generation", choices=GENERATIONS, default="compact", help="TRL runs: compact decoding as the policy's generate, or transformers' model.generate"
+    )
     args = parser.parse_args(argv)
     plan = [tuple(item.split(":", 1)) for item in args.runs]
     for trainer_kind, variant in plan:
@@ -243,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = warm_start_dir(RECIPE, seed, json.loads(args.warm_start), args.out)
         for trainer_kind, variant in plan:
             print(f"[trl_testbed] {trainer_kind} {variant} seed {seed}", file=sys.stderr, flush=True)
-            record = run_one(trainer_kind, variant, seed, model_dir, args.out, args.steps)
+            record = run_one(trainer_kind, variant, seed, model_dir, args.out, args.steps, args.generation)
             records = save_records(args.results, records, record, ("trainer", "variant", "seed"), table)
     print(table(records))
     return 0

@@ -41,3 +41,35 @@ def test_runs_the_benchmark_does_not_make_are_one_error(capsys):
     with pytest.raises(SystemExit):
         main(["--runs", "trl:GRPO+ADORA"])
     assert "--runs: trl:GRPO+ADORA is not a run this benchmark makes" in capsys.readouterr().err
+
+
+def test_compact_generate_returns_what_model_generate_returns_greedy_and_sampled():
+    """Greedy: the same tokens as transformers' generate, padded after eos; sampled: prompt kept, eos or limit."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    from bench.trl_testbed import use_compact_decoding
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    model = Qwen2ForCausalLM(config).eval()
+    ids = torch.tensor([[0, 0, 5, 6, 7], [8, 9, 10, 11, 12], [0, 13, 14, 15, 16]])
+    mask = (torch.arange(5)[None] >= torch.tensor([[2], [0], [1]])).long()
+    greedy = GenerationConfig(do_sample=False, max_new_tokens=12, eos_token_id=3, pad_token_id=0)
+    want = model.generate(input_ids=ids, attention_mask=mask, generation_config=greedy)
+    compact = Qwen2ForCausalLM(config).eval()
+    compact.load_state_dict(model.state_dict())
+    use_compact_decoding(compact, pad_token_id=0)
+    got = compact.generate(input_ids=ids, attention_mask=mask, generation_config=greedy)
+    assert torch.equal(got, want[:, : got.shape[1]]) and bool((want[:, got.shape[1] :] == 0).all())
+    assert compact.training is False
+    sampled = GenerationConfig(do_sample=True, temperature=0.7, top_p=0.9, top_k=0, max_new_tokens=9, eos_token_id=[3], pad_token_id=0)
+    compact.train()
+    out = compact.generate(input_ids=ids, attention_mask=mask, generation_config=sampled)
+    assert compact.training is True  # restored
+    assert torch.equal(out[:, :5], ids) and out.shape[1] <= 5 + 9
+    for row in out[:, 5:].tolist():
+        body = row[: row.index(3) + 1] if 3 in row else row
+        assert len(body) <= 9 and all(t == 0 for t in row[len(body) :])
+    with pytest.raises(TypeError, match="unexpected arguments"):
+        compact.generate(input_ids=ids, attention_mask=mask, generation_config=greedy, pixel_values=None)
