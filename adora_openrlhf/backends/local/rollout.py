@@ -79,6 +79,28 @@ class GenerationSettings:
         )
 
 
+def left_padded(prompts: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, attention mask)`` [len(prompts), longest prompt] of the token-id ``prompts``, padded on the left with ``pad``."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    return ids, mask
+
+
+def _compact_batch(model, ids, mask, params, eos_pad, kv_cache, greedy, uniforms, on_finish, fast_step) -> list[tuple[list[int], bool]]:
+    """Compact decoding (``decoding.py``) of one left-padded batch with a fresh cache of kind ``kv_cache``."""
+    cache = growing_cache_for(model, ids.shape[0] * (ids.shape[1] + params.max_new_tokens)) if kv_cache == "growing" else None
+    if cache is None:
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+    with attention_reads_cache(model, cache):
+        return compact_decode(model, ids, mask, params, *eos_pad, cache, greedy=greedy, uniforms=uniforms, on_finish=on_finish, fast_step=fast_step)
+
+
 @torch.no_grad()
 def generate_responses(
     model,
@@ -123,34 +145,11 @@ def generate_responses(
     try:
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start : start + batch_size]
-            width = max(len(p) for p in chunk)
-            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for i, p in enumerate(chunk):
-                ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-                mask[i, width - len(p) :] = 1
+            ids, mask = left_padded(chunk, pad)
+            width = ids.shape[1]
             if compact:
-                cache = growing_cache_for(model, len(chunk) * (width + params.max_new_tokens)) if kv_cache == "growing" else None
-                if cache is None:
-                    from transformers import DynamicCache
-
-                    cache = DynamicCache()
                 rows_uniforms = uniforms[start : start + batch_size].to(device) if uniforms is not None else None
-                with attention_reads_cache(model, cache):
-                    decoded = compact_decode(
-                        model,
-                        ids.to(device),
-                        mask.to(device),
-                        params,
-                        eos,
-                        pad,
-                        cache,
-                        greedy=greedy,
-                        uniforms=rows_uniforms,
-                        on_finish=on_finish,
-                        fast_step=fast_step,
-                    )
-                out.extend(decoded)
+                out.extend(_compact_batch(model, ids.to(device), mask.to(device), params, (eos, pad), kv_cache, greedy, rows_uniforms, on_finish, fast_step))
                 continue
             more = {}
             if extras is not None:
