@@ -100,8 +100,7 @@ def use_compact_decoding(model, pad_token_id: int) -> None:
     import torch
 
     from adora_openrlhf.algorithms.sampling import SamplingParams
-    from adora_openrlhf.backends.local.decoding import compact_decode
-    from adora_openrlhf.backends.local.kv_cache import attention_reads_cache, growing_cache_for
+    from adora_openrlhf.backends.local.rollout import compact_decode_batch
 
     def generate(input_ids=None, attention_mask=None, generation_config=None, **kwargs):
         if kwargs:
@@ -119,12 +118,11 @@ def use_compact_decoding(model, pad_token_id: int) -> None:
             max_new_tokens=config.max_new_tokens,
         )
         rows, width = input_ids.shape
-        cache = growing_cache_for(model, rows * (width + params.max_new_tokens))
         was_training = model.training
         model.eval()
         try:
-            with torch.no_grad(), attention_reads_cache(model, cache):
-                decoded = compact_decode(model, input_ids, attention_mask, params, eos, pad_token_id, cache, greedy=not config.do_sample)
+            with torch.no_grad():
+                decoded = compact_decode_batch(model, input_ids, attention_mask, params, (eos, pad_token_id), greedy=not config.do_sample)
         finally:
             model.train(was_training)
         longest = max(len(ids) for ids, _ in decoded)

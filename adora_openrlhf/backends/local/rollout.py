@@ -90,8 +90,12 @@ def left_padded(prompts: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tenso
     return ids, mask
 
 
-def _compact_batch(model, ids, mask, params, eos_pad, kv_cache, greedy, uniforms, on_finish, fast_step) -> list[tuple[list[int], bool]]:
-    """Compact decoding (``decoding.py``) of one left-padded batch with a fresh cache of kind ``kv_cache``."""
+def compact_decode_batch(
+    model, ids, mask, params, eos_pad, kv_cache="growing", greedy=False, uniforms=None, on_finish=None, fast_step=True
+) -> list[tuple[list[int], bool]]:
+    """Compact decoding (``decoding.py``) of one left-padded batch (``ids``, ``mask`` [B, W]; ``eos_pad`` = (eos id,
+    pad id)) with a fresh cache of kind ``kv_cache`` ("growing", else transformers' ``DynamicCache``, which is
+    also taken when the model cannot use the growing one)."""
     cache = growing_cache_for(model, ids.shape[0] * (ids.shape[1] + params.max_new_tokens)) if kv_cache == "growing" else None
     if cache is None:
         from transformers import DynamicCache
@@ -149,7 +153,9 @@ def generate_responses(
             width = ids.shape[1]
             if compact:
                 rows_uniforms = uniforms[start : start + batch_size].to(device) if uniforms is not None else None
-                out.extend(_compact_batch(model, ids.to(device), mask.to(device), params, (eos, pad), kv_cache, greedy, rows_uniforms, on_finish, fast_step))
+                out.extend(
+                    compact_decode_batch(model, ids.to(device), mask.to(device), params, (eos, pad), kv_cache, greedy, rows_uniforms, on_finish, fast_step)
+                )
                 continue
             more = {}
             if extras is not None:
