@@ -457,3 +457,19 @@ def test_saved_tokenizer_loads_back_with_the_same_token_ids(tmp_path):
         ids = trained(text, add_special_tokens=False)["input_ids"]
         assert loaded(text, add_special_tokens=False)["input_ids"] == ids
         assert loaded.decode(ids, skip_special_tokens=True) == trained.decode(ids, skip_special_tokens=True)
+
+
+def test_majority_accuracy_hand_case():
+    """Per (kind, level): colour L1 training labels red x2, blue x1 -> red; colour L2: blue. Held-out: L1 red (right),
+    L1 green (wrong), L2 blue (right), L3 (no training row there: overall majority, red x2 vs blue x2, first seen red) red."""
+    from adora_openrlhf.backends.local.evaluate import majority_accuracy
+
+    def row(label, level):
+        return Row(prompt=f"q{level}", label=label, source="geo_synth", meta={"task": "colour", "difficulty": level})
+
+    train = [row("red", 1), row("blue", 1), row("red ", 1), row("blue", 2)]
+    held = [row("red", 1), row("green", 1), row("blue", 2), row("red", 3)]
+    assert majority_accuracy(train, held) == 3 / 4
+    assert majority_accuracy(train, []) == 0.0 and majority_accuracy([], held) == 0.0
+    texts = [Row(prompt="p", label=lab, source="math", meta={}) for lab in ("1", "1", "2")]  # no subsets: one group
+    assert majority_accuracy(texts, texts) == 2 / 3

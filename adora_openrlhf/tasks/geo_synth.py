@@ -15,8 +15,18 @@ prompts are solved by a weak policy and others are not. The label is computed fr
 shapes, so it is right by construction; the tests recount it from the pixels.
 
 Every row has ``meta.solution_text``: a short ``<think>`` line stating what the image shows, then the
-answer in ``<answer>`` tags (the local backend's warm-up demonstration and the reward's format).
-Generation is a pure function of the seed: the same seed gives the same rows and the same pixels.
+answer in ``<answer>`` tags (the reward's format). Generation is a pure function of the seed: the same seed
+gives the same rows and the same pixels.
+
+Warm-up demonstrations (``tasks/behaviours.py``, styles for ``warmup.style`` / ``style_shares`` / ``mix``):
+
+* ``read`` (alias ``direct``, the default): the row's solution text, the image read into the think, then the
+  answer (``<think>blue square, red circle.</think>`` and ``<answer>red</answer>``);
+* ``guess`` (drawn anew each time): ``<think>guess.</think>`` and a uniformly random choice (a free-form
+  count: a random number from 0 to 4), right 1 / (number of choices) of the time whatever the image.
+
+The response probe names a response ``read`` (its think names at least one colour), ``guess`` (its think is
+``guess.``) or ``other``; the trainer logs the shares (``response/read_fraction``, ``eval/greedy_guess_fraction``).
 
 ``python -m data_prep.geo_synth`` writes the rows as JSONL with PNG files. The benchmark subsets of a row are
 :func:`subsets` (``task=KIND``, ``level=L``).
@@ -27,9 +37,12 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from adora_openrlhf.tasks.behaviours import register_demonstration, register_probe
 
 logger = logging.getLogger(__name__)
 SOURCE = "geo_synth"
@@ -213,6 +226,49 @@ def generate_rows(count: int, seed: int, tasks: Sequence[str] = tuple(TASKS), le
     rng = random.Random(f"geo_synth:{seed}")
     combos = [(t, lv) for lv in levels for t in tasks]
     return [make_row(rng, *combos[i % len(combos)]) for i in range(count)]
+
+
+GUESS_THINK = "guess."
+MAX_GUESSED_COUNT = 4  # a guessed answer to a free-form count question is a number from 0 to this
+
+
+@register_demonstration(SOURCE, "read")
+@register_demonstration(SOURCE, "direct")
+def read_demonstration(row: Any, rng: random.Random) -> str:
+    """The row's ``meta.solution_text``: what the image shows in the think, then the label."""
+    return row.meta["solution_text"]
+
+
+@register_demonstration(SOURCE, "guess", randomised=True)
+def guess_demonstration(row: Any, rng: random.Random) -> str:
+    """``<think>guess.</think>`` and a uniformly random choice (a count: 0 to :data:`MAX_GUESSED_COUNT`)."""
+    choices = row.meta.get("choices")
+    answer = rng.choice(choices) if choices else str(rng.randint(0, MAX_GUESSED_COUNT))
+    return f"<think>{GUESS_THINK}</think>\n<answer>{answer}</answer>"
+
+
+@register_demonstration(SOURCE, "default")
+def default_demonstration(row: Any, rng: random.Random) -> str:
+    """``<think>guess.</think>`` and always the first choice (a count: 0), whatever the image: a fixed default answer."""
+    choices = row.meta.get("choices")
+    return f"<think>{GUESS_THINK}</think>\n<answer>{choices[0] if choices else 0}</answer>"
+
+
+def response_style(response: str) -> str:
+    """``read`` when the response's think names a colour, ``guess`` when the think is ``guess.``, else ``other``."""
+    start, end = response.find("<think>"), response.find("</think>")
+    if start < 0 or end < start:
+        return "other"
+    think = response[start + len("<think>") : end].strip()
+    if think == GUESS_THINK:
+        return "guess"
+    return "read" if any(re.search(rf"\b{colour}\b", think) for colour in COLOURS) else "other"
+
+
+@register_probe(SOURCE, styles=("read", "guess"))
+def geo_probe(response: str) -> str:
+    """``read``, ``guess`` or ``other`` (:func:`response_style`)."""
+    return response_style(response)
 
 
 def _signature(row: dict[str, Any]) -> str:

@@ -64,6 +64,26 @@ def evaluate(
     return metrics
 
 
+def majority_accuracy(train_rows: Sequence[Any], eval_rows: Sequence[Any]) -> float:
+    """The held-out accuracy of a policy that ignores the input: each held-out row answered with the most frequent
+    training label among the training rows of its subsets (the same tuple of ``tasks.SUBSET_RULES`` labels, e.g.
+    question kind and level; all training rows when none share it), right when it equals the row's label (labels
+    compared stripped; ties go to the label seen first). The baseline a policy must beat to be reading its inputs."""
+    from collections import Counter
+
+    by_subsets: dict[tuple[str, ...], Counter] = {}
+    for row, labels in zip(train_rows, subset_labels(train_rows), strict=True):
+        by_subsets.setdefault(tuple(labels), Counter())[str(row.label).strip()] += 1
+    overall = Counter(str(row.label).strip() for row in train_rows)
+    if not eval_rows or not overall:
+        return 0.0
+    right = 0
+    for row, labels in zip(eval_rows, subset_labels(eval_rows), strict=True):
+        answer = (by_subsets.get(tuple(labels)) or overall).most_common(1)[0][0]
+        right += answer == str(row.label).strip()
+    return right / len(eval_rows)
+
+
 def subset_labels(rows: Sequence[Any]) -> list[list[str]]:
     """Each row's subset labels by its source (``tasks.SUBSET_RULES``, as the evaluation benchmarks name them:
     K&K ``ppl=N`` and ``ID``/``OOD``, MATH500 ``level=L`` ...); none for sources without a benchmark."""

@@ -42,7 +42,7 @@ from adora_openrlhf.algorithms.sampling import AdaptiveSampler
 from adora_openrlhf.backends.local import checkpoint as ckpt
 from adora_openrlhf.backends.local import rundir, vlm
 from adora_openrlhf.backends.local.data import load_run_rows, rows_fingerprint
-from adora_openrlhf.backends.local.evaluate import evaluate
+from adora_openrlhf.backends.local.evaluate import evaluate, majority_accuracy
 from adora_openrlhf.backends.local.heldout import save_heldout
 from adora_openrlhf.backends.local.metrics import MetricsLogger, plot_reward_curve
 from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model, count_parameters, load_pretrained, pick_device, vocabulary_problem
@@ -364,7 +364,8 @@ class _LocalRun:
         warm = {"warmup/steps": len(losses), "warmup/time_s": time.perf_counter() - t0}
         if losses:
             warm.update({"warmup/first_loss": losses[0], "warmup/final_loss": float(np.mean(losses[-10:]))})
-        self.metrics_log.log(0, {**warm, **self.evaluate(0)})
+        baseline = {"eval/majority_accuracy": majority_accuracy(self.train_rows, self.eval_rows)}
+        self.metrics_log.log(0, {**warm, **self.evaluate(0), **baseline})
         self.save(0, 0)
         return 0, 0
 
