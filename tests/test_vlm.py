@@ -202,6 +202,9 @@ def test_processor_round_trip(tiny, rows):
     ids, extras = encode(processor, rows)
     ids2, extras2 = encode(loaded, rows)
     assert ids == ids2 and all(torch.equal(a[k], b[k]) for a, b in zip(extras, extras2, strict=True) for k in vlm.EXTRA_INPUT_KEYS)
+    import pickle  # the processor class is made on first use and still pickles by name (worker processes)
+
+    assert type(pickle.loads(pickle.dumps(loaded))) is type(loaded) is vlm.ImageOnlyQwen2_5_VLProcessor
     # a 32x32 image, 8-pixel patches: a 4x4 grid, merged 2x2 -> 4 image tokens between the vision start/end tokens
     assert extras[0]["image_grid_thw"].tolist() == [[1, 4, 4]] and tuple(extras[0]["pixel_values"].shape) == (16, 3 * 2 * 8 * 8)
     image_id = loaded.tokenizer.convert_tokens_to_ids("<|image_pad|>")

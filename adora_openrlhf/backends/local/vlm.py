@@ -17,12 +17,13 @@ from the processor output (``vlm_utils.process_prompt_with_images``) and rebuild
 
 The processor class for Qwen2.5-VL in transformers 5.15 also builds a video processor, whose class needs
 torchvision and a saved video config; without them :func:`load_processor` builds
-:class:`ImageOnlyQwen2_5_VLProcessor`, the same processor without the video part (saved files name ``Qwen2_5_VLProcessor``, so a machine with
+:func:`image_only_processor_class`, the same processor without the video part (saved files name ``Qwen2_5_VLProcessor``, so a machine with
 torchvision loads them with ``AutoProcessor``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,27 +48,35 @@ TINY_CHAT_TEMPLATE = (
 )
 
 
-def _processor_base():
+@functools.cache
+def image_only_processor_class():
+    """``ImageOnlyQwen2_5_VLProcessor``: ``Qwen2_5_VLProcessor`` with an image processor and a tokenizer only (no
+    video processor, which needs torchvision). Text and image processing are Qwen2.5-VL's own. Made on first use:
+    importing the processor classes takes seconds, which a text model's evaluation and training never need."""
     from transformers import Qwen2_5_VLProcessor
 
-    return Qwen2_5_VLProcessor
+    class ImageOnlyQwen2_5_VLProcessor(Qwen2_5_VLProcessor):
+        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+            Qwen2_5_VLProcessor.__init__(self, image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+
+        def save_pretrained(self, save_directory, *args, **kwargs):
+            out = super().save_pretrained(save_directory, *args, **kwargs)
+            config = Path(save_directory) / "processor_config.json"
+            if config.exists():  # name the public class, so AutoProcessor (with torchvision) loads the files
+                data = json.loads(config.read_text())
+                data["processor_class"] = "Qwen2_5_VLProcessor"
+                config.write_text(json.dumps(data, indent=2) + "\n")
+            return out
+
+    ImageOnlyQwen2_5_VLProcessor.__qualname__ = "ImageOnlyQwen2_5_VLProcessor"  # pickled by name: module __getattr__
+    return ImageOnlyQwen2_5_VLProcessor
 
 
-class ImageOnlyQwen2_5_VLProcessor(_processor_base()):
-    """``Qwen2_5_VLProcessor`` with an image processor and a tokenizer only (no video processor, which needs
-    torchvision). Text and image processing are Qwen2.5-VL's own."""
-
-    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-        _processor_base().__init__(self, image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        out = super().save_pretrained(save_directory, *args, **kwargs)
-        config = Path(save_directory) / "processor_config.json"
-        if config.exists():  # name the public class, so AutoProcessor (with torchvision) loads the files
-            data = json.loads(config.read_text())
-            data["processor_class"] = "Qwen2_5_VLProcessor"
-            config.write_text(json.dumps(data, indent=2) + "\n")
-        return out
+def __getattr__(name: str):
+    """``vlm.ImageOnlyQwen2_5_VLProcessor`` (made on first use, see :func:`image_only_processor_class`)."""
+    if name == "ImageOnlyQwen2_5_VLProcessor":
+        return image_only_processor_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_tiny_processor(tokenizer, vision_cfg):
@@ -80,7 +89,7 @@ def build_tiny_processor(tokenizer, vision_cfg):
     image_processor = Qwen2VLImageProcessorPil(
         patch_size=vision_cfg.patch_size, merge_size=vision_cfg.spatial_merge_size, temporal_patch_size=2, min_pixels=pixels, max_pixels=pixels
     )
-    return ImageOnlyQwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=TINY_CHAT_TEMPLATE)
+    return image_only_processor_class()(image_processor=image_processor, tokenizer=tokenizer, chat_template=TINY_CHAT_TEMPLATE)
 
 
 def build_tiny_vlm(text_cfg, vision_cfg, tokenizer, seed: int):
@@ -160,7 +169,7 @@ def load_vlm(path: str, dtype: str = "float32", init_kwargs: dict | None = None,
 
 def load_processor(path: str, init_kwargs: dict | None = None):
     """The checkpoint's processor (``AutoProcessor``); when its video processor cannot be built (no torchvision,
-    no video config), :class:`ImageOnlyQwen2_5_VLProcessor` from the same files. Sets the tokenizer's pad token to eos when it has none."""
+    no video config), :func:`image_only_processor_class`'s processor from the same files. Sets the tokenizer's pad token to eos when it has none."""
     from transformers import AutoProcessor
 
     from adora_openrlhf.backends.local.model_source import loader_kwargs
@@ -169,7 +178,7 @@ def load_processor(path: str, init_kwargs: dict | None = None):
         processor = AutoProcessor.from_pretrained(path, **loader_kwargs(init_kwargs))
     except (ImportError, OSError) as err:  # the video processor: torchvision missing, or no video config saved
         try:
-            processor = ImageOnlyQwen2_5_VLProcessor.from_pretrained(path, **loader_kwargs(init_kwargs))
+            processor = image_only_processor_class().from_pretrained(path, **loader_kwargs(init_kwargs))
         except Exception:  # noqa: BLE001 - whatever the fallback's failure, the first error is the one to report
             raise err from None
     if not hasattr(processor, "image_processor"):
