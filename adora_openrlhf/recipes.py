@@ -210,6 +210,42 @@ _local_recipe(
 )
 
 
+# The geometry testbed (docs/local_backend.md, "The geometry testbed"): colour questions about 1 to 3 shapes
+# (a spread of difficulty: reading one shape is nearly always right, three shapes about half the time). Phase 1
+# of the warm-up teaches the reading (the think names every shape's colour and kind, then the answer), with a
+# few "default" shortcuts (think "guess.", then always the first choice); phase 2 mixes the two at a low
+# learning rate, after which greedy decoding mostly takes the shortcut. RL has a behaviour to select: reading is
+# longer and right far more often than the default answer (1 in 4). A uniformly random guess as the shortcut was
+# measured and left: its greedy answer follows the image (the reading leaks into it), so step 0 was already
+# above 0.5 and RL had little to gain.
+_GEO_TESTBED = _merge(
+    dict(_GEO_TINY),
+    {
+        "prompts_per_step": 16,
+        "eval_every": 10,
+        "eval_samples": 0,  # held-out: greedy only
+        "data": {"geo_tasks": ["colour"], "geo_levels": [1, 2, 3]},
+        "warmup": {
+            "steps": 1600,
+            "style_shares": {"read": 0.85, "default": 0.15},
+            "mix_steps": 60,
+            "mix_lr": 3e-4,
+            "mix": {"read": 0.5, "default": 0.5},
+        },
+    },
+)
+_local_recipe(
+    "geo-testbed",
+    "Vision-language testbed: warm-up on reading the image in the think, then mostly a default answer; GRPO selects reading (CPU).",
+    _GEO_TESTBED,
+)
+_local_recipe(
+    "geo-testbed-adora",
+    "geo-testbed with ADORA's difficulty rule (TAS: 0 < group accuracy <= 0.5), attenuation 0.1.",
+    _GEO_TESTBED,
+    {"adora": {"enabled": True}},
+)
+
 # ---------------------------------------------------------------------------------------------------------
 # Cluster recipes (openrlhf backend). Each is run by a script in recipes/ (`ray job submit` ready); the
 # OpenRLHF-only flags live in extra["openrlhf"] (see backends/openrlhf/flags.py). Data paths are the

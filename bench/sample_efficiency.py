@@ -96,6 +96,7 @@ def curves(metrics: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "total_responses": sum(m["sampling/responses_generated"] for m in steps),
         "subsets_step0": subsets[0] if subsets else {},
         "subsets_final": subsets[-1] if subsets else {},
+        "majority_accuracy": next((m["eval/majority_accuracy"] for m in metrics if "eval/majority_accuracy" in m), None),
     }
 
 
@@ -120,6 +121,7 @@ def run_record(run: dict[str, Any], target: float, adora_on: bool) -> dict[str, 
         "seed": run["seed"],
         "acc_step0": acc[0][1] if acc else None,
         "acc_final": acc[-1][1] if acc else None,
+        "majority_accuracy": c["majority_accuracy"],  # held-out accuracy of the most frequent training answer per subset
         "acc_step0_by_subset": c["subsets_step0"],  # held-out accuracy per subset (K&K: ppl_N, N people)
         "acc_final_by_subset": c["subsets_final"],
         "auc": trapezoid_auc(acc),
@@ -158,6 +160,7 @@ def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[
     ref_tokens = mean_ci(r.get("tokens") for r in grpo)[0] if grpo else None
     ref_wall = mean_ci(r["wall_s"] for r in grpo)[0] if grpo else None
     keys = (
+        "majority_accuracy",
         "acc_step0",
         "acc_final",
         "gain",
@@ -486,6 +489,9 @@ def _run(args: argparse.Namespace) -> int:
         f"{cfg.data.num_eval} held-out puzzles (greedy). Mean ± 95% CI half-width over seeds (Student t). "
         f"Target = max step-0 accuracy {max(step0):.3f} + {args.target_margin} = {target:.3f}; steps and responses to target over the runs that reached it."
     )
+    majority = [r["majority_accuracy"] for r in records if r.get("majority_accuracy") is not None]
+    if majority:
+        intro += f" Majority-answer baseline (eval/majority_accuracy): {min(majority):.3f} to {max(majority):.3f} over seeds."
     subset_header, subset_body = subset_rows(records)
     if subset_body:
         table += "\n\nHeld-out accuracy per subset, mean over seeds:\n\n" + markdown_table(subset_header, subset_body)

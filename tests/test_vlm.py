@@ -460,6 +460,28 @@ def test_geo_tiny_run_trains_saves_and_resumes(tmp_path):
     assert b[-1]["sampling/first_round_mean_reward"] == pytest.approx(a[-1]["sampling/first_round_mean_reward"])
 
 
+def test_geo_testbed_short_run_logs_reading_guessing_and_the_majority_baseline(tmp_path):
+    """geo-testbed's settings at a tiny size: both warm-up phases with their styles, then RL with the difficulty rule;
+    the probe's shares and the majority baseline reach the metrics."""
+    from adora_openrlhf.backends.local.trainer import train
+
+    small = {**GEO_TINY, "warmup.steps": 60, "warmup.mix_steps": 10, "eval_samples": 0, "output_dir": str(tmp_path / "run")}
+    cfg = build_run_config("geo-testbed-adora", small)
+    assert cfg.data.geo_tasks == ["colour"] and cfg.data.geo_levels == [1, 2, 3]
+    assert cfg.warmup.style_shares == {"read": 0.85, "default": 0.15} and cfg.warmup.mix == {"read": 0.5, "default": 0.5}
+    train(cfg)
+    records = _records(tmp_path / "run")
+    first = records[0]
+    assert first["warmup/steps"] == 70 and 0.0 <= first["eval/majority_accuracy"] <= 1.0
+    shares = [first[f"eval/greedy_{style}_fraction"] for style in ("read", "guess", "other")]
+    assert sum(shares) == pytest.approx(1.0)
+    for r in records[1:]:
+        assert r["response/read_fraction"] + r["response/guess_fraction"] + r["response/other_fraction"] == pytest.approx(1.0)
+        assert r["adora/tas_fraction"] + r["adora/tds_fraction"] == pytest.approx(1.0)
+    levels = {json.loads(line)["meta"]["difficulty"] for line in (tmp_path / "run" / "heldout.jsonl").read_text().splitlines()}
+    assert levels <= {1, 2, 3}
+
+
 def test_geometry_with_a_text_checkpoint_is_refused(tmp_path):
     from adora_openrlhf.backends.local.trainer import train
 
