@@ -23,7 +23,10 @@ Warm-up demonstrations (``tasks/behaviours.py``, styles for ``warmup.style`` / `
 * ``read`` (alias ``direct``, the default): the row's solution text, the image read into the think, then the
   answer (``<think>blue square, red circle.</think>`` and ``<answer>red</answer>``);
 * ``guess`` (drawn anew each time): ``<think>guess.</think>`` and a uniformly random choice (a free-form
-  count: a random number from 0 to 4), right 1 / (number of choices) of the time whatever the image.
+  count: a random number from 0 to 4), right 1 / (number of choices) of the time whatever the image;
+* ``default``: ``<think>guess.</think>`` and always the first choice (a count: 0), a fixed answer that ignores
+  the image (``geo-testbed``'s shortcut: a policy trained on random guesses leans its greedy guess towards the
+  colour it sees, docs/local_backend.md).
 
 The response probe names a response ``read`` (its think names at least one colour), ``guess`` (its think is
 ``guess.``) or ``other``; the trainer logs the shares (``response/read_fraction``, ``eval/greedy_guess_fraction``).
