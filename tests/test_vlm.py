@@ -115,34 +115,28 @@ def test_colour_question_has_one_shape_of_the_asked_kind():
             assert row["meta"]["choices"] == list(geo_synth.COLOURS)
 
 
-def _demo_row(row):
-    from adora_openrlhf.backends.local.data import Row  # the warm-up's row type
-
-    return Row(prompt=row["prompt"], label=row["label"], source=row["source"], meta=row["meta"])
-
-
 def test_read_and_guess_demonstrations_and_their_probe():
     import random
 
     from adora_openrlhf.tasks.behaviours import RANDOMISED_DEMONSTRATIONS, demonstration_for, style_fractions
 
-    colour, count = geo_synth.generate_rows(1, 5, ["colour"], [3])[0], geo_synth.generate_rows(1, 5, ["count"], [2])[0]
+    colour, count = validate_rows(geo_synth.generate_rows(1, 5, ["colour"], [3]) + geo_synth.generate_rows(1, 5, ["count"], [2]), "generated", "geometry")
     for row in (colour, count):
-        read = demonstration_for(_demo_row(row), "read")
-        assert read == demonstration_for(_demo_row(row), "direct") == row["meta"]["solution_text"]
+        read = demonstration_for(row, "read")
+        assert read == demonstration_for(row, "direct") == row.meta["solution_text"]
         assert geo_synth.response_style(read) == "read"
     rng = random.Random(0)
-    guesses = [demonstration_for(_demo_row(colour), "guess", rng) for _ in range(400)]
+    guesses = [demonstration_for(colour, "guess", rng) for _ in range(400)]
     assert {geo_synth.response_style(g) for g in guesses} == {"guess"}
     answers = [g.split("<answer>")[1].split("</answer>")[0] for g in guesses]
     assert set(answers) == set(geo_synth.COLOURS)  # uniform over the choices, whatever the image shows
     assert all(80 <= answers.count(c) <= 120 for c in geo_synth.COLOURS)
-    counts = {demonstration_for(_demo_row(count), "guess", rng).split("<answer>")[1][0] for _ in range(200)}
+    counts = {demonstration_for(count, "guess", rng).split("<answer>")[1][0] for _ in range(200)}
     assert counts == {str(n) for n in range(geo_synth.MAX_GUESSED_COUNT + 1)}
     assert ("geo_synth", "guess") in RANDOMISED_DEMONSTRATIONS and ("geo_synth", "read") not in RANDOMISED_DEMONSTRATIONS
     assert geo_synth.response_style("<think>reddish</think><answer>red</answer>") == "other"
     assert geo_synth.response_style("<answer>red</answer>") == "other"
-    texts = [guesses[0], colour["meta"]["solution_text"], "no think", guesses[1]]
+    texts = [guesses[0], colour.meta["solution_text"], "no think", guesses[1]]
     assert style_fractions(["geo_synth"] * 4, texts, "r/") == {"r/guess_fraction": 0.5, "r/read_fraction": 0.25, "r/other_fraction": 0.25}
 
 

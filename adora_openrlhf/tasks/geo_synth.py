@@ -232,6 +232,7 @@ def generate_rows(count: int, seed: int, tasks: Sequence[str] = tuple(TASKS), le
 
 
 GUESS_THINK = "guess."
+COLOUR_WORD = re.compile(rf"\b({'|'.join(COLOURS)})\b")  # any colour name as a word (the probe's sign of reading)
 MAX_GUESSED_COUNT = 4  # a guessed answer to a free-form count question is a number from 0 to this
 
 
@@ -265,7 +266,7 @@ def response_style(response: str) -> str:
     think = response[start + len("<think>") : end].strip()
     if think == GUESS_THINK:
         return "guess"
-    return "read" if any(re.search(rf"\b{colour}\b", think) for colour in COLOURS) else "other"
+    return "read" if COLOUR_WORD.search(think) else "other"
 
 
 @register_probe(SOURCE, styles=("read", "guess"))
