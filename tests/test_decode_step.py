@@ -112,3 +112,75 @@ def test_lora_wrapped_projections_keep_the_forward():
     base = lora.get_base_model()
     assert decode_step_for(base, growing_cache_for(base)) is None
     assert decode_step_for(lora, growing_cache_for(base)) is None
+
+
+@pytest.mark.parametrize("padded", [True, False])
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_fast_step_logits_are_the_forwards_within_rounding(padded, kv_heads):
+    """The ``fast`` step (eval.run's numerics) on a cache with one entry per key/value head: the forward's logits to
+    float rounding at every step, across a compaction, and the same argmax."""
+    model = _qwen2(kv_heads)
+    ids, mask = _prompts(padded)
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    caches = [growing_cache_for(model) for _ in range(2)]
+    step = decode_step_for(model, caches[1], numerics="fast")
+    assert step is not None
+    with torch.no_grad():
+        for cache in caches:
+            model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        generator = torch.Generator().manual_seed(2)
+        pos = positions[:, -1:]
+        for index in range(12):
+            tokens = torch.randint(3, 97, (ids.shape[0], 1), generator=generator)
+            mask, pos = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], -1), pos + 1
+            want = model(input_ids=tokens, attention_mask=mask, position_ids=pos, past_key_values=caches[0], use_cache=True, logits_to_keep=1).logits[:, -1]
+            got = step(tokens, pos, mask)
+            assert got.shape == want.shape and torch.isfinite(got).all()
+            assert torch.allclose(got, want, rtol=0, atol=1e-5), f"step {index}: {(got - want).abs().max():.2e}"
+            assert torch.equal(got.argmax(-1), want.argmax(-1))
+            if index == 5:
+                keep = torch.tensor([1, 3, 4])
+                for cache in caches:
+                    for layer in cache.layers:
+                        layer.batch_select_indices(keep)
+                mask, pos, ids = mask[keep], pos[keep], ids[keep]
+
+
+def test_grouped_attention_hand_case():
+    """Two query heads on one key/value head, two cached positions, the second masked: each head attends only to
+    position 0, so its output is that position's value."""
+    from adora_openrlhf.backends.local.decode_step import grouped_attention
+
+    query = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])  # [B=1, kv_heads=1, g=2, D=2]
+    keys = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])  # [1, 1, T=2, D]
+    values = torch.tensor([[[[2.0, 3.0], [5.0, 7.0]]]])
+    mask = torch.tensor([0.0, float("-inf")]).view(1, 1, 1, 2)
+    assert torch.equal(grouped_attention(query, keys, values, mask, 1.0), torch.tensor([[[[2.0, 3.0], [2.0, 3.0]]]]))
+    unmasked = grouped_attention(query, keys, values, None, 1.0)
+    weight = torch.softmax(torch.tensor([1.0, 0.0]), -1)  # head 0: scores (1, 0); head 1: (0, 1)
+    assert torch.allclose(unmasked[0, 0, 0], weight[0] * values[0, 0, 0] + weight[1] * values[0, 0, 1])
+    assert torch.allclose(unmasked[0, 0, 1], weight[1] * values[0, 0, 0] + weight[0] * values[0, 0, 1])
+
+
+def test_fast_step_refuses_a_repeated_cache_and_unknown_steps():
+    model = _qwen2(2)
+    with pytest.raises(ValueError, match="repeated"):
+        decode_step_for(model, growing_cache_for(model, 5 * 64), numerics="fast")
+    with pytest.raises(ValueError, match="unknown step 'flash'"):
+        decode_step_for(model, growing_cache_for(model), numerics="flash")
+
+
+def test_fast_steps_rotary_table_grows_past_its_first_positions():
+    """Positions beyond the rotary table's first 256 entries (a long prompt or response): still the forward's logits."""
+    model = _qwen2(2)
+    ids, mask = _prompts(False, batch=2)
+    positions = (mask.cumsum(-1) - 1) + 300  # positions 300.. (the model has 128 and extrapolates; the arithmetic is what is compared)
+    caches = [growing_cache_for(model) for _ in range(2)]
+    step = decode_step_for(model, caches[1], numerics="fast")
+    with torch.no_grad():
+        for cache in caches:
+            model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        tokens, pos = ids[:, -1:], positions[:, -1:] + 1
+        mask = torch.cat([mask, mask.new_ones(2, 1)], -1)
+        want = model(input_ids=tokens, attention_mask=mask, position_ids=pos, past_key_values=caches[0], use_cache=True, logits_to_keep=1).logits[:, -1]
+        assert torch.allclose(step(tokens, pos, mask), want, rtol=0, atol=1e-5)

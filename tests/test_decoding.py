@@ -164,3 +164,74 @@ def test_rows_with_their_own_streams_draw_the_same_tokens_in_any_batch(model, to
     assert len({tuple(ids) for ids, _ in together}) > len(TEXTS)  # the copies of a prompt drew different responses
     with pytest.raises(ValueError, match="compact decoding"):
         generate_responses(model, tok, prompts[:1], params, 1, decoding="generate", uniforms=uniforms[:1])
+
+
+def _top_p_both(scores: torch.Tensor, top_p: float):
+    from transformers import TopPLogitsWarper
+
+    want = TopPLogitsWarper(top_p=top_p, min_tokens_to_keep=1)(None, scores)
+    got = decoding.candidate_top_p_warper(top_p)(None, scores)
+    return want, got
+
+
+def test_candidate_top_p_hand_case():
+    # probabilities 0.5, 0.3, 0.15, 0.05 and 16 impossible tokens; ascending cumulative sums 0.05, 0.2, 0.5, 1.0
+    scores = torch.full((2, 20), float("-inf"))
+    scores[:, :4] = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
+    for top_p, kept in ((0.9, [0, 1, 2]), (0.75, [0, 1]), (0.3, [0]), (0.999, [0, 1, 2, 3])):
+        want, got = _top_p_both(scores, top_p)
+        assert torch.isfinite(got[0]).nonzero().squeeze(1).tolist() == kept, top_p
+        assert torch.equal(got, want)
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    rows=st.integers(1, 6),
+    vocab=st.integers(1, 500),
+    sharpness=st.sampled_from([0.0, 0.5, 2.0, 8.0, 30.0]),
+    top_p=st.sampled_from([0.05, 0.5, 0.8, 0.9, 0.95, 0.99]),
+)
+def test_candidate_top_p_keeps_the_tokens_the_full_sort_keeps(seed, rows, vocab, sharpness, top_p):
+    """Same output as transformers' TopPLogitsWarper: from flat rows (all tokens candidates: the full sort is used)
+    to peaked ones (a few candidates from topk)."""
+    scores = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(seed)) * sharpness
+    want, got = _top_p_both(scores, top_p)
+    assert got.shape == scores.shape
+    assert torch.equal(torch.isinf(got), torch.isinf(want)) and torch.equal(got[torch.isfinite(got)], want[torch.isfinite(want)])
+    assert torch.isfinite(got).any(dim=-1).all()  # at least one token kept per row
+
+
+def test_shared_prefill_runs_each_prompt_once_and_copies_it(model, tok):
+    from adora_openrlhf.backends.local.kv_cache import growing_cache_for
+    from adora_openrlhf.backends.local.rollout import left_padded
+
+    prompts = [tok.encode(t) for t in TEXTS[:3]]
+    ids, mask = left_padded([p for p in prompts for _ in range(4)], tok.pad_token_id)  # 3 prompts x 4 samples
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    batches = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: batches.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    caches = [growing_cache_for(model), growing_cache_for(model)]
+    with torch.no_grad():
+        alone = decoding.prefill(model, ids, mask, positions, caches[0])
+        shared = decoding.prefill(model, ids, mask, positions, caches[1], share_prompts=True)
+    assert batches == [12, 3]
+    assert shared.shape == alone.shape == (12, model.config.vocab_size) and shared.dtype == torch.float32
+    assert torch.allclose(shared, alone, atol=1e-5, rtol=0)
+    for first, second in zip(caches[0].layers, caches[1].layers, strict=True):
+        assert first.keys.shape == second.keys.shape and torch.allclose(first.keys, second.keys, atol=1e-5, rtol=0)
+        assert torch.allclose(first.values, second.values, atol=1e-5, rtol=0)
+
+
+def test_fast_numerics_give_the_exact_tokens_on_a_tiny_model(model, tok):
+    """numerics="fast" (eval.run's default) against "exact": the same greedy responses, and with per-row streams the
+    same sampled ones (they could differ only where a draw falls within float rounding of a boundary)."""
+    prompts = [p for p in _prompts(tok, copies=1) for _ in range(3)]
+    params = SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=30)
+    uniforms = torch.rand(len(prompts), params.max_new_tokens, generator=torch.Generator().manual_seed(7))
+    for greedy in (True, False):
+        streams = None if greedy else uniforms
+        runs = [generate_responses(model, tok, prompts, params, 16, greedy=greedy, uniforms=streams, numerics=how) for how in ("exact", "fast")]
+        assert runs[0] == runs[1]
+        assert len({len(ids) for ids, _ in runs[0]}) > 1  # rows left the batch at different steps
+    with pytest.raises(ValueError, match="numerics: unknown 'quick'"):
+        generate_responses(model, tok, prompts[:1], params, 1, numerics="quick")

@@ -31,6 +31,7 @@ for left padding: ``cumsum(attention_mask) - 1`` (0 on padding), then one more p
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -40,8 +41,64 @@ from adora_openrlhf.config import SamplingParams
 COMPACT_RATIO = 0.75  # compact when at most this share of the batch's rows is unfinished
 
 
-def logits_processors(params: SamplingParams, greedy: bool):
-    """The ``transformers`` logits processors ``model.generate`` applies for ``params``, in its order."""
+@dataclass(frozen=True)
+class Numerics:
+    """How compact decoding computes a step (:data:`NUMERICS`)."""
+
+    step: str  # the one-token step: a key of decode_step.STEPS ("fast" reads a cache with one entry per key/value head)
+    top_p: str  # the top-p rule's implementation: "sort" (transformers' TopPLogitsWarper) or "candidates"
+    share_prompts: bool  # prefill identical prompts once (prefill)
+
+
+NUMERICS = {
+    # bitwise model.generate's logits and transformers' processors: rollouts of the trainer
+    "exact": Numerics(step="exact", top_p="sort", share_prompts=False),
+    # the same rules within float rounding, faster on CPU: eval.run's transformers engine
+    "fast": Numerics(step="fast", top_p="candidates", share_prompts=True),
+}
+
+
+def numerics_of(name: str) -> Numerics:
+    """The :data:`NUMERICS` entry ``name``; ValueError naming the choices for any other."""
+    if name not in NUMERICS:
+        raise ValueError(f"numerics: unknown {name!r}; choose one of {', '.join(NUMERICS)}")
+    return NUMERICS[name]
+
+
+def candidate_top_p_warper(top_p: float, min_tokens_to_keep: int = 1):
+    """A ``transformers`` ``TopPLogitsWarper`` that finds the same tokens without sorting the whole vocabulary.
+
+    The rule (``TopPLogitsWarper``): sort the probabilities ``p`` ascending and remove every token whose
+    cumulative probability (itself included) is at most ``1 - top_p``, keeping the ``min_tokens_to_keep`` most
+    likely. A token with ``p < (1 - top_p) / V`` (V tokens) is always removed: every token at or below it in
+    that order has less, so their sum is under ``1 - top_p``. Only the ``m`` tokens at or above that floor
+    (``m`` = the most of any row) can be kept; they come from ``torch.topk`` and the cumulative sum starts from
+    the mass of all the others. Where ``m`` exceeds a quarter of the vocabulary the full sort is cheaper and
+    is used. Same kept tokens as the sort up to float rounding of the cumulative sums."""
+    from transformers import TopPLogitsWarper
+
+    class CandidateTopPWarper(TopPLogitsWarper):
+        def __call__(self, input_ids, scores: torch.Tensor) -> torch.Tensor:
+            vocab = scores.shape[-1]
+            probs = scores.softmax(dim=-1)
+            candidates = max(int((probs >= (1 - self.top_p) / vocab).sum(dim=-1).max()), self.min_tokens_to_keep)
+            if 4 * candidates > vocab:
+                return super().__call__(input_ids, scores)
+            top, index = torch.topk(scores, candidates, dim=-1)
+            top, index = top.flip(-1), index.flip(-1)  # ascending, as the rule reads them
+            top_probs = probs.gather(-1, index)
+            below = probs.sum(dim=-1, keepdim=True) - top_probs.sum(dim=-1, keepdim=True)
+            remove = (below + top_probs.cumsum(dim=-1)) <= (1 - self.top_p)
+            remove[..., -self.min_tokens_to_keep :] = False
+            kept = top.masked_fill(remove, self.filter_value)
+            return torch.full_like(scores, self.filter_value).scatter_(-1, index, kept)
+
+    return CandidateTopPWarper(top_p=top_p, min_tokens_to_keep=min_tokens_to_keep)
+
+
+def logits_processors(params: SamplingParams, greedy: bool, top_p: str = "sort"):
+    """The ``transformers`` logits processors ``model.generate`` applies for ``params``, in its order; ``top_p``
+    "candidates" swaps its top-p warper for :func:`candidate_top_p_warper` (the same rule, no full sort)."""
     from transformers import (
         LogitsProcessorList,
         MinPLogitsWarper,
@@ -62,7 +119,8 @@ def logits_processors(params: SamplingParams, greedy: bool):
     if top_k != 0:
         processors.append(TopKLogitsWarper(top_k=top_k, min_tokens_to_keep=1))
     if params.top_p < 1.0:
-        processors.append(TopPLogitsWarper(top_p=params.top_p, min_tokens_to_keep=1))
+        warper = candidate_top_p_warper if top_p == "candidates" else TopPLogitsWarper
+        processors.append(warper(top_p=params.top_p, min_tokens_to_keep=1))
     if params.min_p > 0:
         processors.append(MinPLogitsWarper(min_p=params.min_p, min_tokens_to_keep=1))
     return processors
@@ -78,10 +136,44 @@ def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Ten
     return tokens.clamp_(max=probs.shape[-1] - 1)
 
 
+def _next_tokens(processors, seqs: torch.Tensor, logits: torch.Tensor, greedy: bool, uniforms: torch.Tensor | None) -> torch.Tensor:
+    """Each row's next token [B]: ``processors`` applied to ``logits`` [B, V] (``seqs``: the rows' tokens so far), then
+    argmax (greedy), inverse-CDF sampling with each row's uniform [B], or ``torch.multinomial`` (no uniforms)."""
+    scores = logits
+    for processor in processors:  # LogitsProcessorList's order, without its per-call signature inspection
+        scores = processor(seqs, scores)
+    if greedy:
+        return torch.argmax(scores, dim=-1)
+    if uniforms is not None:
+        return inverse_cdf_sample(torch.softmax(scores, dim=-1), uniforms)
+    return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+
+
 def _select_rows(cache, keep: torch.Tensor) -> None:
-    """Keep only the batch rows ``keep`` in every layer of ``cache``."""
+    """Keep only the batch rows ``keep`` in every layer of ``cache`` (an index may repeat: that row is copied)."""
     for layer in cache.layers:
         layer.batch_select_indices(keep)
+
+
+def prefill(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor, cache, share_prompts: bool = False) -> torch.Tensor:
+    """The last position's logits [B, V] (float32) of each row of the left-padded prompts, their keys and values
+    written into the empty ``cache``. ``share_prompts``: rows with the same ids and mask (the k samples of one
+    problem) are run through the model once, then their logits and cache entries are copied to every such row."""
+    owner = None
+    if share_prompts:
+        unique, owner = torch.unique(torch.cat([input_ids, attention_mask], dim=-1), dim=0, return_inverse=True)
+        if unique.shape[0] == input_ids.shape[0]:
+            owner = None
+        else:
+            first = torch.full((unique.shape[0],), input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+            first = first.scatter_reduce_(0, owner, torch.arange(input_ids.shape[0], device=input_ids.device), reduce="amin")
+            input_ids, attention_mask, positions = input_ids[first], attention_mask[first], positions[first]
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
+    if owner is None:
+        return logits
+    _select_rows(cache, owner)
+    return logits[owner]
 
 
 @torch.no_grad()
@@ -98,6 +190,7 @@ def compact_decode(
     uniforms: torch.Tensor | None = None,
     on_finish: Callable[[int], None] | None = None,
     fast_step: bool = True,
+    numerics: str = "exact",
 ) -> list[tuple[list[int], bool]]:
     """``(response ids, truncated)`` for each row of the left-padded ``input_ids`` [B, W], in order.
 
@@ -108,9 +201,13 @@ def compact_decode(
     row's own random stream (module docstring); without it rows draw with ``torch.multinomial``. ``on_finish(n)``
     is called whenever ``n`` rows have ended (eos, or the token limit for the rest), for progress reports.
     ``fast_step`` False calls the model for every step even where ``decode_step_for`` has a step (same tokens).
+    ``numerics``: a key of :data:`NUMERICS`: ``exact`` (the model's logits bitwise, transformers' processors) or
+    ``fast`` (grouped-query attention, which needs a cache with one entry per key/value head, top-p without a full
+    sort, identical prompts prefilled once: the same rules within float rounding).
     """
+    how = numerics_of(numerics)
     compact_ratio = COMPACT_RATIO if compact_ratio is None else compact_ratio
-    processors = logits_processors(params, greedy)
+    processors = logits_processors(params, greedy, how.top_p)
     batch = input_ids.shape[0]
     seqs = input_ids  # prompt + generated tokens of the rows still in the batch (the repetition penalty reads them)
     mask = attention_mask
@@ -120,20 +217,16 @@ def compact_decode(
     generated: list[list[int]] = [[] for _ in range(batch)]
     ended = [False] * batch
     step_ids, step_positions = input_ids, positions
-    one_token_step = decode_step_for(model, cache) if fast_step else None
+    one_token_step = decode_step_for(model, cache, how.step) if fast_step else None
     for step in range(params.max_new_tokens):
-        if step > 0 and one_token_step is not None:
+        if step == 0:
+            logits = prefill(model, step_ids, mask, step_positions, cache, how.share_prompts)
+        elif one_token_step is not None:
             logits = one_token_step(step_ids, step_positions, mask).to(copy=True, dtype=torch.float32)
         else:
             out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
             logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
-        scores = processors(seqs, logits)
-        if greedy:
-            tokens = torch.argmax(scores, dim=-1)
-        elif uniforms is not None:
-            tokens = inverse_cdf_sample(torch.softmax(scores, dim=-1), uniforms[rows, step])
-        else:
-            tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        tokens = _next_tokens(processors, seqs, logits, greedy, None if uniforms is None else uniforms[rows, step])
         tokens = torch.where(unfinished, tokens, torch.full_like(tokens, pad_token_id))
         for row, token, live in zip(rows.tolist(), tokens.tolist(), unfinished.tolist(), strict=True):
             if live:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from adora_openrlhf.algorithms.sampling import GenerationRequest, ScoredResponse
-from adora_openrlhf.backends.local.decoding import compact_decode
+from adora_openrlhf.backends.local.decoding import compact_decode, numerics_of
 from adora_openrlhf.backends.local.kv_cache import attention_reads_cache, full_attention_only, growing_cache_for
 from adora_openrlhf.config import ModelConfig, SamplingParams
 
@@ -91,18 +91,32 @@ def left_padded(prompts: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tenso
 
 
 def compact_decode_batch(
-    model, ids, mask, params, eos_pad, kv_cache="growing", greedy=False, uniforms=None, on_finish=None, fast_step=True
+    model, ids, mask, params, eos_pad, kv_cache="growing", greedy=False, uniforms=None, on_finish=None, fast_step=True, numerics="exact"
 ) -> list[tuple[list[int], bool]]:
     """Compact decoding (``decoding.py``) of one left-padded batch (``ids``, ``mask`` [B, W]; ``eos_pad`` = (eos id,
     pad id)) with a fresh cache of kind ``kv_cache`` ("growing", else transformers' ``DynamicCache``, which is
-    also taken when the model cannot use the growing one)."""
-    cache = growing_cache_for(model, ids.shape[0] * (ids.shape[1] + params.max_new_tokens)) if kv_cache == "growing" else None
+    also taken when the model cannot use the growing one). ``numerics`` (``decoding.NUMERICS``): "exact" lets the
+    growing cache repeat key/value heads on CPU; "fast" keeps one entry per head (its attention reads them grouped)."""
+    tokens = ids.shape[0] * (ids.shape[1] + params.max_new_tokens) if numerics_of(numerics).step == "exact" else None
+    cache = growing_cache_for(model, tokens) if kv_cache == "growing" else None
     if cache is None:
         from transformers import DynamicCache
 
         cache = DynamicCache()
     with attention_reads_cache(model, cache):
-        return compact_decode(model, ids, mask, params, *eos_pad, cache, greedy=greedy, uniforms=uniforms, on_finish=on_finish, fast_step=fast_step)
+        return compact_decode(
+            model,
+            ids,
+            mask,
+            params,
+            *eos_pad,
+            cache,
+            greedy=greedy,
+            uniforms=uniforms,
+            on_finish=on_finish,
+            fast_step=fast_step,
+            numerics=numerics,
+        )
 
 
 @torch.no_grad()
@@ -119,6 +133,7 @@ def generate_responses(
     uniforms: torch.Tensor | None = None,
     on_finish: Callable[[int], None] | None = None,
     fast_step: bool = True,
+    numerics: str = "exact",
 ) -> list[tuple[list[int], bool]]:
     """``(response ids, truncated)`` for each prompt (token ids), in order.
 
@@ -131,8 +146,10 @@ def generate_responses(
     ``uniforms`` [len(prompts), max_new_tokens]: each prompt's own random stream for sampling (compact decoding
     only; see ``decoding.py``). ``on_finish(n)``: called as responses end (per batch with ``model.generate``).
     ``fast_step``: compact decoding takes its one-token steps through ``decode_step.py`` where the model allows
-    (bitwise the same logits); False calls the model's forward for every step.
+    (bitwise the same logits); False calls the model's forward for every step. ``numerics`` (compact
+    decoding only): ``exact`` or ``fast`` (``decoding.NUMERICS``).
     """
+    numerics_of(numerics)  # an unknown name is refused before anything runs
     device = next(model.parameters()).device
     config = generation_config(params, tokenizer, greedy)
     if extras is not None and any(extras):
@@ -153,9 +170,8 @@ def generate_responses(
             width = ids.shape[1]
             if compact:
                 rows_uniforms = uniforms[start : start + batch_size].to(device) if uniforms is not None else None
-                out.extend(
-                    compact_decode_batch(model, ids.to(device), mask.to(device), params, (eos, pad), kv_cache, greedy, rows_uniforms, on_finish, fast_step)
-                )
+                options = {"kv_cache": kv_cache, "greedy": greedy, "on_finish": on_finish, "fast_step": fast_step, "numerics": numerics}
+                out.extend(compact_decode_batch(model, ids.to(device), mask.to(device), params, (eos, pad), uniforms=rows_uniforms, **options))
                 continue
             more = {}
             if extras is not None:
