@@ -6,7 +6,8 @@ the batch, so an interrupted batch is redone identically. ``progress(n)`` is cal
 ``pick_engine("auto")`` takes vLLM when it is importable and a CUDA device is present, else `transformers`.
 
 The `transformers` engine (:class:`HFGenerator`) decodes the samples of many problems in one batch with the
-local backend's compact decoding and growing KV cache (``backends/local/decoding.py``, ``kv_cache.py``). Sample
+local backend's compact decoding and growing KV cache (``backends/local/decoding.py``, ``kv_cache.py``), by
+default with its ``fast`` numerics (grouped-query attention, top-p without a full sort, shared prefill). Sample
 ``j`` of a row with seed ``s`` draws its ``t``-th token by inverse-CDF sampling with the ``t``-th number of its
 own uniform stream, a ``torch.Generator`` seeded with :func:`sample_seed(s, j) <sample_seed>`: its tokens are a
 function of that seed and of the model's logits, whichever samples share its batch. (Logits computed in another
@@ -136,18 +137,37 @@ class HFGenerator:
     row order. A vision-language checkpoint (config with a ``vision_config``, e.g. Qwen2.5-VL or the local
     backend's tiny one) is loaded with its processor, and rows with ``images`` go through it
     (``backends/local/vlm.py``). ``template``: the prompt template (``backends/local/tokenization.py``).
-    ``fast_step`` (class attribute): text decoding takes its one-token steps through ``backends/local/decode_step.py``
-    where the model allows (the same logits, bitwise); ``bench/eval_speed.py`` turns it off to time the model's
-    own forward."""
+    ``numerics`` (``backends/local/decoding.py``'s ``NUMERICS``): ``fast`` (default) decodes text with grouped-query
+    attention over a cache with one entry per key/value head, top-p without a full sort of the vocabulary and
+    each distinct prompt prefilled once for its k samples, within float rounding of ``exact``, the trainer's
+    arithmetic (the model's forward bitwise, transformers' samplers). ``workers`` (``fast`` only; None = one per
+    torch thread on a Linux CPU): the problems of a call are decoded in that many forked processes
+    (``eval/workers.py``); a sample's tokens still depend only on its own stream and its logits. ``fast_step``
+    (class attribute): text
+    decoding takes its one-token steps through ``backends/local/decode_step.py`` where the model allows;
+    ``bench/eval_speed.py`` turns it off to time the model's own forward."""
 
     fast_step = True
 
-    def __init__(self, model_path: str, sampling: EvalSampling, batch_size: int = 128, dtype: str = "auto", template: str = "auto"):
+    def __init__(
+        self,
+        model_path: str,
+        sampling: EvalSampling,
+        batch_size: int = 256,
+        dtype: str = "auto",
+        template: str = "auto",
+        numerics: str = "fast",
+        workers: int | None = None,
+    ):
         from adora_openrlhf.backends.local import vlm
+        from adora_openrlhf.backends.local.decoding import numerics_of
         from adora_openrlhf.backends.local.model import load_pretrained, pick_device
         from adora_openrlhf.backends.local.tokenization import PROMPT_TEMPLATES, load_tokenizer
+        from eval.workers import worker_count
 
         PROMPT_TEMPLATES.get(template)
+        numerics_of(numerics)  # an unknown name is refused before the model loads
+        self.numerics = numerics
         device = pick_device()
         try:
             self.processor = vlm.load_processor(model_path) if vlm.is_vlm_checkpoint(model_path) else None
@@ -162,6 +182,7 @@ class HFGenerator:
         config = self.model.config.get_text_config(decoder=True) if hasattr(self.model.config, "get_text_config") else self.model.config
         self.context_length = getattr(config, "max_position_embeddings", None)
         self.vocab_limit = self.model.get_input_embeddings().num_embeddings  # token ids at or above it have no embedding
+        self.workers = worker_count(workers, device) if numerics == "fast" else 1  # exact: the trainer's batches, in one process
 
     def prompt_text(self, row: Mapping[str, Any]) -> str:
         if self.processor is not None:
@@ -198,18 +219,27 @@ class HFGenerator:
         row_seeds = _row_seeds(seeds, len(rows), self.sampling.seed)
         prompts, extras = self._encode(rows)
         if not (extras is not None and any(extras)) and full_attention_only(self.model):  # one batch across rows
+            from eval.workers import run_in_workers
+
             uniforms = None if greedy else sample_uniforms([sample_seed(s, j) for s in row_seeds for j in range(k)], params.max_new_tokens)
-            responses = generate_responses(
-                self.model,
-                self.tokenizer,
-                [p for p in prompts for _ in range(k)],
-                params,
-                self.batch_size,
-                greedy=greedy,
-                uniforms=uniforms,
-                on_finish=progress,
-                fast_step=self.fast_step,
-            )
+
+            def decode(problems: list[int], report: Progress) -> list[list[tuple[list[int], bool]]]:
+                samples = [i * k + j for i in problems for j in range(k)]
+                out = generate_responses(
+                    self.model,
+                    self.tokenizer,
+                    [prompts[i // k] for i in samples],
+                    params,
+                    self.batch_size,
+                    greedy=greedy,
+                    uniforms=None if uniforms is None else uniforms[samples],
+                    on_finish=report,
+                    fast_step=self.fast_step,
+                    numerics=self.numerics,
+                )
+                return [out[n * k : (n + 1) * k] for n in range(len(problems))]
+
+            responses = [sample for problem in run_in_workers(decode, range(len(rows)), self.workers, progress) for sample in problem]
         else:  # model.generate (images): one call per row, under the row's own seed
             responses = []
             for i, (prompt, seed) in enumerate(zip(prompts, row_seeds, strict=True)):

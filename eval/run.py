@@ -2,7 +2,9 @@
 ``python -m eval.run --run RUN --k 8`` for a local training run's own held-out set (``eval/runs.py``).
 
 For every benchmark: k sampled responses per problem (vLLM on GPU machines, `transformers` otherwise; the
-`transformers` engine decodes the samples of many problems in one batch, ``eval/generation.py``), graded by
+`transformers` engine decodes the samples of many problems in one batch, ``eval/generation.py``, with the local
+backend's ``fast`` numerics unless ``--numerics exact`` or ``--run`` at temperature 0, and on a Linux CPU in one
+forked process per torch thread, ``--workers``, ``eval/workers.py``), graded by
 the same reward functions as training, written one sample per line to ``DIR/samples.jsonl`` (prompt, response,
 its length in tokens, extracted answer, correct, reward). Progress is reported per sample, with an ETA.
 
@@ -56,7 +58,21 @@ SAMPLES_FILE = "samples.jsonl"
 CONFIG_FILE = "eval_config.json"
 SEEDING = "per-sample-stream"  # recorded in eval_config.json: problem_seed per problem, then generation.sample_seed per sample
 DEFAULT_MAX_NEW_TOKENS = 1024
-DEFAULT_BATCH_SIZE = 128
+DEFAULT_BATCH_SIZE = 256  # sequences per decoding batch of the transformers engine (vLLM's max_num_seqs default)
+NUMERICS_CHOICES = ("auto", "exact", "fast")
+
+
+def resolve_numerics(requested: str, engine: str, run: bool, temperature: float) -> str | None:
+    """The transformers engine's ``numerics`` (``backends/local/decoding.py``) for ``--numerics``: ``auto`` is
+    ``exact`` when ``--run`` decodes greedily (the trainer's own arithmetic, so its held-out accuracy is repeated
+    exactly), else ``fast``. None for the vLLM engine, which has its own kernels (an explicit value is refused)."""
+    if engine != "hf":
+        if requested != "auto":
+            raise ValueError(f"--numerics {requested}: only used by the transformers engine, but the engine is {engine!r}; drop it or pass --engine hf")
+        return None
+    if requested == "auto":
+        return "exact" if run and temperature == 0 else "fast"
+    return requested
 
 
 def problem_id(row: Mapping[str, Any], index: int) -> str:
@@ -276,7 +292,20 @@ def evaluate_benchmark(
     return len(todo)
 
 
-SETTING_ORDER = ("model", "engine", "dtype", "prompt_template", "temperature", "top_p", "k", "max_new_tokens", "repetition_penalty", "seed", "batch_size")
+SETTING_ORDER = (
+    "model",
+    "engine",
+    "dtype",
+    "prompt_template",
+    "temperature",
+    "top_p",
+    "k",
+    "max_new_tokens",
+    "repetition_penalty",
+    "seed",
+    "batch_size",
+    "numerics",
+)
 
 
 def settings_table(settings: Mapping[str, Any]) -> str:
@@ -411,6 +440,19 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"sequences per generation batch (default {DEFAULT_BATCH_SIZE}; with --run the run's model.generation_batch_size); "
         "a generation call takes batch-size // k problems (at least 1)",
     )
+    parser.add_argument(
+        "--numerics",
+        default="auto",
+        help="auto | exact | fast: the transformers engine's arithmetic: exact = the trainer's (the model's forward bitwise, transformers' samplers); fast = "
+        "grouped-query attention, top-p without a full sort, each prompt prefilled once (the same rules within float rounding, faster on "
+        "CPU); auto (default) = exact for --run at temperature 0, which repeats the trainer's greedy evaluation, else fast",
+    )
+    parser.add_argument(
+        "--workers",
+        default="auto",
+        help="N | auto: the transformers engine's decoding processes on a Linux CPU with --numerics fast, each taking every N-th "
+        "problem of a call (eval/workers.py); auto (default) = one per torch thread, 1 elsewhere",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", default="auto", help=f"{' | '.join(DTYPES)}: weights' dtype for either engine (auto: float32 on CPU, bfloat16 with CUDA)")
     parser.add_argument(
@@ -436,6 +478,14 @@ def _check_args(args: argparse.Namespace) -> None:
     for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--batch-size", args.batch_size)):
         if value is not None and value < 1:
             raise ValueError(f"{flag}: must be >= 1, got {value}")
+    if args.numerics not in NUMERICS_CHOICES:
+        raise ValueError(f"--numerics: unknown {args.numerics!r}; choose one of {', '.join(NUMERICS_CHOICES)}")
+    if args.engine == "vllm" and args.numerics != "auto":
+        raise ValueError(f"--numerics {args.numerics}: only used by the transformers engine, but the engine is 'vllm'; drop it or pass --engine hf")
+    if args.workers != "auto" and not (args.workers.isdigit() and int(args.workers) >= 1):
+        raise ValueError(f"--workers: expected a whole number >= 1 or auto, got {args.workers!r}")
+    if args.engine == "vllm" and args.workers != "auto":
+        raise ValueError("--workers: only used by the transformers engine, but the engine is 'vllm'; drop it or pass --engine hf")
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit: must be >= 1, got {args.limit}")
     if args.seed < 0:
@@ -512,6 +562,12 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     engine = pick_engine(args.engine)
     dtype = resolve_dtype(args.dtype)
     engine_args = parse_engine_args(args.vllm_arg)
+    numerics = resolve_numerics(args.numerics, engine, target is not None, args.temperature)
+    if numerics == "exact" and args.workers not in ("auto", "1"):
+        raise ValueError(
+            f"--workers {args.workers}: several decoding processes need --numerics fast "
+            "(exact, the default for --run at temperature 0, keeps the trainer's batches in one process)"
+        )
     if engine_args and engine != "vllm":
         raise ValueError(f"--vllm-arg: only used by the vLLM engine, but the engine is {engine!r}; drop it or pass --engine vllm")
     if Path(model).is_dir() and not (Path(model) / "config.json").exists():
@@ -538,7 +594,8 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     if engine == "vllm":
         generator = GENERATORS[engine](model, sampling, dtype=args.dtype, template=template, **engine_args)
     else:
-        generator = GENERATORS[engine](model, sampling, batch_size=batch_size, dtype=args.dtype, template=template)
+        workers = None if args.workers == "auto" else int(args.workers)
+        generator = GENERATORS[engine](model, sampling, batch_size=batch_size, dtype=args.dtype, template=template, numerics=numerics, workers=workers)
     prompts = {bench.name: check_prompts(generator, bench, located[bench.name]) for bench in by_file}
     with lock:
         check_eval_config(out_dir, settings)  # again, now that no other evaluation can write here
@@ -555,6 +612,9 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
         records = current_records(out_dir, keys)
         notes = _fit_notes(benches, located, prompts, records, sampling, generator, model, target)
         report_settings = {"model": model, "engine": engine, "dtype": dtype, "prompt_template": template, **asdict(sampling), "batch_size": batch_size}
+        if numerics is not None:
+            report_settings["numerics"] = numerics
+            report_settings["workers"] = generator.workers
         comparison = []
         if target is not None:
             report_settings["run"] = str(target.run_dir)

@@ -172,11 +172,28 @@ def test_read_jsonl_names_bad_line(tmp_path):
         (["--engine", "hf", "--vllm-arg", "enforce_eager"], "--vllm-arg: expected KEY=VALUE"),
         (["--engine", "hf", "--vllm-arg", "max_model_len=64"], "--vllm-arg: only used by the vLLM engine"),
         (["--vllm-arg", "dtype=half"], "--vllm-arg dtype: set by --dtype"),
+        (["--numerics", "quick"], "--numerics: unknown 'quick'; choose one of auto, exact, fast"),
+        (["--engine", "vllm", "--numerics", "fast"], "--numerics fast: only used by the transformers engine"),
+        (["--workers", "0"], "--workers: expected a whole number >= 1 or auto, got '0'"),
+        (["--workers", "two"], "--workers: expected a whole number >= 1 or auto"),
+        (["--engine", "vllm", "--workers", "2"], "--workers: only used by the transformers engine"),
+        (["--engine", "hf", "--numerics", "exact", "--workers", "2"], "--workers 2: several decoding processes need --numerics fast"),
     ],
 )
 def test_cli_errors(argv, message, tmp_path, capsys):
     assert main(["--model", str(tmp_path), "--out", str(tmp_path / "o")] + argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_numerics_auto_is_exact_only_where_the_run_is_repeated_greedily():
+    from eval.run import resolve_numerics
+
+    assert resolve_numerics("auto", "hf", run=True, temperature=0.0) == "exact"  # repeats the trainer's eval/greedy_accuracy
+    assert resolve_numerics("auto", "hf", run=True, temperature=0.6) == "fast"
+    assert resolve_numerics("auto", "hf", run=False, temperature=0.0) == "fast"
+    assert resolve_numerics("exact", "hf", run=False, temperature=0.6) == "exact"
+    assert resolve_numerics("fast", "hf", run=True, temperature=0.0) == "fast"
+    assert resolve_numerics("auto", "vllm", run=False, temperature=0.6) is None
 
 
 def test_engine_args_and_dtype():
@@ -308,6 +325,7 @@ def test_end_to_end_with_tiny_local_model(tmp_path):
     assert len(records) == 6 and all(isinstance(r["response"], str) for r in records)
     hand = sum(r["correct"] for r in records) / 6
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert report["settings"]["numerics"] == "fast" and report["settings"]["batch_size"] == 256
     assert next(r for r in report["rows"] if r["subset"] == "all")["avg_at_k"] == pytest.approx(hand)
     assert main(argv) == 0
     assert len(read_records(tmp_path / "eval" / SAMPLES_FILE)) == 6

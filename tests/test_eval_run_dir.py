@@ -77,6 +77,7 @@ def test_greedy_evaluation_of_the_run_repeats_the_trainers_heldout_numbers(tiny_
         assert value == pytest.approx(final[key], abs=1e-9), key
     report = json.loads((eval_dir / "report.json").read_text())
     assert report["settings"]["max_new_tokens"] == 40 and report["settings"]["run"] == str(out)
+    assert report["settings"]["numerics"] == "exact" and report["settings"]["batch_size"] == 8  # the trainer's arithmetic and batches
     assert not [n for n in report["fit_notes"] if "local run" in n or "system message" in n]  # the run's own rows fit its model
     (line,) = report["comparison"]
     assert f"eval/greedy_accuracy at step 2: {final['eval/greedy_accuracy']:.3f}" in line and "equal, as it must be" in line
@@ -99,6 +100,19 @@ def test_the_default_out_names_the_model_files_and_the_settings(tmp_path):
     (model / "model.safetensors").write_bytes(b"retrained")
     assert default_out(target, model, {**model_identity(str(model)), **settings}) != first
     assert default_out(target, model, {"model": "owner/name", **settings}).name == "final_model_hf_float32_t0_p0.95_n40_s0"  # a hub name
+
+
+def test_fast_numerics_repeat_the_trainers_greedy_answers_on_the_tiny_run(tiny_run, tmp_path):
+    """--numerics fast (grouped attention, top-p without a full sort, shared prefill) at temperature 0: on the tiny
+    run every held-out response is the trainer's (arithmetic within float rounding of it changes no argmax here)."""
+    _, out, summary = tiny_run
+    argv = ["--run", str(out), "--temperature", "0", "--k", "1", "--engine", "hf", "--numerics", "fast", "--out", str(tmp_path / "e")]
+    assert main(argv) == 0
+    records = read_records(tmp_path / "e" / SAMPLES_FILE)
+    assert len(records) == 20
+    for key, value in _greedy_numbers(records).items():
+        assert value == pytest.approx(summary["eval_final"][key], abs=1e-9), key
+    assert json.loads((tmp_path / "e" / "report.json").read_text())["settings"]["numerics"] == "fast"
 
 
 def test_a_checkpoint_of_the_run_is_compared_with_its_own_step(tiny_run, tmp_path):
