@@ -1,33 +1,40 @@
-"""``eval.run --engine hf`` time, batched across problems against one generation call per problem, side by side.
+"""``eval.run --engine hf`` time: one generation call per problem against batching across problems, side by side.
 
 ``python -m bench.eval_speed --model runs/kk-testbed/final_model [--bench kk] [--bench-file FILE] [--limit 40] [--k 4]
-[--temperature 0.6] [--max-new-tokens 1024] [--batch-size 128] [--threads 1] [--out bench/results/eval_speed]``
+[--temperature 0.6] [--max-new-tokens 1024] [--batch-size 256] [--exact-batch-size 128] [--threads 1 2]
+[--out bench/results/eval_speed]``
 
-Two ways through ``eval.run.evaluate_benchmark`` (generation, grading, ``samples.jsonl``), on the same model, rows
+Three ways through ``eval.run.evaluate_benchmark`` (generation, grading, ``samples.jsonl``), on the same model, rows
 and settings, in one process:
 
 - ``per-problem``: the `transformers` engine before cross-problem batching, reproduced here
   (:class:`PerProblemGenerator`): one compact-decoding call per problem for its k samples, with the growing cache
-  holding one entry per key/value head (as it did then), under ``torch.manual_seed(problem seed)``, 8 problems
-  per ``evaluate_benchmark`` call;
-- ``batched-forward``: ``eval.generation.HFGenerator``'s batching with the model's own forward for every decoding
-  step: the samples of ``batch-size // k`` problems per call, ``batch-size`` sequences per decoding batch, one
-  random stream per sample, the cache's heads repeated for grouped-query attention on CPU
-  (``backends/local/kv_cache.py``);
-- ``batched``: ``HFGenerator`` as ``eval.run`` uses it now: the same, with the one-token steps after the prefill
-  through ``backends/local/decode_step.py`` (the forward's operations without its module machinery).
+  holding one entry per key/value head (as it did then), the model's forward at every step, under
+  ``torch.manual_seed(problem seed)``, 8 problems per ``evaluate_benchmark`` call;
+- ``batched-exact``: ``eval.generation.HFGenerator`` with ``numerics="exact"`` (the trainer's arithmetic, bitwise
+  the model's logits): the samples of ``exact-batch-size // k`` problems per call and decoding batch, one random
+  stream per sample, the cache's heads repeated for grouped-query attention on CPU, the one-token steps through
+  ``backends/local/decode_step.py``;
+- ``batched-fast``: ``HFGenerator`` as ``eval.run`` uses it by default: ``numerics="fast"`` (grouped-query attention
+  over one cache entry per key/value head, fewer operations per step, top-p without a full sort, each prompt
+  prefilled once for its k samples), ``batch-size`` sequences per decoding batch, and the problems of a call
+  split over one forked process per torch thread (``eval/workers.py``; one thread: no fork).
 
-Each ``--threads`` value (torch threads) times each way once.
+Each ``--threads`` value (torch threads) times each way ``--repeats`` times, the ways interleaved (a slow spell of the
+shared machine then falls on all of them); the table gives the median.
 
 Two modes: ``sampled`` (``--k`` samples at ``--temperature``: the README's evaluation example by default) and
-``greedy`` (temperature 0, k = 1, where both ways must give the same responses: counted). Prints and writes
-(``table.md``, ``results.json`` in ``--out``) the wall and process-CPU seconds of each way, the speed-ups, avg@k
-of each, and for greedy decoding how many responses are identical; the samples of each way go to ``--out/runs/``.
+``greedy`` (temperature 0, k = 1, where the ways should give the same responses: counted). Prints and writes
+(``table.md``, ``results.json`` in ``--out``) the wall and CPU seconds (worker processes included) of each way, the speed-ups, avg@k
+of each, and for greedy decoding how many responses are identical to per-problem's; the samples of each way go
+to ``--out/runs/``.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,14 +45,8 @@ import torch
 from bench.common import markdown_table, write_json
 from eval.generation import Completion, EvalSampling, HFGenerator, Progress
 
-WAYS = ("per-problem", "batched-forward", "batched")
+WAYS = ("per-problem", "batched-exact", "batched-fast")
 OLD_PROBLEMS_PER_CALL = 8  # eval.run's --batch-size default before batching: problems per generation call
-
-
-class ForwardStepGenerator(HFGenerator):
-    """``HFGenerator`` with the model's own forward for every decoding step (no ``decode_step.py``)."""
-
-    fast_step = False
 
 
 class PerProblemGenerator(HFGenerator):
@@ -78,22 +79,47 @@ class PerProblemGenerator(HFGenerator):
         return out
 
 
-GENERATOR_OF_WAY = {"per-problem": PerProblemGenerator, "batched-forward": ForwardStepGenerator, "batched": HFGenerator}
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first run's results with the median wall and CPU seconds of all runs and their range; every run must
+    have given the same responses (fixed seeds)."""
+    if any(run["responses"] != runs[0]["responses"] for run in runs[1:]):
+        raise RuntimeError("a repeated run gave other responses than the first: the seeds do not fix the samples")
+    walls = [run["wall_s"] for run in runs]
+    return {
+        **runs[0],
+        "wall_s": statistics.median(walls),
+        "cpu_s": statistics.median(run["cpu_s"] for run in runs),
+        "wall_s_min": min(walls),
+        "wall_s_max": max(walls),
+    }
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of its finished child processes (batched-fast's decoding workers)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def _generator(way: str, model: str, sampling: EvalSampling, batch_size: int):
+    if way == "per-problem":
+        return PerProblemGenerator(model, sampling, workers=1)
+    return HFGenerator(model, sampling, batch_size=batch_size, numerics=way.removeprefix("batched-"))
 
 
 def _time_way(way: str, model: str, bench, rows, k: int, sampling: EvalSampling, batch_size: int, out: Path) -> dict[str, Any]:
     from eval.run import evaluate_benchmark, read_records
 
-    generator = GENERATOR_OF_WAY[way](model, sampling, batch_size=batch_size)
+    generator = _generator(way, model, sampling, batch_size)
     samples = out / "runs" / f"{way}_t{sampling.temperature:g}_k{k}.jsonl"  # runs/: not committed (.gitignore)
     samples.parent.mkdir(parents=True, exist_ok=True)
     samples.unlink(missing_ok=True)
     per_call = OLD_PROBLEMS_PER_CALL if way == "per-problem" else max(1, batch_size // k)
-    started, cpu_started = time.perf_counter(), time.process_time()
+    started, cpu_started = time.perf_counter(), _cpu_seconds()
     evaluate_benchmark(bench, rows, generator, k, samples, batch_problems=per_call, seed=sampling.seed)
-    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    wall, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_started
     records = read_records(samples)
     return {
+        "workers": getattr(generator, "workers", 1),
         "wall_s": wall,
         "cpu_s": cpu,
         "avg_at_k": sum(r["correct"] for r in records) / len(records),
@@ -112,10 +138,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=4, help="samples per problem in the sampled mode")
     parser.add_argument("--temperature", type=float, default=0.6, help="the sampled mode's temperature")
     parser.add_argument("--max-new-tokens", type=int, default=1024)
-    parser.add_argument("--batch-size", type=int, default=128, help="the batched way's sequences per decoding batch (eval.run's default)")
+    parser.add_argument("--batch-size", type=int, default=256, help="batched-fast's sequences per decoding batch (eval.run's default)")
+    parser.add_argument("--exact-batch-size", type=int, default=128, help="batched-exact's (eval.run's default before the fast numerics)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1], help="torch threads; each value times both ways")
+    parser.add_argument("--repeats", type=int, default=3, help="times each way is run per setting, interleaved; the table gives the median")
     parser.add_argument("--out", default="bench/results/eval_speed")
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats: must be >= 1, got {args.repeats}")
 
     from eval.benchmarks import get_benchmark, load_located_rows
 
@@ -128,7 +158,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(threads)
         for mode, k, temperature in (("sampled", args.k, args.temperature), ("greedy", 1, 0.0)):
             sampling = EvalSampling(temperature=temperature, max_new_tokens=args.max_new_tokens)
-            result = {way: _time_way(way, args.model, bench, rows, k, sampling, args.batch_size, out) for way in WAYS}
+            sizes = {"per-problem": k, "batched-exact": args.exact_batch_size, "batched-fast": args.batch_size}
+            runs = {way: [] for way in WAYS}
+            for _ in range(args.repeats):  # interleaved, so a slow spell of the machine falls on every way
+                for way in WAYS:
+                    runs[way].append(_time_way(way, args.model, bench, rows, k, sampling, sizes[way], out))
+            result = {way: _median_run(runs[way]) for way in WAYS}
             old = result["per-problem"]
             same = {way: sum(old["responses"][key] == text for key, text in result[way]["responses"].items()) for way in WAYS[1:]}
             record = {
@@ -175,9 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"`eval.run --engine hf` on {args.model}, --bench {args.bench} (first {len(rows)} problems), sampled at temperature "
         f"{args.temperature:g} with k = {args.k} and greedy with k = 1, --max-new-tokens {args.max_new_tokens}, torch threads {args.threads}; "
         f"per-problem: one decoding call per problem, {OLD_PROBLEMS_PER_CALL} problems per call of evaluate_benchmark, the model's forward "
-        f"for every step; batched-forward: {args.batch_size} sequences per decoding batch, the model's forward for every step; batched: "
-        f"the same batches, one-token steps through decode_step.py (eval.run today). Wall and process-CPU seconds of generation, "
-        "grading and writing the samples; speed-ups over per-problem."
+        f"for every step; batched-exact: {args.exact_batch_size} sequences per decoding batch, numerics exact (bitwise the model's logits); "
+        f"batched-fast: {args.batch_size} sequences per decoding batch, numerics fast, one decoding process per torch thread (eval.run's "
+        "default). Wall and CPU seconds (worker processes included) of generation, grading and writing the samples; speed-ups over "
+        f"per-problem. Median of {args.repeats} runs of each way, interleaved."
     )
     text = markdown_table(header, table)
     (out / "table.md").write_text(f"{intro}\n\n{text}\n")

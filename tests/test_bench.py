@@ -335,11 +335,11 @@ def test_eval_speed_bench_times_the_three_ways_on_a_saved_policy(tmp_path):
     tokenizer.save_pretrained(str(model_dir))
     bench_file = tmp_path / "kk.jsonl"
     bench_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    argv = ["--model", str(model_dir), "--bench-file", str(bench_file), "--k", "2", "--max-new-tokens", "6", "--out", str(tmp_path / "out")]
+    argv = ["--model", str(model_dir), "--bench-file", str(bench_file), "--k", "2", "--max-new-tokens", "6", "--repeats", "2", "--out", str(tmp_path / "out")]
     assert eval_speed.main(argv) == 0
     records = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
     assert [(r["mode"], r["problems"], r["k"]) for r in records] == [("sampled", 3, 2), ("greedy", 3, 1)]
-    assert records[1]["batched_identical_responses"] == records[1]["batched-forward_identical_responses"] == 3
-    assert records[0]["batched_identical_responses"] is None
-    assert all(r[f"{way}_speedup"] > 0 and r[f"{way}_wall_s"] > 0 for r in records for way in ("batched-forward", "batched"))
+    assert records[1]["batched-fast_identical_responses"] == records[1]["batched-exact_identical_responses"] == 3
+    assert records[0]["batched-fast_identical_responses"] is None
+    assert all(r[f"{way}_speedup"] > 0 and r[f"{way}_wall_s"] > 0 for r in records for way in ("batched-exact", "batched-fast"))
     assert "| 1 | greedy | 3 x 1 |" in (tmp_path / "out" / "table.md").read_text()
