@@ -4,11 +4,14 @@ Nothing is scripted: OpenRLHF 0.11.2's ``train(args)`` starts a local Ray instan
 DeepSpeed policy actor (CPU accelerator, gloo), our trainer, samples generator and experience maker; each step
 runs adaptive sampling and ADORA, a DeepSpeed update, the gloo weight sync to the engine, a DeepSpeed checkpoint
 (with the sampler's state) and an evaluation. The policy is the hand-set bigram model of
-``fixtures/openrlhf/answer_model.py`` on DAPO-style rows (``Answer: 7`` is right for half the prompts, ``Answer: 5``
-for the other half; the model cannot tell them apart, so its groups stay mixed and every update has a signal); a
-high learning rate moves the answer logits visibly in one step.
+``fixtures/openrlhf/answer_model.py`` on DAPO-style training rows whose answer is ``Answer: 7`` (the model starts at
+even odds between 7 and 5 and cannot tell the prompts apart, so its groups are mixed and every group's gradient
+pushes the same way: towards 7; with golds of both kinds the pushes of two prompts could cancel); a high learning
+rate moves the answer logits visibly in one step.
 
-What is checked: ``adora/*`` and ``sampling/*`` metrics per step, a non-zero policy loss and gradient, a final
+What is checked: ``adora/*`` and ``sampling/*`` metrics per step, a clearly non-zero gradient and a finite policy
+loss (its value at the first PPO epoch, where the ratio is 1, is a weighted sum of advantages and is exactly 0
+whenever every group keeps its whole pool, so it is no sign of a signal), a final
 model unlike the initial one, the engine's log-probabilities equal to the trainer's at every step
 (``adora/engine_logprob_gap``) while the policy's log-probability of a fixed response changes from step to step
 (so the engine followed every update), DeepSpeed checkpoints holding the sampler state and the run's config,
@@ -40,6 +43,7 @@ from answer_model import PROMPT, VLLM_ENV, answer_token, save_answer_model  # no
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT = 900  # seconds per launch; about 2 minutes on an idle 2-core machine
+GRAD_NORM_FLOOR = 1e-3  # a step's gradient norm; pushes that cancel leave about 1e-6
 
 
 def write_rows(path: Path, golds: list[str]) -> Path:
@@ -57,7 +61,7 @@ def write_rows(path: Path, golds: list[str]) -> Path:
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("openrlhf_e2e")
     model = save_answer_model(root / "model")
-    train = write_rows(root / "train.jsonl", ["7", "5"] * 8)  # 16 prompts: 4 steps of 4
+    train = write_rows(root / "train.jsonl", ["7"] * 16)  # 16 prompts: 4 steps of 4
     test = write_rows(root / "test.jsonl", ["7", "5", "7", "5"])
     return {"root": root, "model": model, "train": train, "test": test}
 
@@ -138,7 +142,7 @@ def test_two_steps_train_sync_and_checkpoint(setup, first_run):
     for step in (1, 2):
         record = train[step]
         assert {"adora/tas_fraction", "adora/weight", "sampling/rounds_used", "sampling/responses_generated"} <= set(record)
-        assert record["sampling/responses_generated"] >= 16 and record["actor_grad_norm"] > 0 and record["policy_loss"] != 0
+        assert record["sampling/responses_generated"] >= 16 and record["actor_grad_norm"] > GRAD_NORM_FLOOR and math.isfinite(record["policy_loss"])
         # the engine generated with the trainer's weights of that step (bf16 rounding only)
         assert record["adora/engine_logprob_gap"] < 0.03, record["adora/engine_logprob_gap"]
     assert all("eval_default_pass1" in evals[step] for step in (0, 1, 2))
