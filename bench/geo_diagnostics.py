@@ -35,9 +35,9 @@ VIEWS = ("greedy", "sampled", "blank")
 
 
 def answer_of(text: str) -> str | None:
-    """The text between ``<answer>`` and ``</answer>``, stripped; None without an answer block."""
-    found = re.search(r"<answer>(.*?)</answer>", text, re.S)
-    return found.group(1).strip() if found else None
+    """The text of the last ``<answer>...</answer>`` block, stripped, as the reward reads it; None without one."""
+    found = re.findall(r"<answer>(.*?)</answer>", text, re.S)
+    return found[-1].strip() if found else None
 
 
 def think_colour(text: str, kind: str) -> str | None:
