@@ -41,35 +41,43 @@ def _cache(model, repeated: bool, rows: int):
     return growing_cache_for(model, rows * 64 if repeated else None)
 
 
-@pytest.mark.parametrize("padded", [True, False])
-@pytest.mark.parametrize("repeated", [True, False])
-@pytest.mark.parametrize("kv_heads", [1, 2, 4])
-def test_step_logits_equal_the_forward_bitwise(padded, repeated, kv_heads):
-    model = _qwen2(kv_heads)
+def _steps_against_the_forward(model, padded: bool, caches, step, check) -> None:
+    """The same prefill into both caches, then 12 one-token steps: the forward on ``caches[0]`` against ``step`` on
+    ``caches[1]``, ``check(got, want, index)`` at each; after step 5 both caches keep rows 1, 3 and 4 (a compaction;
+    rows 1 and 3 are padded ones)."""
     ids, mask = _prompts(padded)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-    caches = [_cache(model, repeated, ids.shape[0]) for _ in range(2)]
-    step = decode_step_for(model, caches[1])
-    assert step is not None
     with torch.no_grad(), attention_reads_cache(model, caches[0]):
-        logits = []
-        for cache in caches:  # the same prefill into both caches
-            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            logits.append(out.logits[:, -1])
+        for cache in caches:
+            model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
         generator = torch.Generator().manual_seed(2)
         pos = positions[:, -1:]
         for index in range(12):
             tokens = torch.randint(3, 97, (ids.shape[0], 1), generator=generator)
             mask, pos = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], -1), pos + 1
             want = model(input_ids=tokens, attention_mask=mask, position_ids=pos, past_key_values=caches[0], use_cache=True, logits_to_keep=1).logits[:, -1]
-            got = step(tokens, pos, mask)
-            assert got.shape == (ids.shape[0], 97) and torch.equal(got, want), f"step {index}"
-            if index == 5:  # compaction: keep rows 1, 3 and 4 in both caches (row 1 and 3 are padded ones)
+            check(step(tokens, pos, mask), want, index)
+            if index == 5:
                 keep = torch.tensor([1, 3, 4])
                 for cache in caches:
                     for layer in cache.layers:
                         layer.batch_select_indices(keep)
                 mask, pos, ids = mask[keep], pos[keep], ids[keep]
+
+
+@pytest.mark.parametrize("padded", [True, False])
+@pytest.mark.parametrize("repeated", [True, False])
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_step_logits_equal_the_forward_bitwise(padded, repeated, kv_heads):
+    model = _qwen2(kv_heads)
+    caches = [_cache(model, repeated, 5) for _ in range(2)]
+    step = decode_step_for(model, caches[1])
+    assert step is not None
+
+    def check(got, want, index):
+        assert got.shape == want.shape == (want.shape[0], 97) and torch.equal(got, want), f"step {index}"
+
+    _steps_against_the_forward(model, padded, caches, step, check)
     for first, second in zip(caches[0].layers, caches[1].layers, strict=True):
         assert torch.equal(first.keys, second.keys) and torch.equal(first.values, second.values)
 
@@ -120,30 +128,16 @@ def test_fast_step_logits_are_the_forwards_within_rounding(padded, kv_heads):
     """The ``fast`` step (eval.run's numerics) on a cache with one entry per key/value head: the forward's logits to
     float rounding at every step, across a compaction, and the same argmax."""
     model = _qwen2(kv_heads)
-    ids, mask = _prompts(padded)
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
     caches = [growing_cache_for(model) for _ in range(2)]
     step = decode_step_for(model, caches[1], numerics="fast")
     assert step is not None
-    with torch.no_grad():
-        for cache in caches:
-            model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        generator = torch.Generator().manual_seed(2)
-        pos = positions[:, -1:]
-        for index in range(12):
-            tokens = torch.randint(3, 97, (ids.shape[0], 1), generator=generator)
-            mask, pos = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], -1), pos + 1
-            want = model(input_ids=tokens, attention_mask=mask, position_ids=pos, past_key_values=caches[0], use_cache=True, logits_to_keep=1).logits[:, -1]
-            got = step(tokens, pos, mask)
-            assert got.shape == want.shape and torch.isfinite(got).all()
-            assert torch.allclose(got, want, rtol=0, atol=1e-5), f"step {index}: {(got - want).abs().max():.2e}"
-            assert torch.equal(got.argmax(-1), want.argmax(-1))
-            if index == 5:
-                keep = torch.tensor([1, 3, 4])
-                for cache in caches:
-                    for layer in cache.layers:
-                        layer.batch_select_indices(keep)
-                mask, pos, ids = mask[keep], pos[keep], ids[keep]
+
+    def check(got, want, index):
+        assert got.shape == want.shape and torch.isfinite(got).all()
+        assert torch.allclose(got, want, rtol=0, atol=1e-5), f"step {index}: {(got - want).abs().max():.2e}"
+        assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+    _steps_against_the_forward(model, padded, caches, step, check)
 
 
 def test_grouped_attention_hand_case():
