@@ -32,11 +32,11 @@ Progress = Callable[[int], None]
 
 def worker_count(requested: int | None, device: torch.device) -> int:
     """How many processes decode: ``requested`` (None = one per torch thread), or 1 where forking is not used
-    (not Linux, the model on an accelerator, or CUDA initialised in this process)."""
+    (not Linux, the model on an accelerator, CUDA initialised in this process, or this process a pool's worker)."""
     if requested is not None and requested < 1:
         raise ValueError(f"--workers: must be >= 1, got {requested}")
-    if sys.platform != "linux" or device.type != "cpu" or torch.cuda.is_initialized():
-        return 1
+    if sys.platform != "linux" or device.type != "cpu" or torch.cuda.is_initialized() or multiprocessing.current_process().daemon:
+        return 1  # a daemonic process (a multiprocessing pool's worker) may not start processes of its own
     return torch.get_num_threads() if requested is None else requested
 
 

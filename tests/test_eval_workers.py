@@ -4,6 +4,7 @@ one process or several."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 
@@ -69,6 +70,8 @@ def test_worker_count():
     assert worker_count(3, torch.device("cuda")) == 1  # never fork a process that drives a GPU
     with pytest.raises(ValueError, match="--workers: must be >= 1"):
         worker_count(0, cpu)
+    with multiprocessing.get_context("fork").Pool(1) as pool:  # a pool's worker is daemonic: it may not fork workers
+        assert pool.apply(worker_count, (3, cpu)) == 1
 
 
 def test_the_transformers_engine_gives_the_same_samples_with_one_or_three_processes(tmp_path):

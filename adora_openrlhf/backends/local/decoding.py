@@ -23,6 +23,12 @@ sampling with the ``t``-th number of its own row of uniforms (:func:`inverse_cdf
 ``torch.multinomial`` call over the batch. A row's tokens are then a function of its own stream and its own
 logits only: the same whichever rows share its batch, and unchanged by compaction.
 
+Two numerics (:data:`NUMERICS`, the ``numerics`` argument): ``exact`` (the trainer's rollouts) computes everything as
+above, bitwise ``model.generate``'s logits and processors; ``fast`` (``eval.run``'s default) takes the one-token
+steps through ``decode_step.py``'s fast step (grouped-query attention, fewer operations), finds the top-p tokens
+from ``torch.topk`` candidates instead of sorting the vocabulary (:func:`candidate_top_p_warper`) and prefills
+identical prompts once (:func:`prefill`): the same rules, with logits within float rounding of the exact ones.
+
 The logits processors are ``generate``'s for these settings, in its order: repetition penalty, then (sampling
 only) temperature, top-k, top-p and min-p (:func:`logits_processors`). Position ids follow ``generate``'s rule
 for left padding: ``cumsum(attention_mask) - 1`` (0 on padding), then one more per new token.
