@@ -62,17 +62,26 @@ DEFAULT_BATCH_SIZE = 256  # sequences per decoding batch of the transformers eng
 NUMERICS_CHOICES = ("auto", "exact", "fast")
 
 
-def resolve_numerics(requested: str, engine: str, run: bool, temperature: float) -> str | None:
-    """The transformers engine's ``numerics`` (``backends/local/decoding.py``) for ``--numerics``: ``auto`` is
-    ``exact`` when ``--run`` decodes greedily (the trainer's own arithmetic, so its held-out accuracy is repeated
-    exactly), else ``fast``. None for the vLLM engine, which has its own kernels (an explicit value is refused)."""
+def resolve_decoding(numerics: str, workers: str, engine: str, run: bool, temperature: float) -> tuple[str | None, int | None]:
+    """``(numerics, workers)`` of the transformers engine for the checked ``--numerics`` and ``--workers``:
+    numerics ``auto`` is ``exact`` when ``--run`` decodes greedily (the trainer's own arithmetic, so its held-out
+    accuracy is repeated exactly), else ``fast``; workers ``auto`` is None (``eval/workers.py`` picks). Several
+    workers need ``fast`` (``exact`` keeps the trainer's batches in one process). The vLLM engine has its own
+    kernels and processes: ``(None, None)``, and an explicit value of either flag is refused."""
     if engine != "hf":
-        if requested != "auto":
-            raise ValueError(f"--numerics {requested}: only used by the transformers engine, but the engine is {engine!r}; drop it or pass --engine hf")
-        return None
-    if requested == "auto":
-        return "exact" if run and temperature == 0 else "fast"
-    return requested
+        for flag, value in (("--numerics", numerics), ("--workers", workers)):
+            if value != "auto":
+                raise ValueError(f"{flag} {value}: only used by the transformers engine, but the engine is {engine!r}; drop it or pass --engine hf")
+        return None, None
+    if numerics == "auto":
+        numerics = "exact" if run and temperature == 0 else "fast"
+    count = None if workers == "auto" else int(workers)
+    if numerics == "exact" and count is not None and count > 1:
+        raise ValueError(
+            f"--workers {workers}: several decoding processes need --numerics fast "
+            "(exact, the default for --run at temperature 0, keeps the trainer's batches in one process)"
+        )
+    return numerics, count
 
 
 def problem_id(row: Mapping[str, Any], index: int) -> str:
@@ -305,6 +314,7 @@ SETTING_ORDER = (
     "seed",
     "batch_size",
     "numerics",
+    "workers",
 )
 
 
@@ -480,12 +490,8 @@ def _check_args(args: argparse.Namespace) -> None:
             raise ValueError(f"{flag}: must be >= 1, got {value}")
     if args.numerics not in NUMERICS_CHOICES:
         raise ValueError(f"--numerics: unknown {args.numerics!r}; choose one of {', '.join(NUMERICS_CHOICES)}")
-    if args.engine == "vllm" and args.numerics != "auto":
-        raise ValueError(f"--numerics {args.numerics}: only used by the transformers engine, but the engine is 'vllm'; drop it or pass --engine hf")
     if args.workers != "auto" and not (args.workers.isdigit() and int(args.workers) >= 1):
         raise ValueError(f"--workers: expected a whole number >= 1 or auto, got {args.workers!r}")
-    if args.engine == "vllm" and args.workers != "auto":
-        raise ValueError("--workers: only used by the transformers engine, but the engine is 'vllm'; drop it or pass --engine hf")
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit: must be >= 1, got {args.limit}")
     if args.seed < 0:
@@ -562,12 +568,7 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     engine = pick_engine(args.engine)
     dtype = resolve_dtype(args.dtype)
     engine_args = parse_engine_args(args.vllm_arg)
-    numerics = resolve_numerics(args.numerics, engine, target is not None, args.temperature)
-    if numerics == "exact" and args.workers not in ("auto", "1"):
-        raise ValueError(
-            f"--workers {args.workers}: several decoding processes need --numerics fast "
-            "(exact, the default for --run at temperature 0, keeps the trainer's batches in one process)"
-        )
+    numerics, workers = resolve_decoding(args.numerics, args.workers, engine, target is not None, args.temperature)
     if engine_args and engine != "vllm":
         raise ValueError(f"--vllm-arg: only used by the vLLM engine, but the engine is {engine!r}; drop it or pass --engine vllm")
     if Path(model).is_dir() and not (Path(model) / "config.json").exists():
@@ -594,7 +595,6 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     if engine == "vllm":
         generator = GENERATORS[engine](model, sampling, dtype=args.dtype, template=template, **engine_args)
     else:
-        workers = None if args.workers == "auto" else int(args.workers)
         generator = GENERATORS[engine](model, sampling, batch_size=batch_size, dtype=args.dtype, template=template, numerics=numerics, workers=workers)
     prompts = {bench.name: check_prompts(generator, bench, located[bench.name]) for bench in by_file}
     with lock:

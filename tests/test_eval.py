@@ -173,10 +173,8 @@ def test_read_jsonl_names_bad_line(tmp_path):
         (["--engine", "hf", "--vllm-arg", "max_model_len=64"], "--vllm-arg: only used by the vLLM engine"),
         (["--vllm-arg", "dtype=half"], "--vllm-arg dtype: set by --dtype"),
         (["--numerics", "quick"], "--numerics: unknown 'quick'; choose one of auto, exact, fast"),
-        (["--engine", "vllm", "--numerics", "fast"], "--numerics fast: only used by the transformers engine"),
         (["--workers", "0"], "--workers: expected a whole number >= 1 or auto, got '0'"),
         (["--workers", "two"], "--workers: expected a whole number >= 1 or auto"),
-        (["--engine", "vllm", "--workers", "2"], "--workers: only used by the transformers engine"),
         (["--engine", "hf", "--numerics", "exact", "--workers", "2"], "--workers 2: several decoding processes need --numerics fast"),
     ],
 )
@@ -186,14 +184,21 @@ def test_cli_errors(argv, message, tmp_path, capsys):
 
 
 def test_numerics_auto_is_exact_only_where_the_run_is_repeated_greedily():
-    from eval.run import resolve_numerics
+    from eval.run import resolve_decoding
 
-    assert resolve_numerics("auto", "hf", run=True, temperature=0.0) == "exact"  # repeats the trainer's eval/greedy_accuracy
-    assert resolve_numerics("auto", "hf", run=True, temperature=0.6) == "fast"
-    assert resolve_numerics("auto", "hf", run=False, temperature=0.0) == "fast"
-    assert resolve_numerics("exact", "hf", run=False, temperature=0.6) == "exact"
-    assert resolve_numerics("fast", "hf", run=True, temperature=0.0) == "fast"
-    assert resolve_numerics("auto", "vllm", run=False, temperature=0.6) is None
+    assert resolve_decoding("auto", "auto", "hf", run=True, temperature=0.0) == ("exact", None)  # repeats the trainer's eval/greedy_accuracy
+    assert resolve_decoding("auto", "auto", "hf", run=True, temperature=0.6) == ("fast", None)
+    assert resolve_decoding("auto", "3", "hf", run=False, temperature=0.0) == ("fast", 3)
+    assert resolve_decoding("exact", "1", "hf", run=False, temperature=0.6) == ("exact", 1)
+    assert resolve_decoding("exact", "01", "hf", run=False, temperature=0.6) == ("exact", 1)
+    assert resolve_decoding("fast", "auto", "hf", run=True, temperature=0.0) == ("fast", None)
+    assert resolve_decoding("auto", "auto", "vllm", run=False, temperature=0.6) == (None, None)
+    with pytest.raises(ValueError, match="--numerics fast: only used by the transformers engine, but the engine is 'vllm'"):
+        resolve_decoding("fast", "auto", "vllm", run=False, temperature=0.6)
+    with pytest.raises(ValueError, match="--workers 2: only used by the transformers engine, but the engine is 'vllm'"):
+        resolve_decoding("auto", "2", "vllm", run=False, temperature=0.6)
+    with pytest.raises(ValueError, match="--workers 2: several decoding processes need --numerics fast"):
+        resolve_decoding("auto", "2", "hf", run=True, temperature=0.0)
 
 
 def test_engine_args_and_dtype():
