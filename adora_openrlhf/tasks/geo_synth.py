@@ -258,8 +258,10 @@ def default_demonstration(row: Any, rng: random.Random) -> str:
     return f"<think>{GUESS_THINK}</think>\n<answer>{choices[0] if choices else 0}</answer>"
 
 
+@register_probe(SOURCE, styles=("read", "guess"))
 def response_style(response: str) -> str:
-    """``read`` when the response's think names a colour, ``guess`` when the think is ``guess.``, else ``other``."""
+    """``read`` when the response's think names a colour, ``guess`` when the think is ``guess.``, else ``other``
+    (the probe of geo_synth rows)."""
     start, end = response.find("<think>"), response.find("</think>")
     if start < 0 or end < start:
         return "other"
@@ -267,12 +269,6 @@ def response_style(response: str) -> str:
     if think == GUESS_THINK:
         return "guess"
     return "read" if COLOUR_WORD.search(think) else "other"
-
-
-@register_probe(SOURCE, styles=("read", "guess"))
-def geo_probe(response: str) -> str:
-    """``read``, ``guess`` or ``other`` (:func:`response_style`)."""
-    return response_style(response)
 
 
 def _signature(row: dict[str, Any]) -> str:

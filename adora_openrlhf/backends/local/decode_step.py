@@ -135,6 +135,13 @@ def _padding_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Ten
     return mask.masked_fill_(attention_mask == 0, float("-inf"))[:, None, None, :]
 
 
+def _signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    """``sin`` with the first half of its last dimension negated: ``x cos + roll(x, D/2) _signed_sin(sin)`` is
+    ``x cos + rotate_half(x) sin``."""
+    half = sin.shape[-1] // 2
+    return torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+
+
 class _RotaryTable:
     """``cos``/``sin`` of the model's rotary module for positions 0..n-1, made by the module itself and grown (doubled)
     when a step needs a later position; ``sin`` has its first half negated, so that ``x cos + roll(x, D/2) sin``
@@ -148,8 +155,7 @@ class _RotaryTable:
         length = max(needed, 2 * self.cos.shape[0], 256)
         positions = torch.arange(length, device=self.device)[None]
         cos, sin = self.rotary(torch.empty(0, dtype=self.dtype, device=self.device), positions)
-        half = sin.shape[-1] // 2
-        self.cos, self.sin = cos[0], torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)
+        self.cos, self.sin = cos[0], _signed_sin(sin[0])
 
     def __call__(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos``, ``sin'`` [B, 1, 1, D] of ``positions`` [B, 1]."""
@@ -232,8 +238,7 @@ def _fast_step(model, cache) -> DecodeStep:
         if table is not None:
             return table(positions)
         cos, sin = decoder.rotary_emb(like, positions)
-        half = sin.shape[-1] // 2
-        return cos.unsqueeze(1), torch.cat([-sin[..., :half], sin[..., half:]], dim=-1).unsqueeze(1)
+        return cos.unsqueeze(1), _signed_sin(sin).unsqueeze(1)
 
     def step(tokens: torch.Tensor, positions: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         batch = tokens.shape[0]

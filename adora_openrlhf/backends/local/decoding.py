@@ -36,6 +36,7 @@ for left padding: ``cumsum(attention_mask) - 1`` (0 on padding), then one more p
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -71,16 +72,9 @@ def numerics_of(name: str) -> Numerics:
     return NUMERICS[name]
 
 
-def candidate_top_p_warper(top_p: float, min_tokens_to_keep: int = 1):
-    """A ``transformers`` ``TopPLogitsWarper`` that finds the same tokens without sorting the whole vocabulary.
-
-    The rule (``TopPLogitsWarper``): sort the probabilities ``p`` ascending and remove every token whose
-    cumulative probability (itself included) is at most ``1 - top_p``, keeping the ``min_tokens_to_keep`` most
-    likely. A token with ``p < (1 - top_p) / V`` (V tokens) is always removed: every token at or below it in
-    that order has less, so their sum is under ``1 - top_p``. Only the ``m`` tokens at or above that floor
-    (``m`` = the most of any row) can be kept; they come from ``torch.topk`` and the cumulative sum starts from
-    the mass of all the others. Where ``m`` exceeds a quarter of the vocabulary the full sort is cheaper and
-    is used. Same kept tokens as the sort up to float rounding of the cumulative sums."""
+@functools.cache
+def _candidate_top_p_class():
+    """The warper class of :func:`candidate_top_p_warper`, made once (``transformers`` is imported lazily)."""
     from transformers import TopPLogitsWarper
 
     class CandidateTopPWarper(TopPLogitsWarper):
@@ -99,7 +93,20 @@ def candidate_top_p_warper(top_p: float, min_tokens_to_keep: int = 1):
             kept = top.masked_fill(remove, self.filter_value)
             return torch.full_like(scores, self.filter_value).scatter_(-1, index, kept)
 
-    return CandidateTopPWarper(top_p=top_p, min_tokens_to_keep=min_tokens_to_keep)
+    return CandidateTopPWarper
+
+
+def candidate_top_p_warper(top_p: float, min_tokens_to_keep: int = 1):
+    """A ``transformers`` ``TopPLogitsWarper`` that finds the same tokens without sorting the whole vocabulary.
+
+    The rule (``TopPLogitsWarper``): sort the probabilities ``p`` ascending and remove every token whose
+    cumulative probability (itself included) is at most ``1 - top_p``, keeping the ``min_tokens_to_keep`` most
+    likely. A token with ``p < (1 - top_p) / V`` (V tokens) is always removed: every token at or below it in
+    that order has less, so their sum is under ``1 - top_p``. Only the ``m`` tokens at or above that floor
+    (``m`` = the most of any row) can be kept; they come from ``torch.topk`` and the cumulative sum starts from
+    the mass of all the others. Where ``m`` exceeds a quarter of the vocabulary the full sort is cheaper and
+    is used. Same kept tokens as the sort up to float rounding of the cumulative sums."""
+    return _candidate_top_p_class()(top_p=top_p, min_tokens_to_keep=min_tokens_to_keep)
 
 
 def logits_processors(params: SamplingParams, greedy: bool, top_p: str = "sort"):
