@@ -7,13 +7,21 @@ Layout of ``output_dir/checkpoints/step_000020/``:
   (``adapter_config.json``, ``adapter_model.safetensors``; ``from_pretrained`` with peft installed loads them over
   the base model they name), or with ``model.merge_lora_on_save`` the merged model, a plain checkpoint;
 - the tokenizer's files (the processor's, for vision-language policies) in the same directory;
-- ``trainer_state/``: ``optimizer.pt``, ``state.pt`` (step, data position, sampler state, Python/NumPy/torch RNG
-  states), ``run.json`` (the run's config and the fingerprints of its training and held-out rows, what
+- ``trainer_state/``: ``optimizer.pt``, ``state.pt`` (step, data position, sampler state, the rollout allocator's
+  statistics store, Python/NumPy/torch RNG states), ``run.json`` (the run's config and the fingerprints of its training and held-out rows, what
   ``--resume`` compares, so a checkpoint copied without the run's ``config.json`` is still checked) and, for a
   merged LoRA save, ``adapter/`` (the adapters, which a resumed run keeps training);
 - ``trainer_state/manifest.json``: the size and SHA-256 of every other file of the directory, written last.
   :func:`checkpoint_problem` compares the files with it, so a truncated, replaced or edited file (weights that
-  are still finite numbers included) is found before a run resumes from it.
+  are still finite numbers included) is found before a run resumes from it. ``run.json`` records that the
+  checkpoint was written with a manifest, so a checkpoint whose manifest was deleted is refused, not taken for
+  one of a version before manifests.
+
+Nothing in a checkpoint is unpickled: ``state.pt`` and ``optimizer.pt`` hold only tensors, numbers, strings,
+lists, tuples and dicts and are read with ``torch.load(weights_only=True)``, whose unpickler builds no other
+object and calls no function, so a crafted file cannot run code on ``--resume``; a file that needs anything
+else is refused with one line naming it. The manifest is not a signature (whoever crafts a checkpoint can
+rewrite it): it finds damage, the restricted loader stops code.
 
 A checkpoint is written into ``step_000020.tmp`` and renamed when complete, so an interrupted save never
 leaves a half-written checkpoint that resume would pick up; a save that fails (a full disk) removes the
@@ -29,11 +37,12 @@ import errno
 import hashlib
 import json
 import os
+import pickle
 import random
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +63,15 @@ class TrainerState:
     data_position: int  # training prompts consumed so far (the data order position)
     sampler: dict[str, Any]  # AdaptiveSampler.state_dict()
     rng: dict[str, Any]
+    allocation: dict[str, Any] = field(default_factory=dict)  # the rollout allocator's statistics store (empty without one)
 
 
 def capture_rng() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """The Python, NumPy and torch (and CUDA) RNG states in types ``torch.load(weights_only=True)`` reads: tuples,
+    lists, numbers, strings and tensors (NumPy's key array becomes a list of ints)."""
+    name, key, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = (str(name), [int(k) for k in key], int(pos), int(has_gauss), float(cached))
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -65,7 +79,8 @@ def capture_rng() -> dict[str, Any]:
 
 def restore_rng(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, key, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(key, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -192,9 +207,11 @@ def save_checkpoint(
         if is_lora(model) and merge_lora:
             model.save_pretrained(str(trainer_state / ADAPTER_DIR))
         _torch_save(optimizer.state_dict() if optimizer is not None else {}, trainer_state / "optimizer.pt")
-        _torch_save({"step": state.step, "data_position": state.data_position, "sampler": state.sampler, "rng": state.rng}, trainer_state / "state.pt")
+        saved = {"step": state.step, "data_position": state.data_position, "sampler": state.sampler, "rng": state.rng, "allocation": state.allocation}
+        _torch_save(saved, trainer_state / "state.pt")
         if run_record is not None:
-            (trainer_state / RUN_FILE).write_text(json.dumps(run_record, indent=2, default=str) + "\n")
+            record = {**run_record, "manifest": True}  # this checkpoint has a manifest: one without it is damaged
+            (trainer_state / RUN_FILE).write_text(json.dumps(record, indent=2, default=str) + "\n")
         write_manifest(tmp)
 
     final = write_atomically(root / f"step_{state.step:06d}", write, f"the checkpoint of step {state.step}", resume_hint(output_dir, before_step=state.step))
@@ -210,6 +227,8 @@ def checkpoint_problem(path: str | Path) -> str | None:
     checked for :data:`REQUIRED_FILES`."""
     path = Path(path)
     manifest_path = path / STATE_DIR / MANIFEST_FILE
+    if not manifest_path.is_file() and _written_with_manifest(path):
+        return f"{STATE_DIR}/{MANIFEST_FILE} is missing, although {STATE_DIR}/{RUN_FILE} says the checkpoint was written with one"
     if not manifest_path.is_file():
         missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
         return f"{missing[0]} is missing" if missing else None
@@ -228,6 +247,19 @@ def checkpoint_problem(path: str | Path) -> str | None:
         if file_sha256(file) != digest:
             return f"{name} does not match the checksum saved with it (its content changed after the save)"
     return None
+
+
+def _written_with_manifest(path: Path) -> bool:
+    """True when ``run.json`` of checkpoint ``path`` says a manifest was written with it (an unreadable run.json counts
+    as such: this version writes both)."""
+    file = path / STATE_DIR / RUN_FILE
+    if not file.is_file():
+        return False
+    try:
+        record = json.loads(file.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return True
+    return not isinstance(record, dict) or record.get("manifest", False) is not False
 
 
 def complete_checkpoint_before(output_dir: str | Path, step: int) -> Path | None:
@@ -302,7 +334,9 @@ def load_trainer_state(path: str | Path, optimizer=None) -> TrainerState:
     path = Path(path)
     raw = _load_pickle(path, f"{STATE_DIR}/state.pt")
     try:
-        state = TrainerState(step=int(raw["step"]), data_position=int(raw["data_position"]), sampler=raw["sampler"], rng=raw["rng"])
+        state = TrainerState(
+            step=int(raw["step"]), data_position=int(raw["data_position"]), sampler=raw["sampler"], rng=raw["rng"], allocation=raw.get("allocation", {})
+        )
     except (TypeError, KeyError, ValueError) as err:
         raise broken_checkpoint_error(path, f"{STATE_DIR}/state.pt lacks the trainer state ({type(err).__name__}: {err})") from None
     match = _STEP_DIR.match(path.name)
@@ -322,10 +356,21 @@ def load_trainer_state(path: str | Path, optimizer=None) -> TrainerState:
 
 
 def _load_pickle(path: Path, name: str) -> Any:
-    """``torch.load`` of ``path/name``; ConfigError naming the file when it is missing or not a torch file."""
+    """``torch.load(weights_only=True)`` of ``path/name``: tensors, numbers, strings and containers only, never code
+    (module docstring). ConfigError naming the file when it is missing, not a torch file, or needs anything else."""
     try:
-        return torch.load(path / name, weights_only=False)
+        return torch.load(path / name, weights_only=True, map_location="cpu")
     except FileNotFoundError:
         raise broken_checkpoint_error(path, f"{name} is missing") from None
+    except pickle.UnpicklingError as err:
+        text = str(err)
+        if "GLOBAL" in text or "Unsupported global" in text:  # the restricted unpickler met a class or function
+            raise broken_checkpoint_error(
+                path,
+                f"{name} holds objects other than tensors, numbers, strings and containers, which are not loaded (a file "
+                "written by an earlier version, or crafted to run code)",
+            ) from None
+        reason = text.split("WeightsUnpickler error:", 1)[-1].split("Check the documentation", 1)[0]
+        raise broken_checkpoint_error(path, f"{name} cannot be read (UnpicklingError: {' '.join(reason.split())[:120]})") from None
     except Exception as err:  # noqa: BLE001 - UnpicklingError, EOFError, RuntimeError (zip), ...: all mean a damaged file
         raise broken_checkpoint_error(path, f"{name} cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:120]})") from None

@@ -1,0 +1,107 @@
+"""Nothing in a checkpoint runs code on --resume: crafted pickles in every file a resume unpickles, with and without a
+manifest rewritten to match them, are refused with one line naming the file; a deleted manifest is refused when
+run.json says the checkpoint had one; the trainer state itself is plain data."""
+
+import io
+import json
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from adora_openrlhf.backends.local import checkpoint as ckpt
+from adora_openrlhf.backends.local.trainer import train
+from adora_openrlhf.config import ConfigError
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+from tiny_runs import tiny_kk_config
+
+
+class _Payload:
+    """Unpickling this writes a marker file: the proof that a load ran code."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({str(self.marker)!r}, 'w').write('ran')",))
+
+
+def _crafted(path: Path, marker: Path, inside_torch_file: bool) -> None:
+    """Replace ``path`` by a torch file (or a plain pickle) holding the payload beside what it held."""
+    if inside_torch_file:
+        buffer = io.BytesIO()
+        torch.save({"step": 2, "payload": _Payload(marker)}, buffer)
+        path.write_bytes(buffer.getvalue())
+    else:
+        path.write_bytes(pickle.dumps({"step": 2, "payload": _Payload(marker)}))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("security") / "run"
+    train(tiny_kk_config(out, steps=2, save_every=1))
+    return out
+
+
+def _copy_run(finished_run: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    return out
+
+
+@pytest.mark.parametrize("name", ["state.pt", "optimizer.pt"])
+@pytest.mark.parametrize("rewrite_manifest", [False, True])
+@pytest.mark.parametrize("inside_torch_file", [False, True])
+def test_crafted_pickle_runs_no_code_on_resume(finished_run, tmp_path, name, rewrite_manifest, inside_torch_file):
+    out = _copy_run(finished_run, tmp_path)
+    marker = tmp_path / "code-ran"
+    step = out / "checkpoints" / "step_000002"
+    _crafted(step / ckpt.STATE_DIR / name, marker, inside_torch_file)
+    if rewrite_manifest:  # whoever crafts the file can rewrite the manifest to match it
+        ckpt.write_manifest(step)
+    for resume_from in (None, "step_000002"):
+        with pytest.raises(ConfigError) as err:
+            train(tiny_kk_config(out, steps=3, save_every=1), resume=True, resume_from=resume_from)
+        message = str(err.value)
+        assert name in message and "\n" not in message
+        if rewrite_manifest:
+            assert "not loaded" in message or "cannot be read" in message
+    assert not marker.exists(), "loading the checkpoint ran code"
+
+
+def test_load_trainer_state_refuses_objects_directly(finished_run, tmp_path):
+    out = _copy_run(finished_run, tmp_path)
+    marker = tmp_path / "code-ran"
+    step = out / "checkpoints" / "step_000001"
+    _crafted(step / ckpt.STATE_DIR / "state.pt", marker, inside_torch_file=True)
+    with pytest.raises(ConfigError, match="state.pt holds objects other than tensors"):
+        ckpt.load_trainer_state(step)
+    assert not marker.exists()
+
+
+def test_deleted_manifest_is_refused_when_run_json_says_there_was_one(finished_run, tmp_path):
+    out = _copy_run(finished_run, tmp_path)
+    step = out / "checkpoints" / "step_000002"
+    record = json.loads((step / ckpt.STATE_DIR / ckpt.RUN_FILE).read_text())
+    assert record["manifest"] is True
+    (step / ckpt.STATE_DIR / ckpt.MANIFEST_FILE).unlink()
+    weights = step / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0x01  # bit rot in the weights, which only the manifest would show
+    weights.write_bytes(bytes(data))
+    assert "manifest.json is missing" in ckpt.checkpoint_problem(step)
+    with pytest.raises(ConfigError, match="manifest.json is missing"):
+        train(tiny_kk_config(out, steps=3, save_every=1), resume=True)
+
+
+def test_trainer_state_is_plain_data(finished_run):
+    state_file = finished_run / "checkpoints" / "step_000002" / ckpt.STATE_DIR / "state.pt"
+    raw = torch.load(state_file, weights_only=True)  # raises on anything but tensors, numbers, strings, containers
+    assert raw["step"] == 2 and isinstance(raw["rng"]["numpy"][1], list)
+    state = ckpt.load_trainer_state(state_file.parent.parent)
+    ckpt.restore_rng(state.rng)  # the NumPy state round-trips through plain lists
