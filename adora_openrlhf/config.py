@@ -30,6 +30,7 @@ from typing import Any
 
 from adora_openrlhf.algorithms.adora import AdoraConfig
 from adora_openrlhf.algorithms.advantages import AdvantageConfig
+from adora_openrlhf.algorithms.allocation import AllocationConfig
 from adora_openrlhf.algorithms.dynamic_filtering import DynamicFilteringConfig
 from adora_openrlhf.algorithms.policy_loss import PolicyLossConfig
 from adora_openrlhf.algorithms.sampling import AdaptiveSamplingConfig, SamplingParams
@@ -216,6 +217,13 @@ class DataConfig:
     )
     num_train: int = field(default=2000, metadata={"help": "generated training puzzles"})
     num_eval: int = field(default=100, metadata={"help": "generated held-out puzzles"})
+    rl_prompts: int | None = field(
+        default=None,
+        metadata={
+            "help": "RL steps draw their prompts from the first k training rows only (the warm-up uses every row), so each "
+            "is seen several times; None = every training row"
+        },
+    )
     max_prompt_tokens: int = field(default=512, metadata={"help": "prompts longer than this are rejected with their row index"})
     geo_tasks: list[str] = field(
         default_factory=lambda: ["count", "most", "larger"],
@@ -251,6 +259,7 @@ class DataConfig:
         check_number(self.kk_name_pool, "data.kk_name_pool", integer=True, ge=max(self.kk_num_people), le=26)
         check_number(self.num_train, "data.num_train", integer=True, ge=1)
         check_number(self.num_eval, "data.num_eval", integer=True, ge=1)
+        check_number(self.rl_prompts, "data.rl_prompts", integer=True, ge=1, also=(None,))
         check_number(self.max_prompt_tokens, "data.max_prompt_tokens", integer=True, ge=1)
         for name in ("train_path", "eval_path"):
             value = getattr(self, name)
@@ -363,6 +372,9 @@ class RunConfig:
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig, metadata={"help": "group baseline (advantage estimator)"})
     adora: AdoraConfig = field(default_factory=AdoraConfig, metadata={"help": "ADORA advantage reweighting"})
     sampling: AdaptiveSamplingConfig = field(default_factory=AdaptiveSamplingConfig, metadata={"help": "n_keep = group size n"})
+    allocation: AllocationConfig = field(
+        default_factory=AllocationConfig, metadata={"help": "rollout allocation: which prompts a step samples and how many responses each"}
+    )
     dynamic_filtering: DynamicFilteringConfig = field(
         default_factory=DynamicFilteringConfig, metadata={"help": "DAPO dynamic filtering: drop all-correct/all-wrong groups and refill"}
     )
@@ -419,6 +431,14 @@ class RunConfig:
                 "dynamic_filtering.enabled",
                 f"needs groups of 2 or more responses (sampling.n_keep = {self.sampling.n_keep}): a single response's mean "
                 "correctness is 0 or 1, outside the kept range; raise --sampling.n_keep",
+            )
+
+        if self.allocation.method in ("skip", "difficulty"):
+            require(
+                self.sampling.n_keep >= 2,
+                "allocation.method",
+                f"{self.allocation.method!r} predicts the signal of groups of sampling.n_keep responses, which needs n_keep >= 2 "
+                f"(got {self.sampling.n_keep}); raise --sampling.n_keep",
             )
 
     @property

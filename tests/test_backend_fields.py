@@ -92,6 +92,17 @@ REFUSED_VALUES = {
     "extra": {"openrlhf": {"vllm.num_engines": 2}},
     "max_missing_reward_fraction": 0.5,
     "dynamic_filtering.max_refills": 8,
+    "data.rl_prompts": 64,
+    "allocation.method": "skip",
+    "allocation.candidates": 2.0,
+    "allocation.budget": 0.5,
+    "allocation.min_responses": 4,
+    "allocation.max_responses": 8,
+    "allocation.skip_threshold": 0.9,
+    "allocation.explore": 0.2,
+    "allocation.prior": [1.0, 1.0],
+    "allocation.decay": 0.9,
+    "allocation.max_prompts": 10,
     **{
         f"model.tiny.{k}": v
         for k, v in {

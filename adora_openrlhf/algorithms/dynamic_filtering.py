@@ -17,6 +17,7 @@ data stream and sample them, e.g. with :class:`AdaptiveSampler` in its plain one
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -139,7 +140,7 @@ def filter_and_refill(
         for i, group in enumerate(batch.groups):
             side = classify_group([float(score_of(r)) for r in group.kept], low, high)
             if side == "keep":  # at most `count` groups per batch: never more than num_prompts kept
-                kept.append(PromptGroup(len(kept), group.kept, group.pool_rewards, group.retired_round))
+                kept.append(dataclasses.replace(group, prompt_index=len(kept)))
                 stream_indices.append(consumed + group.prompt_index)
                 stats.append((int(batch.pool_stats.count[i]), float(batch.pool_stats.mean[i]), float(batch.pool_stats.std[i])))
             elif side == "high":

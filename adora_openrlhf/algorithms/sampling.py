@@ -235,6 +235,7 @@ class PromptGroup:
     kept: list[ScoredResponse]  # n_keep responses in generation order (fewer only if the pool was smaller)
     pool_rewards: list[float]  # every reward generated for this prompt this step
     retired_round: int | None  # round in which the exit rule held; None = never retired (fallback)
+    pool_positives: int = 0  # positive responses among every response generated for this prompt this step
 
 
 @dataclass
@@ -296,9 +297,6 @@ class AdaptiveSampler:
     def rounds_allowed(self) -> int:
         return self.cfg.max_rounds if self.cfg.enabled else 1
 
-    def _per_round(self) -> int:
-        return self.cfg.samples_per_round if self.cfg.enabled else self.cfg.n_keep
-
     def _budget(self) -> int:
         return self.cfg.response_budget if self.cfg.enabled else self.cfg.n_keep
 
@@ -309,29 +307,37 @@ class AdaptiveSampler:
         generate: GenerateFn,
         step: int = 0,
         prompt_keys: Sequence[Hashable] | None = None,
+        group_sizes: Sequence[int] | None = None,
     ) -> SamplingResult:
         """Run the rounds for ``num_prompts`` prompts and return kept groups, pool statistics and metrics.
 
         ``prompt_keys`` identify prompts across steps (needed for ``pool_scope="history"``; defaults to the
-        index within the batch).
+        index within the batch). ``group_sizes`` gives each prompt its own group size n_p (a rollout allocator's
+        counts, ``algorithms/allocation.py``) in place of ``n_keep``: plain sampling generates n_p responses, adaptive
+        sampling retires and down-samples with n = n_p (at most the per-prompt budget).
         """
         if num_prompts < 1:
             raise ValueError(f"num_prompts: need at least one prompt, got {num_prompts}")
         if prompt_keys is not None and len(prompt_keys) != num_prompts:
             raise ValueError(f"prompt_keys: got {len(prompt_keys)} keys for {num_prompts} prompts")
-        cfg, n = self.cfg, self.cfg.n_keep
+        if group_sizes is not None and (len(group_sizes) != num_prompts or any(int(k) < 1 for k in group_sizes)):
+            raise ValueError(f"group_sizes: need one size >= 1 per prompt ({num_prompts}), got {list(group_sizes)}")
+        cfg = self.cfg
+        budget = self._budget()
+        sizes = [cfg.n_keep] * num_prompts if group_sizes is None else [int(k) for k in group_sizes]
+        if cfg.enabled:
+            sizes = [min(k, budget) for k in sizes]
         rng = random.Random(f"{self.seed}:{step}")
         pools: list[list[ScoredResponse]] = [[] for _ in range(num_prompts)]
         retired_round: list[int | None] = [None] * num_prompts
         active = list(range(num_prompts))
         retired_per_round: list[int] = []
-        budget, per_round = self._budget(), self._per_round()
         rounds_used = 0
         for round_index in range(self.rounds_allowed):
             params = escalated_params(cfg, self.base_params, round_index, step) if cfg.enabled else self.base_params
             requests = []
             for p in active:
-                count = min(per_round, budget - len(pools[p]))
+                count = min(cfg.samples_per_round, budget - len(pools[p])) if cfg.enabled else sizes[p]
                 if count > 0:
                     requests.append(GenerationRequest(prompt_index=p, num_samples=count, params=params, round=round_index))
             if not requests:
@@ -349,7 +355,7 @@ class AdaptiveSampler:
             still_active = []
             for p in active:
                 num_pos = sum(r.positive for r in pools[p])
-                if len(pools[p]) >= n and self.rule.is_done(num_pos, len(pools[p]) - num_pos, n):
+                if len(pools[p]) >= sizes[p] and self.rule.is_done(num_pos, len(pools[p]) - num_pos, sizes[p]):
                     retired_round[p] = round_index
                 else:
                     still_active.append(p)
@@ -363,7 +369,8 @@ class AdaptiveSampler:
             if retired_round[p] is None and cfg.enabled and cfg.drop_unfinished:
                 dropped.append(p)
                 continue
-            groups.append(PromptGroup(p, self._down_sample(pools[p], n, rng), [r.reward for r in pools[p]], retired_round[p]))
+            kept = self._down_sample(pools[p], sizes[p], rng)
+            groups.append(PromptGroup(p, kept, [r.reward for r in pools[p]], retired_round[p], sum(r.positive for r in pools[p])))
 
         keys = list(prompt_keys) if prompt_keys is not None else list(range(num_prompts))
         pool_stats = self._pool_stats(groups, keys)

@@ -97,6 +97,23 @@ OPENRLHF: dict[str, Support] = {
             "trigger_after_step",
         )
     },  # AdoraSamplesGenerator (flags.reconcile refuses drop_unfinished)
+    **{
+        f"allocation.{name}": Refused(
+            "rollout allocation runs on the local backend only for now; on the openrlhf backend leave the allocation section at its defaults"
+        )
+        for name in (
+            "method",
+            "candidates",
+            "budget",
+            "min_responses",
+            "max_responses",
+            "skip_threshold",
+            "explore",
+            "prior",
+            "decay",
+            "max_prompts",
+        )
+    },
     "dynamic_filtering.max_refills": Refused(
         "OpenRLHF refills dropped prompts until its data runs out, with no cap per step; leave dynamic_filtering.max_refills at its default"
     ),
@@ -126,7 +143,10 @@ OPENRLHF: dict[str, Support] = {
     ),  # attn_implementation: MAPPED
     "model.merge_lora_on_save": Refused("OpenRLHF saves its checkpoints its own way; merge the adapters of its final model afterwards"),
     "data.task": USED,  # reward routing; geometry adds --data.image_key
-    **{f"data.{name}": _GENERATED for name in ("kk_num_people", "kk_name_pool", "kk_name_order", "num_train", "num_eval", "geo_tasks", "geo_levels")},
+    **{
+        f"data.{name}": _GENERATED
+        for name in ("kk_num_people", "kk_name_pool", "kk_name_order", "num_train", "num_eval", "rl_prompts", "geo_tasks", "geo_levels")
+    },
     "data.prompt_template": Refused(
         "OpenRLHF renders prompts with the tokenizer's chat template (--data.apply_chat_template); use auto or chat",
         allowed=lambda value: value in ("auto", "chat"),

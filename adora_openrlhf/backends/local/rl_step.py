@@ -1,9 +1,11 @@
 """One RL step of the local backend, top to bottom (:func:`rl_step`), and the pieces it is made of.
 
-1. sample: the next ``prompts_per_step`` prompts of the seeded data order through :class:`AdaptiveSampler`
+1. sample: the next ``prompts_per_step`` prompts of the seeded data order, or those a rollout allocator picks
+   among its candidates with its own count each (``allocate.py``), through :class:`AdaptiveSampler`
    (:func:`sample_at`), or through DAPO dynamic filtering (:func:`filtered_sample`);
-2. advantages: :func:`compute_step_advantages` on the kept responses (:func:`group_batch`): the estimator's
-   group advantages (pool statistics when adaptive sampling is on), then ADORA's weights;
+2. advantages: :func:`compute_step_advantages` on the kept responses (:func:`group_batch`, groups of one size
+   together: :func:`step_advantages`): the estimator's group advantages (pool statistics when adaptive sampling is
+   on), then ADORA's weights;
 3. update: :func:`policy_update` on the kept responses, packed in micro-batches of similar lengths, with the
    step's learning rates (:func:`scheduled_lrs`);
 4. metrics: the sampler's, the advantage pipeline's, the update's, :func:`rollout_metrics` and the step's timers.
@@ -19,16 +21,18 @@ from typing import Any
 
 import torch
 
+from adora_openrlhf.algorithms.advantages import PoolStats
 from adora_openrlhf.algorithms.dynamic_filtering import filter_and_refill
 from adora_openrlhf.algorithms.lr_schedules import lr_factor
 from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_step_advantages
 from adora_openrlhf.algorithms.policy_loss import PolicyLossConfig
-from adora_openrlhf.algorithms.sampling import AdaptiveSampler, PromptGroup
+from adora_openrlhf.algorithms.sampling import AdaptiveSampler, PromptGroup, SamplingResult
+from adora_openrlhf.backends.local.allocate import RolloutAllocator
 from adora_openrlhf.backends.local.data import batch_indices, row_key
 from adora_openrlhf.backends.local.rollout import RolloutEngine
 from adora_openrlhf.backends.local.sft import style_fractions
 from adora_openrlhf.backends.local.update import pack, policy_update
-from adora_openrlhf.config import RunConfig
+from adora_openrlhf.config import ConfigError, RunConfig
 
 logger = logging.getLogger(__name__)
 
@@ -45,23 +49,33 @@ class StepModels:
     train_extras: Any
 
 
+@dataclass
+class StepSampling:
+    """How a step picks its prompts: the sampler (rounds, exit rules, pool statistics) and the rollout allocator
+    (``allocate.py``: which prompts of the data order, how many responses each; None = the next
+    ``prompts_per_step`` prompts, ``n_keep`` each)."""
+
+    sampler: AdaptiveSampler
+    allocator: RolloutAllocator | None = None
+
+
 def rl_step(
-    cfg: RunConfig, step: int, position: int, sampler: AdaptiveSampler, engine: RolloutEngine, train_rows, models: StepModels
+    cfg: RunConfig, step: int, position: int, sampling: StepSampling, engine: RolloutEngine, train_rows, models: StepModels
 ) -> tuple[dict[str, float], int]:
     """RL step ``step`` (0-based) from data position ``position``: (its metrics, the next data position)."""
     step_start = time.perf_counter()
     engine.reset_timers()
-    result, consumed = sample_step(cfg, step, position, sampler, engine, train_rows)
+    result, consumed = sample_step(cfg, step, position, sampling, engine, train_rows)
     sampling_seconds = time.perf_counter() - step_start
-    metrics: dict[str, float] = {**result.metrics}
+    metrics: dict[str, float] = {**result.metrics, **(sampling.allocator.pop_metrics() if sampling.allocator else {})}
     advantage_seconds = train_seconds = 0.0
     if result.groups:
         t0 = time.perf_counter()
-        adv = compute_step_advantages(group_batch(result.groups), cfg.advantage, cfg.adora, result.pool_stats)
+        advantages, advantage_metrics = step_advantages(cfg, result)
         advantage_seconds = time.perf_counter() - t0
-        update = update_policy(cfg, step, result.groups, adv.advantages, models)
+        update = update_policy(cfg, step, result.groups, advantages, models)
         train_seconds = time.perf_counter() - t0 - advantage_seconds
-        metrics.update({**rollout_metrics(result.groups, train_rows), **adv.metrics, **update})
+        metrics.update({**rollout_metrics(result.groups, train_rows), **advantage_metrics, **update})
     metrics.update(
         {
             "time/generate_s": engine.generate_seconds,
@@ -75,11 +89,12 @@ def rl_step(
     return metrics, position + consumed
 
 
-def sample_step(cfg: RunConfig, step: int, position: int, sampler: AdaptiveSampler, engine: RolloutEngine, train_rows):
-    """The step's sampler result and the number of prompts it consumed (dynamic filtering may draw more)."""
+def sample_step(cfg: RunConfig, step: int, position: int, sampling: StepSampling, engine: RolloutEngine, train_rows):
+    """The step's sampler result and the number of prompts it consumed (dynamic filtering and allocation may
+    examine more than they sample)."""
     if not cfg.dynamic_filtering.enabled:
-        return sample_at(cfg, sampler, engine, train_rows, position, cfg.prompts_per_step, step), cfg.prompts_per_step
-    result, consumed = filtered_sample(cfg, sampler, engine, train_rows, position, step)
+        return sample_at(cfg, sampling, engine, train_rows, position, cfg.prompts_per_step, step)
+    result, consumed = filtered_sample(cfg, sampling, engine, train_rows, position, step)
     if not result.groups:
         logger.info(
             "step %d: dynamic filtering kept no group of %d prompts (%d refills); no policy update this step",
@@ -90,8 +105,33 @@ def sample_step(cfg: RunConfig, step: int, position: int, sampler: AdaptiveSampl
     return result, consumed
 
 
+def step_advantages(cfg: RunConfig, result: SamplingResult) -> tuple[torch.Tensor, dict[str, float]]:
+    """The advantage of every kept response (flat, in the groups' order) and the advantage pipeline's metrics.
+
+    Groups of one size go through :func:`compute_step_advantages` together; an allocator's groups of several sizes
+    go size by size (each group's advantages depend on its own responses and pool only), and each metric is the
+    mean over the sizes weighted by their number of groups (``advantage/mean_abs`` by their number of responses)."""
+    groups, stats = result.groups, result.pool_stats
+    by_size: dict[int, list[int]] = {}
+    for i, group in enumerate(groups):
+        by_size.setdefault(len(group.kept), []).append(i)
+    flat: list[torch.Tensor] = [torch.empty(0)] * len(groups)
+    metrics: dict[str, float] = {}
+    responses = sum(len(g.kept) for g in groups)
+    for size, idx in by_size.items():
+        pool = PoolStats(count=stats.count[idx], mean=stats.mean[idx], std=stats.std[idx])
+        out = compute_step_advantages(group_batch([groups[i] for i in idx]), cfg.advantage, cfg.adora, pool)
+        for row, i in enumerate(idx):
+            flat[i] = out.advantages[row]
+        for name, value in out.metrics.items():
+            weight = len(idx) * size / responses if name == "advantage/mean_abs" else len(idx) / len(groups)
+            metrics[name] = metrics.get(name, 0.0) + weight * value
+    return torch.cat(flat), metrics
+
+
 def update_policy(cfg: RunConfig, step: int, groups: list[PromptGroup], advantages: torch.Tensor, models: StepModels) -> dict[str, float]:
-    """The PPO-clip update on the kept responses of ``groups`` with their [G, n] ``advantages``; the update's metrics.
+    """The PPO-clip update on the kept responses of ``groups`` with their ``advantages`` (one per kept response, in
+    the groups' order); the update's metrics.
     Micro-batches hold responses of similar lengths (less padding; the step's gradient is a sum over sequences)."""
     samples = [r.payload for g in groups for r in g.kept]
     order = sorted(range(len(samples)), key=lambda i: len(samples[i].prompt_ids) + len(samples[i].response_ids))
@@ -167,13 +207,39 @@ def group_batch(groups: list[PromptGroup]) -> GroupBatch:
     )
 
 
-def sample_at(cfg: RunConfig, sampler: AdaptiveSampler, engine: RolloutEngine, train_rows, position: int, count: int, step: int):
-    """The sampler's result for the ``count`` prompts of the seeded data order from ``position`` on."""
-    rows = batch_indices(position, count, len(train_rows), cfg.seed)
-    return sampler.sample(count, engine.generate_fn(rows), step=step, prompt_keys=[row_key(train_rows[i]) for i in rows])
+def sample_at(cfg: RunConfig, sampling: StepSampling, engine: RolloutEngine, train_rows, position: int, count: int, step: int):
+    """(The sampler's result, prompts consumed) for ``count`` prompts of the seeded data order from ``position`` on
+    (RL draws from the first ``data.rl_prompts`` rows). Without an allocator: the next ``count`` prompts, ``n_keep``
+    responses each. With one: its candidates from ``position`` on, the ones it allocates responses to sampled (each
+    with its own group size), and the store told what every sampled group showed."""
+    num_rows = rl_row_count(cfg, train_rows)
+    allocator = sampling.allocator
+    if allocator is None:
+        rows = batch_indices(position, count, num_rows, cfg.seed)
+        return sampling.sampler.sample(count, engine.generate_fn(rows), step=step, prompt_keys=[row_key(train_rows[i]) for i in rows]), count
+    examined = allocator.num_candidates(count)
+    candidates = batch_indices(position, examined, num_rows, cfg.seed)
+    keys = [row_key(train_rows[i]) for i in candidates]
+    allocation = allocator.choose(keys, count, cfg.sampling.n_keep, step, position)
+    chosen = [i for i, k in enumerate(allocation.counts) if k > 0]
+    rows, chosen_keys = [candidates[i] for i in chosen], [keys[i] for i in chosen]
+    result = sampling.sampler.sample(
+        len(rows), engine.generate_fn(rows), step=step, prompt_keys=chosen_keys, group_sizes=[allocation.counts[i] for i in chosen]
+    )
+    allocator.observe(chosen_keys, result)
+    return result, examined
 
 
-def filtered_sample(cfg: RunConfig, sampler: AdaptiveSampler, engine: RolloutEngine, train_rows, position: int, step: int):
+def rl_row_count(cfg: RunConfig, train_rows) -> int:
+    """The training rows RL draws its prompts from: the first ``data.rl_prompts``, or all."""
+    if cfg.data.rl_prompts is None:
+        return len(train_rows)
+    if cfg.data.rl_prompts > len(train_rows):
+        raise ConfigError(f"data.rl_prompts: {cfg.data.rl_prompts} is more than the {len(train_rows)} training rows; lower it or add rows")
+    return cfg.data.rl_prompts
+
+
+def filtered_sample(cfg: RunConfig, sampling: StepSampling, engine: RolloutEngine, train_rows, position: int, step: int):
     """One step's groups through DAPO dynamic filtering (``algorithms/dynamic_filtering.py``): batches of new prompts
     of the data order from ``position`` on, each sampled by the (plain, one-round) sampler; groups outside
     ``dynamic_filtering.score_range`` of mean correctness are dropped and refilled. Returns (result, prompts consumed)."""
@@ -181,11 +247,12 @@ def filtered_sample(cfg: RunConfig, sampler: AdaptiveSampler, engine: RolloutEng
 
     def sample_batch(count: int):
         nonlocal drawn
-        start, drawn = position + drawn, drawn + count
-        return sample_at(cfg, sampler, engine, train_rows, start, count, step)
+        result, consumed = sample_at(cfg, sampling, engine, train_rows, position + drawn, count, step)
+        drawn += consumed
+        return result
 
     low, high = cfg.dynamic_filtering.score_range
     filtered = filter_and_refill(
         sample_batch, cfg.prompts_per_step, lambda response: float(response.payload.correct), low, high, cfg.dynamic_filtering.max_refills
     )
-    return filtered.result, filtered.prompts_consumed
+    return filtered.result, drawn

@@ -41,13 +41,14 @@ from tqdm.auto import tqdm
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler
 from adora_openrlhf.backends.local import checkpoint as ckpt
 from adora_openrlhf.backends.local import rundir, vlm
+from adora_openrlhf.backends.local.allocate import RolloutAllocator
 from adora_openrlhf.backends.local.data import load_run_rows, rows_fingerprint
 from adora_openrlhf.backends.local.evaluate import evaluate, majority_accuracy
 from adora_openrlhf.backends.local.heldout import save_heldout
 from adora_openrlhf.backends.local.metrics import MetricsLogger, plot_reward_curve
 from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model, count_parameters, load_pretrained, pick_device, vocabulary_problem
 from adora_openrlhf.backends.local.model_source import check_model_source, weight_files_problem
-from adora_openrlhf.backends.local.rl_step import StepModels, rl_step
+from adora_openrlhf.backends.local.rl_step import StepModels, StepSampling, rl_row_count, rl_step
 from adora_openrlhf.backends.local.rollout import GenerationSettings, RolloutEngine, encode_prompts, make_reward_fns
 from adora_openrlhf.backends.local.sft import demonstration_for, supervised_warmup, warmup_styles
 from adora_openrlhf.backends.local.tokenization import COMPACT_CHAT_TEMPLATE, load_tokenizer, render_prompt, tokenizer_problem, train_bpe_tokenizer
@@ -242,6 +243,7 @@ def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False, resume_
 
     # ---- data, tokenizer, model, trainer state (read-only: nothing is written yet) ---------------------
     train_rows, eval_rows = load_run_rows(cfg.data, cfg.seed)
+    rl_row_count(cfg, train_rows)  # data.rl_prompts fits the training rows
     if checkpoint is not None:
         rundir.check_resume_data(checkpoint, cfg, train_rows, eval_rows)
     else:  # every warm-up demonstration can be built (a row that cannot is named)
@@ -295,7 +297,8 @@ class _LocalRun:
         (self.train_ids, self.train_extras), (self.eval_ids, self.eval_extras) = loaded.encoded
         train_rewards, self.eval_rewards = loaded.rewards
         self.generation = GenerationSettings.of(cfg.model)  # rollouts and evaluation decode alike
-        self.sampler = AdaptiveSampler(cfg.sampling, cfg.rollout, seed=cfg.seed)
+        allocator = RolloutAllocator(cfg.allocation, cfg.seed) if cfg.allocation.enabled else None
+        self.sampling = StepSampling(AdaptiveSampler(cfg.sampling, cfg.rollout, seed=cfg.seed), allocator)
         self.engine = RolloutEngine(
             self.model,
             loaded.tokenizer,
@@ -324,7 +327,10 @@ class _LocalRun:
         )
 
     def save(self, step: int, position: int) -> None:
-        state = ckpt.TrainerState(step, position, self.sampler.state_dict(), ckpt.capture_rng())
+        allocator = self.sampling.allocator
+        state = ckpt.TrainerState(
+            step, position, self.sampling.sampler.state_dict(), ckpt.capture_rng(), allocator.state_dict() if allocator is not None else {}
+        )
         ckpt.save_checkpoint(
             self.out, self.model, self.optimizer, self.saved_tokenizer, state, merge_lora=self.cfg.model.merge_lora_on_save, run_record=self.loaded.run_record
         )
@@ -351,7 +357,9 @@ class _LocalRun:
         """The resumed state, or the warm-up, step-0 evaluation and checkpoint ``step_000000``: (first step, data position)."""
         cfg, out, state = self.cfg, self.out, self.loaded.state
         if state is not None:
-            self.sampler.load_state_dict(state.sampler)
+            self.sampling.sampler.load_state_dict(state.sampler)
+            if self.sampling.allocator is not None:
+                self.sampling.allocator.load_state_dict(state.allocation)
             ckpt.restore_rng(state.rng)
             self.metrics_log = MetricsLogger(out, resume_step=state.step, report_to=cfg.report_to, config=cfg.to_dict())
             logger.info("resumed from %s at step %d (data position %d)", self.resume_from, state.step, state.data_position)
@@ -413,7 +421,7 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
     models = run.step_models()
     bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc="RL", unit="step", dynamic_ncols=True)
     for step in bar:
-        metrics, position = rl_step(cfg, step, position, run.sampler, run.engine, train_rows, models)
+        metrics, position = rl_step(cfg, step, position, run.sampling, run.engine, train_rows, models)
         done = step + 1
         if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
             metrics.update(run.evaluate(done))
