@@ -1,0 +1,302 @@
+"""Rollout allocation benchmark: does a method reach GRPO's held-out accuracy for fewer generated tokens?
+
+``python -m bench.allocation [--recipe kk-revisit] [--seeds 0 1 2] [--variants ...] [--workers 2] [--report-only]
+[--out bench/results/allocation]``
+
+Per seed the recipe's supervised warm-up runs once (``bench/common.py`` :func:`warm_start_dir`); every variant of the
+seed starts RL from it, with the same data order and the same held-out puzzles, and changes only the method
+(:data:`VARIANTS`). Finished runs are read back, interrupted ones resumed (``run_training`` with ``reuse``), so
+the benchmark can be run in pieces; ``--report-only`` analyses the finished runs only.
+
+A run is its curve of held-out greedy accuracy against cumulative generated tokens (every response generated,
+kept or not; ``sampling/tokens_generated``), evaluated every ``eval_every`` steps. Paired per seed against GRPO
+(:func:`paired_metric_records`):
+
+- ``tokens_to_<target>``: tokens generated until the first evaluation at or above the target, as
+  d = ln(cost(variant) / cost(GRPO)); targets are GRPO's final accuracy of the seed (``ref_final``) and fixed
+  accuracies. A run that never reaches a target is **censored at its whole budget** (its cost is at least that
+  much), counted in ``censored`` and never dropped; with the variant censored the ratio is a lower bound, with GRPO
+  censored an upper bound;
+- ``acc_at_<f>``: accuracy at f = 25 / 50 / 100 % of GRPO's total tokens of the seed, linearly interpolated along
+  the run's curve (a run that stopped before that budget keeps its last accuracy), as a difference;
+- ``acc_final`` (difference) and ``tokens_total`` (log ratio).
+
+Tests: the exact sign-flip test (primary) and the paired t test beside it, each Holm-adjusted over the variants of
+the metric (``bench/paired_stats.py``); a difference is **established** only where both adjusted p-values are below
+0.05. Writes ``results.json`` (per-run records and ``paired`` records), ``table.md`` and ``curves.png`` (accuracy
+against tokens, each seed a thin line, the mean over seeds in bold).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from itertools import accumulate
+from pathlib import Path
+from typing import Any
+
+from bench.common import FROM_WARM_START, RunSpec, load_run, markdown_table, mean_ci, run_pool, run_training, warm_start_dir, write_json
+from bench.paired_stats import holm, paired_t, sign_flip_p, wins_ties_losses
+
+REFERENCE = "GRPO"
+_ADORA = {"adora.enabled": True, "adora.mode": "attenuate", "adora.edge_policy": "llm"}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "GRPO": {},
+    # allocators (algorithms/allocation.py): each spends the step's responses where its store predicts a signal
+    "Knapsack-0.5": {"allocation.method": "knapsack", "allocation.candidates": 2, "allocation.budget": 0.5},
+    "Skip": {"allocation.method": "skip"},
+    "Difficulty": {"allocation.method": "difficulty", "allocation.candidates": 2},
+    "DAPO-filter": {"dynamic_filtering.enabled": True},
+    "GRPO+ADORA": _ADORA,
+    "Ada-balance": {"sampling.enabled": True, "sampling.samples_per_round": 8, "sampling.max_rounds": 2, "sampling.exit_rule": "balance"},
+    "Knapsack-0.5+ADORA": {"allocation.method": "knapsack", "allocation.candidates": 2, "allocation.budget": 0.5, **_ADORA},
+}
+FIXED_TARGETS = (0.75, 0.8)  # absolute accuracy targets besides GRPO's final accuracy of the seed
+BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
+ESTABLISHED = 0.05
+
+
+def run_record(run: Mapping[str, Any]) -> dict[str, Any]:
+    """The results.json record of one finished run: its accuracy-vs-tokens curve and what it cost."""
+    steps = [m for m in run["metrics"] if "sampling/responses_generated" in m]
+    tokens = dict(zip([m["step"] for m in steps], accumulate(m["sampling/tokens_generated"] for m in steps), strict=True))
+    responses = dict(zip([m["step"] for m in steps], accumulate(m["sampling/responses_generated"] for m in steps), strict=True))
+    evals = [m for m in run["metrics"] if "eval/greedy_accuracy" in m]
+    half = len(steps) // 2
+    second = [m["advantage/zero_signal_fraction"] for m in steps[half:] if "advantage/zero_signal_fraction" in m]
+    return {
+        "variant": run["variant"],
+        "seed": run["seed"],
+        "curve": [[tokens.get(m["step"], 0.0), m["eval/greedy_accuracy"]] for m in evals],  # (cumulative tokens, accuracy)
+        "steps": [m["step"] for m in evals],
+        "responses_curve": [responses.get(m["step"], 0.0) for m in evals],
+        "acc_step0": evals[0]["eval/greedy_accuracy"],
+        "acc_final": evals[-1]["eval/greedy_accuracy"],
+        "tokens_total": sum(m["sampling/tokens_generated"] for m in steps),
+        "responses_total": sum(m["sampling/responses_generated"] for m in steps),
+        "zero_signal_second_half": sum(second) / len(second) if second else None,  # trained groups with no signal
+        "eval_s": sum(m.get("time/eval_s", 0.0) for m in evals),
+        "train_s": sum(m.get("time/step_s", 0.0) for m in steps),
+    }
+
+
+def tokens_to_reach(curve: Sequence[Sequence[float]], target: float) -> tuple[float, bool]:
+    """(tokens at the first evaluation with accuracy >= target, True), or (the run's whole budget, False): censored."""
+    for tokens, acc in curve:
+        if acc >= target - 1e-9:
+            return tokens, True
+    return curve[-1][0], False
+
+
+def accuracy_at(curve: Sequence[Sequence[float]], budget: float) -> float:
+    """Accuracy at ``budget`` tokens, linearly interpolated between evaluations; past the curve's end its last value."""
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False):
+        if x0 <= budget <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (budget - x0) / (x1 - x0)
+    return curve[-1][1] if budget >= curve[-1][0] else curve[0][1]
+
+
+def _metric_pairs(rec: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, tuple[float, bool, bool]]:
+    """Per metric (d, variant censored, reference censored) of one seed; d as in the module docstring."""
+    out: dict[str, tuple[float, bool, bool]] = {}
+    targets = {"ref_final": ref["acc_final"], **{f"{t:.2f}": t for t in FIXED_TARGETS}}
+    for name, target in targets.items():
+        (mine, reached), (theirs, ref_reached) = tokens_to_reach(rec["curve"], target), tokens_to_reach(ref["curve"], target)
+        if mine > 0 and theirs > 0:
+            out[f"tokens_to_{name}"] = (math.log(mine / theirs), not reached, not ref_reached)
+    for fraction in BUDGET_FRACTIONS:
+        budget = fraction * ref["tokens_total"]
+        out[f"acc_at_{round(fraction * 100)}pct"] = (accuracy_at(rec["curve"], budget) - accuracy_at(ref["curve"], budget), False, False)
+    out["acc_final"] = (rec["acc_final"] - ref["acc_final"], False, False)
+    out["tokens_total"] = (math.log(rec["tokens_total"] / ref["tokens_total"]), False, False)
+    return out
+
+
+def paired_metric_records(records: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> list[dict[str, Any]]:
+    """One record per (metric, variant) over the seeds both ran: n, mean difference with its 95% paired-t interval
+    (and the ratio exp(mean) for ``tokens_*``), wins/ties/losses, censored seeds, the sign-flip and t p-values, both
+    Holm-adjusted over the variants of the metric, and ``established`` (both adjusted p < 0.05)."""
+    runs = {(r["variant"], r["seed"]): r for r in records}
+    variants = [v for v in dict.fromkeys(r["variant"] for r in records) if v != reference]
+    per_variant = {v: {s: _metric_pairs(runs[(v, s)], runs[(reference, s)]) for vv, s in sorted(runs) if vv == v and (reference, s) in runs} for v in variants}
+    metrics = list(dict.fromkeys(m for seeds in per_variant.values() for pairs in seeds.values() for m in pairs))
+    out: list[dict[str, Any]] = []
+    for metric in metrics:
+        block = []
+        for variant, seeds in per_variant.items():
+            values = {s: pairs[metric] for s, pairs in seeds.items() if metric in pairs}
+            diffs = [d for d, _, _ in values.values()]
+            test = paired_t(diffs)
+            log_scale = metric.startswith("tokens_")
+            wins, ties, losses = wins_ties_losses(diffs, "lower" if log_scale else "higher")
+            rec = {
+                "metric": metric,
+                "variant": variant,
+                "scale": "log_ratio" if log_scale else "difference",
+                "n": test.n,
+                "mean_diff": test.mean,
+                "ci_low": test.ci_low,
+                "ci_high": test.ci_high,
+                "wins": wins,
+                "ties": ties,
+                "losses": losses,
+                "censored_variant": sum(c for _, c, _ in values.values()),
+                "censored_reference": sum(c for _, _, c in values.values()),
+                "p_value": test.p_value,
+                "p_sign_flip": sign_flip_p(diffs) if diffs else None,
+                "per_seed": {str(s): d for s, (d, _, _) in values.items()},
+            }
+            if log_scale:
+                rec.update(
+                    {
+                        k: math.exp(rec[src]) if rec[src] is not None else None
+                        for k, src in (("ratio", "mean_diff"), ("ratio_low", "ci_low"), ("ratio_high", "ci_high"))
+                    }
+                )
+            block.append(rec)
+        for key in ("p_value", "p_sign_flip"):
+            for rec, adjusted in zip(block, holm([r[key] for r in block]), strict=True):
+                rec[f"{key}_holm"] = adjusted
+        for rec in block:
+            both = (rec["p_value_holm"], rec["p_sign_flip_holm"])
+            rec["established"] = all(p is not None and p < ESTABLISHED for p in both)
+        out.extend(block)
+    return out
+
+
+def _fmt(x: float | None, spec: str = ".3f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def _effect(rec: Mapping[str, Any]) -> str:
+    if rec["scale"] == "log_ratio":
+        return f"{_fmt(rec.get('ratio'), '.2f')}x [{_fmt(rec.get('ratio_low'), '.2f')}, {_fmt(rec.get('ratio_high'), '.2f')}]"
+    return f"{_fmt(rec['mean_diff'], '+.3f')} [{_fmt(rec['ci_low'], '+.3f')}, {_fmt(rec['ci_high'], '+.3f')}]"
+
+
+def report(records: Sequence[Mapping[str, Any]], paired: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> str:
+    """table.md: per variant the means over seeds, then every paired record."""
+    variants = list(dict.fromkeys(r["variant"] for r in records))
+    rows = []
+    for v in variants:
+        mine = [r for r in records if r["variant"] == v]
+
+        def cell(key: str, spec: str = ".3f", runs=mine) -> str:
+            m, h = mean_ci(r[key] for r in runs)
+            return "n/a" if math.isnan(m) else f"{format(m, spec)} ± {format(h, spec)}"
+
+        rows.append(
+            [v, " ".join(str(r["seed"]) for r in sorted(mine, key=lambda r: r["seed"])), cell("acc_step0"), cell("acc_final"), cell("tokens_total", ".0f"),
+             cell("responses_total", ".0f"), cell("zero_signal_second_half", ".2f"), cell("eval_s", ".0f"), cell("train_s", ".0f")]
+        )  # fmt: skip
+    header = ["variant", "seeds", "step-0 accuracy", "final accuracy", "tokens generated", "responses", "zero-signal groups, 2nd half", "eval s", "RL step s"]
+    paired_rows = [
+        [r["metric"], r["variant"], str(r["n"]), _effect(r), f"{r['wins']}/{r['ties']}/{r['losses']}", f"{r['censored_variant']}/{r['censored_reference']}",
+         _fmt(r["p_sign_flip"], ".4f"), _fmt(r["p_sign_flip_holm"], ".4f"), _fmt(r["p_value"], ".4f"), _fmt(r["p_value_holm"], ".4f"),
+         "yes" if r["established"] else "no"]
+        for r in paired
+    ]  # fmt: skip
+    paired_header = [
+        "metric",
+        "variant",
+        "n",
+        "effect [95% CI]",
+        "wins/ties/losses",
+        "censored (variant/GRPO)",
+        "p sign-flip",
+        "Holm",
+        "p t",
+        "Holm",
+        "established",
+    ]
+    lines = [
+        f"# Rollout allocation: recipe {settings['recipe']}, seeds {settings['seeds']}",
+        "",
+        "Means over seeds ± 95% interval (Student t). `tokens_to_X` is a ratio to GRPO (< 1: fewer tokens); a run that never "
+        "reaches X counts at its whole budget (censored). `acc_at_N` compares accuracy at N% of GRPO's tokens. "
+        "Established = sign-flip and t both below 0.05 after Holm over the variants.",
+        "",
+        markdown_table(header, rows),
+        "",
+        markdown_table(paired_header, paired_rows),
+    ]
+    return "\n".join(lines)
+
+
+def plot(records: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """Accuracy against generated tokens: each seed a thin line, the mean over seeds (at each evaluation) in bold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    variants = list(dict.fromkeys(r["variant"] for r in records))
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for i, v in enumerate(variants):
+        color = f"C{i % 10}"
+        mine = [r for r in records if r["variant"] == v]
+        for r in mine:
+            ax.plot([x for x, _ in r["curve"]], [y for _, y in r["curve"]], color=color, linewidth=0.6, alpha=0.35)
+        length = min(len(r["curve"]) for r in mine)
+        xs = [sum(r["curve"][k][0] for r in mine) / len(mine) for k in range(length)]
+        ys = [sum(r["curve"][k][1] for r in mine) / len(mine) for k in range(length)]
+        ax.plot(xs, ys, color=color, linewidth=2.2, label=v)
+    ax.set_xlabel("generated tokens")
+    ax.set_ylabel("held-out greedy accuracy")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _warm(args: tuple[str, int, Path]) -> str:
+    recipe, seed, out = args
+    return warm_start_dir(recipe, seed, {}, out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.allocation", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipe", default="kk-revisit", help="local-backend recipe every variant uses")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), help=f"from {list(VARIANTS)}; GRPO is always run")
+    parser.add_argument("--workers", type=int, default=2, help="runs side by side, one torch thread each")
+    parser.add_argument("--report-only", action="store_true", help="analyse the finished runs under --out only")
+    parser.add_argument("--out", default="bench/results/allocation")
+    args = parser.parse_args(argv)
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: unknown {unknown}; choose from {list(VARIANTS)}")
+    variants = [REFERENCE] + [v for v in args.variants if v != REFERENCE]
+    out, started = Path(args.out), time.time()
+    if not args.report_only:
+        inits = dict(zip(args.seeds, run_pool(_warm, [(args.recipe, s, out) for s in args.seeds], args.workers), strict=True))
+        specs = [
+            RunSpec(
+                v,
+                s,
+                args.recipe,
+                {**VARIANTS[v], "model.path": inits[s], "report_to": "none", **FROM_WARM_START},
+                str(out / "runs" / f"{v}_seed{s}"),
+                reuse=True,
+            )
+            for v in variants
+            for s in args.seeds
+        ]
+        run_pool(run_training, specs, args.workers)
+    runs = [load_run(v, s, out / "runs" / f"{v}_seed{s}") for v in variants for s in args.seeds if (out / "runs" / f"{v}_seed{s}" / "summary.json").exists()]
+    records = [run_record(r) for r in runs]
+    paired = paired_metric_records(records)
+    settings = {"recipe": args.recipe, "seeds": args.seeds, "variants": {v: VARIANTS[v] for v in variants}, "wall_s_this_invocation": time.time() - started}
+    write_json(out / "results.json", {"settings": settings, "records": records, "paired": paired})
+    (out / "table.md").write_text(report(records, paired, settings) + "\n")
+    plot(records, out / "curves.png")
+    print(report(records, paired, settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

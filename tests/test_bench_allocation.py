@@ -1,0 +1,64 @@
+"""bench/allocation.py's analysis on hand-made records: censoring at the whole budget, interpolation at matched
+budgets, the paired records (sign-flip and t, Holm, "established" only where both hold)."""
+
+import math
+
+import pytest
+
+from bench.allocation import accuracy_at, paired_metric_records, run_record, tokens_to_reach
+
+CURVE = [[0.0, 0.2], [100.0, 0.6], [200.0, 0.8], [300.0, 0.85]]
+
+
+def test_tokens_to_reach_counts_a_run_that_never_gets_there_at_its_whole_budget():
+    assert tokens_to_reach(CURVE, 0.6) == (100.0, True)
+    assert tokens_to_reach(CURVE, 0.8) == (200.0, True)
+    assert tokens_to_reach(CURVE, 0.9) == (300.0, False)  # censored: at least 300
+
+
+def test_accuracy_at_interpolates_and_holds_the_last_value():
+    assert accuracy_at(CURVE, 50.0) == pytest.approx(0.4)
+    assert accuracy_at(CURVE, 250.0) == pytest.approx(0.825)
+    assert accuracy_at(CURVE, 1000.0) == 0.85  # the run stopped: its last accuracy
+
+
+def _rec(variant, seed, curve):
+    return {"variant": variant, "seed": seed, "curve": curve, "acc_final": curve[-1][1], "tokens_total": curve[-1][0]}
+
+
+def test_paired_records_by_hand():
+    records = []
+    for seed in range(6):
+        records.append(_rec("GRPO", seed, [[0.0, 0.2], [100.0, 0.7], [200.0, 0.8]]))
+        records.append(_rec("Half", seed, [[0.0, 0.2], [50.0, 0.8], [100.0, 0.8 + 0.01 * seed]]))
+        records.append(_rec("Never", seed, [[0.0, 0.2], [100.0, 0.5], [200.0, 0.6]]))
+    paired = {(r["metric"], r["variant"]): r for r in paired_metric_records(records)}
+    half = paired[("tokens_to_ref_final", "Half")]
+    assert half["ratio"] == pytest.approx(0.25) and half["censored_variant"] == 0  # 50 tokens against GRPO's 200
+    assert half["p_sign_flip"] == pytest.approx(2 / 64) and half["p_sign_flip_holm"] == pytest.approx(2 * 2 / 64)
+    never = paired[("tokens_to_ref_final", "Never")]
+    assert never["censored_variant"] == 6 and never["ratio"] == pytest.approx(1.0)  # counted at its budget, not dropped
+    at_half = paired[("acc_at_50pct", "Half")]  # 100 tokens: Half at 0.8 + 0.01 s, GRPO at 0.7
+    assert at_half["mean_diff"] == pytest.approx(0.1 + 0.01 * 2.5)
+    assert paired[("tokens_total", "Half")]["ratio"] == pytest.approx(0.5)
+    assert half["established"] is False  # every log ratio equal: the t test's p is 0, but Holm's sign-flip is 0.0625
+    assert paired[("acc_final", "Never")]["mean_diff"] == pytest.approx(-0.2)
+    assert all(math.isfinite(r["p_sign_flip"]) for r in paired.values())
+
+
+def test_run_record_reads_tokens_and_zero_signal_from_metrics():
+    metrics = [{"step": 0, "eval/greedy_accuracy": 0.2, "time/eval_s": 1.0}]
+    for step in range(1, 5):
+        metrics.append(
+            {
+                "step": step,
+                "sampling/responses_generated": 8.0,
+                "sampling/tokens_generated": 100.0,
+                "advantage/zero_signal_fraction": step / 10,
+                "time/step_s": 2.0,
+            }
+        )
+    metrics[-1].update({"eval/greedy_accuracy": 0.5, "time/eval_s": 1.5})
+    rec = run_record({"variant": "GRPO", "seed": 0, "metrics": metrics})
+    assert rec["curve"] == [[0.0, 0.2], [400.0, 0.5]] and rec["tokens_total"] == 400.0 and rec["responses_total"] == 32.0
+    assert rec["zero_signal_second_half"] == pytest.approx(0.35) and rec["eval_s"] == 2.5 and rec["train_s"] == 8.0
