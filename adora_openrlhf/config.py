@@ -433,6 +433,13 @@ class RunConfig:
                 "correctness is 0 or 1, outside the kept range; raise --sampling.n_keep",
             )
 
+        require(
+            self.sampling.n_keep >= 2 or self.sampling.enabled or self.allocation.method == "knapsack",
+            "sampling.n_keep",
+            f"groups of one response (n_keep = 1) get advantage 0 under every group-relative estimator (advantage.estimator "
+            f"{self.advantage.estimator!r}), so the run would train nothing; use --sampling.n_keep 2 or more, or adaptive "
+            "sampling (--sampling.enabled true), whose baseline comes from the whole pool",
+        )
         if self.allocation.method in ("skip", "difficulty"):
             require(
                 self.sampling.n_keep >= 2,

@@ -7,6 +7,7 @@ checks confirm exit codes and the absence of tracebacks for real process starts.
 
 import errno
 import json
+import logging
 import os
 import stat
 import subprocess
@@ -785,3 +786,44 @@ def test_ctrl_c_in_a_real_training_prints_how_to_resume(tmp_path):
     assert proc.returncode == 130
     last = err.strip().splitlines()[-1]
     assert last.startswith("interrupted; continue from step") and last.endswith("--resume") and "Traceback" not in err
+
+
+def test_groups_of_one_response_that_train_nothing_are_refused():
+    from adora_openrlhf.config import ConfigError
+    from adora_openrlhf.recipes import build_run_config
+
+    with pytest.raises(ConfigError, match=r"^sampling.n_keep: groups of one response .* advantage 0 under every group-relative estimator"):
+        build_run_config("kk-tiny", {"sampling.n_keep": 1})
+    with pytest.raises(ConfigError, match="sampling.n_keep"):
+        build_run_config("kk-tiny", {"sampling.n_keep": 1, "advantage.estimator": "rloo"})
+    # the pool of adaptive sampling gives a single kept response a baseline: allowed
+    assert build_run_config("kk-tiny", {"sampling.n_keep": 1, "sampling.enabled": True}).sampling.n_keep == 1
+
+
+def test_a_diverging_policy_stops_with_the_step_the_field_and_the_last_good_checkpoint(tmp_path):
+    from adora_openrlhf.backends.local.trainer import train
+
+    sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+    from tiny_runs import tiny_kk_config
+
+    learns = {"warmup.steps": 150, "warmup.lr": 1e-2, "warmup.batch_size": 8, "rollout.max_new_tokens": 40, "prompts_per_step": 2, "sampling.n_keep": 4}
+    cfg = tiny_kk_config(
+        tmp_path / "run", steps=4, save_every=1, **{"train.lr": 1e30, "model.tiny.hidden_size": 32, "model.tiny.intermediate_size": 64, **learns}
+    )
+    with pytest.raises(FloatingPointError, match=r"^the policy diverged at step \d \(.*\); lower train.lr \(now 1e\+30\); the last good checkpoint is step_"):
+        train(cfg)
+
+
+def test_a_run_whose_advantages_stay_zero_says_so_once(tmp_path, caplog):
+    from adora_openrlhf.backends.local.trainer import train
+
+    sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+    from tiny_runs import tiny_kk_config
+
+    with caplog.at_level(logging.WARNING):
+        train(tiny_kk_config(tmp_path / "run", steps=6))  # no warm-up, 4 new tokens: every response fails the format
+    warnings = [r.getMessage() for r in caplog.records if "every advantage was zero" in r.getMessage()]
+    assert warnings == [
+        "steps 1-5: every advantage was zero (each group's responses got equal rewards), so the policy is not being updated; "
+        "check the reward and the warm-up, or raise sampling.n_keep / rollout.temperature"
+    ]

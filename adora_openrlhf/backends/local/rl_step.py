@@ -49,6 +49,23 @@ class StepModels:
     train_extras: Any
 
 
+class PolicyDiverged(FloatingPointError):
+    """The policy's loss, gradient, weights or token probabilities stopped being finite at RL step ``step`` (1-based)."""
+
+    def __init__(self, step: int, what: str, lr: float) -> None:
+        super().__init__(f"the policy diverged at step {step} ({what}); lower train.lr (now {lr:g})")
+        self.step = step
+
+
+def check_finite_policy(model, update: dict[str, float], step: int, lr: float) -> None:
+    """:class:`PolicyDiverged` when the update's loss or gradient norm, or any weight after it, is not finite."""
+    for key, what in (("train/loss", "the policy loss"), ("train/grad_norm", "the gradient norm")):
+        if not math.isfinite(update[key]):
+            raise PolicyDiverged(step, f"{what} is {update[key]}", lr)
+    if not all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.requires_grad):
+        raise PolicyDiverged(step, "weights are not finite after the update", lr)
+
+
 @dataclass
 class StepSampling:
     """How a step picks its prompts: the sampler (rounds, exit rules, pool statistics) and the rollout allocator
@@ -65,7 +82,12 @@ def rl_step(
     """RL step ``step`` (0-based) from data position ``position``: (its metrics, the next data position)."""
     step_start = time.perf_counter()
     engine.reset_timers()
-    result, consumed = sample_step(cfg, step, position, sampling, engine, train_rows)
+    try:
+        result, consumed = sample_step(cfg, step, position, sampling, engine, train_rows)
+    except RuntimeError as err:  # torch.multinomial on nan / inf probabilities: the weights blew up
+        if "probability tensor contains" not in str(err):
+            raise
+        raise PolicyDiverged(step + 1, "non-finite token probabilities while sampling", cfg.train.lr) from None
     sampling_seconds = time.perf_counter() - step_start
     metrics: dict[str, float] = {**result.metrics, **(sampling.allocator.pop_metrics() if sampling.allocator else {})}
     advantage_seconds = train_seconds = 0.0
@@ -154,8 +176,7 @@ def update_policy(cfg: RunConfig, step: int, groups: list[PromptGroup], advantag
         use_lora_reference=cfg.train.kl_coef > 0 and cfg.model.lora_rank > 0,
         lrs=scheduled_lrs(cfg.train, step, cfg.steps),
     )
-    if not math.isfinite(update["train/loss"]):
-        raise FloatingPointError(f"step {step + 1}: the policy loss is not finite ({update['train/loss']}); lower --lr")
+    check_finite_policy(models.model, update, step + 1, cfg.train.lr)
     return update
 
 

@@ -48,7 +48,7 @@ from adora_openrlhf.backends.local.heldout import save_heldout
 from adora_openrlhf.backends.local.metrics import MetricsLogger, plot_reward_curve
 from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model, count_parameters, load_pretrained, pick_device, vocabulary_problem
 from adora_openrlhf.backends.local.model_source import check_model_source, weight_files_problem
-from adora_openrlhf.backends.local.rl_step import StepModels, StepSampling, rl_row_count, rl_step
+from adora_openrlhf.backends.local.rl_step import PolicyDiverged, StepModels, StepSampling, rl_row_count, rl_step
 from adora_openrlhf.backends.local.rollout import GenerationSettings, RolloutEngine, encode_prompts, make_reward_fns
 from adora_openrlhf.backends.local.sft import demonstration_for, supervised_warmup, warmup_styles
 from adora_openrlhf.backends.local.tokenization import COMPACT_CHAT_TEMPLATE, load_tokenizer, render_prompt, tokenizer_problem, train_bpe_tokenizer
@@ -413,6 +413,31 @@ class _LocalRun:
         return summary
 
 
+class ZeroAdvantageWatch:
+    """One warning line when every advantage of ``STEPS`` RL steps in a row was zero (every group's rewards equal):
+    the run is not learning, though it goes on (the policy may still reach a mixed group)."""
+
+    STEPS = 5
+
+    def __init__(self) -> None:
+        self.first_zero: int | None = None
+        self.warned = False
+
+    def see(self, step: int, metrics: dict[str, float]) -> None:
+        if metrics.get("advantage/mean_abs", 0.0) != 0.0:
+            self.first_zero, self.warned = None, False
+            return
+        self.first_zero = step if self.first_zero is None else self.first_zero
+        if not self.warned and step - self.first_zero + 1 >= self.STEPS:
+            logger.warning(
+                "steps %d-%d: every advantage was zero (each group's responses got equal rewards), so the policy is not being "
+                "updated; check the reward and the warm-up, or raise sampling.n_keep / rollout.temperature",
+                self.first_zero,
+                step,
+            )
+            self.warned = True
+
+
 def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Path | None, train_rows, eval_rows, loaded: _Loaded) -> dict[str, Any]:
     """The run itself, in the locked ``out``: set up, warm up (or resume), the RL steps, finish."""
     run = _LocalRun(cfg, out, device, resume_from, train_rows, eval_rows, loaded)
@@ -420,8 +445,15 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
     start_step, position = run.begin()
     models = run.step_models()
     bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc="RL", unit="step", dynamic_ncols=True)
+    zero_watch = ZeroAdvantageWatch()
     for step in bar:
-        metrics, position = rl_step(cfg, step, position, run.sampling, run.engine, train_rows, models)
+        try:
+            metrics, position = rl_step(cfg, step, position, run.sampling, run.engine, train_rows, models)
+        except PolicyDiverged as err:
+            last = ckpt.latest_checkpoint(out)
+            kept = f"; the last good checkpoint is {last.name} (--resume-from {last.name} with the new value)" if last is not None else ""
+            raise FloatingPointError(f"{err}{kept}") from None
+        zero_watch.see(step + 1, metrics)
         done = step + 1
         if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
             metrics.update(run.evaluate(done))
