@@ -17,7 +17,9 @@ imports them before its first lookup (OpenRLHF's reward worker). The module must
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+import traceback
 from collections.abc import Mapping, Sequence
 
 from adora_openrlhf.errors import ConfigError
@@ -38,6 +40,22 @@ def import_plugins(names: Sequence[str], field: str = "plugins") -> None:
             raise ConfigError(
                 f"{field}[{i}]: cannot import {name!r} ({err}); install it or put its folder on PYTHONPATH (on every node of a cluster run)"
             ) from None
+        except ConfigError as err:  # a registration the plugin makes is refused (a name taken, ...)
+            raise ConfigError(f"{field}[{i}]: plugin module {name!r} failed while it was imported: {err}") from None
+        except Exception as err:  # noqa: BLE001 - the plugin's own code raised: name the module and where
+            where = _raising_line(err, name.strip())
+            raise ConfigError(
+                f"{field}[{i}]: plugin module {name!r} raised {type(err).__name__} while it was imported{where}: "
+                f"{' '.join(str(err).split())[:200]}; fix the module (its import must not fail)"
+            ) from None
+
+
+def _raising_line(err: BaseException, module: str) -> str:
+    """`` (FILE:LINE)`` of the innermost traceback frame inside the plugin's own file, or ''."""
+    spec = importlib.util.find_spec(module) if module else None
+    origin = getattr(spec, "origin", None)
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if origin and f.filename == origin]
+    return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
 def plugins_from_env(environ: Mapping[str, str] = os.environ) -> list[str]:

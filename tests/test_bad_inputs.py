@@ -827,3 +827,19 @@ def test_a_run_whose_advantages_stay_zero_says_so_once(tmp_path, caplog):
         "steps 1-5: every advantage was zero (each group's responses got equal rewards), so the policy is not being updated; "
         "check the reward and the warm-up, or raise sampling.n_keep / rollout.temperature"
     ]
+
+
+def test_a_plugin_that_raises_on_import_is_named_with_its_line(tmp_path, monkeypatch):
+    from adora_openrlhf.config import ConfigError
+    from adora_openrlhf.plugins import import_plugins
+
+    (tmp_path / "boom_plugin.py").write_text("x = 1\nraise RuntimeError('plugin boom at import')\n")
+    (tmp_path / "typo_plugin.py").write_text("import json\njson.loads('{')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError) as err:
+        import_plugins(["boom_plugin"])
+    message = str(err.value)
+    assert message.startswith("plugins[0]: plugin module 'boom_plugin' raised RuntimeError while it was imported (")
+    assert f"{tmp_path / 'boom_plugin.py'}:2): plugin boom at import" in message
+    with pytest.raises(ConfigError, match=r"^plugins\[1\]: plugin module 'typo_plugin' raised JSONDecodeError .*typo_plugin.py:2\)"):
+        import_plugins(["json", "typo_plugin"])

@@ -15,6 +15,7 @@ What TRL already has is taken from TRL: the group size ``n`` is ``num_generation
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,28 +143,37 @@ class AdoraGRPOConfig(GRPOConfig):
         self.advantage_config(), self.adora_config(), self.sampling_config(), self.filtering_config(), self.base_sampling_params()
 
     # -- the core's configs ---------------------------------------------------------------------------------
-    def _build(self, cls: type, prefix: str, **values: Any) -> Any:
+    def _build(self, cls: type, prefix: str, sources: Mapping[str, str] | None = None, **values: Any) -> Any:
+        """``cls`` from this config's ``<prefix>_<field>`` fields and ``values``; an error names this config's field:
+        ``prefix_field``, or for a value given here the field it came from (``sources``: core name -> field)."""
         names = [f.name for f in dataclasses.fields(cls)]
         kwargs = {name: getattr(self, f"{prefix}_{name}") for name in names if hasattr(self, f"{prefix}_{name}")}
         try:
             return cls(**{**kwargs, **values})
         except ConfigError as err:
+            message = str(err)
+            for core, own in (sources or {}).items():
+                if message.startswith(f"{prefix}.{core}:"):
+                    raise ConfigError(own + message[len(prefix) + 1 + len(core) :]) from None
             raise _renamed(err) from None
 
     def advantage_config(self) -> AdvantageConfig:
         estimator = self.advantage_estimator or ESTIMATOR_FOR_SCALE_REWARDS[self.scale_rewards]
-        return self._build(AdvantageConfig, "advantage", estimator=estimator)
+        source = "advantage_estimator" if self.advantage_estimator else "scale_rewards"
+        return self._build(AdvantageConfig, "advantage", {"estimator": source}, estimator=estimator)
 
     def adora_config(self) -> AdoraConfig:
-        return self._build(AdoraConfig, "adora", correct_threshold=self.correct_threshold)
+        return self._build(AdoraConfig, "adora", {"correct_threshold": "correct_threshold"}, correct_threshold=self.correct_threshold)
 
     def positive_threshold(self) -> float:
         return self.correct_threshold if self.sampling_positive_threshold is None else self.sampling_positive_threshold
 
     def sampling_config(self) -> AdaptiveSamplingConfig:
+        positive = "correct_threshold" if self.sampling_positive_threshold is None else "sampling_positive_threshold"
         return self._build(
             AdaptiveSamplingConfig,
             "sampling",
+            {"n_keep": "num_generations", "positive_threshold": positive},
             n_keep=self.num_generations,
             positive_threshold=self.positive_threshold(),
             escalation=list(self.sampling_escalation or []),
