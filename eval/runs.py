@@ -77,7 +77,22 @@ def open_run(path: str | Path) -> RunTarget:
     rollout = settings.get("rollout")
     if not isinstance(rollout, dict) or not isinstance(rollout.get("max_new_tokens"), int):
         raise ValueError(f"--run: {settings_file} has no rollout.max_new_tokens; train the run again")
+    _check_settings(settings, settings_file)
     return RunTarget(run_dir, rows_file, settings)
+
+
+def _check_settings(settings: dict[str, Any], settings_file: Path) -> None:
+    """ValueError naming ``heldout.json`` and the field when a setting ``RunTarget`` reads has the wrong type."""
+    checks = (
+        ("prompt_template", settings.get("prompt_template", "auto"), str),
+        ("rollout.max_new_tokens", settings["rollout"]["max_new_tokens"], int),
+        ("rollout.repetition_penalty", settings["rollout"].get("repetition_penalty", 1.0), (int, float)),
+        ("generation_batch_size", settings.get("generation_batch_size", 128), int),
+    )
+    for name, value, kind in checks:
+        if isinstance(value, bool) or not isinstance(value, kind) or (kind is int and value < 1):
+            wanted = "a string" if kind is str else "a positive integer" if kind is int else "a number"
+            raise ValueError(f"--run: {settings_file}: field {name} must be {wanted}, got {value!r}; train the run again or restore the file")
 
 
 def default_model(target: RunTarget) -> Path:

@@ -171,3 +171,20 @@ def test_a_directory_without_a_saved_heldout_set_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--run:" in err and "heldout.json" in err and "Traceback" not in err
     assert main(["--bench", "kk"]) == 2 and "--model: required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("rollout.repetition_penalty", "high"), ("rollout.max_new_tokens", 0), ("generation_batch_size", "128"), ("prompt_template", 3)],
+)
+def test_a_heldout_json_field_of_the_wrong_type_is_named_with_the_file(tmp_path, field, value, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    settings = {"prompt_template": "auto", "rollout": {"max_new_tokens": 8, "repetition_penalty": 1.0}, "generation_batch_size": 4}
+    section, _, key = field.rpartition(".")
+    (settings[section] if section else settings)[key] = value
+    (run / "heldout.json").write_text(json.dumps(settings))
+    (run / "heldout.jsonl").write_text("")
+    assert main(["--run", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{run / 'heldout.json'}: field {field} must be" in err and repr(value) in err
