@@ -47,6 +47,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "GRPO": {},
     # allocators (algorithms/allocation.py): each spends the step's responses where its store predicts a signal
     "Knapsack-0.5": {"allocation.method": "knapsack", "allocation.candidates": 2, "allocation.budget": 0.5},
+    # GRPO with half the responses per prompt: what the knapsack's budget alone buys, without choosing
+    "GRPO-n4": {"sampling.n_keep": 4},
     "Skip": {"allocation.method": "skip"},
     "Difficulty": {"allocation.method": "difficulty", "allocation.candidates": 2},
     "DAPO-filter": {"dynamic_filtering.enabled": True},
