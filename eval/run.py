@@ -50,7 +50,7 @@ from eval.benchmarks import HELDOUT, Benchmark, get_benchmark, load_located_rows
 from eval.fit import FitContext, PromptFit, fit_notes, prompt_fit
 from eval.generation import DTYPES, GENERATORS, EvalSampling, Generator, parse_engine_args, pick_engine, resolve_dtype
 from eval.metrics import ScoreRow, markdown_table, score_records
-from eval.runs import RunTarget, default_model, default_out, model_origin, open_run, trainer_accuracy
+from eval.runs import RunTarget, default_model, default_out, model_origin, open_run, rows_changed, trainer_accuracy
 
 logger = logging.getLogger(__name__)
 
@@ -378,6 +378,9 @@ def run_comparison(target: RunTarget, model: Path, rows: Sequence[ScoreRow], k: 
         return [f"{ours}; the run has no held-out evaluation of this checkpoint in {target.run_dir / 'metrics.jsonl'}"]
     step, accuracy = found
     line = f"{ours}; the trainer's eval/greedy_accuracy at step {step}: {accuracy:.3f}"
+    changed = rows_changed(target)
+    if changed is not None:
+        return [f"{line} (not comparable: {changed})"]
     if greedy and k == 1:
         verdict = "equal, as it must be" if math.isclose(overall.avg_at_k, accuracy, abs_tol=1e-9) else "DIFFERENT although both are greedy on the same rows"
         return [f"{line} ({verdict})"]

@@ -14,6 +14,7 @@ A model directory inside a run (``RUN/final_model``, ``RUN/checkpoints/step_N``)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -159,3 +160,15 @@ def default_out(target: RunTarget, model: Path, settings: dict[str, Any]) -> Pat
         f"_n{settings['max_new_tokens']}_s{settings['seed']}"
     )
     return target.run_dir / "eval" / name
+
+
+def rows_changed(target: RunTarget) -> str | None:
+    """Why the held-out rows file differs from the one the run saved (its SHA-256 in ``heldout.json``), or None
+    (the same file, or a run saved before the digest was recorded)."""
+    saved = target.settings.get("rows_sha256")
+    if not isinstance(saved, str):
+        return None
+    digest = hashlib.sha256(target.rows_file.read_bytes()).hexdigest()
+    if digest == saved:
+        return None
+    return f"{target.rows_file} changed after training (SHA-256 {digest[:12]}, saved {saved[:12]}): these are other rows than the trainer's"

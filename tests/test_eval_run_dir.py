@@ -188,3 +188,18 @@ def test_a_heldout_json_field_of_the_wrong_type_is_named_with_the_file(tmp_path,
     assert main(["--run", str(run)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{run / 'heldout.json'}: field {field} must be" in err and repr(value) in err
+
+
+def test_rows_edited_after_training_are_not_set_against_the_trainers_number(tiny_run, tmp_path, capsys):
+    import shutil
+
+    _, out, _ = tiny_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("eval"))
+    rows = [json.loads(line) for line in (copy / "heldout.jsonl").read_text().splitlines()]
+    rows = rows[1:] + rows[:1]  # the same rows in another order: another file
+    (copy / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["--run", str(copy), "--temperature", "0", "--k", "1", "--engine", "hf", "--out", str(tmp_path / "ev")]) == 0
+    printed = capsys.readouterr()
+    text = printed.out + printed.err
+    assert "not comparable: " in text and "changed after training" in text and "equal, as it must be" not in text

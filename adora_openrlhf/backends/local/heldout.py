@@ -5,8 +5,9 @@ label, images, source, meta, in the trainer's order, with the meta the trainer g
 ``kk_parser``); images held in memory (generated vision rows) are saved as PNG files under
 ``output_dir/heldout_images/`` and named relative to the run directory. ``output_dir/heldout.json`` holds what the
 trainer's held-out evaluation generated with: the prompt template, the rollout's decoding parameters (its greedy
-view uses ``max_new_tokens`` and ``repetition_penalty``), the generation batch size, decoding and KV cache, and
-the number of rows.
+view uses ``max_new_tokens`` and ``repetition_penalty``), the generation batch size, decoding and KV cache, the number of rows and the SHA-256 of
+``heldout.jsonl`` as written (``eval.run --run`` compares it, so rows edited since training are not set against
+the trainer's number).
 
 ``python -m eval.run --run output_dir`` reads both (``eval/runs.py``); with ``--temperature 0 --k 1`` it
 reproduces the trainer's ``eval/greedy_accuracy`` for the same checkpoint.
@@ -14,6 +15,7 @@ reproduces the trainer's ``eval/greedy_accuracy`` for the same checkpoint.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -57,6 +59,7 @@ def save_heldout(out: Path, rows: Sequence[Any], cfg: Any) -> Path:
         "decoding": cfg.model.decoding,
         "kv_cache": cfg.model.kv_cache,
         "eval_samples": cfg.eval_samples,
+        "rows_sha256": hashlib.sha256("".join(lines).encode("utf-8")).hexdigest(),  # eval.run --run: rows changed since?
     }
     for name, text in ((HELDOUT_ROWS, "".join(lines)), (HELDOUT_SETTINGS, json.dumps(settings, indent=2) + "\n")):
         tmp = out / f"{name}.tmp"
