@@ -178,3 +178,23 @@ def test_fast_steps_rotary_table_grows_past_its_first_positions():
         mask = torch.cat([mask, mask.new_ones(2, 1)], -1)
         want = model(input_ids=tokens, attention_mask=mask, position_ids=pos, past_key_values=caches[0], use_cache=True, logits_to_keep=1).logits[:, -1]
         assert torch.allclose(step(tokens, pos, mask), want, rtol=0, atol=1e-5)
+
+
+def test_an_unchecked_transformers_release_falls_back_to_the_forward_with_one_log_line(monkeypatch, caplog):
+    import logging
+
+    import transformers
+
+    from adora_openrlhf.backends.local import decode_step
+
+    model = _qwen2()
+    assert decode_step_for(model, growing_cache_for(model)) is not None  # the release these tests pin
+    monkeypatch.setattr(transformers, "__version__", "9.1.0")
+    monkeypatch.setattr(decode_step, "_version_logged", set())
+    with caplog.at_level(logging.INFO, logger="adora_openrlhf.backends.local.decode_step"):
+        assert decode_step_for(model, growing_cache_for(model)) is None
+        assert decode_step_for(model, growing_cache_for(model), "fast") is None
+    lines = [r.getMessage() for r in caplog.records if "9.1.0" in r.getMessage()]
+    assert lines == [
+        "transformers 9.1.0 is not a release the one-token step was checked against (5.15): decoding calls the model's forward for every token instead"
+    ]

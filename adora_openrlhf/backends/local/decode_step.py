@@ -47,16 +47,22 @@ Anything else gets None, and decoding calls the model as before: another archite
 implementation other than ``sdpa``, attention dropout in training mode, sliding-window layers, a projection or
 norm that is not the plain ``transformers`` module (LoRA adapters, quantised layers), an activation other than
 SiLU.
+
+The steps re-implement ``transformers``' Qwen2 layer, so they are used only under the releases they were checked
+against (:data:`CHECKED_TRANSFORMERS`); under any other the decoding calls the model's forward, with one log line.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 DecodeStep = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+logger = logging.getLogger(__name__)
 
 
 def _rms_norm(hidden: torch.Tensor, norm) -> torch.Tensor:
@@ -79,11 +85,33 @@ def _repeat_kv(states: torch.Tensor, repeats: int) -> torch.Tensor:
     return states[:, :, None].expand(batch, heads, repeats, length, dim).reshape(batch, heads * repeats, length, dim)
 
 
+CHECKED_TRANSFORMERS = ("5.15",)  # transformers releases (major.minor) whose Qwen2 decoding the steps were checked against
+_version_logged: set[str] = set()
+
+
+def transformers_version_problem() -> str | None:
+    """Why the installed ``transformers`` is not one the steps re-implement (None when it is one of
+    :data:`CHECKED_TRANSFORMERS`): another release may change what a Qwen2 layer computes."""
+    import transformers
+
+    version = transformers.__version__
+    if ".".join(version.split(".")[:2]) in CHECKED_TRANSFORMERS:
+        return None
+    return f"transformers {version} is not a release the one-token step was checked against ({', '.join(CHECKED_TRANSFORMERS)})"
+
+
 def _unsupported_reason(model) -> str | None:
     """Why :func:`decode_step_for` cannot stand in for ``model``'s forward (None when it can)."""
     from torch import nn
     from transformers.activations import ACT2FN
     from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM, Qwen2MLP, Qwen2RMSNorm
+
+    version = transformers_version_problem()
+    if version is not None:
+        if version not in _version_logged:
+            _version_logged.add(version)
+            logger.info("%s: decoding calls the model's forward for every token instead", version)
+        return version
 
     silu = (nn.SiLU, type(ACT2FN["silu"]))  # transformers' SiLUActivation: forward = F.silu
 
