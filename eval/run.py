@@ -43,7 +43,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from adora_openrlhf.backends.local.model_source import check_model_source
+from adora_openrlhf.backends.local.model_source import check_model_source, weight_files_problem
 from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
 from adora_openrlhf.dirlock import DirLock
 from eval.benchmarks import HELDOUT, Benchmark, get_benchmark, load_located_rows, row_file, row_source
@@ -577,6 +577,9 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     if Path(model).is_dir() and not (Path(model) / "config.json").exists():
         raise ValueError(f"--model: {model} has no config.json; give a model directory in Hugging Face format")
     check_model_source(model, "--model")  # a hub name: in the hub cache (HF_HUB_OFFLINE=1) or on the hub
+    problem = weight_files_problem(model)  # a truncated or damaged weight file, named before the engine loads it
+    if problem is not None:
+        raise ValueError(f"--model: {model}: {problem}; re-export or re-download the model")
     sampling = EvalSampling(
         temperature=args.temperature, top_p=args.top_p, max_new_tokens=plan.max_new_tokens, seed=args.seed, repetition_penalty=plan.repetition_penalty
     )

@@ -843,3 +843,19 @@ def test_a_plugin_that_raises_on_import_is_named_with_its_line(tmp_path, monkeyp
     assert f"{tmp_path / 'boom_plugin.py'}:2): plugin boom at import" in message
     with pytest.raises(ConfigError, match=r"^plugins\[1\]: plugin module 'typo_plugin' raised JSONDecodeError .*typo_plugin.py:2\)"):
         import_plugins(["json", "typo_plugin"])
+
+
+def test_eval_model_with_a_truncated_weight_file_names_the_path(tmp_path, capsys):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    (model / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")  # a header cut short
+    rows = tmp_path / "kk.jsonl"
+    from adora_openrlhf.tasks.kk import generate_rows
+
+    rows.write_text("".join(json.dumps(r) + "\n" for r in generate_rows(2, [2], seed=1)))
+    argv = ["--model", str(model), "--bench", "kk", "--bench-file", f"kk={rows}", "--engine", "hf", "--out", str(tmp_path / "out")]
+    assert call(eval_run.main, argv) == 2
+    err = capsys.readouterr().err
+    assert_one_line(err, f"--model: {model}: model.safetensors")
+    assert "re-export or re-download the model" in err
