@@ -118,3 +118,11 @@ def test_the_distribution_installs_only_the_package():
 
 def test_the_cycle_finder_finds_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_readme_is_a_short_users_guide():
+    """The README guides a user (at most 200 lines); measured results live in docs/results.md, each figure once."""
+    readme = (ROOT / "README.md").read_text().splitlines()
+    assert len(readme) <= 200, f"README.md has {len(readme)} lines; move results or internals to docs/"
+    assert (ROOT / "docs" / "results.md").is_file()
+    assert not any("timed again" in line.lower() for line in readme)
