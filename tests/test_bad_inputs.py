@@ -254,12 +254,12 @@ def test_boolean_flags_refuse_anything_but_a_boolean_word(tmp_path, capsys, valu
     [
         ["--warmup.steps", "1", "--warmup.lr_ramp", "0.5"],  # "error: ZeroDivisionError: division by zero"
         ["--warmup.mix_steps", "1", "--warmup.mix", '{"direct": 1.0}', "--warmup.lr_ramp", "0.1"],
-        ["--warmup.steps", "2", "--warmup.lr_ramp", "0.9", "--eval_every", "1", "--save_every", "1", "--sampling.n_keep", "1"],
+        ["--warmup.steps", "2", "--warmup.lr_ramp", "0.9", "--eval_every", "1", "--save_every", "1", "--sampling.n_keep", "2"],
         ["--recipe", "kk-testbed", "--warmup.steps", "1", "--warmup.mix_steps", "1", "--data.num_eval", "1", "--data.num_train", "1"],
         ["--sampling.enabled", "true", "--sampling.samples_per_round", "1", "--sampling.max_rounds", "1", "--sampling.n_keep", "1", "--adora.enabled", "true"],
         ["--train.lr_scheduler", "cosine_with_min_lr", "--train.lr_warmup_ratio", "0.99", "--train.micro_batch_size", "1", "--rollout.max_new_tokens", "1"],
     ],
-    ids=["warmup-1", "mix-1", "warmup-2-n-1", "testbed-1", "adaptive-1", "schedule-1"],
+    ids=["warmup-1", "mix-1", "warmup-2-n-2", "testbed-1", "adaptive-1", "schedule-1"],
 )
 def test_one_step_runs_and_the_smallest_settings_work(tmp_path, capsys, extra):
     out = tmp_path / "run"
