@@ -38,6 +38,7 @@ from adora_openrlhf.config_checks import check_field_types, check_number, from_d
 from adora_openrlhf.errors import ConfigError  # defined beside the registries (no import circle); exported here
 from adora_openrlhf.plugins import import_plugins
 from adora_openrlhf.prompt_templates import PROMPT_TEMPLATES
+from adora_openrlhf.rewards.grading import GradingConfig
 from adora_openrlhf.tasks import geo_synth
 from adora_openrlhf.tasks.kk import NAME_ORDERS
 
@@ -378,6 +379,7 @@ class RunConfig:
     dynamic_filtering: DynamicFilteringConfig = field(
         default_factory=DynamicFilteringConfig, metadata={"help": "DAPO dynamic filtering: drop all-correct/all-wrong groups and refill"}
     )
+    grading: GradingConfig = field(default_factory=GradingConfig, metadata={"help": "grading a step's responses: workers and the step's deadline"})
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "policy model"})
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "training and held-out prompts"})
     train: PolicyLossConfig = field(default_factory=PolicyLossConfig, metadata={"help": "policy loss and optimiser"})

@@ -151,6 +151,8 @@ OPENRLHF: dict[str, Support] = {
         "OpenRLHF renders prompts with the tokenizer's chat template (--data.apply_chat_template); use auto or chat",
         allowed=lambda value: value in ("auto", "chat"),
     ),  # auto/chat: MAPPED to --data.apply_chat_template
+    "grading.deadline_s": USED,  # ADORA_GRADING_DEADLINE_S in every Ray worker (launcher.ray_env_vars); the reward file reads it
+    "grading.workers": USED,  # ADORA_GRADING_WORKERS
     "data.kk_parser": USED,  # ADORA_KK_PARSER in every Ray worker (launcher.ray_env_vars)
     **{f"warmup.{name}": _WARMUP for name in ("steps", "lr", "batch_size", "style", "style_shares", "lr_ramp", "mix_steps", "mix_lr", "mix")},
     "report_to": Refused("the openrlhf backend logs through OpenRLHF's own options (--logger.tensorboard_dir DIR, --logger.wandb.key KEY)"),

@@ -22,7 +22,10 @@ Loading the file imports the package and its task rewards (:func:`check_package`
 instead of every rollout scoring 0. A row that fails to score (a bad label, a crash inside a reward
 function) gets its task's failure reward (:func:`failure_reward_of_label`: the task's lowest reward, e.g. -1
 for DAPO rows, -3 for K&K; 0 when the label names no task) and is counted in ``reward_error``; a grader
-timeout scores as a wrong answer inside the reward functions themselves.
+timeout scores as a wrong answer inside the reward functions themselves. Each call's rows are graded
+concurrently under one deadline per call (``rewards/grading.py``; the run's ``grading`` section reaches the
+worker through ``ADORA_GRADING_DEADLINE_S`` / ``ADORA_GRADING_WORKERS``); a row past it scores the failure
+reward and is counted in ``grader_late``.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ check_package()  # at load time: OpenRLHF loads this file when its rollout engin
 
 REWARD_LABEL_KEY = "reward_label"  # the column the converters add, for --data.label_key
 SOURCE_ENV = "ADORA_REWARD_SOURCE"
-EXTRA_LOG_KEYS = ("correct", "answer_found", "grader_timeout", "grader_error", "reward_error")
+EXTRA_LOG_KEYS = ("correct", "answer_found", "grader_timeout", "grader_error", "grader_late", "reward_error")
 ASSISTANT_MARKERS = (  # where the response starts when the prompt text cannot be matched exactly
     "<|im_start|>assistant\n",
     "<|start_header_id|>assistant<|end_header_id|>\n\n",
@@ -149,25 +152,79 @@ def failure_reward_of_label(label: Any) -> float:
     return failure_reward(source, meta)
 
 
-def score_one(query: str, prompt: str, label: Any) -> tuple[float, float, dict[str, float]]:
-    """``(reward, score, logs)`` of one rollout; a failure scores the task's failure reward with ``reward_error = 1``
-    and is logged."""
-    from adora_openrlhf.rewards.base import get_reward_fn
+_THREADS = None
 
+
+def call_grader():
+    """A grader for one ``reward_func`` call: the run's ``grading`` section from the environment
+    (rewards/grading.py :func:`config_from_env`), its own deadline, and the process's grading threads, shared by
+    the calls that OpenRLHF makes at the same time from its own threads."""
+    global _THREADS
+    from adora_openrlhf.rewards.grading import GradingThreads, StepGrader, config_from_env
+
+    config = config_from_env()
+    if _THREADS is None:
+        _THREADS = GradingThreads(config.workers)
+    return StepGrader(config, threads=_THREADS)
+
+
+def _guarded(reward_fn):
+    """``reward_fn`` that logs and reports a failure instead of raising: one bad row must not stop the rollout."""
+
+    def call(response: str, label: str, meta: Mapping[str, Any]):
+        try:
+            return reward_fn(response, label, meta)
+        except Exception as err:  # noqa: BLE001 - scored as the task's failure reward, counted in reward_error
+            logger.error("reward_func: cannot score a rollout (%s: %s)", type(err).__name__, err)
+            return None
+
+    return call
+
+
+def _logs_of(result) -> dict[str, float]:
     logs = dict.fromkeys(EXTRA_LOG_KEYS, 0.0)
-    try:
-        source, truth, meta = decode_reward_label(label)
-        meta.setdefault("think_opened_in_prompt", (prompt or "").rstrip().endswith("<think>"))
-        result = get_reward_fn(source)(split_response(query or "", prompt or ""), truth, meta)
-    except Exception as err:  # noqa: BLE001 - one bad row must not stop the rollout
-        logger.error("reward_func: cannot score a rollout (%s: %s)", type(err).__name__, err)
-        logs["reward_error"] = 1.0
-        return failure_reward_of_label(label), 0.0, logs
     logs["correct"] = float(result.correct)
     logs["answer_found"] = float(result.extracted is not None)
-    logs["grader_timeout"] = float(result.info.get("grader_timeout", 0.0))
-    logs["grader_error"] = float(result.info.get("grader_error", 0.0))
-    return float(result.reward), float(result.correct), logs
+    for key in ("grader_timeout", "grader_error", "grader_late"):
+        logs[key] = float(result.info.get(key, 0.0))
+    return logs
+
+
+def score_batch(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any]) -> list[tuple[float, float, dict[str, float]]]:
+    """``(reward, score, logs)`` of every rollout, graded together under one deadline per call (OpenRLHF 0.11.2
+    calls the hook once per response, from several threads at once: each response's grading is bounded by the
+    deadline).
+
+    A row whose label does not decode, whose source is unknown or whose reward function raises scores the task's
+    failure reward with ``reward_error = 1`` and is logged; a row not graded by the deadline scores it with
+    ``grader_late = 1``."""
+    from adora_openrlhf.rewards.base import failure_reward, get_reward_fn
+    from adora_openrlhf.rewards.grading import GradingJob
+
+    out: list[tuple[float, float, dict[str, float]] | None] = [None] * len(queries)
+    jobs, where = [], []
+    for i, (query, prompt, label) in enumerate(zip(queries, prompts, labels, strict=True)):
+        try:
+            source, truth, meta = decode_reward_label(label)
+            meta.setdefault("think_opened_in_prompt", (prompt or "").rstrip().endswith("<think>"))
+            reward_fn = get_reward_fn(source)
+        except Exception as err:  # noqa: BLE001 - one bad row must not stop the rollout
+            logger.error("reward_func: cannot score a rollout (%s: %s)", type(err).__name__, err)
+            out[i] = (failure_reward_of_label(label), 0.0, {**dict.fromkeys(EXTRA_LOG_KEYS, 0.0), "reward_error": 1.0})
+            continue
+        jobs.append(GradingJob(_guarded(reward_fn), split_response(query or "", prompt or ""), truth, meta, failure_reward(source, meta)))
+        where.append(i)
+    for i, result in zip(where, call_grader().grade(jobs), strict=True):
+        if result is None:
+            out[i] = (failure_reward_of_label(labels[i]), 0.0, {**dict.fromkeys(EXTRA_LOG_KEYS, 0.0), "reward_error": 1.0})
+        else:
+            out[i] = (float(result.reward), float(result.correct), _logs_of(result))
+    return out  # type: ignore[return-value]
+
+
+def score_one(query: str, prompt: str, label: Any) -> tuple[float, float, dict[str, float]]:
+    """``(reward, score, logs)`` of one rollout (:func:`score_batch` of one)."""
+    return score_batch([query], [prompt], [label])[0]
 
 
 def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any], **kwargs: Any) -> dict[str, Any]:
@@ -176,16 +233,9 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
 
     if not (len(queries) == len(prompts) == len(labels)):
         raise ValueError(f"reward_func: got {len(queries)} queries, {len(prompts)} prompts and {len(labels)} labels")
-    rewards, scores = [], []
-    logs: dict[str, list[float]] = {key: [] for key in EXTRA_LOG_KEYS}
-    for query, prompt, label in zip(queries, prompts, labels, strict=True):
-        reward, score, row_logs = score_one(query, prompt, label)
-        rewards.append(reward)
-        scores.append(score)
-        for key in EXTRA_LOG_KEYS:
-            logs[key].append(row_logs[key])
+    scored = score_batch(queries, prompts, labels)
     return {
-        "rewards": torch.tensor(rewards, dtype=torch.float32),
-        "scores": torch.tensor(scores, dtype=torch.float32),
-        "extra_logs": {key: torch.tensor(values, dtype=torch.float32) for key, values in logs.items()},
+        "rewards": torch.tensor([reward for reward, _, _ in scored], dtype=torch.float32),
+        "scores": torch.tensor([score for _, score, _ in scored], dtype=torch.float32),
+        "extra_logs": {key: torch.tensor([logs[key] for _, _, logs in scored], dtype=torch.float32) for key in EXTRA_LOG_KEYS},
     }

@@ -103,6 +103,7 @@ def rl_step(
         {
             "time/generate_s": engine.generate_seconds,
             "time/score_s": engine.score_seconds,
+            "reward/grader_late": float(engine.grader.late),  # responses not graded by the step's deadline (grading.deadline_s)
             "time/train_s": train_seconds,
             "time/advantage_s": advantage_seconds,  # estimator + ADORA weights
             "time/sampler_overhead_s": sampling_seconds - engine.generate_seconds - engine.score_seconds,  # rounds, exit rules, down-sampling

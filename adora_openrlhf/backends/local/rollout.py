@@ -22,6 +22,7 @@ from adora_openrlhf.algorithms.sampling import GenerationRequest, ScoredResponse
 from adora_openrlhf.backends.local.decoding import compact_decode, numerics_of
 from adora_openrlhf.backends.local.kv_cache import attention_reads_cache, full_attention_only, growing_cache_for
 from adora_openrlhf.config import ModelConfig, SamplingParams
+from adora_openrlhf.rewards.grading import GradingJob, StepGrader
 
 
 @dataclass
@@ -208,6 +209,7 @@ class RolloutEngine:
         positive_threshold: float,
         settings: GenerationSettings,
         extras: Sequence[dict[str, torch.Tensor] | None] | None = None,
+        grader: StepGrader | None = None,
     ):
         self.model = model
         self.settings = settings
@@ -217,25 +219,39 @@ class RolloutEngine:
         self.rows = rows
         self.reward_fns = reward_fns
         self.positive_threshold = positive_threshold
+        self.grader = grader or StepGrader()  # one grading deadline per step (rewards/grading.py)
         self.generate_seconds = 0.0
         self.score_seconds = 0.0
 
     def reset_timers(self) -> None:
+        """A new step: its timers, and its grading deadline and late count."""
         self.generate_seconds = 0.0
         self.score_seconds = 0.0
+        self.grader.start_step()
 
-    def score(self, row_index: int, prompt: list[int], response: list[int], truncated: bool) -> ScoredResponse:
-        row = self.rows[row_index]
-        text = self.tokenizer.decode(response, skip_special_tokens=True)
-        result = self.reward_fns[row_index](text, row.label, row.meta)
-        sample = RolloutSample(row_index, list(prompt), list(response), text, bool(result.correct), dict(result.info))
-        return ScoredResponse(
-            reward=float(result.reward),
-            positive=float(result.reward) > self.positive_threshold,
-            length=len(response),
-            truncated=truncated,
-            payload=sample,
-        )
+    def score(self, items: Sequence[tuple[int, list[int], list[int], bool]]) -> list[ScoredResponse]:
+        """Decode and grade ``(row_index, prompt ids, response ids, truncated)`` items together, under the step's
+        grading deadline (a response not graded by then scores its task's failure reward)."""
+        from adora_openrlhf.rewards.base import failure_reward
+
+        texts = [self.tokenizer.decode(response, skip_special_tokens=True) for _, _, response, _ in items]
+        jobs = [
+            GradingJob(self.reward_fns[row], text, self.rows[row].label, self.rows[row].meta, failure_reward(self.rows[row].source, self.rows[row].meta))
+            for (row, _, _, _), text in zip(items, texts, strict=True)
+        ]
+        scored = []
+        for (row, prompt, response, truncated), text, result in zip(items, texts, self.grader.grade(jobs), strict=True):
+            sample = RolloutSample(row, list(prompt), list(response), text, bool(result.correct), dict(result.info))
+            scored.append(
+                ScoredResponse(
+                    reward=float(result.reward),
+                    positive=float(result.reward) > self.positive_threshold,
+                    length=len(response),
+                    truncated=truncated,
+                    payload=sample,
+                )
+            )
+        return scored
 
     def generate_fn(self, batch_rows: Sequence[int]):
         """The sampler's ``generate`` callable for a step whose prompt ``i`` is training row ``batch_rows[i]``."""
@@ -251,8 +267,10 @@ class RolloutEngine:
                 more = {"extras": [self.extras[row] for _, row in items]} if self.extras is not None else {}
                 responses = self.settings.generate(self.model, self.tokenizer, prompts, params, **more)
                 t1 = time.perf_counter()
-                for (r_index, row), prompt, (response, truncated) in zip(items, prompts, responses, strict=True):
-                    outputs[r_index].append(self.score(row, prompt, response, truncated))
+                done = [(row, prompt, response, truncated) for (_, row), prompt, (response, truncated) in zip(items, prompts, responses, strict=True)]
+                graded = self.score(done)
+                for (r_index, _), scored in zip(items, graded, strict=True):
+                    outputs[r_index].append(scored)
                 self.generate_seconds += t1 - t0
                 self.score_seconds += time.perf_counter() - t1
             return outputs

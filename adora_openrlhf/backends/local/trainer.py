@@ -56,6 +56,7 @@ from adora_openrlhf.backends.support import check_backend_fields
 from adora_openrlhf.cli_args import format_config
 from adora_openrlhf.cli_errors import check_output_dir
 from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.rewards.grading import StepGrader
 
 logger = logging.getLogger(__name__)
 
@@ -308,6 +309,7 @@ class _LocalRun:
             cfg.sampling.positive_threshold,
             self.generation,
             extras=self.train_extras,
+            grader=StepGrader(cfg.grading),
         )
         self.metrics_log: MetricsLogger | None = None
 

@@ -65,11 +65,12 @@ def ray_env_vars(cfg: RunConfig) -> dict[str, str]:
     """``env_vars`` of the Ray job's runtime env: OpenRLHF 0.11's own (the values its ``train()`` would set,
     from the environment or its defaults) plus what the reward file reads in every rollout worker, the run's
     K&K answer parser (``data.kk_parser``; ``rewards/kk.py`` reads ``ADORA_KK_PARSER`` when a row names none) and the
-    run's plugins (``ADORA_PLUGINS``: the reward registry imports them).
+    run's plugins (``ADORA_PLUGINS``: the reward registry imports them) and its grading section (``ADORA_GRADING_*``).
     The launcher starts Ray with them, so OpenRLHF's ``train()`` finds Ray initialised and keeps them. The vLLM
     engines compute in the training dtype (``precision.ENGINE_DTYPE_ENV``; OpenRLHF's engines: always bfloat16)."""
     from adora_openrlhf.backends.openrlhf.precision import ENGINE_DTYPE_ENV
     from adora_openrlhf.plugins import PLUGINS_ENV
+    from adora_openrlhf.rewards.grading import GRADING_DEADLINE_ENV, GRADING_WORKERS_ENV
     from adora_openrlhf.rewards.kk import KK_PARSER_ENV
 
     return {
@@ -79,6 +80,8 @@ def ray_env_vars(cfg: RunConfig) -> dict[str, str]:
         KK_PARSER_ENV: cfg.data.kk_parser,
         ENGINE_DTYPE_ENV: cfg.model.dtype,
         PLUGINS_ENV: ",".join(cfg.plugins),  # the reward worker imports them (rewards/base.py)
+        GRADING_DEADLINE_ENV: repr(float(cfg.grading.deadline_s)),  # the reward file's per-call deadline (rewards/grading.py)
+        GRADING_WORKERS_ENV: str(cfg.grading.workers),
     }
 
 
