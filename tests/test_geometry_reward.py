@@ -200,6 +200,13 @@ def test_free_form_label_with_escaped_dollar():
         ("3.14159", "3.14", "float", 2, True),
         ("3.14159", "3.1416", "float", 2, True),
         ("3.1", "3.1416", "float", 2, False),
+        ("2.6", "3", "float", None, False),  # no precision, no tolerance: a coarse label is not a wide one
+        ("3.49", "3", "float", None, False),
+        ("3.0", "3", "float", None, True),
+        ("3", "3.00", "float", None, True),
+        ("3.14159", "3.14", "float", None, False),
+        ("1,200", "1200", "float", None, True),
+        ("1.5e2", "150", "float", None, True),
     ],
 )
 def test_mathvista_numeric_normalisation(answer, label, answer_type, precision, equal):
@@ -218,6 +225,18 @@ def test_property_floats_are_compared_at_the_labels_decimals(value, precision, o
     places = max(precision, -value.as_tuple().exponent)
     answer = value + offset * value.__class__(10) ** -places
     assert numeric_equal(str(answer), label, precision, "float") is (offset == 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.decimals(-1000, 1000, allow_nan=False, allow_infinity=False, places=3), zeros=st.integers(0, 3), offset=st.integers(-999, 999))
+def test_property_floats_without_precision_must_equal_the_label_as_written(value, zeros, offset):
+    """Without meta.precision a float answer is right exactly when its value is the label's (trailing zeros aside)."""
+    label = str(value)
+    answer = value + offset * value.__class__("0.0001")
+    written = f"{answer:.{4 + zeros}f}"
+    assert numeric_equal(written, label, None, "float") is (offset == 0)
+    meta = {"question_type": "free_form", "answer_type": "float"}
+    assert geometry_reward(think(written), label, meta).correct is (offset == 0)
 
 
 OLD_LETTER = r"^\s*(?:(?:option|choice)\s*)?\(?\s*([A-Za-z])\s*[\).:]?\s*(?:$|[\s\).:])"  # before it was made linear

@@ -8,7 +8,8 @@ else the last ``\\boxed{}``, else the last line (after "answer is" / "Answer:" w
 * ``answer_type`` ``integer`` / ``float``: the first number in the answer, normalised as MathVista's scorer
   does, equals the label: an integer answer is truncated (``str(int(float(x)))``: 4.6 -> 4), a float
   answer rounded to ``d = max(precision, decimals the label is written with)`` decimals, the label too
-  (so a float is never compared at fewer decimals than its label has: 1.6 is not 2.5).
+  (so a float is never compared at fewer decimals than its label has: 1.6 is not 2.5). A float row without
+  ``precision`` states no tolerance: the answer must equal the label as written (3.0 is 3; 2.6 is not).
 * otherwise (free form, Geometry3K): the math grader (``math-verify``, never raises, time-limited:
   ``timeout_s`` 10 s, or the row's ``meta["grader_timeout_s"]`` as for math rows); when
   ``meta["choices"]`` exist a letter answer is first mapped to its option's text.
@@ -136,8 +137,13 @@ def numeric_equal(answer: str, label: str, precision: int | None, answer_type: s
 
     ``integer``: ``int(pred) == label``, ``int`` truncating as MathVista's ``str(int(float(x)))`` does (label 5:
     5.9 is right, 4.6 is wrong); a label that is not a whole number matches nothing.
-    ``float``: ``round(pred, d) == round(label, d)`` with ``d = max(precision, decimals of the label)``: never
-    fewer decimals than the label is written with (label 2.5 without a precision: d = 1, so 1.6 and 2.4 are wrong).
+    ``float`` with a ``precision`` p (MathVista gives every float one): ``round(pred, d) == round(label, d)`` with
+    ``d = max(p, decimals of the label)``: never fewer decimals than the label is written with (label 2.50 with
+    p = 1: d = 2, so 2.54 is wrong).
+    ``float`` without a precision (``None``): no tolerance is stated, so the written numbers must be equal
+    (``Decimal(pred) == Decimal(label)``: 3.0 and 3 match; label 3 rejects 2.6 and 3.49, label 3.14 rejects
+    3.14159). Rounding the answer to the label's own decimals would let a coarse label such as 3 accept
+    anything from 2.5 to 3.49.
     """
     pred, gold_text = first_number(answer), _first_number_text(label)
     gold = first_number(label)
@@ -145,16 +151,25 @@ def numeric_equal(answer: str, label: str, precision: int | None, answer_type: s
         return False
     if answer_type == "integer":
         return gold == int(gold) and int(pred) == int(gold)
-    places = max(int(precision or 0), decimals_written(gold_text))
+    if precision is None:
+        pred_text = _first_number_text(answer)
+        try:
+            return decimal.Decimal(pred_text) == decimal.Decimal(gold_text)
+        except (decimal.InvalidOperation, TypeError):
+            return False
+    places = max(int(precision), decimals_written(gold_text))
     return round(pred, places) == round(gold, places)
 
 
-def _precision(meta: Mapping[str, Any]) -> int:
-    """``meta["precision"]`` as decimals (MathVista stores floats such as 2.0); 0 when absent or unreadable."""
+def _precision(meta: Mapping[str, Any]) -> int | None:
+    """``meta["precision"]`` as decimals (MathVista stores floats such as 2.0); None when absent or unreadable
+    (then a float answer must equal the label as written, :func:`numeric_equal`)."""
+    if meta.get("precision") is None:
+        return None
     try:
-        return max(0, int(meta.get("precision") or 0))
+        return max(0, int(meta["precision"]))
     except (TypeError, ValueError, OverflowError):
-        return 0
+        return None
 
 
 def score_geometry(response: str, label: str, meta: Mapping[str, Any], config: GeometryRewardConfig) -> RewardResult:
