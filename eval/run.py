@@ -111,11 +111,11 @@ def problem_hash(row: Mapping[str, Any]) -> str:
 def check_rows(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
     """ValueError ``file:line: ...`` when two rows of ``bench`` share a problem id, when a row has no reward
     source (benchmark ``heldout`` grades each row by its own), when the reward cannot parse a row's label, or when
-    a meta field the reward reads is wrong (the local backend's load-time checks, ``LABEL_CHECKS`` and
+    a label is longer than ``MAX_LABEL_CHARS``, or a meta field the reward reads is wrong (the local backend's load-time checks, ``LABEL_CHECKS`` and
     ``ROW_CHECKS`` of ``adora_openrlhf/backends/local/data.py``: a K&K label against the prompt's names and
     ``meta.statements``, a math row's ``reward_style``/``answer_scope``/``grader_timeout_s``, a visual row's
     question and answer types)."""
-    from adora_openrlhf.backends.local.data import LABEL_CHECKS, ROW_CHECKS, RowFieldError
+    from adora_openrlhf.backends.local.data import LABEL_CHECKS, MAX_LABEL_CHARS, ROW_CHECKS, RowFieldError
     from adora_openrlhf.rewards.base import get_reward_fn
 
     first: dict[str, str] = {}
@@ -130,6 +130,8 @@ def check_rows(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]
         meta = row.get("meta") or {}
         if not isinstance(meta, dict):
             raise ValueError(f"{where}: field 'meta': expected an object, got {type(meta).__name__}")
+        if len(str(row["label"])) > MAX_LABEL_CHARS:
+            raise ValueError(f"{where}: field 'label': {len(str(row['label']))} characters, more than the {MAX_LABEL_CHARS} a ground-truth answer may have")
         check_label = LABEL_CHECKS.get(source)
         if check_label is not None:
             try:

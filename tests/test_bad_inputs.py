@@ -341,6 +341,8 @@ def test_train_bad_data_files(tmp_path, capsys, bad_files, kind, option):
         ({"prompt": "p", "label": ""}, ":2: field 'label'"),
         ({"prompt": "p", "label": KK_LABEL, "meta": [1]}, ":2: field 'meta'"),
         ({"prompt": "p", "label": KK_LABEL, "source": "chess"}, ":2: field 'source'"),
+        ({"prompt": "p", "label": "7" * 100_000, "source": "math500"}, ":2: field 'label': 100000 characters, more than the 4096"),
+        ({"prompt": "p", "label": "x" * 4097, "source": "geo_synth"}, ":2: field 'label': 4097 characters"),
     ],
 )
 def test_train_bad_rows_name_file_line_and_field(tmp_path, capsys, row, needle):
@@ -514,6 +516,12 @@ def test_eval_bad_bench_files(tmp_path, capsys, bad_files, kind):
     assert call(eval_run.main, _eval_argv(tmp_path, path)) == 2
     assert_one_line(capsys.readouterr().err, needle if kind != "missing" else "--bench-file kk")
     assert snapshot(tmp_path) == {**before, "model": (True, 0), "model/config.json": (False, 2)}
+
+
+def test_eval_refuses_an_oversized_label_with_file_and_line(tmp_path, capsys):
+    bench = write_rows(tmp_path / "kk.jsonl", [kk_row(0), {**kk_row(1), "label": KK_LABEL + " " * 5000}])
+    assert call(eval_run.main, _eval_argv(tmp_path, bench)) == 2
+    assert_one_line(capsys.readouterr().err, f"{bench}:2: field 'label': {len(KK_LABEL) + 5000} characters, more than the 4096")
 
 
 @pytest.mark.parametrize(

@@ -270,6 +270,9 @@ def _checked_image_digest(ref: Any, at: str) -> str:
         raise ConfigError(f"{at}: the image file {ref!r} cannot be decoded ({reason}); it is damaged or not an image: replace it") from None
 
 
+MAX_LABEL_CHARS = 4096  # a ground-truth answer longer than this is refused at load (no task's answer comes near it)
+
+
 def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str, lines: Sequence[int] | None = None) -> list[Row]:
     """Rows from raw dicts; a malformed row raises ``WHERE:LINE: field 'name': what is wrong`` (``lines``: each
     row's 1-based line in its file; default: its 1-based position)."""
@@ -288,6 +291,11 @@ def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str
         label = r.get("label")
         if label is None or isinstance(label, (dict, list, bool)) or str(label).strip() == "":
             raise ConfigError(f"{at}: field 'label': missing, empty or not text (the ground-truth answer)")
+        if len(str(label)) > MAX_LABEL_CHARS:
+            raise ConfigError(
+                f"{at}: field 'label': {len(str(label))} characters, more than the {MAX_LABEL_CHARS} a ground-truth answer may have "
+                "(the graders would fail on it at every sample); put the answer alone in the label"
+            )
         meta = r.get("meta") or {}
         if not isinstance(meta, dict):
             raise ConfigError(f"{at}: field 'meta': expected an object, got {type(meta).__name__}")
