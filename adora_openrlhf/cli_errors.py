@@ -27,6 +27,8 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 
+from adora_openrlhf.errors import is_disk_full
+
 DEBUG_ENV = "ADORA_DEBUG"
 
 
@@ -85,6 +87,9 @@ def run_cli(body: Callable[[], int], argv: Sequence[str] | None = None, interrup
         return 2 if isinstance(err, ValueError) else 1
     except Exception as err:  # noqa: BLE001 - anything else: still one line, the traceback behind --debug
         text = " ".join(str(err).split())[:300]
+        if is_disk_full(err):  # a library's own words for a full disk (safetensors, tokenizers, object stores)
+            print(f"error: No space left on device (free some space): {type(err).__name__}: {text}", file=sys.stderr)
+            return 1
         print(f"error: {type(err).__name__}: {text} (run again with --debug for the traceback)", file=sys.stderr)
         return 1
 

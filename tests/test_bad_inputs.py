@@ -399,6 +399,13 @@ def test_train_ctrl_c_and_full_disk_give_one_line(tmp_path, capsys, monkeypatch)
     assert call(train_cli.main, ["--output-dir", str(out), *FAST]) == 1
     assert_one_line(capsys.readouterr().err, "step_000004.tmp: No space left on device (free some space)")
 
+    def full_in_a_library(cfg, **kwargs):  # safetensors / tokenizers word a full disk their own way
+        raise RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(trainer, "train", full_in_a_library)
+    assert call(train_cli.main, ["--output-dir", str(out), *FAST]) == 1
+    assert_one_line(capsys.readouterr().err, "error: No space left on device (free some space): RuntimeError: Error while serializing")
+
 
 def test_train_bad_model_and_checkpoint(tmp_path, capsys):
     not_a_model = tmp_path / "empty_model"

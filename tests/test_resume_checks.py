@@ -491,3 +491,54 @@ def test_run_directory_check_order_is_read_only(run):
     assert rundir.check_previous_run(run, cfg, True, False) == run / "checkpoints" / "step_000002"
     assert rundir.check_previous_run(run, cfg, True, False, verify_files=False) == run / "checkpoints" / "step_000002"
     assert snapshot(run) == before
+
+
+def test_torch_save_on_a_full_disk_raises_the_os_error_naming_the_file(tmp_path, monkeypatch):
+    """torch's archive writer turns a failed write into "unexpected pos"; the checkpoint's writer gives ENOSPC and the path."""
+    import errno
+
+    real_open = open
+
+    class FillsUp:  # a file on a disk with 1000 bytes left
+        def __init__(self, handle):
+            self.handle, self.left = handle, 1000
+
+        def write(self, data):
+            if len(data) > self.left:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.left -= len(data)
+            return self.handle.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+    monkeypatch.setattr("builtins.open", lambda path, mode="r", *a, **k: FillsUp(real_open(path, mode, *a, **k)))
+    target = tmp_path / "state.pt"
+    with pytest.raises(OSError) as err:
+        ckpt._torch_save({"x": torch.zeros(10_000)}, target)
+    monkeypatch.undo()
+    assert err.value.errno == errno.ENOSPC and err.value.filename == str(target) and ckpt.is_disk_full(err.value)
+    assert "unexpected pos" in str(err.value.__cause__)  # what torch itself said
+
+
+def test_torch_save_on_a_real_full_file_system(tmp_path):
+    """The same on a 64 KiB tmpfs (needs the right to mount; skipped elsewhere)."""
+    import errno
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        with pytest.raises(OSError) as err:
+            ckpt._torch_save({"x": torch.zeros(100_000)}, mount / "optimizer.pt")
+        assert err.value.errno == errno.ENOSPC and err.value.filename == str(mount / "optimizer.pt")
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)

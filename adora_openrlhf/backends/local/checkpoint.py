@@ -49,6 +49,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from adora_openrlhf.errors import is_disk_full
+
 _STEP_DIR = re.compile(r"^step_(\d{6})$")
 STATE_DIR = "trainer_state"  # optimizer / RNG / sampler / trainer state beside the model files
 ADAPTER_DIR = "adapter"  # under STATE_DIR: the LoRA adapters of a merged save
@@ -118,11 +120,41 @@ def export_model(model, directory: str | Path, merge_lora: bool = False) -> None
         model.save_pretrained(str(directory))
 
 
+class _WriteErrorRecorder:
+    """The file object ``torch.save`` writes to, keeping the ``OSError`` a write or flush raised: torch's archive
+    writer turns it into ``RuntimeError: [enforce fail at inline_container.cc] unexpected pos``, which says
+    nothing of a full disk."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.handle.flush()
+        except OSError as err:
+            self.error = err
+            raise
+
+
 def _torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` through a Python file, so a full disk raises ``OSError(ENOSPC)`` naming the file (given a path,
-    torch's own writer reports it as "enforce fail at inline_container.cc")."""
+    """``torch.save`` to ``path``; a write that fails (a full disk, an exhausted quota) raises its own ``OSError``
+    naming the file, not torch's "unexpected pos"."""
     with open(path, "wb") as handle:
-        torch.save(obj, handle)
+        writer = _WriteErrorRecorder(handle)
+        try:
+            torch.save(obj, writer)
+        except RuntimeError as err:
+            if writer.error is None:
+                raise
+            raise OSError(writer.error.errno, writer.error.strerror or str(writer.error), str(path)) from err
 
 
 def file_sha256(path: Path) -> str:
@@ -140,16 +172,6 @@ def write_manifest(directory: Path) -> None:
     }
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text(json.dumps({"files": files}, indent=1) + "\n")
-
-
-_DISK_FULL_TEXT = re.compile(r"os error 28|code: 28\b|No space left|StorageFull|quota exceeded", re.IGNORECASE)
-
-
-def is_disk_full(err: BaseException) -> bool:
-    """True for an error a full disk (or an exhausted quota) causes, however the writing library words it."""
-    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    return bool(_DISK_FULL_TEXT.search(str(err)))
 
 
 def write_atomically(final: Path, write: Callable[[Path], None], what: str, resume_hint: str = "") -> Path:
