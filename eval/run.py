@@ -108,6 +108,21 @@ def problem_hash(row: Mapping[str, Any]) -> str:
     return digest.hexdigest()[:16]
 
 
+def open_generator(engine: str, model: str, sampling: EvalSampling, checked_dir: bool, **options: Any):
+    """The engine's generator for ``model``. A model directory that disappears after ``main`` checked it
+    (``checked_dir``; a training still running prunes its older checkpoints) is named as such, not as the hub
+    name it then looks like."""
+    try:
+        return GENERATORS[engine](model, sampling, **options)
+    except Exception:
+        if checked_dir and not Path(model).is_dir():
+            raise ValueError(
+                f"--model: {model} was removed while it was being loaded (a training still running prunes its older "
+                "checkpoints); evaluate its newest checkpoint or its final_model"
+            ) from None
+        raise
+
+
 def check_rows(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
     """ValueError ``file:line: ...`` when two rows of ``bench`` share a problem id, when a row has no reward
     source (benchmark ``heldout`` grades each row by its own), when the reward cannot parse a row's label, or when
@@ -576,7 +591,8 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     numerics, workers = resolve_decoding(args.numerics, args.workers, engine, target is not None, args.temperature)
     if engine_args and engine != "vllm":
         raise ValueError(f"--vllm-arg: only used by the vLLM engine, but the engine is {engine!r}; drop it or pass --engine vllm")
-    if Path(model).is_dir() and not (Path(model) / "config.json").exists():
+    checked_dir = Path(model).is_dir()  # a local model, whatever happens to the directory later
+    if checked_dir and not (Path(model) / "config.json").exists():
         raise ValueError(f"--model: {model} has no config.json; give a model directory in Hugging Face format")
     check_model_source(model, "--model")  # a hub name: in the hub cache (HF_HUB_OFFLINE=1) or on the hub
     problem = weight_files_problem(model)  # a truncated or damaged weight file, named before the engine loads it
@@ -601,9 +617,10 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
         located[bench.name] = load_located_rows(bench, files.get(bench.name), args.data_dir, args.seed, args.limit, cache_dir=out_dir / "data")
         check_rows(bench, located[bench.name])
     if engine == "vllm":
-        generator = GENERATORS[engine](model, sampling, dtype=args.dtype, template=template, **engine_args)
+        generator = open_generator(engine, model, sampling, checked_dir, dtype=args.dtype, template=template, **engine_args)
     else:
-        generator = GENERATORS[engine](model, sampling, batch_size=batch_size, dtype=args.dtype, template=template, numerics=numerics, workers=workers)
+        options = {"batch_size": batch_size, "numerics": numerics, "workers": workers}
+        generator = open_generator(engine, model, sampling, checked_dir, dtype=args.dtype, template=template, **options)
     prompts = {bench.name: check_prompts(generator, bench, located[bench.name]) for bench in by_file}
     with lock:
         check_eval_config(out_dir, settings)  # again, now that no other evaluation can write here

@@ -874,3 +874,29 @@ def test_eval_model_with_a_truncated_weight_file_names_the_path(tmp_path, capsys
     err = capsys.readouterr().err
     assert_one_line(err, f"--model: {model}: model.safetensors")
     assert "re-export or re-download the model" in err
+
+
+def test_eval_model_pruned_while_it_loads_is_named_as_removed_not_as_a_hub_name(tmp_path, capsys, monkeypatch):
+    """A training still running prunes its older checkpoints: the directory eval.run checked is gone when the engine
+    loads it, and transformers would then read the path as a hub repository name."""
+    import shutil
+
+    from eval import generation
+
+    model = tmp_path / "run" / "checkpoints" / "step_000002"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    rows = tmp_path / "kk.jsonl"
+    from adora_openrlhf.tasks.kk import generate_rows
+
+    rows.write_text("".join(json.dumps(r) + "\n" for r in generate_rows(2, [2], seed=1)))
+    real = generation.GENERATORS["hf"]
+
+    def pruned_first(model_path, *args, **kwargs):
+        shutil.rmtree(model_path)  # the training's pruning wins the race
+        return real(model_path, *args, **kwargs)
+
+    monkeypatch.setitem(eval_run.GENERATORS, "hf", pruned_first)
+    argv = ["--model", str(model), "--bench", "kk", "--bench-file", f"kk={rows}", "--engine", "hf", "--out", str(tmp_path / "out")]
+    assert call(eval_run.main, argv) == 2
+    assert_one_line(capsys.readouterr().err, f"--model: {model} was removed while it was being loaded (a training still running prunes")
