@@ -103,9 +103,10 @@ def records(out: Path) -> tuple[dict[int, dict], dict[int, dict]]:
 
 
 def sampler_state(checkpoint: Path) -> dict:
-    """The samples generator's state in a DeepSpeed checkpoint's client states (mp_rank_00_model_states.pt)."""
+    """The samples generator's state, JSON in the DeepSpeed checkpoint's folder (never in DeepSpeed's pickles)."""
     state = torch.load(checkpoint / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False)
-    return state["adora_samples_generator"]
+    assert "adora_samples_generator" not in state  # our state is plain data of its own, not in DeepSpeed's pickle
+    return json.loads((checkpoint / "adora_sampler_state.json").read_text())
 
 
 def answer_logprob(model_dir: Path, gold: str = "7") -> float:

@@ -249,8 +249,12 @@ def test_unrewarded_samples_get_their_tasks_failure_reward(source, label, meta, 
 
 
 def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_cluster, tmp_path):
-    """AdoraPPOTrainer puts the generator's state in OpenRLHF's checkpoint client_states and restores it on resume
-    (OpenRLHF's own save_logs_and_checkpoints / init_checkpoint_states; the actor group keeps the states in memory)."""
+    """AdoraPPOTrainer writes the generator's state as JSON into OpenRLHF's checkpoint folder and restores it on resume
+    (OpenRLHF's own save_logs_and_checkpoints / init_checkpoint_states; the actor group keeps DeepSpeed's client states
+    in memory and makes the folder as DeepSpeed does). Nothing of ours goes into DeepSpeed's pickled client states; a
+    sampler-state file that is not the trainer's JSON (a pickle, say) is refused naming it, never unpickled."""
+    import pickle
+
     (trainer_mod,) = import_openrlhf("adora_openrlhf.backends.openrlhf.trainer")
 
     class MemoryActorGroup:  # the DeepSpeed checkpoint of the actor group: client_states in, client_states out
@@ -260,6 +264,8 @@ def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_clus
         def async_run_method(self, method_name, **kwargs):
             if method_name == "save_checkpoint":
                 self.saved = kwargs["client_states"]
+                (tmp_path / "_actor" / kwargs["tag"]).mkdir(parents=True, exist_ok=True)
+                (tmp_path / "_actor" / "latest").write_text(kwargs["tag"])
                 return [ray.put(None)]
             assert method_name == "get_checkpoint_states"
             return [ray.put(self.saved)]
@@ -281,13 +287,32 @@ def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_clus
     first.samples_generator.sampler.load_state_dict({"history": {"'q'": ("q", 3, 2.0, 2.0)}})
     first.save_logs_and_checkpoints(7, {}, {"episode": 0, "global_step": 7, "total_consumed_prompts": 28, "data_loader_state_dict": {}})
 
-    (tmp_path / "_actor").mkdir()
+    saved_file = tmp_path / "_actor" / "global_step7" / trainer_mod.SAMPLER_STATE_FILE
+    assert json.loads(saved_file.read_text()) == first.samples_generator.state_dict()
+    assert trainer_mod.SAMPLER_STATE_KEY not in first.actor_model_group.saved  # not in DeepSpeed's pickle
     resumed = trainer()
     resumed.actor_model_group = first.actor_model_group
     states = resumed.init_checkpoint_states()
     assert states["global_step"] == 7 and resumed.samples_generator.sampling_step == 7
     assert resumed.samples_generator.state_dict() == first.samples_generator.state_dict()
     assert resumed.last_step == 7 and resumed.metrics_log.path == tmp_path / "metrics.jsonl"  # metrics.jsonl reopened at the resumed step
+
+    class Payload:
+        def __reduce__(self):
+            return (exec, (f"open({str(tmp_path / 'ran')!r}, 'w').write('ran')",))
+
+    for crafted in (pickle.dumps({"sampling_step": 7, "payload": Payload()}), b'{"sampling_step": "7", "sampler": {}}', b"[1, 2]"):
+        saved_file.write_bytes(crafted)
+        with pytest.raises(ValueError, match=f"^{saved_file}: "):
+            trainer().saved_sampler_state(7)
+    assert not (tmp_path / "ran").exists()
+
+    saved_file.unlink()  # a checkpoint of an earlier version: the state in DeepSpeed's client states (already loaded)
+    first.actor_model_group.saved[trainer_mod.SAMPLER_STATE_KEY] = {"sampling_step": 5, "sampler": {"history": {}}}
+    older = trainer()
+    older.actor_model_group = first.actor_model_group
+    older.init_checkpoint_states()
+    assert older.samples_generator.sampling_step == 5
 
 
 def test_missing_reward_is_a_clear_error():

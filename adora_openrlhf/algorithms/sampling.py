@@ -424,7 +424,7 @@ class AdaptiveSampler:
 
     # -- checkpointing ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"history": {repr(k): (k, h.count, h.total, h.total_sq) for k, h in self._history.items()}}
+        return {"history": {repr(k): [k, h.count, h.total, h.total_sq] for k, h in self._history.items()}}  # plain JSON data
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._history = {k: _RewardHistory(c, t, s) for k, c, t, s in state.get("history", {}).values()}

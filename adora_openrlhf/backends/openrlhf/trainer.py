@@ -8,10 +8,13 @@ maker are rebuilt as :class:`~.samples_generator.AdoraSamplesGenerator` and
 updates, checkpoints and evaluation are OpenRLHF's.
 
 Checkpoints: the samples generator's state (the sampler's step counter, which drives the escalation trigger
-and the per-step seeds, and the ``pool_scope="history"`` reward pool) is added to OpenRLHF's checkpoint
-``client_states`` under :data:`SAMPLER_STATE_KEY` and restored from them on ``--resume``
-(``--ckpt.load_enable``). A checkpoint without that entry resumes the step counter at its ``global_step``
-with an empty history, and says so.
+and the per-step seeds, and the ``pool_scope="history"`` reward pool) is plain data, written as JSON
+(:data:`SAMPLER_STATE_FILE`) into each DeepSpeed checkpoint folder beside the run's config, and read back with
+``json`` on ``--resume`` (``--ckpt.load_enable``): nothing of ours in a checkpoint is unpickled. (DeepSpeed
+itself unpickles its own ``*.pt`` files of the folder with ``torch.load(weights_only=False)``; see
+docs/openrlhf_backend.md.) A checkpoint of an earlier version keeps the state in OpenRLHF's ``client_states``
+(:data:`SAMPLER_STATE_KEY`), which DeepSpeed has already loaded; it is used when the JSON file is absent. A
+checkpoint with neither resumes the step counter at its ``global_step`` with an empty history, and says so.
 
 Run records, beside OpenRLHF's TensorBoard logs: ``metrics.jsonl`` in the run directory (one record per
 training step with every logged number, ``adora/*`` and ``sampling/*`` included, and one per evaluation,
@@ -46,7 +49,8 @@ from adora_openrlhf.backends.openrlhf.samples_generator import AdoraSamplesGener
 from adora_openrlhf.log_setup import ensure_logging
 
 OpenRLHFPPOTrainer = _OpenRLHFRemotePPOTrainer.__ray_actor_class__  # the class under OpenRLHF's @ray.remote
-SAMPLER_STATE_KEY = "adora_samples_generator"  # entry of OpenRLHF's checkpoint client_states
+SAMPLER_STATE_KEY = "adora_samples_generator"  # entry of OpenRLHF's checkpoint client_states (earlier versions)
+SAMPLER_STATE_FILE = "adora_sampler_state.json"  # the samples generator's state, in each DeepSpeed checkpoint folder
 
 logger = logging.getLogger(__name__)
 
@@ -120,18 +124,30 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
     def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
         """OpenRLHF's logging and checkpointing, with the samples generator's state in ``client_states`` and the
         step's numbers appended to ``metrics.jsonl``."""
-        client_states = {} if client_states is None else client_states
-        client_states[SAMPLER_STATE_KEY] = self.samples_generator.state_dict()
         self.last_step = global_step
         if self.metrics_log is not None:
             self.metrics_log.log(global_step, numeric_logs(logs_dict or {}))
         super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
         self.record_config_in_checkpoints()
+        self.record_sampler_state(global_step)
+
+    def record_sampler_state(self, global_step: int) -> None:
+        """Write the samples generator's state as JSON into the checkpoint folders of ``global_step`` (OpenRLHF's
+        ``global_stepN`` and ``best_global_stepN``) that this step saved; written to a temporary name, then
+        renamed, so a crash never leaves half a file."""
+        for tag in (f"global_step{global_step}", f"best_global_step{global_step}"):
+            folder = Path(self.args.ckpt.path) / "_actor" / tag
+            if not folder.is_dir() or (folder / SAMPLER_STATE_FILE).exists():
+                continue
+            tmp = folder / (SAMPLER_STATE_FILE + ".tmp")
+            tmp.write_text(json.dumps(self.samples_generator.state_dict()) + "\n", encoding="utf-8")
+            os.replace(tmp, folder / SAMPLER_STATE_FILE)
 
     def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
         """OpenRLHF's best-checkpoint save, with the run's config in the new checkpoint folder."""
         super().save_best_checkpoint(eval_metrics, global_step, client_states)
         self.record_config_in_checkpoints()
+        self.record_sampler_state(global_step)
 
     def record_config_in_checkpoints(self) -> None:
         """Write the run's config (:data:`CHECKPOINT_CONFIG`) into every DeepSpeed checkpoint folder that lacks it,
@@ -155,7 +171,7 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
         from adora_openrlhf.backends.local.metrics import MetricsLogger
 
         states = super().init_checkpoint_states()
-        saved = states.get(SAMPLER_STATE_KEY)
+        saved = self.saved_sampler_state(int(states.get("global_step", 0))) or states.get(SAMPLER_STATE_KEY)
         if saved is not None:
             self.samples_generator.load_state_dict(saved)
         elif states.get("global_step", 0) > 0:
@@ -170,6 +186,24 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
         if step == 0 and self.evaluates():
             self.evaluate(0, **self.eval_generate_kwargs())
         return states
+
+    def saved_sampler_state(self, global_step: int) -> dict | None:
+        """The JSON sampler state of the checkpoint folder of ``global_step`` (None without one); a file that is not
+        the JSON this trainer writes is refused with one line naming it."""
+        actor = Path(self.args.ckpt.path) / "_actor"
+        latest = (actor / "latest").read_text(encoding="utf-8").strip() if (actor / "latest").is_file() else ""
+        found = [actor / tag / SAMPLER_STATE_FILE for tag in (latest, f"global_step{global_step}") if tag and (actor / tag / SAMPLER_STATE_FILE).is_file()]
+        if global_step <= 0 or not found:
+            return None
+        path = found[0]  # the folder DeepSpeed loaded (``latest``), else the step's own
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            why = f"{type(err).__name__}: {err}"
+            raise ValueError(f"{path}: not the sampler state this trainer writes ({why}); delete the file to resume with an empty history") from None
+        if not (isinstance(state, dict) and isinstance(state.get("sampling_step"), int) and isinstance(state.get("sampler"), dict)):
+            raise ValueError(f"{path}: expected {{'sampling_step': int, 'sampler': {{...}}}}; delete the file to resume with an empty history")
+        return state
 
     def eval_generate_kwargs(self) -> dict:
         """OpenRLHF's evaluation settings, as its ``fit`` builds them."""
