@@ -404,8 +404,13 @@ class AdoraGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         path = os.path.join(checkpoint, SAMPLER_STATE_FILE) if checkpoint is not None else None
         if path is not None and os.path.exists(path):
-            with open(path) as f:
-                self._sampler.load_state_dict(json.load(f))
+            try:
+                with open(path, encoding="utf-8") as f:
+                    state = json.load(f)
+                self._sampler.load_state_dict(state)
+            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError, ValueError) as err:
+                why = f"{type(err).__name__}: {err}"
+                raise ValueError(f"{path}: not the sampler state this trainer writes ({why}); delete it to resume with an empty history") from None
 
 
 def _prompt_key(prompt: Any) -> str:

@@ -74,7 +74,15 @@ def check_model_source(source: str, option: str = "model.path", init_kwargs: Map
 def model_config_dict(source: str, init_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``config.json`` of ``source`` as a dict ({} when a local directory has none)."""
     path = model_file(source, "config.json", init_kwargs=init_kwargs)
-    return json.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: not valid JSON ({type(err).__name__}: {err}); restore the model's config.json") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object (the model's config), got {type(data).__name__}")
+    return data
 
 
 def safetensors_problem(path: Path) -> str | None:
