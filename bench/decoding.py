@@ -26,6 +26,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -37,6 +38,61 @@ LOOP_SETTINGS = {  # generate_responses keyword arguments of each loop
     "compact-forward": {"decoding": "compact", "fast_step": False},
     "compact": {"decoding": "compact"},
 }
+
+
+def time_mode(model, tokenizer, inputs: list[list[int]], cfg, batch: int, greedy: bool, mode: str, repeats: int) -> dict[str, Any]:
+    """Every loop of :data:`LOOPS` on ``inputs``, ``repeats`` times: median wall and CPU seconds, speed-ups, response
+    lengths and whether the loops produced the same tokens."""
+    from adora_openrlhf.backends.local.rollout import generate_responses
+
+    seconds: dict[str, list[float]] = {loop: [] for loop in LOOPS}
+    cpu_seconds: dict[str, list[float]] = {loop: [] for loop in LOOPS}
+    tokens: dict[str, list] = {}
+    for repeat in range(repeats):
+        for loop in LOOPS:
+            torch.manual_seed(repeat)
+            started, cpu_started = time.perf_counter(), time.process_time()
+            tokens[loop] = generate_responses(model, tokenizer, inputs, cfg.rollout, batch, greedy=greedy, kv_cache=cfg.model.kv_cache, **LOOP_SETTINGS[loop])
+            seconds[loop].append(time.perf_counter() - started)
+            cpu_seconds[loop].append(time.process_time() - cpu_started)
+    median = {loop: statistics.median(s) for loop, s in seconds.items()}
+    cpu = {loop: statistics.median(s) for loop, s in cpu_seconds.items()}
+    lengths = [len(ids) for ids, _ in tokens["compact"]]
+    return {
+        "mode": mode,
+        "sequences": len(inputs),
+        **{f"{loop}_s": median[loop] for loop in LOOPS},
+        **{f"{loop}_cpu_s": cpu[loop] for loop in LOOPS},
+        "speedup": median["generate"] / median["compact"],
+        "cpu_speedup": cpu["generate"] / cpu["compact"],
+        "step_speedup": median["compact-forward"] / median["compact"],
+        "step_cpu_speedup": cpu["compact-forward"] / cpu["compact"],
+        "length_mean": statistics.fmean(lengths),
+        "length_max": max(lengths),
+        "identical_tokens": tokens["generate"] == tokens["compact"] if greedy else None,
+        "step_identical_tokens": tokens["compact-forward"] == tokens["compact"],
+    }
+
+
+def table_row(record: dict[str, Any]) -> list[str]:
+    """One line of table.md for a :func:`time_mode` record."""
+    same = record["identical_tokens"]
+    row = [
+        record["mode"],
+        str(record["sequences"]),
+        f"{record['length_mean']:.1f} / {record['length_max']}",
+        f"{record['generate_s']:.2f}",
+        f"{record['compact-forward_s']:.2f}",
+        f"{record['compact_s']:.2f}",
+        f"{record['speedup']:.2f}x",
+        f"{record['cpu_speedup']:.2f}x",
+        f"{record['step_speedup']:.2f}x",
+        f"{record['step_cpu_speedup']:.2f}x",
+        "n/a (sampled)" if same is None else ("yes" if same else "NO"),
+        "yes" if record["step_identical_tokens"] else "NO",
+    ]
+    print(row, flush=True)
+    return row
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,7 +109,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from adora_openrlhf.backends.local.data import load_run_rows
     from adora_openrlhf.backends.local.model import load_pretrained
-    from adora_openrlhf.backends.local.rollout import generate_responses
     from adora_openrlhf.backends.local.tokenization import load_tokenizer, render_prompt
     from adora_openrlhf.recipes import build_run_config
 
@@ -67,59 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompts = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
     batch = len(prompts) * args.n
 
-    rows, records = [], []
-    for mode, greedy, copies in (("sampled", False, args.n), ("greedy", True, 1)):
-        inputs = [p for p in prompts for _ in range(copies)]
-        seconds: dict[str, list[float]] = {loop: [] for loop in LOOPS}
-        cpu_seconds: dict[str, list[float]] = {loop: [] for loop in LOOPS}
-        tokens: dict[str, list] = {}
-        for repeat in range(args.repeats):
-            for loop in LOOPS:
-                torch.manual_seed(repeat)
-                started, cpu_started = time.perf_counter(), time.process_time()
-                tokens[loop] = generate_responses(
-                    model, tokenizer, inputs, cfg.rollout, batch, greedy=greedy, kv_cache=cfg.model.kv_cache, **LOOP_SETTINGS[loop]
-                )
-                seconds[loop].append(time.perf_counter() - started)
-                cpu_seconds[loop].append(time.process_time() - cpu_started)
-        median = {loop: statistics.median(s) for loop, s in seconds.items()}
-        cpu = {loop: statistics.median(s) for loop, s in cpu_seconds.items()}
-        lengths = [len(ids) for ids, _ in tokens["compact"]]
-        same = tokens["generate"] == tokens["compact"] if greedy else None
-        same_step = tokens["compact-forward"] == tokens["compact"]
-        record = {
-            "mode": mode,
-            "sequences": len(inputs),
-            **{f"{loop}_s": median[loop] for loop in LOOPS},
-            **{f"{loop}_cpu_s": cpu[loop] for loop in LOOPS},
-            "speedup": median["generate"] / median["compact"],
-            "cpu_speedup": cpu["generate"] / cpu["compact"],
-            "step_speedup": median["compact-forward"] / median["compact"],
-            "step_cpu_speedup": cpu["compact-forward"] / cpu["compact"],
-            "length_mean": statistics.fmean(lengths),
-            "length_max": max(lengths),
-            "identical_tokens": same,
-            "step_identical_tokens": same_step,
-        }
-        records.append(record)
-        rows.append(
-            [
-                mode,
-                str(len(inputs)),
-                f"{record['length_mean']:.1f} / {record['length_max']}",
-                f"{median['generate']:.2f}",
-                f"{median['compact-forward']:.2f}",
-                f"{median['compact']:.2f}",
-                f"{record['speedup']:.2f}x",
-                f"{record['cpu_speedup']:.2f}x",
-                f"{record['step_speedup']:.2f}x",
-                f"{record['step_cpu_speedup']:.2f}x",
-                "n/a (sampled)" if same is None else ("yes" if same else "NO"),
-                "yes" if same_step else "NO",
-            ]
-        )
-        print(rows[-1], flush=True)
-
+    records = [
+        time_mode(model, tokenizer, [p for p in prompts for _ in range(copies)], cfg, batch, greedy, mode, args.repeats)
+        for mode, greedy, copies in (("sampled", False, args.n), ("greedy", True, 1))
+    ]
+    rows = [table_row(r) for r in records]
     header = [
         "mode",
         "sequences",

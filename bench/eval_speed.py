@@ -129,6 +129,38 @@ def _time_way(way: str, model: str, bench, rows, k: int, sampling: EvalSampling,
     }
 
 
+def _record_and_row(runs: dict[str, list], threads: int, mode: str, problems: int, k: int, temperature: float) -> tuple[dict[str, Any], list[str]]:
+    """results.json's record and table.md's row of one setting: each way's median run, speed-ups over per-problem,
+    and (greedy) how many problems' responses are identical to per-problem's."""
+    result = {way: _median_run(runs[way]) for way in WAYS}
+    old = result["per-problem"]
+    same = {way: sum(old["responses"][key] == text for key, text in result[way]["responses"].items()) for way in WAYS[1:]}
+    record = {
+        "threads": threads,
+        "mode": mode,
+        "problems": problems,
+        "k": k,
+        "temperature": temperature,
+        **{f"{way}_{key}": value for way in WAYS for key, value in result[way].items() if key != "responses"},
+        **{f"{way}_speedup": old["wall_s"] / result[way]["wall_s"] for way in WAYS[1:]},
+        **{f"{way}_cpu_speedup": old["cpu_s"] / result[way]["cpu_s"] for way in WAYS[1:]},
+        **{f"{way}_identical_responses": same[way] if mode == "greedy" else None for way in WAYS[1:]},
+    }
+    row = [
+        str(threads),
+        mode,
+        f"{problems} x {k}",
+        " / ".join(f"{result[way]['tokens_mean']:.0f}" for way in WAYS),
+        " / ".join(f"{result[way]['wall_s']:.1f}" for way in WAYS),
+        " / ".join(f"{record[f'{way}_speedup']:.1f}x" for way in WAYS[1:]),
+        " / ".join(f"{result[way]['cpu_s']:.1f}" for way in WAYS),
+        " / ".join(f"{record[f'{way}_cpu_speedup']:.1f}x" for way in WAYS[1:]),
+        " / ".join(f"{result[way]['avg_at_k']:.3f}" for way in WAYS),
+        "n/a (sampled)" if mode != "greedy" else " / ".join(f"{same[way]} of {problems}" for way in WAYS[1:]),
+    ]
+    return record, row
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.eval_speed", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a model directory, e.g. runs/kk-testbed/final_model")
@@ -163,35 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             for _ in range(args.repeats):  # interleaved, so a slow spell of the machine falls on every way
                 for way in WAYS:
                     runs[way].append(_time_way(way, args.model, bench, rows, k, sampling, sizes[way], out))
-            result = {way: _median_run(runs[way]) for way in WAYS}
-            old = result["per-problem"]
-            same = {way: sum(old["responses"][key] == text for key, text in result[way]["responses"].items()) for way in WAYS[1:]}
-            record = {
-                "threads": threads,
-                "mode": mode,
-                "problems": len(rows),
-                "k": k,
-                "temperature": temperature,
-                **{f"{way}_{key}": value for way in WAYS for key, value in result[way].items() if key != "responses"},
-                **{f"{way}_speedup": old["wall_s"] / result[way]["wall_s"] for way in WAYS[1:]},
-                **{f"{way}_cpu_speedup": old["cpu_s"] / result[way]["cpu_s"] for way in WAYS[1:]},
-                **{f"{way}_identical_responses": same[way] if mode == "greedy" else None for way in WAYS[1:]},
-            }
+            record, row = _record_and_row(runs, threads, mode, len(rows), k, temperature)
             records.append(record)
-            table.append(
-                [
-                    str(threads),
-                    mode,
-                    f"{len(rows)} x {k}",
-                    " / ".join(f"{result[way]['tokens_mean']:.0f}" for way in WAYS),
-                    " / ".join(f"{result[way]['wall_s']:.1f}" for way in WAYS),
-                    " / ".join(f"{record[f'{way}_speedup']:.1f}x" for way in WAYS[1:]),
-                    " / ".join(f"{result[way]['cpu_s']:.1f}" for way in WAYS),
-                    " / ".join(f"{record[f'{way}_cpu_speedup']:.1f}x" for way in WAYS[1:]),
-                    " / ".join(f"{result[way]['avg_at_k']:.3f}" for way in WAYS),
-                    "n/a (sampled)" if mode != "greedy" else " / ".join(f"{same[way]} of {len(rows)}" for way in WAYS[1:]),
-                ]
-            )
+            table.append(row)
             print(table[-1], flush=True)
     ways, faster = " / ".join(WAYS), " / ".join(WAYS[1:])
     header = [

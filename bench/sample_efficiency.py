@@ -421,6 +421,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _runs(args: argparse.Namespace, base: dict[str, Any], variants: dict[str, dict[str, Any]], out: Path) -> list[dict[str, Any]]:
+    """Every (seed, variant) run: read back with ``--report-only``; otherwise each seed's warm-up, then the runs from it."""
+    if args.report_only:
+        return [load_run(v, seed, out / "runs" / f"{v}_seed{seed}") for seed in args.seeds for v in variants]
+    inits = run_pool(_warm, [(args.recipe, seed, base, out) for seed in args.seeds], args.workers)
+    specs = [
+        RunSpec(v, seed, args.recipe, {**base, **o, "model.path": init, **FROM_WARM_START}, str(out / "runs" / f"{v}_seed{seed}"), reuse=not args.fresh)
+        for seed, init in zip(args.seeds, inits, strict=True)
+        for v, o in variants.items()
+    ]
+    return run_pool(run_training, specs, args.workers)
+
+
 def _run(args: argparse.Namespace) -> int:
     from adora_openrlhf.recipes import build_run_config
 
@@ -453,16 +466,7 @@ def _run(args: argparse.Namespace) -> int:
     }
     merged = earlier_records(Path(args.merge), settings, args.seeds) if args.merge else []  # checked before any run
     started = time.perf_counter()
-    if args.report_only:
-        runs = [load_run(v, seed, out / "runs" / f"{v}_seed{seed}") for seed in args.seeds for v in variants]
-    else:
-        inits = run_pool(_warm, [(args.recipe, seed, base, out) for seed in args.seeds], args.workers)
-        specs = [
-            RunSpec(v, seed, args.recipe, {**base, **o, "model.path": init, **FROM_WARM_START}, str(out / "runs" / f"{v}_seed{seed}"), reuse=not args.fresh)
-            for seed, init in zip(args.seeds, inits, strict=True)
-            for v, o in variants.items()
-        ]
-        runs = run_pool(run_training, specs, args.workers)
+    runs = _runs(args, base, variants, out)
     step0 = [c["acc_vs_step"][0][1] for c in (curves(r["metrics"]) for r in runs) if c["acc_vs_step"]] + [r["acc_step0"] for r in merged]
     if not step0:
         raise ValueError(f"{out / 'runs'}: the runs hold no held-out evaluation (eval/greedy_accuracy)")

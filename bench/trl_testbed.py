@@ -135,33 +135,10 @@ def use_compact_decoding(model, pad_token_id: int) -> None:
     model.generate = generate
 
 
-def run_trl(trainer_kind: str, variant: str, seed: int, model_dir: str, run_dir: Path, steps: int | None = None, generation: str = "compact") -> dict[str, Any]:
-    """One TRL run of the testbed's RL phase from the warm start; its record."""
-    import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM
-
-    from adora_openrlhf.backends.local.data import batch_indices
-    from adora_openrlhf.backends.local.sft import style_fractions
-    from adora_openrlhf.backends.local.tokenization import render_prompt
-
-    cfg, tokenizer, train_rows, eval_rows, train_rewards, eval_rewards = load_testbed(seed, model_dir, steps)
-    order = batch_indices(0, cfg.steps * cfg.prompts_per_step, len(train_rows), seed)
-    texts = {i: render_prompt(train_rows[i].prompt, tokenizer, cfg.data.prompt_template) for i in set(order)}
-    for text in list(texts.values())[:3]:  # TRL tokenizes text prompts with special tokens on: they must add none
-        assert tokenizer(text)["input_ids"] == tokenizer(text, add_special_tokens=False)["input_ids"], "the tokenizer adds special tokens"
-    data = Dataset.from_list([{"prompt": texts[i], "row_index": i} for i in order])
-
-    def reward(prompts, completions, row_index, log_metric=None, **_):
-        """The local backend's reward of each row (Logic-RL K&K), and the share of thorough completions."""
-        if log_metric is not None:
-            for name, value in style_fractions([train_rows[i].source for i in row_index], list(completions), "response/").items():
-                log_metric(name, value)
-        return [float(train_rewards[i](c, train_rows[i].label, train_rows[i].meta).reward) for c, i in zip(completions, row_index, strict=True)]
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    before = held_out(model, tokenizer, cfg, eval_rows, eval_rewards)
-    common = dict(
+def trl_args(cfg, run_dir: Path, seed: int) -> dict[str, Any]:
+    """TRL GRPOConfig arguments that reproduce the local backend's RL step of ``cfg`` (group-normalised rewards,
+    token-level loss, no KL, constant learning rate, the same sampling), run on the CPU without saving."""
+    return dict(
         output_dir=str(run_dir / "trl"),
         per_device_train_batch_size=MICRO_BATCH,
         gradient_accumulation_steps=cfg.prompts_per_step * cfg.sampling.n_keep // MICRO_BATCH,
@@ -192,6 +169,35 @@ def run_trl(trainer_kind: str, variant: str, seed: int, model_dir: str, run_dir:
         disable_tqdm=True,
         remove_unused_columns=False,
     )
+
+
+def run_trl(trainer_kind: str, variant: str, seed: int, model_dir: str, run_dir: Path, steps: int | None = None, generation: str = "compact") -> dict[str, Any]:
+    """One TRL run of the testbed's RL phase from the warm start; its record."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+
+    from adora_openrlhf.backends.local.data import batch_indices
+    from adora_openrlhf.backends.local.sft import style_fractions
+    from adora_openrlhf.backends.local.tokenization import render_prompt
+
+    cfg, tokenizer, train_rows, eval_rows, train_rewards, eval_rewards = load_testbed(seed, model_dir, steps)
+    order = batch_indices(0, cfg.steps * cfg.prompts_per_step, len(train_rows), seed)
+    texts = {i: render_prompt(train_rows[i].prompt, tokenizer, cfg.data.prompt_template) for i in set(order)}
+    for text in list(texts.values())[:3]:  # TRL tokenizes text prompts with special tokens on: they must add none
+        assert tokenizer(text)["input_ids"] == tokenizer(text, add_special_tokens=False)["input_ids"], "the tokenizer adds special tokens"
+    data = Dataset.from_list([{"prompt": texts[i], "row_index": i} for i in order])
+
+    def reward(prompts, completions, row_index, log_metric=None, **_):
+        """The local backend's reward of each row (Logic-RL K&K), and the share of thorough completions."""
+        if log_metric is not None:
+            for name, value in style_fractions([train_rows[i].source for i in row_index], list(completions), "response/").items():
+                log_metric(name, value)
+        return [float(train_rewards[i](c, train_rows[i].label, train_rows[i].meta).reward) for c, i in zip(completions, row_index, strict=True)]
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    before = held_out(model, tokenizer, cfg, eval_rows, eval_rewards)
+    common = trl_args(cfg, run_dir, seed)
     if trainer_kind == "trl":
         from trl import GRPOConfig, GRPOTrainer
 

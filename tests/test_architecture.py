@@ -12,7 +12,8 @@ import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "adora_openrlhf"
-MAX_FUNCTION_LINES = 80
+MAX_FUNCTION_LINES = 60  # in the package
+MAX_SCRIPT_FUNCTION_LINES = 80  # in bench/ and eval/
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -100,13 +101,19 @@ def test_no_import_circle_and_config_imports_no_backend():
     assert sorted(m for m in graph["adora_openrlhf.config"] if ".backends" in m) == []
 
 
-def test_no_function_is_longer_than_80_lines():
+def _long_functions(folder: pathlib.Path, limit: int) -> list[str]:
     long = []
-    for module, path in _modules().items():
+    for path in sorted(folder.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
-                long.append(f"{module}.{node.name} ({node.end_lineno - node.lineno + 1} lines)")
-    assert long == []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit:
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    return long
+
+
+def test_no_function_is_longer_than_60_lines_in_the_package_and_80_in_bench_and_eval():
+    """A function a reader holds at once: split a longer one into named steps."""
+    assert _long_functions(ROOT / "adora_openrlhf", MAX_FUNCTION_LINES) == []
+    assert _long_functions(ROOT / "bench", MAX_SCRIPT_FUNCTION_LINES) + _long_functions(ROOT / "eval", MAX_SCRIPT_FUNCTION_LINES) == []
 
 
 def test_the_distribution_installs_only_the_package():

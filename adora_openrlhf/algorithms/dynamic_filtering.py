@@ -152,11 +152,25 @@ def filter_and_refill(
             break
         refills += 1
 
+    counts = {"consumed": consumed, "refills": refills, "dropped_low": dropped_low, "dropped_high": dropped_high}
+    return _filtered_batch(kept, stream_indices, stats, batch_metrics, num_prompts, counts)
+
+
+def _filtered_batch(
+    kept: list[PromptGroup],
+    stream_indices: list[int],
+    stats: list[tuple[int, float, float]],
+    batch_metrics: list[dict[str, float]],
+    num_prompts: int,
+    counts: dict[str, int],
+) -> FilteredBatch:
+    """The step's result from its kept groups, their pool statistics and the filter's counts."""
     pool_stats = PoolStats(
         count=torch.tensor([s[0] for s in stats], dtype=torch.long),
         mean=torch.tensor([s[1] for s in stats], dtype=torch.float32),
         std=torch.tensor([s[2] for s in stats], dtype=torch.float32),
     )
+    consumed, refills = counts["consumed"], counts["refills"]
     metrics = _merge_metrics(batch_metrics, kept, pool_stats)
     metrics.update(
         {
@@ -165,8 +179,8 @@ def filter_and_refill(
             "filter/pass_rate": len(kept) / consumed,
             "filter/refills": float(refills),
             "filter/short_groups": float(num_prompts - len(kept)),
-            "filter/dropped_low": float(dropped_low),  # mean score <= low (with (0, 1): every response wrong)
-            "filter/dropped_high": float(dropped_high),  # mean score >= high (with (0, 1): every response correct)
+            "filter/dropped_low": float(counts["dropped_low"]),  # mean score <= low (with (0, 1): every response wrong)
+            "filter/dropped_high": float(counts["dropped_high"]),  # mean score >= high (with (0, 1): every response correct)
         }
     )
     result = SamplingResult(groups=kept, dropped=[], pool_stats=pool_stats, metrics=metrics)

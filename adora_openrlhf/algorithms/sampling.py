@@ -316,18 +316,41 @@ class AdaptiveSampler:
         counts, ``algorithms/allocation.py``) in place of ``n_keep``: plain sampling generates n_p responses, adaptive
         sampling retires and down-samples with n = n_p (at most the per-prompt budget).
         """
+        sizes = self._group_sizes(num_prompts, prompt_keys, group_sizes)
+        rng = random.Random(f"{self.seed}:{step}")
+        pools, retired_round, retired_per_round, rounds_used = self._rounds(num_prompts, generate, step, sizes)
+        groups, dropped = [], []
+        for p in range(num_prompts):
+            if retired_round[p] is None and self.cfg.enabled and self.cfg.drop_unfinished:
+                dropped.append(p)
+                continue
+            kept = self._down_sample(pools[p], sizes[p], rng)
+            groups.append(PromptGroup(p, kept, [r.reward for r in pools[p]], retired_round[p], sum(r.positive for r in pools[p])))
+
+        keys = list(prompt_keys) if prompt_keys is not None else list(range(num_prompts))
+        pool_stats = self._pool_stats(groups, keys)
+        metrics = self._metrics(pools, groups, dropped, retired_per_round, rounds_used, pool_stats)
+        return SamplingResult(groups=groups, dropped=dropped, pool_stats=pool_stats, metrics=metrics)
+
+    def _group_sizes(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None, group_sizes: Sequence[int] | None) -> list[int]:
+        """Each prompt's group size n_p (``n_keep``, or the allocator's count; at most the budget when adaptive);
+        ValueError for arguments that do not fit ``num_prompts``."""
         if num_prompts < 1:
             raise ValueError(f"num_prompts: need at least one prompt, got {num_prompts}")
         if prompt_keys is not None and len(prompt_keys) != num_prompts:
             raise ValueError(f"prompt_keys: got {len(prompt_keys)} keys for {num_prompts} prompts")
         if group_sizes is not None and (len(group_sizes) != num_prompts or any(int(k) < 1 for k in group_sizes)):
             raise ValueError(f"group_sizes: need one size >= 1 per prompt ({num_prompts}), got {list(group_sizes)}")
-        cfg = self.cfg
-        budget = self._budget()
-        sizes = [cfg.n_keep] * num_prompts if group_sizes is None else [int(k) for k in group_sizes]
-        if cfg.enabled:
-            sizes = [min(k, budget) for k in sizes]
-        rng = random.Random(f"{self.seed}:{step}")
+        sizes = [self.cfg.n_keep] * num_prompts if group_sizes is None else [int(k) for k in group_sizes]
+        return [min(k, self._budget()) for k in sizes] if self.cfg.enabled else sizes
+
+    def _rounds(
+        self, num_prompts: int, generate: GenerateFn, step: int, sizes: Sequence[int]
+    ) -> tuple[list[list[ScoredResponse]], list[int | None], list[int], int]:
+        """Sample round after round until every prompt is retired by the exit rule or the budget is spent (one round
+        without adaptive sampling): (each prompt's pool, the round that retired it or None, prompts retired per
+        round, rounds used)."""
+        cfg, budget = self.cfg, self._budget()
         pools: list[list[ScoredResponse]] = [[] for _ in range(num_prompts)]
         retired_round: list[int | None] = [None] * num_prompts
         active = list(range(num_prompts))
@@ -342,15 +365,7 @@ class AdaptiveSampler:
                     requests.append(GenerationRequest(prompt_index=p, num_samples=count, params=params, round=round_index))
             if not requests:
                 break
-            outputs = generate(requests)
-            if len(outputs) != len(requests):
-                raise ValueError(f"generate: returned {len(outputs)} response lists for {len(requests)} requests")
-            for req, responses in zip(requests, outputs, strict=True):
-                if len(responses) != req.num_samples:
-                    raise ValueError(f"generate: prompt {req.prompt_index} asked for {req.num_samples} responses, got {len(responses)}")
-                for resp in responses:
-                    resp.round = round_index
-                pools[req.prompt_index].extend(responses)
+            self._add_responses(pools, requests, generate(requests), round_index)
             rounds_used = round_index + 1
             still_active = []
             for p in active:
@@ -363,19 +378,21 @@ class AdaptiveSampler:
             active = still_active
             if not active or not cfg.enabled:
                 break
+        return pools, retired_round, retired_per_round, rounds_used
 
-        groups, dropped = [], []
-        for p in range(num_prompts):
-            if retired_round[p] is None and cfg.enabled and cfg.drop_unfinished:
-                dropped.append(p)
-                continue
-            kept = self._down_sample(pools[p], sizes[p], rng)
-            groups.append(PromptGroup(p, kept, [r.reward for r in pools[p]], retired_round[p], sum(r.positive for r in pools[p])))
-
-        keys = list(prompt_keys) if prompt_keys is not None else list(range(num_prompts))
-        pool_stats = self._pool_stats(groups, keys)
-        metrics = self._metrics(pools, groups, dropped, retired_per_round, rounds_used, pool_stats)
-        return SamplingResult(groups=groups, dropped=dropped, pool_stats=pool_stats, metrics=metrics)
+    @staticmethod
+    def _add_responses(
+        pools: list[list[ScoredResponse]], requests: Sequence[GenerationRequest], outputs: Sequence[Sequence[ScoredResponse]], round_index: int
+    ) -> None:
+        """Append a round's responses to their prompts' pools; ValueError when ``generate`` broke its contract."""
+        if len(outputs) != len(requests):
+            raise ValueError(f"generate: returned {len(outputs)} response lists for {len(requests)} requests")
+        for req, responses in zip(requests, outputs, strict=True):
+            if len(responses) != req.num_samples:
+                raise ValueError(f"generate: prompt {req.prompt_index} asked for {req.num_samples} responses, got {len(responses)}")
+            for resp in responses:
+                resp.round = round_index
+            pools[req.prompt_index].extend(responses)
 
     def _down_sample(self, pool: list[ScoredResponse], n: int, rng: random.Random) -> list[ScoredResponse]:
         if len(pool) <= n:

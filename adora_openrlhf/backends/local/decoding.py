@@ -189,6 +189,37 @@ def prefill(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, positi
     return logits[owner]
 
 
+def _next_logits(model, one_token_step, step_ids: torch.Tensor, step_positions: torch.Tensor, mask: torch.Tensor, cache) -> torch.Tensor:
+    """Float32 logits of the next token of every row after the first step: the one-token step where the model has
+    one (``decode_step.py``), else the model's forward with the cache."""
+    if one_token_step is not None:
+        return one_token_step(step_ids, step_positions, mask).to(copy=True, dtype=torch.float32)
+    out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    return out.logits[:, -1].to(copy=True, dtype=torch.float32)
+
+
+def _record_tokens(
+    rows: torch.Tensor,
+    tokens: torch.Tensor,
+    unfinished: torch.Tensor,
+    generated: list[list[int]],
+    ended: list[bool],
+    eos: int,
+    on_finish: Callable[[int], None] | None,
+) -> torch.Tensor:
+    """Append each live row's token to its response (rows are original indices); a row that drew ``eos`` has ended
+    (``on_finish`` hears how many did). Returns which rows are still unfinished."""
+    for row, token, live in zip(rows.tolist(), tokens.tolist(), unfinished.tolist(), strict=True):
+        if live:
+            generated[row].append(token)
+            if token == eos:
+                ended[row] = True
+    ended_now = int((unfinished & (tokens == eos)).sum())
+    if on_finish is not None and ended_now:
+        on_finish(ended_now)
+    return unfinished & (tokens != eos)
+
+
 @torch.no_grad()
 def compact_decode(
     model,
@@ -216,42 +247,27 @@ def compact_decode(
     ``fast_step`` False calls the model for every step even where ``decode_step_for`` has a step (same tokens).
     ``numerics``: a key of :data:`NUMERICS`: ``exact`` (the model's logits bitwise, transformers' processors) or
     ``fast`` (grouped-query attention, which needs a cache with one entry per key/value head, top-p without a full
-    sort, identical prompts prefilled once: the same rules within float rounding).
-    """
+    sort, identical prompts prefilled once: the same rules within float rounding)."""
     how = numerics_of(numerics)
     compact_ratio = COMPACT_RATIO if compact_ratio is None else compact_ratio
     processors = logits_processors(params, greedy, how.top_p)
     batch = input_ids.shape[0]
-    seqs = input_ids  # prompt + generated tokens of the rows still in the batch (the repetition penalty reads them)
-    mask = attention_mask
+    seqs, mask = input_ids, attention_mask  # prompt + generated tokens of the rows in the batch (the repetition penalty reads them)
     positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
     rows = torch.arange(batch, device=input_ids.device)  # original index of each row still in the batch
     unfinished = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
-    generated: list[list[int]] = [[] for _ in range(batch)]
-    ended = [False] * batch
+    generated, ended = [[] for _ in range(batch)], [False] * batch  # each row's tokens; whether it drew eos
     step_ids, step_positions = input_ids, positions
     one_token_step = decode_step_for(model, cache, how.step) if fast_step else None
     for step in range(params.max_new_tokens):
         if step == 0:
             logits = prefill(model, step_ids, mask, step_positions, cache, how.share_prompts)
-        elif one_token_step is not None:
-            logits = one_token_step(step_ids, step_positions, mask).to(copy=True, dtype=torch.float32)
         else:
-            out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
+            logits = _next_logits(model, one_token_step, step_ids, step_positions, mask, cache)
         tokens = _next_tokens(processors, seqs, logits, greedy, None if uniforms is None else uniforms[rows, step])
         tokens = torch.where(unfinished, tokens, torch.full_like(tokens, pad_token_id))
-        for row, token, live in zip(rows.tolist(), tokens.tolist(), unfinished.tolist(), strict=True):
-            if live:
-                generated[row].append(token)
-                if token == eos_token_id:
-                    ended[row] = True
-        ended_now = int((unfinished & (tokens == eos_token_id)).sum())
-        unfinished = unfinished & (tokens != eos_token_id)
-        if on_finish is not None and ended_now:
-            on_finish(ended_now)
-        seqs = torch.cat([seqs, tokens[:, None]], dim=-1)
-        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+        unfinished = _record_tokens(rows, tokens, unfinished, generated, ended, eos_token_id, on_finish)
+        seqs, mask = torch.cat([seqs, tokens[:, None]], dim=-1), torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
         step_ids, step_positions = tokens[:, None], positions[:, -1:] + 1
         positions = step_positions
         live = int(unfinished.sum())
@@ -259,9 +275,9 @@ def compact_decode(
             break
         if step == params.max_new_tokens - 1 and on_finish is not None:
             on_finish(live)  # truncated at the token limit
-        if live <= compact_ratio * unfinished.shape[0]:
+        if live <= compact_ratio * unfinished.shape[0]:  # drop the finished rows from the batch and the cache
             keep = unfinished.nonzero().squeeze(1)
             _select_rows(cache, keep)
-            seqs, mask, positions, rows = seqs[keep], mask[keep], positions[keep], rows[keep]
-            step_ids, step_positions, unfinished = step_ids[keep], step_positions[keep], unfinished[keep]
+            kept = (t[keep] for t in (seqs, mask, positions, rows, step_ids, step_positions, unfinished))
+            seqs, mask, positions, rows, step_ids, step_positions, unfinished = kept
     return [(ids, not done) for ids, done in zip(generated, ended, strict=True)]

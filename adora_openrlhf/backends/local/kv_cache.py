@@ -38,9 +38,9 @@ REPEATED_CACHE_LIMIT = 2 << 30  # bytes: the largest cache (spare capacity inclu
 
 
 @functools.cache
-def _growing_cache_class():
-    """The cache classes, made on first use (``transformers`` is imported lazily)."""
-    from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+def _growing_layer_class():
+    """The cache layer class, made on first use (``transformers`` is imported lazily)."""
+    from transformers.cache_utils import DynamicLayer
 
     class GrowingLayer(DynamicLayer):
         """A :class:`DynamicLayer` whose ``keys``/``values`` are views of a buffer with spare capacity; with
@@ -89,6 +89,16 @@ def _growing_cache_class():
             self.keys = self._key_buffer[..., :needed, :]
             self.values = self._value_buffer[..., :needed, :]
             return self.keys, self.values
+
+    return GrowingLayer
+
+
+@functools.cache
+def _growing_cache_class():
+    """The cache class, made on first use (``transformers`` is imported lazily)."""
+    from transformers.cache_utils import Cache, DynamicCache
+
+    GrowingLayer = _growing_layer_class()
 
     class GrowingCache(DynamicCache):
         """A :class:`DynamicCache` of :class:`GrowingLayer`, one per decoder layer (replicated on first use)."""

@@ -168,32 +168,35 @@ def generate_responses(
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start : start + batch_size]
             ids, mask = left_padded(chunk, pad)
-            width = ids.shape[1]
             if compact:
                 rows_uniforms = uniforms[start : start + batch_size].to(device) if uniforms is not None else None
                 options = {"kv_cache": kv_cache, "greedy": greedy, "on_finish": on_finish, "fast_step": fast_step, "numerics": numerics}
                 out.extend(compact_decode_batch(model, ids.to(device), mask.to(device), params, (eos, pad), uniforms=rows_uniforms, **options))
                 continue
-            more = {}
-            if extras is not None:
-                from adora_openrlhf.backends.local.vlm import extra_model_inputs
-
-                more = extra_model_inputs(model, ids.to(device), extras[start : start + batch_size])
-            cache = growing_cache_for(model, len(chunk) * (width + params.max_new_tokens)) if kv_cache == "growing" else None
-            if cache is not None:
-                more["past_key_values"] = cache
-            with attention_reads_cache(model, cache):
-                generated = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, **more)
-            for row in generated[:, width:].tolist():
-                if eos in row:
-                    out.append((row[: row.index(eos) + 1], False))
-                else:
-                    out.append((row, True))
+            chunk_extras = extras[start : start + batch_size] if extras is not None else None
+            out.extend(_generate_batch(model, ids.to(device), mask.to(device), chunk_extras, config, params.max_new_tokens, kv_cache, eos))
             if on_finish is not None:
                 on_finish(len(chunk))
     finally:
         model.train(was_training)
     return out
+
+
+def _generate_batch(model, ids: torch.Tensor, mask: torch.Tensor, extras, config, max_new_tokens: int, kv_cache: str, eos: int) -> list[tuple[list[int], bool]]:
+    """One left-padded batch through ``model.generate`` (vision inputs ``extras`` when given; the growing KV cache
+    with ``kv_cache="growing"``): ``(response ids up to and including the first eos, truncated)`` per row."""
+    more = {}
+    if extras is not None:
+        from adora_openrlhf.backends.local.vlm import extra_model_inputs
+
+        more = extra_model_inputs(model, ids, extras)
+    width = ids.shape[1]
+    cache = growing_cache_for(model, ids.shape[0] * (width + max_new_tokens)) if kv_cache == "growing" else None
+    if cache is not None:
+        more["past_key_values"] = cache
+    with attention_reads_cache(model, cache):
+        generated = model.generate(input_ids=ids, attention_mask=mask, generation_config=config, **more)
+    return [(row[: row.index(eos) + 1], False) if eos in row else (row, True) for row in generated[:, width:].tolist()]
 
 
 class RolloutEngine:

@@ -67,6 +67,28 @@ def lr_factor(step: int, steps: int, ramp: float) -> float:
     return max(0.0, (steps - step) / max(1, steps - rise))
 
 
+def _accumulate_gradients(model, batch, size: int, micro_batch_size: int, device) -> float:
+    """Backpropagate the batch's negative log-likelihood of its response tokens, summed over tokens and divided by
+    the batch's token count, micro-batch by micro-batch (each cut to its longest row); returns the loss."""
+    total_tokens = float(batch.action_mask.sum())
+    step_loss = 0.0
+    for start in range(0, size, micro_batch_size):
+        rows_slice = slice(start, start + micro_batch_size)
+        mask = batch.action_mask[rows_slice].to(device)
+        width = int(batch.attention_mask[rows_slice].sum(-1).max())
+        sub = type(batch)(
+            batch.input_ids[rows_slice, :width].to(device),
+            batch.attention_mask[rows_slice, :width].to(device),
+            mask[:, : width - 1],
+            batch.extras[rows_slice] if batch.extras is not None else None,
+        )
+        lp = token_log_probs(model, sub)
+        loss = -(lp * sub.action_mask).sum() / total_tokens
+        loss.backward()
+        step_loss += float(loss.detach())
+    return step_loss
+
+
 def _phase(
     model,
     tokenizer,
@@ -110,22 +132,7 @@ def _phase(
         chosen, responses = [chosen[j] for j in order], [responses[j] for j in order]
         batch = pack([prompt_ids[i] for i in chosen], responses, tokenizer.pad_token_id, [extras[i] for i in chosen] if extras is not None else None)
         optimizer.zero_grad(set_to_none=True)
-        total_tokens = float(batch.action_mask.sum())
-        step_loss = 0.0
-        for start in range(0, len(chosen), micro_batch_size):
-            rows_slice = slice(start, start + micro_batch_size)
-            mask = batch.action_mask[rows_slice].to(device)
-            width = int(batch.attention_mask[rows_slice].sum(-1).max())
-            sub = type(batch)(
-                batch.input_ids[rows_slice, :width].to(device),
-                batch.attention_mask[rows_slice, :width].to(device),
-                mask[:, : width - 1],
-                batch.extras[rows_slice] if batch.extras is not None else None,
-            )
-            lp = token_log_probs(model, sub)
-            loss = -(lp * sub.action_mask).sum() / total_tokens
-            loss.backward()
-            step_loss += float(loss.detach())
+        step_loss = _accumulate_gradients(model, batch, len(chosen), micro_batch_size, device)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         schedule.step()

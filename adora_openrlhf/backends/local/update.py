@@ -116,6 +116,25 @@ def reference_context(ref_model, policy):
     return policy, policy.disable_adapter()
 
 
+def _fixed_log_probs(
+    model, batch: PackedBatch, slices: Sequence[slice], cfg: PolicyLossConfig, ref_model: Any | None, device
+) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
+    """Per micro-batch, the log-probs that stay fixed over the PPO epochs: the reference's (when ``kl_coef > 0``;
+    ``ref_model`` None = the LoRA policy with its adapters off) and the sampling policy's (when ``ppo_epochs > 1``)."""
+    ref_lp: list[torch.Tensor | None] = [None] * len(slices)
+    old_lp: list[torch.Tensor | None] = [None] * len(slices)
+    with torch.no_grad():
+        for i, rows in enumerate(slices):
+            mb = _slice(batch, rows, device)
+            if cfg.kl_coef > 0:
+                ref, ctx = reference_context(ref_model, model)
+                with ctx:
+                    ref_lp[i] = token_log_probs(ref, mb)
+            if cfg.ppo_epochs > 1:
+                old_lp[i] = token_log_probs(model, mb)
+    return ref_lp, old_lp
+
+
 def policy_update(
     model,
     optimizer: torch.optim.Optimizer,
@@ -133,18 +152,7 @@ def policy_update(
     size = batch.input_ids.shape[0]
     slices = [slice(s, min(s + cfg.micro_batch_size, size)) for s in range(0, size, cfg.micro_batch_size)]
     params = [p for p in model.parameters() if p.requires_grad]
-    need_ref = cfg.kl_coef > 0
-    ref_lp: list[torch.Tensor | None] = [None] * len(slices)
-    old_lp: list[torch.Tensor | None] = [None] * len(slices)
-    with torch.no_grad():
-        for i, rows in enumerate(slices):
-            mb = _slice(batch, rows, device)
-            if need_ref:
-                ref, ctx = reference_context(None if use_lora_reference else ref_model, model)
-                with ctx:
-                    ref_lp[i] = token_log_probs(ref, mb)
-            if cfg.ppo_epochs > 1:
-                old_lp[i] = token_log_probs(model, mb)
+    ref_lp, old_lp = _fixed_log_probs(model, batch, slices, cfg, None if use_lora_reference else ref_model, device)
     share_of = MICRO_BATCH_SHARES[cfg.loss_agg]
     total_tokens = float(batch.action_mask.sum())
     sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "grad_norm": 0.0, "lr": 0.0}

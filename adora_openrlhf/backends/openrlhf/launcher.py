@@ -104,7 +104,7 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
     the local backend's lock on ``output_dir`` (rundir.RunDirLock) while it runs, so that a second launch into
     the same directory is refused, and a directory holding a previous run needs ``--resume`` or ``--overwrite``.
     On a machine without a GPU the run is set up for the CPU (:mod:`.cpu_launch`)."""
-    from adora_openrlhf.backends.openrlhf.cpu_launch import CPU_DEFAULT_FLAGS, check_cpu_args, cpu_ray_init_kwargs, is_cpu_machine
+    from adora_openrlhf.backends.openrlhf.cpu_launch import CPU_DEFAULT_FLAGS, check_cpu_args, is_cpu_machine
 
     on_cpu = not print_args and is_cpu_machine()
     if not print_args:
@@ -140,21 +140,7 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
             (out_dir / MARKER_FILE).unlink(missing_ok=True)
             (out_dir / "run_config.json").write_text(json.dumps(cfg.to_dict(), indent=2), encoding="utf-8")
             (out_dir / "openrlhf_command.txt").write_text(dry_run_report(argv, args, cfg)["command"] + "\n", encoding="utf-8")
-            import ray
-
-            started_ray = not ray.is_initialized()
-            if started_ray and on_cpu:
-                ray.init(**cpu_ray_init_kwargs(args, ray_env_vars(cfg)))
-            elif started_ray:  # a job-level runtime env (ray job submit) is merged with these env_vars
-                ray.init(runtime_env={"env_vars": ray_env_vars(cfg)})
-            failure = None
-            try:
-                run_openrlhf_train(args, trainer_cls, names)
-            except Exception as err:  # noqa: BLE001 - an actor's failure, raised by Ray in the driver: one line
-                failure = run_failure(err)
-            finally:
-                if started_ray:  # the engines and model actors of this launch end with it
-                    ray.shutdown()
+            failure = train_in_ray(args, cfg, on_cpu, trainer_cls, names)
             if failure is not None:  # after the shutdown, so that no actor's forwarded log line comes after it
                 sys.stdout.flush()
                 sys.stderr.flush()
@@ -165,6 +151,28 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def train_in_ray(args: Any, cfg: RunConfig, on_cpu: bool, trainer_cls: Any, names: dict[str, Any]) -> str | None:
+    """OpenRLHF's ``train(args)`` with our classes, in the Ray instance of the job (or one started here, on a CPU
+    machine with logical GPUs, and shut down after); returns :func:`run_failure`'s line, or None when it ran."""
+    import ray
+
+    from adora_openrlhf.backends.openrlhf.cpu_launch import cpu_ray_init_kwargs
+
+    started_ray = not ray.is_initialized()
+    if started_ray and on_cpu:
+        ray.init(**cpu_ray_init_kwargs(args, ray_env_vars(cfg)))
+    elif started_ray:  # a job-level runtime env (ray job submit) is merged with these env_vars
+        ray.init(runtime_env={"env_vars": ray_env_vars(cfg)})
+    try:
+        run_openrlhf_train(args, trainer_cls, names)
+    except Exception as err:  # noqa: BLE001 - an actor's failure, raised by Ray in the driver: one line
+        return run_failure(err)
+    finally:
+        if started_ray:  # the engines and model actors of this launch end with it
+            ray.shutdown()
+    return None
 
 
 def run_failure(err: BaseException) -> str:
