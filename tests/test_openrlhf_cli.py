@@ -116,9 +116,23 @@ def test_openrlhf_flags_pass_through_and_win(capsys):
     assert cfg["sampling"]["max_rounds"] == 2 and cfg["adora"]["mode"] == "amplify"
 
 
-def test_unknown_flag_is_refused_by_openrlhfs_parser(capsys):
-    assert main(["--backend", "openrlhf", "--recipe", "kk-qwen2.5-7b-grpo", "--not.a.flag", "1", "--print-args"]) == 2
-    assert "unrecognized arguments: --not.a.flag 1" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--not.a.flag", "1"], "error: --not.a.flag: not a flag of this package or of OpenRLHF 0.11.2"),
+        (["--vllm.enforce_eagre"], "error: --vllm.enforce_eagre: not a flag of this package or of OpenRLHF 0.11.2; did you mean --vllm.enforce_eager"),
+        (["--vllm.enforce_eager", "true"], "error: --vllm.enforce_eager: an OpenRLHF switch takes no value, got 'true'; give --vllm.enforce_eager alone"),
+        (["--ds.packing_samples", "false"], "error: --ds.packing_samples: an OpenRLHF switch takes no value, got 'false'"),
+        (["--vllm.num_engines", "four"], "error: OpenRLHF's command line: argument --vllm.num_engines: invalid int value: 'four'"),
+    ],
+)
+def test_openrlhf_flags_it_refuses_are_one_line(capsys, extra, needle):
+    """Not OpenRLHF's whole usage text (about 100 lines) and then the message."""
+    assert main(["--backend", "openrlhf", "--recipe", "kk-qwen2.5-7b-grpo", *extra, "--print-args"]) == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip() and not line.startswith("[")]
+    assert len(lines) == 1 and lines[0].startswith(needle), captured.err
+    assert captured.out == ""
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ defaults it applies to the parsed namespace. Nothing here copies or edits it:
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
 import importlib.util
@@ -151,19 +152,56 @@ def _argv(values: list[str]) -> Iterator[None]:
 def parse_openrlhf_args(argv: Sequence[str]) -> SimpleNamespace:
     """OpenRLHF's hierarchical args namespace for ``argv``, after OpenRLHF's own checks and defaults.
 
-    Unknown flags make OpenRLHF's argparse exit (status 2, message on stderr) as its CLI would; a failed
-    OpenRLHF check raises :class:`OpenRLHFArgsError` with OpenRLHF's message.
+    A flag OpenRLHF's argparse refuses (unknown, or a value where it takes none) and a failed OpenRLHF check raise
+    :class:`OpenRLHFArgsError` with one line (:func:`parser_error_line`; OpenRLHF's message for its checks).
     """
     source, filename = entry_source()
     program = parser_program(source, filename)
     namespace: dict[str, Any] = {"__name__": "__main__", "__file__": filename}
     # OpenRLHF prints its warnings to stdout; they go to stderr so that --print-args output stays JSON
-    with _argv(["openrlhf.cli.train_ppo_ray", *argv]), redirect_stdout(sys.stderr):
+    with _argv(["openrlhf.cli.train_ppo_ray", *argv]), redirect_stdout(sys.stderr), _one_line_parser_errors(list(argv)):
         try:
             exec(program, namespace)  # OpenRLHF's own parser code, from the installed package
         except AssertionError as err:
             raise OpenRLHFArgsError(f"OpenRLHF rejected the arguments: {err}") from None
     return namespace["args"]
+
+
+def parser_error_line(parser: argparse.ArgumentParser, message: str, argv: Sequence[str]) -> str:
+    """One line for an argparse ``message`` of OpenRLHF's parser, instead of its ~100-line usage text: a value given
+    to a switch (``--vllm.enforce_eager true``) names the switch and its form; an unknown flag names the closest
+    known ones."""
+    import difflib
+
+    switches = {option for action in parser._actions if action.nargs == 0 for option in action.option_strings}
+    known = sorted(option for action in parser._actions for option in action.option_strings)
+    if message.startswith("unrecognized arguments: "):
+        for i, token in enumerate(argv):
+            if i > 0 and argv[i - 1] in switches and not token.startswith("-"):
+                return (
+                    f"{argv[i - 1]}: an OpenRLHF switch takes no value, got {token!r}; give {argv[i - 1]} alone to turn it on, or leave it out to keep it off"
+                )
+        unknown = [t for t in message.removeprefix("unrecognized arguments: ").split() if t.startswith("--")]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], known, n=3)
+            hint = f"; did you mean {' or '.join(close)}?" if close else "; python -m openrlhf.cli.train_ppo_ray --help lists OpenRLHF's flags"
+            return f"{unknown[0]}: not a flag of this package or of OpenRLHF {installed_openrlhf_version()}{hint}"
+    return f"OpenRLHF's command line: {message}"
+
+
+@contextmanager
+def _one_line_parser_errors(argv: list[str]) -> Iterator[None]:
+    """While OpenRLHF's parser code runs, its argparse errors raise :class:`OpenRLHFArgsError` with one line."""
+    original = argparse.ArgumentParser.error
+
+    def error(parser: argparse.ArgumentParser, message: str):
+        raise OpenRLHFArgsError(parser_error_line(parser, message, argv))
+
+    argparse.ArgumentParser.error = error  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = original  # type: ignore[method-assign]
 
 
 def _trainer_import_in(train_fn: types.FunctionType) -> bool:
