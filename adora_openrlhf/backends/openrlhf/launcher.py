@@ -104,14 +104,14 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
     the local backend's lock on ``output_dir`` (rundir.RunDirLock) while it runs, so that a second launch into
     the same directory is refused, and a directory holding a previous run needs ``--resume`` or ``--overwrite``.
     On a machine without a GPU the run is set up for the CPU (:mod:`.cpu_launch`)."""
-    from adora_openrlhf.backends.openrlhf.cpu_launch import CPU_DEFAULT_FLAGS, check_cpu_args, is_cpu_machine
+    from adora_openrlhf.backends.openrlhf.cpu_launch import CPU_DEFAULT_FLAGS, check_cpu_args
 
-    on_cpu = not print_args and is_cpu_machine()
     if not print_args:
         cfg = with_absolute_paths(cfg)
     try:
         if not print_args:
             check_engines_installed()  # before the options: a GPU recipe on a machine without vLLM hears of vLLM first
+        on_cpu = not print_args and runs_on_cpu()
         argv, args, cfg = prepare(cfg, passthrough, resume, CPU_DEFAULT_FLAGS if on_cpu else None)
         if on_cpu:
             check_cpu_args(args)
@@ -153,15 +153,34 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
     return 0
 
 
+def runs_on_cpu() -> bool:
+    """Whether this launch trains without a GPU: Ray started here on a machine without CUDA, or a submitted job on a
+    cluster whose GPUs are logical (:mod:`.cpu_launch`); a cluster with no GPU at all is a ConfigError."""
+    from adora_openrlhf.backends.openrlhf.cpu_launch import cluster_sees_cuda, is_cpu_machine, joins_a_cluster
+
+    if not joins_a_cluster():
+        return is_cpu_machine()
+    sees_cuda = cluster_sees_cuda()
+    if sees_cuda is None:
+        raise ConfigError(
+            f"RAY_ADDRESS: the Ray cluster at {os.environ.get('RAY_ADDRESS')} offers no GPU for OpenRLHF to place its actors on; "
+            "start it with GPUs (on machines without one: ray start --head --num-gpus 2, logical GPUs for the CPU run)"
+        )
+    return not sees_cuda
+
+
 def train_in_ray(args: Any, cfg: RunConfig, on_cpu: bool, trainer_cls: Any, names: dict[str, Any]) -> str | None:
     """OpenRLHF's ``train(args)`` with our classes, in the Ray instance of the job (or one started here, on a CPU
     machine with logical GPUs, and shut down after); returns :func:`run_failure`'s line, or None when it ran."""
     import ray
 
-    from adora_openrlhf.backends.openrlhf.cpu_launch import cpu_ray_init_kwargs
+    from adora_openrlhf.backends.openrlhf.cpu_launch import cpu_ray_init_kwargs, joins_a_cluster
 
     started_ray = not ray.is_initialized()
-    if started_ray and on_cpu:
+    if started_ray and on_cpu and joins_a_cluster():  # a submitted job on a CPU cluster: its CPU settings and hook
+        local = cpu_ray_init_kwargs(args, ray_env_vars(cfg))
+        ray.init(runtime_env=local["runtime_env"])
+    elif started_ray and on_cpu:
         ray.init(**cpu_ray_init_kwargs(args, ray_env_vars(cfg)))
     elif started_ray:  # a job-level runtime env (ray job submit) is merged with these env_vars
         ray.init(runtime_env={"env_vars": ray_env_vars(cfg)})

