@@ -3,6 +3,7 @@ and data fingerprints the checkpoint carries, ``steps`` against the checkpoint's
 on a full disk; a ``--model`` whose weights or tokenizer do not fit it. Every refusal is one ConfigError line
 naming the file or option and what to do, and leaves the run directory as it was."""
 
+import errno
 import json
 import shutil
 import struct
@@ -294,6 +295,28 @@ def test_resume_from_a_broken_earlier_checkpoint_offers_the_one_before(run):
 SAFETENSORS_FULL = 'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
 
 
+class FillingFile:
+    """A file on a disk with ``left`` bytes free: a write past them raises ENOSPC, as a full disk's does."""
+
+    def __init__(self, handle, left: int):
+        self.handle, self.left = handle, left
+
+    def write(self, data):
+        if len(data) > self.left:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.left -= len(data)
+        return self.handle.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+
 @pytest.mark.parametrize("where", ["weights", "optimizer"])
 def test_a_full_disk_during_a_save_leaves_no_partial_checkpoint(tmp_path, monkeypatch, where):
     import errno
@@ -311,25 +334,9 @@ def test_a_full_disk_during_a_save_leaves_no_partial_checkpoint(tmp_path, monkey
     else:  # the optimizer state is written through a Python file: the OS error itself
         real_open = open
 
-        class FullFile:
-            def __init__(self, handle):
-                self.handle = handle
-
-            def write(self, data):
-                raise OSError(errno.ENOSPC, "No space left on device")
-
-            def __getattr__(self, name):
-                return getattr(self.handle, name)
-
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                self.handle.close()
-
         def full_open(path, mode="r", *args, **kwargs):
             handle = real_open(path, mode, *args, **kwargs)
-            return FullFile(handle) if str(path).endswith("optimizer.pt") and "w" in mode else handle
+            return FillingFile(handle, 0) if str(path).endswith("optimizer.pt") and "w" in mode else handle
 
         monkeypatch.setattr("builtins.open", full_open)
     with pytest.raises(OSError) as err:
@@ -498,27 +505,7 @@ def test_torch_save_on_a_full_disk_raises_the_os_error_naming_the_file(tmp_path,
     import errno
 
     real_open = open
-
-    class FillsUp:  # a file on a disk with 1000 bytes left
-        def __init__(self, handle):
-            self.handle, self.left = handle, 1000
-
-        def write(self, data):
-            if len(data) > self.left:
-                raise OSError(errno.ENOSPC, "No space left on device")
-            self.left -= len(data)
-            return self.handle.write(data)
-
-        def __getattr__(self, name):
-            return getattr(self.handle, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.handle.close()
-
-    monkeypatch.setattr("builtins.open", lambda path, mode="r", *a, **k: FillsUp(real_open(path, mode, *a, **k)))
+    monkeypatch.setattr("builtins.open", lambda path, mode="r", *a, **k: FillingFile(real_open(path, mode, *a, **k), 1000))
     target = tmp_path / "state.pt"
     with pytest.raises(OSError) as err:
         ckpt._torch_save({"x": torch.zeros(10_000)}, target)
