@@ -468,3 +468,20 @@ def test_an_actor_failure_is_summarised_in_one_line():
     inner = RuntimeError("\x1b[31mEngineCore encountered an issue.\x1b[0m\nSee stack trace (above) for the root cause.")
     assert run_failure(TaskError("AdoraPPOTrainer.fit", inner)) == "AdoraPPOTrainer.fit: RuntimeError: EngineCore encountered an issue."
     assert run_failure(ValueError("")) == "ValueError"
+
+
+def test_a_submitted_job_asks_the_cluster_whether_its_gpus_are_real(monkeypatch):
+    """A job on a running cluster (RAY_ADDRESS) is a CPU run when a probe on one of the cluster's GPUs sees no CUDA (logical
+    GPUs of `ray start --head --num-gpus N` on CPU machines); a cluster with no GPU is refused in one line. The probe
+    itself runs in tests/test_openrlhf_job.py against a real Ray head."""
+    from adora_openrlhf.backends.openrlhf import cpu_launch, launcher
+
+    assert cpu_launch.joins_a_cluster({"RAY_ADDRESS": "127.0.0.1:6379"}) and not cpu_launch.joins_a_cluster({})
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    monkeypatch.setattr(cpu_launch, "joins_a_cluster", lambda environ=None: True)
+    for sees_cuda, on_cpu in ((False, True), (True, False)):
+        monkeypatch.setattr(cpu_launch, "cluster_sees_cuda", lambda timeout_s=180.0, answer=sees_cuda: answer)
+        assert launcher.runs_on_cpu() is on_cpu
+    monkeypatch.setattr(cpu_launch, "cluster_sees_cuda", lambda timeout_s=180.0: None)
+    with pytest.raises(ConfigError, match=r"^RAY_ADDRESS: the Ray cluster at 127.0.0.1:6379 offers no GPU .*ray start --head --num-gpus 2"):
+        launcher.runs_on_cpu()
