@@ -262,12 +262,16 @@ def test_recipe_script_submits_a_ray_job(tmp_path):
     argv = done.stdout.splitlines()
     assert argv[:4] == ["job", "submit", "--address", "http://head:8265"]
     runtime_env = json.loads(argv[argv.index("--runtime-env-json") + 1])
-    assert runtime_env["working_dir"] == str(REPO) and ".venv" in runtime_env["excludes"]
+    assert runtime_env["working_dir"] == str(REPO) and ".venv*" in runtime_env["excludes"] and "py_modules" not in runtime_env
     entry_point = argv[argv.index("--") + 1 :]
     assert entry_point[:3] == ["python", "-m", "adora_openrlhf.train"]
     assert entry_point[entry_point.index("--recipe") + 1] == "dapo-math-adora"
     assert entry_point[entry_point.index("--data.train_path") + 1] == "/shared/data/dapo_math/train.jsonl"
     assert entry_point[-2:] == ["--sampling.max_rounds", "3"]
+    env.update(PY_MODULES=f"{tmp_path / 'my_plugins'},other_plugins", UPLOAD_REPO="0")  # plugin folders go as Ray py_modules
+    done = subprocess.run(["bash", str(REPO / "recipes" / "dapo_math_adora.sh")], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    argv = done.stdout.splitlines()
+    assert json.loads(argv[argv.index("--runtime-env-json") + 1]) == {"py_modules": [str(tmp_path / "my_plugins"), str(tmp_path / "other_plugins")]}
 
 
 def test_kk_parser_reaches_the_ray_reward_workers(capsys, monkeypatch):
