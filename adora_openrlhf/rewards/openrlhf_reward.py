@@ -181,6 +181,11 @@ def _guarded(reward_fn):
     return call
 
 
+def _failed(label: Any) -> tuple[float, float, dict[str, float]]:
+    """``(reward, score, logs)`` of a rollout that could not be scored: the task's failure reward, ``reward_error = 1``."""
+    return failure_reward_of_label(label), 0.0, {**dict.fromkeys(EXTRA_LOG_KEYS, 0.0), "reward_error": 1.0}
+
+
 def _logs_of(result) -> dict[str, float]:
     logs = dict.fromkeys(EXTRA_LOG_KEYS, 0.0)
     logs["correct"] = float(result.correct)
@@ -210,13 +215,13 @@ def score_batch(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
             reward_fn = get_reward_fn(source)
         except Exception as err:  # noqa: BLE001 - one bad row must not stop the rollout
             logger.error("reward_func: cannot score a rollout (%s: %s)", type(err).__name__, err)
-            out[i] = (failure_reward_of_label(label), 0.0, {**dict.fromkeys(EXTRA_LOG_KEYS, 0.0), "reward_error": 1.0})
+            out[i] = _failed(label)
             continue
         jobs.append(GradingJob(_guarded(reward_fn), split_response(query or "", prompt or ""), truth, meta, failure_reward(source, meta)))
         where.append(i)
     for i, result in zip(where, call_grader().grade(jobs), strict=True):
         if result is None:
-            out[i] = (failure_reward_of_label(labels[i]), 0.0, {**dict.fromkeys(EXTRA_LOG_KEYS, 0.0), "reward_error": 1.0})
+            out[i] = _failed(labels[i])
         else:
             out[i] = (float(result.reward), float(result.correct), _logs_of(result))
     return out  # type: ignore[return-value]
