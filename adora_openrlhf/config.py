@@ -49,8 +49,8 @@ from adora_openrlhf.tasks.kk import NAME_ORDERS
 TASKS = ("kk", "math", "geometry")
 GEO_TASKS = tuple(geo_synth.TASKS)  # the generated images' question kinds
 BACKENDS = ("local", "openrlhf")
-KV_CACHES = ("growing", "dynamic")  # backends/local/kv_cache.py: model.generate's key/value cache
-DECODINGS = ("compact", "generate")  # backends/local/decoding.py: the local backend's decoding loop
+KV_CACHES = ("growing", "dynamic")  # engine/kv_cache.py: model.generate's key/value cache
+DECODINGS = ("compact", "generate")  # engine/decoding.py: the local backend's decoding loop
 
 
 @dataclass
@@ -322,7 +322,7 @@ class WarmupConfig:
         require(self.mix_steps == 0 or sum(self.mix.values()) > 0, "warmup.mix", "give at least one style a positive share when warmup.mix_steps > 0")
 
 
-REPORT_TO_CHOICES = ("tensorboard", "wandb", "none")  # backends/local/metrics.py TRACKERS, plus "none"
+REPORT_TO_CHOICES = ("tensorboard", "wandb", "none")  # rundir/metrics.py TRACKERS, plus "none"
 
 
 def parse_report_to(value: Any) -> list[str]:

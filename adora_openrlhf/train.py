@@ -17,10 +17,12 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from adora_openrlhf.cli_args import add_config_flags, format_config, load_config_file, overrides_from_args
 from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli, stdout_to_stderr
-from adora_openrlhf.config import BACKENDS, ConfigError
+from adora_openrlhf.config import BACKENDS, ConfigError, RunConfig
 from adora_openrlhf.recipes import RECIPES, build_run_config, get_recipe
 
 
@@ -53,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _resume_hint(argv: Sequence[str], output_dir: str) -> str:
     """How to continue an interrupted run: the same command with --resume (names the last checkpoint)."""
-    from adora_openrlhf.backends.local.checkpoint import list_checkpoints
+    from adora_openrlhf.rundir.checkpoints import list_checkpoints
 
     found = list_checkpoints(output_dir)
     if not found:
@@ -68,6 +70,22 @@ def _resume_hint(argv: Sequence[str], output_dir: str) -> str:
             continue
         args.append(a)
     return f"continue from step {found[-1][0]} with: python -m adora_openrlhf.train {' '.join(args)} --resume".replace("  ", " ")
+
+
+def train_local(cfg: RunConfig, resume: bool = False, overwrite: bool = False, resume_from: str | None = None) -> dict[str, Any]:
+    """Train ``cfg`` in this process on the local backend, as the command does; returns the run's summary (also
+    written to ``output_dir/summary.json``). The entry point of ``bench/`` and of notebooks."""
+    from adora_openrlhf.backends.local.trainer import train
+
+    return train(cfg, resume=resume, overwrite=overwrite, resume_from=resume_from)
+
+
+def warm_start(cfg: RunConfig, out_dir: str | Path) -> Path:
+    """Run ``cfg``'s supervised warm-up alone on the local backend and save the policy under ``out_dir``
+    (Hugging Face format), for ``--model.path``: the shared starting point of a benchmark's variants."""
+    from adora_openrlhf.backends.local.trainer import warm_start as run_warm_start
+
+    return run_warm_start(cfg, out_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,12 +123,10 @@ def _main(argv: Sequence[str], state: dict[str, str]) -> int:
         print(format_config(cfg))
         return 0
     if cfg.backend == "local":
-        from adora_openrlhf.backends.local.trainer import train
-
         state["output_dir"] = cfg.output_dir
         try:
             with stdout_to_stderr():  # stdout holds the summary alone (deepspeed's import prints a warning there)
-                summary = train(cfg, resume=args.resume, overwrite=args.overwrite, resume_from=args.resume_from)
+                summary = train_local(cfg, resume=args.resume, overwrite=args.overwrite, resume_from=args.resume_from)
         except ConfigError as err:
             if args.debug:
                 raise

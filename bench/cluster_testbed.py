@@ -49,8 +49,8 @@ ACCURACY_KEY = "eval_default_pass1"  # OpenRLHF's evaluation: the 0/1 scores' me
 
 def prepare(seed: int, out: Path) -> dict[str, str]:
     """The warm start and the testbed's rows of ``seed`` as JSONL: ``{"model", "train", "test"}`` paths."""
-    from adora_openrlhf.backends.local.data import load_run_rows
     from adora_openrlhf.recipes import build_run_config
+    from adora_openrlhf.rows import load_run_rows
     from data_prep.common import write_jsonl
 
     model = warm_start_dir(LOCAL_RECIPE, seed, {}, out)
@@ -116,7 +116,7 @@ def run_openrlhf(variant: str, seed: int, inputs: dict[str, str], out: Path, rl_
     wall = time.time() - start
     if done.returncode != 0:
         raise SystemExit(f"openrlhf run {variant} seed {seed} failed (status {done.returncode}); see {log_path}")
-    from adora_openrlhf.backends.local.metrics import read_metrics
+    from adora_openrlhf.rundir.metrics import read_metrics
 
     metrics = read_metrics(run_dir / "run" / "metrics.jsonl")
     steps = [r for r in metrics if not r.get("eval")]

@@ -68,8 +68,8 @@ def warm_start_dir(recipe: str, seed: int, overrides: Mapping[str, Any], out: Pa
 
     ``warm_start.json`` beside the model records the recipe and overrides it was built with; a folder built
     with other settings is rebuilt, never silently reused."""
-    from adora_openrlhf.backends.local.trainer import warm_start
     from adora_openrlhf.recipes import build_run_config
+    from adora_openrlhf.train import warm_start
 
     target = out / f"warm_start_seed{seed}"
     marker = target / "warm_start.json"
@@ -83,7 +83,7 @@ def warm_start_dir(recipe: str, seed: int, overrides: Mapping[str, Any], out: Pa
 
 def load_run(variant: str, seed: int, run_dir: Path) -> dict[str, Any]:
     """A finished run's summary (summary.json) and per-step metrics (metrics.jsonl)."""
-    from adora_openrlhf.backends.local.metrics import read_metrics
+    from adora_openrlhf.rundir.metrics import read_metrics
 
     if not (run_dir / "summary.json").exists():
         raise SystemExit(f"{run_dir} has no finished run (summary.json); run the benchmark first")
@@ -97,10 +97,10 @@ def run_training(spec: RunSpec) -> dict[str, Any]:
     With ``spec.reuse`` a run directory that already holds this exact config is not recomputed: a finished
     run (summary.json) is read back, an interrupted one resumes from its last checkpoint. Anything else in the
     directory (another config, no checkpoint) is replaced."""
-    from adora_openrlhf.backends.local import checkpoint as ckpt
-    from adora_openrlhf.backends.local.trainer import train
     from adora_openrlhf.cli_args import format_config
     from adora_openrlhf.recipes import build_run_config
+    from adora_openrlhf.rundir import checkpoints as ckpt
+    from adora_openrlhf.train import train_local as train
 
     out = Path(spec.output_dir)
     cfg = build_run_config(spec.recipe, {**spec.overrides, "seed": spec.seed, "output_dir": spec.output_dir})

@@ -4,10 +4,10 @@
 [--threads 1] [--out DIR]``
 
 What a rollout costs depends on how the response lengths of one batch spread: ``model.generate`` runs every
-sequence until the longest ends, compact decoding (``model.decoding compact``, ``backends/local/decoding.py``)
+sequence until the longest ends, compact decoding (``model.decoding compact``, ``engine/decoding.py``)
 drops finished sequences from the batch; ``compact-forward`` is compact decoding calling the model's forward for
 every step, ``compact`` (what the trainer runs) takes the steps after the prefill through
-``backends/local/decode_step.py``. So the benchmark times a real policy on the recipe's training
+``engine/decode_step.py``. So the benchmark times a real policy on the recipe's training
 prompts: ``--model`` (a run's checkpoint directory, e.g. ``runs/kk-testbed/checkpoints/step_000020``), or
 without it the recipe's warm start for ``--seed`` (built once under ``--out``, as the sample-efficiency
 benchmark builds its own). ``--prompts`` x ``--n`` sequences in one batch, as one RL step generates them:
@@ -43,7 +43,7 @@ LOOP_SETTINGS = {  # generate_responses keyword arguments of each loop
 def time_mode(model, tokenizer, inputs: list[list[int]], cfg, batch: int, greedy: bool, mode: str, repeats: int) -> dict[str, Any]:
     """Every loop of :data:`LOOPS` on ``inputs``, ``repeats`` times: median wall and CPU seconds, speed-ups, response
     lengths and whether the loops produced the same tokens."""
-    from adora_openrlhf.backends.local.rollout import generate_responses
+    from adora_openrlhf.engine.rollout import generate_responses
 
     seconds: dict[str, list[float]] = {loop: [] for loop in LOOPS}
     cpu_seconds: dict[str, list[float]] = {loop: [] for loop in LOOPS}
@@ -107,10 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="bench/results/decoding")
     args = parser.parse_args(argv)
 
-    from adora_openrlhf.backends.local.data import load_run_rows
-    from adora_openrlhf.backends.local.model import load_pretrained
-    from adora_openrlhf.backends.local.tokenization import load_tokenizer, render_prompt
+    from adora_openrlhf.engine.model import load_pretrained
+    from adora_openrlhf.engine.tokenization import load_tokenizer
+    from adora_openrlhf.prompt_templates import render_prompt
     from adora_openrlhf.recipes import build_run_config
+    from adora_openrlhf.rows import load_run_rows
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)

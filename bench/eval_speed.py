@@ -14,7 +14,7 @@ and settings, in one process:
 - ``batched-exact``: ``eval.generation.HFGenerator`` with ``numerics="exact"`` (the trainer's arithmetic, bitwise
   the model's logits): the samples of ``exact-batch-size // k`` problems per call and decoding batch, one random
   stream per sample, the cache's heads repeated for grouped-query attention on CPU, the one-token steps through
-  ``backends/local/decode_step.py``;
+  ``engine/decode_step.py``;
 - ``batched-fast``: ``HFGenerator`` as ``eval.run`` uses it by default: ``numerics="fast"`` (grouped-query attention
   over one cache entry per key/value head, fewer operations per step, top-p without a full sort, each prompt
   prefilled once for its k samples), ``batch-size`` sequences per decoding batch, and the problems of a call
@@ -57,9 +57,9 @@ class PerProblemGenerator(HFGenerator):
     def generate(
         self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None, progress: Progress | None = None
     ) -> list[list[Completion]]:
-        from adora_openrlhf.backends.local.decoding import compact_decode
-        from adora_openrlhf.backends.local.kv_cache import growing_cache_for
         from adora_openrlhf.config import SamplingParams
+        from adora_openrlhf.engine.decoding import compact_decode
+        from adora_openrlhf.engine.kv_cache import growing_cache_for
 
         greedy = self.sampling.temperature == 0
         params = SamplingParams(

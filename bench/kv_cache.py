@@ -35,10 +35,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="bench/results/kv_cache")
     args = parser.parse_args(argv)
 
-    from adora_openrlhf.backends.local.model import build_tiny_model
-    from adora_openrlhf.backends.local.rollout import generate_responses
-    from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
     from adora_openrlhf.config import SamplingParams
+    from adora_openrlhf.engine.model import build_tiny_model
+    from adora_openrlhf.engine.rollout import generate_responses
+    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
     from adora_openrlhf.recipes import build_run_config
 
     torch.set_num_threads(args.threads)

@@ -56,9 +56,9 @@ def raw_floor(model_dir: str, overrides: dict[str, Any], repeats: int) -> dict[s
     """Median seconds of raw transformers generate + one forward/backward/AdamW step on the first batch."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from adora_openrlhf.backends.local.data import batch_indices, load_run_rows
-    from adora_openrlhf.backends.local.tokenization import render_prompt
+    from adora_openrlhf.prompt_templates import render_prompt
     from adora_openrlhf.recipes import build_run_config
+    from adora_openrlhf.rows import batch_indices, load_run_rows
 
     cfg = build_run_config(RECIPE, {**overrides, "model.path": model_dir, "warmup.steps": 0})
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -110,10 +110,10 @@ def run_trl(model_dir: str, overrides: dict[str, Any], steps: int, out: Path) ->
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from adora_openrlhf.backends.local.data import batch_indices, load_run_rows
-    from adora_openrlhf.backends.local.tokenization import render_prompt
+    from adora_openrlhf.prompt_templates import render_prompt
     from adora_openrlhf.recipes import build_run_config
     from adora_openrlhf.rewards.kk import kk_reward
+    from adora_openrlhf.rows import batch_indices, load_run_rows
 
     cfg = build_run_config(RECIPE, {**overrides, "model.path": model_dir, "warmup.steps": 0})
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

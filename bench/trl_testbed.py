@@ -24,7 +24,7 @@ completion at the 400-token limit keeps the whole batch decoding): about 6x the 
 so 4-6 hours for the nine TRL runs of seeds 0-2 on the 2-core machine.
 
 Held-out greedy accuracy on the seed's 200 held-out puzzles, with the local backend's evaluation
-(``backends/local/evaluate.py``), before the first step and after the last. Records (per run:
+(``engine/evaluate.py``), before the first step and after the last. Records (per run:
 ``acc_step0``, ``acc_final``, 2- and 3-person accuracy, thorough share of greedy answers, seconds per step,
 completions generated, training reward and completion length per step) go to
 ``bench/results/trl_testbed/results.json`` and ``table.md``; run folders stay under ``--out``. A finished run
@@ -62,10 +62,10 @@ def adora_fields(variant: str) -> dict[str, Any]:
 
 def load_testbed(seed: int, model_dir: str, steps: int | None = None):
     """(run config, tokenizer, train rows, held-out rows, their reward functions) of the seed's testbed."""
-    from adora_openrlhf.backends.local.data import load_run_rows
-    from adora_openrlhf.backends.local.rollout import make_reward_fns
-    from adora_openrlhf.backends.local.tokenization import load_tokenizer
+    from adora_openrlhf.engine.rollout import make_reward_fns
+    from adora_openrlhf.engine.tokenization import load_tokenizer
     from adora_openrlhf.recipes import build_run_config
+    from adora_openrlhf.rows import load_run_rows
 
     overrides = {"steps": steps} if steps is not None else {}
     cfg = build_run_config(RECIPE, {**FROM_WARM_START, **overrides, "seed": seed, "model.path": model_dir})
@@ -78,9 +78,9 @@ def held_out(model, tokenizer, cfg, eval_rows, eval_rewards) -> dict[str, float]
     """The local backend's held-out evaluation (greedy) of ``model``."""
     import torch
 
-    from adora_openrlhf.backends.local.evaluate import evaluate
-    from adora_openrlhf.backends.local.rollout import GenerationSettings, encode_prompts
-    from adora_openrlhf.backends.local.tokenization import render_prompt
+    from adora_openrlhf.engine.evaluate import evaluate
+    from adora_openrlhf.engine.rollout import GenerationSettings, encode_prompts
+    from adora_openrlhf.prompt_templates import render_prompt
 
     ids = encode_prompts(tokenizer, [render_prompt(r.prompt, tokenizer, cfg.data.prompt_template) for r in eval_rows], cfg.data.max_prompt_tokens, "eval")
     with torch.random.fork_rng(devices=[]):
@@ -93,14 +93,14 @@ GENERATIONS = ("compact", "generate")
 
 def use_compact_decoding(model, pad_token_id: int) -> None:
     """Give ``model`` a ``generate(input_ids, attention_mask, generation_config)`` made of compact decoding
-    (``backends/local/decoding.py``) that returns what ``model.generate`` returns: the left-padded prompts followed
+    (``engine/decoding.py``) that returns what ``model.generate`` returns: the left-padded prompts followed
     by the completions, each ending at its eos, padded with ``pad_token_id`` to the longest. Sampling follows the
     call's generation config (temperature, top-p, top-k, min-p, repetition penalty, max new tokens; greedy when
     ``do_sample`` is off) with ``torch.multinomial`` on the global generator, as ``model.generate`` samples."""
     import torch
 
     from adora_openrlhf.algorithms.sampling import SamplingParams
-    from adora_openrlhf.backends.local.rollout import compact_decode_batch
+    from adora_openrlhf.engine.rollout import compact_decode_batch
 
     def generate(input_ids=None, attention_mask=None, generation_config=None, **kwargs):
         if kwargs:
@@ -177,9 +177,9 @@ def run_trl(trainer_kind: str, variant: str, seed: int, model_dir: str, run_dir:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
 
-    from adora_openrlhf.backends.local.data import batch_indices
-    from adora_openrlhf.backends.local.sft import style_fractions
-    from adora_openrlhf.backends.local.tokenization import render_prompt
+    from adora_openrlhf.prompt_templates import render_prompt
+    from adora_openrlhf.rows import batch_indices
+    from adora_openrlhf.tasks.behaviours import style_fractions
 
     cfg, tokenizer, train_rows, eval_rows, train_rewards, eval_rewards = load_testbed(seed, model_dir, steps)
     order = batch_indices(0, cfg.steps * cfg.prompts_per_step, len(train_rows), seed)

@@ -6,7 +6,7 @@ the batch, so an interrupted batch is redone identically. ``progress(n)`` is cal
 ``pick_engine("auto")`` takes vLLM when it is importable and a CUDA device is present, else `transformers`.
 
 The `transformers` engine (:class:`HFGenerator`) decodes the samples of many problems in one batch with the
-local backend's compact decoding and growing KV cache (``backends/local/decoding.py``, ``kv_cache.py``), by
+local backend's compact decoding and growing KV cache (``engine/decoding.py``, ``kv_cache.py``), by
 default with its ``fast`` numerics (grouped-query attention, top-p without a full sort, shared prefill). Sample
 ``j`` of a row with seed ``s`` draws its ``t``-th token by inverse-CDF sampling with the ``t``-th number of its
 own uniform stream, a ``torch.Generator`` seeded with :func:`sample_seed(s, j) <sample_seed>`: its tokens are a
@@ -117,7 +117,7 @@ def render_prompt(tokenizer, prompt: Any, template: str = "auto") -> str:
     """Prompt text under the local backend's templates: ``auto`` = the tokenizer's chat template when it has
     one, else the compact template the tiny models are trained with (so a kk-tiny model is evaluated on the
     prompts it was trained on)."""
-    from adora_openrlhf.backends.local.tokenization import render_prompt as render
+    from adora_openrlhf.prompt_templates import render_prompt as render
 
     return render(prompt, tokenizer, template)
 
@@ -136,15 +136,15 @@ class HFGenerator:
     (module docstring): the k samples of every row of a call, ``batch_size`` sequences per decoding batch, in
     row order. A vision-language checkpoint (config with a ``vision_config``, e.g. Qwen2.5-VL or the local
     backend's tiny one) is loaded with its processor, and rows with ``images`` go through it
-    (``backends/local/vlm.py``). ``template``: the prompt template (``backends/local/tokenization.py``).
-    ``numerics`` (``backends/local/decoding.py``'s ``NUMERICS``): ``fast`` (default) decodes text with grouped-query
+    (``engine/vlm.py``). ``template``: the prompt template (``engine/tokenization.py``).
+    ``numerics`` (``engine/decoding.py``'s ``NUMERICS``): ``fast`` (default) decodes text with grouped-query
     attention over a cache with one entry per key/value head, top-p without a full sort of the vocabulary and
     each distinct prompt prefilled once for its k samples, within float rounding of ``exact``, the trainer's
     arithmetic (the model's forward bitwise, transformers' samplers). ``workers`` (``fast`` only; None = one per
     torch thread on a Linux CPU): the problems of a call are decoded in that many forked processes
     (``eval/workers.py``); a sample's tokens still depend only on its own stream and its logits. ``fast_step``
     (class attribute): text
-    decoding takes its one-token steps through ``backends/local/decode_step.py`` where the model allows;
+    decoding takes its one-token steps through ``engine/decode_step.py`` where the model allows;
     ``bench/eval_speed.py`` turns it off to time the model's own forward."""
 
     fast_step = True
@@ -159,10 +159,11 @@ class HFGenerator:
         numerics: str = "fast",
         workers: int | None = None,
     ):
-        from adora_openrlhf.backends.local import vlm
-        from adora_openrlhf.backends.local.decoding import numerics_of
-        from adora_openrlhf.backends.local.model import load_pretrained, pick_device
-        from adora_openrlhf.backends.local.tokenization import PROMPT_TEMPLATES, load_tokenizer
+        from adora_openrlhf.engine import vlm
+        from adora_openrlhf.engine.decoding import numerics_of
+        from adora_openrlhf.engine.model import load_pretrained, pick_device
+        from adora_openrlhf.engine.tokenization import load_tokenizer
+        from adora_openrlhf.prompt_templates import PROMPT_TEMPLATES
         from eval.workers import worker_count
 
         PROMPT_TEMPLATES.get(template)
@@ -186,7 +187,7 @@ class HFGenerator:
 
     def prompt_text(self, row: Mapping[str, Any]) -> str:
         if self.processor is not None:
-            from adora_openrlhf.backends.local import vlm
+            from adora_openrlhf.engine import vlm
 
             return vlm.render_vlm_prompt(row["prompt"], self.processor, self.template)
         return render_prompt(self.tokenizer, row["prompt"], self.template)
@@ -197,7 +198,7 @@ class HFGenerator:
             if any(row.get("images") for row in rows):
                 raise ValueError("images: this checkpoint is a text-only model (no vision_config); evaluate image benchmarks with a vision-language model")
             return [self.tokenizer(self.prompt_text(row), add_special_tokens=False)["input_ids"] for row in rows], None
-        from adora_openrlhf.backends.local import vlm
+        from adora_openrlhf.engine import vlm
 
         texts = [self.prompt_text(row) for row in rows]
         return vlm.encode_vlm_prompts(self.processor, texts, [row.get("images") or [] for row in rows], 1 << 30, "benchmark")
@@ -205,9 +206,9 @@ class HFGenerator:
     def generate(
         self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None, progress: Progress | None = None
     ) -> list[list[Completion]]:
-        from adora_openrlhf.backends.local.kv_cache import full_attention_only
-        from adora_openrlhf.backends.local.rollout import generate_responses
         from adora_openrlhf.config import SamplingParams
+        from adora_openrlhf.engine.kv_cache import full_attention_only
+        from adora_openrlhf.engine.rollout import generate_responses
 
         greedy = self.sampling.temperature == 0
         params = SamplingParams(
@@ -286,7 +287,7 @@ class VLLMGenerator:
     ):
         from vllm import LLM, SamplingParams
 
-        from adora_openrlhf.backends.local.tokenization import PROMPT_TEMPLATES
+        from adora_openrlhf.prompt_templates import PROMPT_TEMPLATES
 
         PROMPT_TEMPLATES.get(template)
 

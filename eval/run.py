@@ -15,7 +15,7 @@ row that changed since are ignored and the problem is generated again; only the 
 path and its files' sizes and times, the engine, dtype, prompt template, temperature, top_p, max_new_tokens,
 repetition penalty, seed and seeding scheme); a rerun into the same ``--out`` with any of them changed is
 refused, so samples of two models or settings never mix, and two processes writing one ``--out`` at once are
-refused too (a lock, ``adora_openrlhf/dirlock.py``). Each problem's samples are drawn from seeds of their own
+refused too (a lock, ``adora_openrlhf/rundir/lock.py``). Each problem's samples are drawn from seeds of their own
 (from the run's seed, the benchmark and the problem id, then one stream per sample), so a problem's samples do
 not depend on which problems share its batch and an interrupted batch is redone identically. Problem ids must
 be unique within a benchmark; a repeated one is refused with its ``file:line``. Every row is checked before any
@@ -43,9 +43,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from adora_openrlhf.backends.local.model_source import check_model_source, weight_files_problem
 from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
-from adora_openrlhf.dirlock import DirLock
+from adora_openrlhf.engine.model_source import check_model_source, weight_files_problem
+from adora_openrlhf.rundir.lock import DirLock
 from eval.benchmarks import HELDOUT, Benchmark, get_benchmark, load_located_rows, row_file, row_source
 from eval.fit import FitContext, PromptFit, fit_notes, prompt_fit
 from eval.generation import DTYPES, GENERATORS, EvalSampling, Generator, parse_engine_args, pick_engine, resolve_dtype
@@ -127,11 +127,11 @@ def check_rows(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]
     """ValueError ``file:line: ...`` when two rows of ``bench`` share a problem id, when a row has no reward
     source (benchmark ``heldout`` grades each row by its own), when the reward cannot parse a row's label, or when
     a label is longer than ``MAX_LABEL_CHARS``, or a meta field the reward reads is wrong (the local backend's load-time checks, ``LABEL_CHECKS`` and
-    ``ROW_CHECKS`` of ``adora_openrlhf/backends/local/data.py``: a K&K label against the prompt's names and
+    ``ROW_CHECKS`` of ``adora_openrlhf/rows.py``: a K&K label against the prompt's names and
     ``meta.statements``, a math row's ``reward_style``/``answer_scope``/``grader_timeout_s``, a visual row's
     question and answer types)."""
-    from adora_openrlhf.backends.local.data import LABEL_CHECKS, MAX_LABEL_CHARS, ROW_CHECKS, RowFieldError
     from adora_openrlhf.rewards.base import get_reward_fn
+    from adora_openrlhf.rows import LABEL_CHECKS, MAX_LABEL_CHARS, ROW_CHECKS, RowFieldError
 
     first: dict[str, str] = {}
     for index, (where, row) in enumerate(located):

@@ -1,7 +1,7 @@
 """A local training run as an evaluation target: ``python -m eval.run --run RUN``.
 
 The local trainer saves the held-out rows it evaluates and the settings it evaluates them with
-(``RUN/heldout.jsonl``, ``RUN/heldout.json``; ``adora_openrlhf/backends/local/heldout.py``). ``--run RUN``
+(``RUN/heldout.jsonl``, ``RUN/heldout.json``; ``adora_openrlhf/rundir/heldout.py``). ``--run RUN``
 evaluates ``RUN/final_model`` (or ``--model``, e.g. one of the run's checkpoints) on those rows (benchmark
 ``heldout``) with the run's prompt template, and by default its ``max_new_tokens``, repetition penalty and
 generation batch size, and reports the result next to the trainer's own ``eval/greedy_accuracy`` of the same
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.backends.local.heldout import HELDOUT_ROWS, HELDOUT_SETTINGS
+from adora_openrlhf.rundir.heldout import HELDOUT_ROWS, HELDOUT_SETTINGS
 from eval.fit import ModelOrigin
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -106,7 +106,7 @@ def default_model(target: RunTarget) -> Path:
 
 def _eval_records(run_dir: Path) -> dict[int, float]:
     """step -> the trainer's ``eval/greedy_accuracy`` (the last record of each step) from ``RUN/metrics.jsonl``."""
-    from adora_openrlhf.backends.local.metrics import read_metrics
+    from adora_openrlhf.rundir.metrics import read_metrics
 
     path = run_dir / "metrics.jsonl"
     if not path.is_file():

@@ -206,8 +206,8 @@ def test_advantages_of_groups_of_several_sizes_equal_each_group_alone():
 
 
 def test_local_run_with_an_allocator_saves_and_restores_its_store(tmp_path):
-    from adora_openrlhf.backends.local import checkpoint as ckpt
     from adora_openrlhf.backends.local.trainer import train
+    from adora_openrlhf.rundir import checkpoints as ckpt
 
     extra = {
         "allocation.method": "knapsack",

@@ -101,6 +101,29 @@ def test_no_import_circle_and_config_imports_no_backend():
     assert sorted(m for m in graph["adora_openrlhf.config"] if ".backends" in m) == []
 
 
+def _script_imports(folder: pathlib.Path) -> dict[str, set[str]]:
+    """Module names each .py file of a folder outside the package imports (function-level imports included)."""
+    return {str(path.relative_to(ROOT)): _imported_names(".".join(path.relative_to(ROOT).with_suffix("").parts), path) for path in sorted(folder.rglob("*.py"))}
+
+
+def test_eval_and_bench_reach_the_engine_and_the_run_directory_not_the_local_backend():
+    """``eval/`` and ``bench/`` use ``adora_openrlhf.engine``, ``adora_openrlhf.rundir`` and ``adora_openrlhf.train``;
+    the local trainer's modules are its own."""
+    found = {**_script_imports(ROOT / "eval"), **_script_imports(ROOT / "bench")}
+    assert {
+        path: sorted(n for n in names if n.startswith("adora_openrlhf.backends.local"))
+        for path, names in found.items()
+        if any(n.startswith("adora_openrlhf.backends.local") for n in names)
+    } == {}
+
+
+def test_the_engine_and_the_run_directory_import_no_backend():
+    graph = _import_graph()
+    shared = [m for m in graph if m.split(".")[1:2] in (["engine"], ["rundir"]) or m == "adora_openrlhf.rows"]
+    assert len(shared) >= 10
+    assert {m: sorted(e for e in graph[m] if ".backends." in e) for m in shared if any(".backends." in e for e in graph[m])} == {}
+
+
 def _long_functions(folder: pathlib.Path, limit: int) -> list[str]:
     long = []
     for path in sorted(folder.rglob("*.py")):

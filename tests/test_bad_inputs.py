@@ -778,7 +778,7 @@ def test_ctrl_c_in_a_real_training_prints_how_to_resume(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     argv = [sys.executable, "-m", "adora_openrlhf.train", "--output-dir", str(out), *FAST, "--steps", "100000", "--save_every", "1"]
 
-    from adora_openrlhf.backends.local.checkpoint import list_checkpoints
+    from adora_openrlhf.rundir.checkpoints import list_checkpoints
 
     def rl_checkpoint_written() -> bool:  # a complete checkpoint after step 0; older ones are rotated away, so no fixed name
         return (out / "checkpoints").is_dir() and any(step > 0 for step, _ in list_checkpoints(out))

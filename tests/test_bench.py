@@ -259,7 +259,7 @@ def test_component_fractions():
 def test_finished_runs_with_the_same_config_are_reused(tmp_path, monkeypatch):
     """A rerun of the benchmark reads back a finished run holding the same config instead of recomputing it;
     a changed setting or --fresh recomputes it."""
-    from adora_openrlhf.backends.local import trainer
+    from adora_openrlhf import train
     from bench.common import RunSpec, run_training
 
     overrides = {
@@ -274,7 +274,7 @@ def test_finished_runs_with_the_same_config_are_reused(tmp_path, monkeypatch):
     assert first["summary"]["steps"] == 2 and (tmp_path / "run" / "summary.json").exists()
 
     calls = []
-    monkeypatch.setattr(trainer, "train", lambda cfg, **kw: calls.append((cfg.train.lr, kw)))
+    monkeypatch.setattr(train, "train_local", lambda cfg, **kw: calls.append((cfg.train.lr, kw)))
     monkeypatch.setattr("bench.common.load_run", lambda variant, seed, out: "read back")
     again = run_training(spec)
     assert calls == [] and again == "read back"
@@ -299,9 +299,9 @@ def test_kv_cache_bench_writes_its_table(tmp_path):
 def test_decoding_bench_times_the_three_loops_on_a_saved_policy(tmp_path):
     import json
 
-    from adora_openrlhf.backends.local.model import build_tiny_model
-    from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
     from adora_openrlhf.config import TinyModelConfig
+    from adora_openrlhf.engine.model import build_tiny_model
+    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
     from bench import decoding
 
     tokenizer = train_bpe_tokenizer(["Knights always tell the truth and knaves always lie. Alice says: Bob is a knave."] * 4, 300)
@@ -321,9 +321,9 @@ def test_decoding_bench_times_the_three_loops_on_a_saved_policy(tmp_path):
 def test_eval_speed_bench_times_the_three_ways_on_a_saved_policy(tmp_path):
     import json
 
-    from adora_openrlhf.backends.local.model import build_tiny_model
-    from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
     from adora_openrlhf.config import TinyModelConfig
+    from adora_openrlhf.engine.model import build_tiny_model
+    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
     from adora_openrlhf.tasks.kk import generate_rows
     from bench import eval_speed
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from adora_openrlhf.backends.local import checkpoint as ckpt
 from adora_openrlhf.backends.local.trainer import train
 from adora_openrlhf.config import ConfigError
+from adora_openrlhf.rundir import checkpoints as ckpt
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from tiny_runs import tiny_kk_config

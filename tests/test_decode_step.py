@@ -1,12 +1,12 @@
-"""The one-token decoding step (backends/local/decode_step.py) gives the model's own logits, bitwise."""
+"""The one-token decoding step (engine/decode_step.py) gives the model's own logits, bitwise."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from adora_openrlhf.backends.local.decode_step import decode_step_for
-from adora_openrlhf.backends.local.kv_cache import attention_reads_cache, growing_cache_for
+from adora_openrlhf.engine.decode_step import decode_step_for
+from adora_openrlhf.engine.kv_cache import attention_reads_cache, growing_cache_for
 
 
 def _qwen2(kv_heads: int = 1, attn: str = "sdpa", seed: int = 0):
@@ -83,8 +83,8 @@ def test_step_logits_equal_the_forward_bitwise(padded, repeated, kv_heads):
 
 
 def test_compact_decoding_gives_the_same_tokens_with_and_without_the_step():
-    from adora_openrlhf.backends.local.decoding import compact_decode
     from adora_openrlhf.config import SamplingParams
+    from adora_openrlhf.engine.decoding import compact_decode
 
     model = _qwen2(2)
     ids, mask = _prompts(True)
@@ -143,7 +143,7 @@ def test_fast_step_logits_are_the_forwards_within_rounding(padded, kv_heads):
 def test_grouped_attention_hand_case():
     """Two query heads on one key/value head, two cached positions, the second masked: each head attends only to
     position 0, so its output is that position's value."""
-    from adora_openrlhf.backends.local.decode_step import grouped_attention
+    from adora_openrlhf.engine.decode_step import grouped_attention
 
     query = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])  # [B=1, kv_heads=1, g=2, D=2]
     keys = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])  # [1, 1, T=2, D]
@@ -185,13 +185,13 @@ def test_an_unchecked_transformers_release_falls_back_to_the_forward_with_one_lo
 
     import transformers
 
-    from adora_openrlhf.backends.local import decode_step
+    from adora_openrlhf.engine import decode_step
 
     model = _qwen2()
     assert decode_step_for(model, growing_cache_for(model)) is not None  # the release these tests pin
     monkeypatch.setattr(transformers, "__version__", "9.1.0")
     monkeypatch.setattr(decode_step, "_version_logged", set())
-    with caplog.at_level(logging.INFO, logger="adora_openrlhf.backends.local.decode_step"):
+    with caplog.at_level(logging.INFO, logger="adora_openrlhf.engine.decode_step"):
         assert decode_step_for(model, growing_cache_for(model)) is None
         assert decode_step_for(model, growing_cache_for(model), "fast") is None
     lines = [r.getMessage() for r in caplog.records if "9.1.0" in r.getMessage()]

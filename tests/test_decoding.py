@@ -1,4 +1,4 @@
-"""Compact decoding (backends/local/decoding.py) against transformers' model.generate: greedy tokens equal with
+"""Compact decoding (engine/decoding.py) against transformers' model.generate: greedy tokens equal with
 rows leaving the batch; sampled tokens equal under the same seed when nothing is compacted, with every logits
 processor; the compacted batch really shrinks; the generate fallback for vision prompts and the config field;
 inverse-CDF sampling from per-row random streams, whose tokens do not depend on the batch."""
@@ -8,11 +8,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adora_openrlhf.backends.local import decoding
-from adora_openrlhf.backends.local.model import build_tiny_model
-from adora_openrlhf.backends.local.rollout import generate_responses
-from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
 from adora_openrlhf.config import ConfigError, ModelConfig, SamplingParams, TinyModelConfig
+from adora_openrlhf.engine import decoding
+from adora_openrlhf.engine.model import build_tiny_model
+from adora_openrlhf.engine.rollout import generate_responses
+from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
 
 TINY = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
 CORPUS = ["Knights always tell the truth. Alice says: Bob is a knave.", "<think>Alice knight.</think>\n<answer>(1) Alice is a knight</answer>"] * 5
@@ -95,7 +95,7 @@ def test_sampled_compact_decoding_ends_rows_at_eos_and_flags_truncation(model, t
 
 
 def test_decoding_setting_picks_the_loop(model, tok, monkeypatch):
-    import adora_openrlhf.backends.local.rollout as rollout
+    import adora_openrlhf.engine.rollout as rollout
 
     calls = []
 
@@ -202,8 +202,8 @@ def test_candidate_top_p_keeps_the_tokens_the_full_sort_keeps(seed, rows, vocab,
 
 
 def test_shared_prefill_runs_each_prompt_once_and_copies_it(model, tok):
-    from adora_openrlhf.backends.local.kv_cache import growing_cache_for
-    from adora_openrlhf.backends.local.rollout import left_padded
+    from adora_openrlhf.engine.kv_cache import growing_cache_for
+    from adora_openrlhf.engine.rollout import left_padded
 
     prompts = [tok.encode(t) for t in TEXTS[:3]]
     ids, mask = left_padded([p for p in prompts for _ in range(4)], tok.pad_token_id)  # 3 prompts x 4 samples

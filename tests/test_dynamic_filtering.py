@@ -209,8 +209,8 @@ def _records(out):
 def test_local_training_with_dynamic_filtering_and_resume(tmp_path):
     from test_local_e2e import TINY
 
-    from adora_openrlhf.backends.local.checkpoint import load_trainer_state
     from adora_openrlhf.backends.local.trainer import train
+    from adora_openrlhf.rundir.checkpoints import load_trainer_state
 
     # warmed up on four puzzles, the tiny model answers them right about a third of the time (test_testbed_rl.py):
     # most groups of 4 are mixed, some all wrong

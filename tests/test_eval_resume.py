@@ -13,9 +13,9 @@ from eval.run import CONFIG_FILE, SAMPLES_FILE, evaluate_benchmark, main, proble
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     """A random-init tiny model and tokenizer on disk (no training: samples are random text)."""
-    from adora_openrlhf.backends.local.model import build_tiny_model
-    from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
     from adora_openrlhf.config import TinyModelConfig
+    from adora_openrlhf.engine.model import build_tiny_model
+    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
     from adora_openrlhf.tasks.kk import generate_rows
 
     root = tmp_path_factory.mktemp("model")
@@ -164,7 +164,7 @@ def test_problem_hash_covers_prompt_label_meta_and_image_bytes(tmp_path):
 
 
 def test_a_second_evaluation_into_the_same_out_is_refused(tiny_model, tmp_path, capsys):
-    from adora_openrlhf.dirlock import DirLock
+    from adora_openrlhf.rundir.lock import DirLock
 
     model, bench_file = tiny_model
     out = tmp_path / "eval"
@@ -186,7 +186,7 @@ def test_the_lock_holds_across_processes(tiny_model, tmp_path, capsys):
     script = "\n".join(
         [
             "import pathlib, sys",
-            "from adora_openrlhf.dirlock import DirLock",
+            "from adora_openrlhf.rundir.lock import DirLock",
             "with DirLock(pathlib.Path(sys.argv[1]), '--out', 'x'):",
             "    print('held', flush=True)",
             "    input()",
@@ -262,7 +262,7 @@ def test_relative_image_paths_resolve_against_the_files_folder(tmp_path, monkeyp
 
 
 def test_image_rows_for_a_text_model_and_a_foreign_tokenizer_fail_before_generation(tiny_model, tmp_path, capsys):
-    from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
+    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
     from adora_openrlhf.tasks.kk import generate_rows
 
     model, bench_file = tiny_model

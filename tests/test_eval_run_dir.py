@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from adora_openrlhf.backends.local.data import load_run_rows
 from adora_openrlhf.backends.local.trainer import train
 from adora_openrlhf.recipes import build_run_config
+from adora_openrlhf.rows import load_run_rows
 from eval.run import SAMPLES_FILE, main, read_records
 
 TINY = {

@@ -75,9 +75,9 @@ def test_worker_count():
 
 
 def test_the_transformers_engine_gives_the_same_samples_with_one_or_three_processes(tmp_path):
-    from adora_openrlhf.backends.local.model import build_tiny_model
-    from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
     from adora_openrlhf.config import TinyModelConfig
+    from adora_openrlhf.engine.model import build_tiny_model
+    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
     from adora_openrlhf.tasks.kk import generate_rows
     from eval.generation import EvalSampling, HFGenerator
 

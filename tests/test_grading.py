@@ -153,8 +153,8 @@ def test_pathological_math_answers_do_not_hold_a_step_past_the_deadline():
 
 def test_the_local_engine_scores_late_responses_with_the_failure_reward_and_logs_them(monkeypatch):
     """RolloutEngine.score grades a round's responses through the step's grader; the K&K failure reward is -3."""
-    from adora_openrlhf.backends.local.data import Row
-    from adora_openrlhf.backends.local.rollout import RolloutEngine
+    from adora_openrlhf.engine.rollout import RolloutEngine
+    from adora_openrlhf.rows import Row
 
     class Decode:
         def decode(self, ids, skip_special_tokens=True):

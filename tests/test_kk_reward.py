@@ -255,8 +255,8 @@ def test_recipes_choose_the_parser():
 
 
 def test_config_parser_reaches_local_rows_and_is_validated():
-    from adora_openrlhf.backends.local.data import load_run_rows
     from adora_openrlhf.config import ConfigError, DataConfig
+    from adora_openrlhf.rows import load_run_rows
 
     train, held = load_run_rows(DataConfig(kk_parser="logic_rl", num_train=3, num_eval=2, kk_num_people=[2]), 0)
     assert {row.meta["kk_parser"] for row in (*train, *held)} == {"logic_rl"}

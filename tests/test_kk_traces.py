@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adora_openrlhf.backends.local.data import Row
-from adora_openrlhf.backends.local.sft import DEMONSTRATIONS, demonstration_for, lr_factor, style_fractions, warmup_styles
+from adora_openrlhf.backends.local.sft import lr_factor, warmup_styles
 from adora_openrlhf.config import ConfigError, WarmupConfig
 from adora_openrlhf.rewards.kk import format_ok, kk_reward
+from adora_openrlhf.rows import Row
 from adora_openrlhf.tasks import kk
+from adora_openrlhf.tasks.behaviours import DEMONSTRATIONS, demonstration_for, style_fractions
 
 
 def _row(raw: dict) -> Row:
@@ -245,7 +246,7 @@ def test_name_pool_and_order():
 def test_guessing_styles_are_registered_as_randomised_so_the_warm_up_redraws_them():
     """The warm-up caches a row's tokenized demonstration unless its (source, style) is randomised: the
     guesses must be redrawn every time, the checked trace and the direct answer are fixed."""
-    from adora_openrlhf.backends.local.sft import RANDOMISED_DEMONSTRATIONS
+    from adora_openrlhf.tasks.behaviours import RANDOMISED_DEMONSTRATIONS
 
     assert {("kk", "shortcut"), ("kk", "restate")} <= RANDOMISED_DEMONSTRATIONS
     assert not {("kk", "thorough"), ("kk", "direct")} & RANDOMISED_DEMONSTRATIONS

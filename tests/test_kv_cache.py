@@ -1,4 +1,4 @@
-"""The growing KV cache (backends/local/kv_cache.py): same states as transformers' DynamicLayer, the default
+"""The growing KV cache (engine/kv_cache.py): same states as transformers' DynamicLayer, the default
 cache for models it does not cover, and the model.kv_cache setting. Same tokens from model.generate:
 tests/test_local_units.py (text) and tests/test_vlm.py (images)."""
 
@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adora_openrlhf.backends.local.kv_cache import MIN_CAPACITY, growing_cache_for
 from adora_openrlhf.config import ConfigError, ModelConfig
+from adora_openrlhf.engine.kv_cache import MIN_CAPACITY, growing_cache_for
 
 
 @settings(max_examples=30, deadline=None)
@@ -62,9 +62,9 @@ def test_kv_cache_setting_is_validated():
 
 
 def _gqa_model():
-    from adora_openrlhf.backends.local.model import build_tiny_model
-    from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
     from adora_openrlhf.config import TinyModelConfig
+    from adora_openrlhf.engine.model import build_tiny_model
+    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
 
     tok = train_bpe_tokenizer(["Knights always tell the truth. Alice says: Bob is a knave."] * 4, 300)
     tiny = TinyModelConfig(vocab_size=300, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1)
@@ -77,7 +77,7 @@ def test_grouped_query_heads_are_stored_repeated_and_read_as_they_are():
     transformers' DynamicCache, and the attention modules get their grouping back afterwards."""
     from transformers import DynamicCache
 
-    from adora_openrlhf.backends.local.kv_cache import attention_reads_cache, kv_head_repeats
+    from adora_openrlhf.engine.kv_cache import attention_reads_cache, kv_head_repeats
 
     model = _gqa_model()
     assert kv_head_repeats(model) == 4
@@ -102,7 +102,7 @@ def test_grouped_query_heads_are_stored_repeated_and_read_as_they_are():
 
 
 def test_attention_grouping_is_restored_when_decoding_fails():
-    from adora_openrlhf.backends.local.kv_cache import attention_reads_cache
+    from adora_openrlhf.engine.kv_cache import attention_reads_cache
 
     model = _gqa_model()
     with pytest.raises(RuntimeError, match="boom"), attention_reads_cache(model, growing_cache_for(model, tokens=100)):
@@ -114,7 +114,7 @@ def test_attention_grouping_is_restored_when_decoding_fails():
 
 
 def test_heads_are_repeated_only_while_the_cache_stays_small(monkeypatch):
-    from adora_openrlhf.backends.local import kv_cache
+    from adora_openrlhf.engine import kv_cache
 
     model = _gqa_model()
     per_token = kv_cache.cache_bytes_per_token(model)

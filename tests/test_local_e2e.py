@@ -7,10 +7,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from adora_openrlhf.backends.local.checkpoint import latest_checkpoint
 from adora_openrlhf.backends.local.trainer import train
 from adora_openrlhf.config import ConfigError
 from adora_openrlhf.recipes import build_run_config
+from adora_openrlhf.rundir.checkpoints import latest_checkpoint
 from adora_openrlhf.train import main
 
 TINY = {
@@ -175,9 +175,9 @@ def test_local_refuses_gpu_only_settings(tmp_path):
 
 def test_local_checkpoint_with_lora_and_chat_template(tmp_path):
     """``--model PATH``: a saved Hugging Face checkpoint with a chat template, LoRA adapters, KL to the base."""
-    from adora_openrlhf.backends.local.model import build_tiny_model
-    from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
     from adora_openrlhf.config import TinyModelConfig
+    from adora_openrlhf.engine.model import build_tiny_model
+    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
     from adora_openrlhf.tasks.kk import generate_rows
 
     rows = generate_rows(20, [2], seed=5)

@@ -9,16 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, GenerationRequest
-from adora_openrlhf.backends.local import checkpoint as ckpt
-from adora_openrlhf.backends.local.data import Row, batch_indices, load_run_rows, validate_rows
-from adora_openrlhf.backends.local.kv_cache import MIN_CAPACITY, growing_cache_for
-from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model
-from adora_openrlhf.backends.local.rollout import GenerationSettings, RolloutEngine, generate_responses, make_reward_fns
 from adora_openrlhf.backends.local.sft import supervised_warmup
-from adora_openrlhf.backends.local.tokenization import TAG_TOKENS, render_prompt, train_bpe_tokenizer
 from adora_openrlhf.backends.local.update import pack, token_log_probs
 from adora_openrlhf.config import AdaptiveSamplingConfig, ConfigError, DataConfig, ModelConfig, SamplingParams, TinyModelConfig, WarmupConfig
+from adora_openrlhf.engine.kv_cache import MIN_CAPACITY, growing_cache_for
+from adora_openrlhf.engine.model import apply_lora, build_tiny_model
+from adora_openrlhf.engine.rollout import GenerationSettings, RolloutEngine, generate_responses, make_reward_fns
+from adora_openrlhf.engine.tokenization import TAG_TOKENS, train_bpe_tokenizer
+from adora_openrlhf.prompt_templates import render_prompt
 from adora_openrlhf.rewards.kk import kk_reward
+from adora_openrlhf.rows import Row, batch_indices, load_run_rows, validate_rows
+from adora_openrlhf.rundir import checkpoints as ckpt
 from adora_openrlhf.tasks.kk import direct_demonstration
 
 TINY = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
@@ -43,7 +44,7 @@ def test_tokenizer_round_trip_and_atomic_tags(tok, tmp_path):
         assert len(tok(tag, add_special_tokens=False)["input_ids"]) == 1
     assert tok.pad_token == tok.eos_token == "<|endoftext|>"
     tok.save_pretrained(str(tmp_path / "t"))
-    from adora_openrlhf.backends.local.tokenization import load_tokenizer
+    from adora_openrlhf.engine.tokenization import load_tokenizer
 
     again = load_tokenizer(str(tmp_path / "t"))
     assert again(text, add_special_tokens=False)["input_ids"] == ids
@@ -190,7 +191,7 @@ def test_engine_batches_requests_by_params_and_scores(tok, model):
     engine = RolloutEngine(model, tok, ids, rows, make_reward_fns(rows), positive_threshold=1.0, settings=GenerationSettings(4))
     hot = SamplingParams(max_new_tokens=4, temperature=1.3)
     calls = []
-    import adora_openrlhf.backends.local.rollout as rollout
+    import adora_openrlhf.engine.rollout as rollout
 
     original = rollout.generate_responses
 
@@ -300,7 +301,7 @@ def test_duplicates_are_reported_and_held_out_prompts_never_train(tmp_path, capl
     train_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     train, held = load_run_rows(DataConfig(task="kk", train_path=str(train_file), num_eval=2), seed=0)
     assert [r.prompt[0] for r in held] == ["D", "A"] and [r.prompt[0] for r in train] == ["B", "C"]  # "A" (line 1) is held out too
-    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "adora_openrlhf.backends.local.data"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "adora_openrlhf.rows"]
     assert any(w.startswith(f"{train_file}:5: duplicate row (same prompt, images and label as {train_file}:1)") for w in warnings), warnings
     caplog.clear()
     eval_file = tmp_path / "eval.jsonl"
@@ -355,8 +356,8 @@ def test_adora_correctness_follows_the_threshold_not_the_task_flag():
     from adora_openrlhf.algorithms.pipeline import compute_step_advantages
     from adora_openrlhf.algorithms.sampling import PromptGroup, ScoredResponse
     from adora_openrlhf.backends.local.rl_step import group_batch
-    from adora_openrlhf.backends.local.rollout import RolloutSample
     from adora_openrlhf.config import AdoraConfig, AdvantageConfig
+    from adora_openrlhf.engine.rollout import RolloutSample
 
     def response(reward, length, task_flag):
         return ScoredResponse(reward, reward > 0.5, length, payload=RolloutSample(0, [1], [2] * length, "x", task_flag, {}))
@@ -401,7 +402,7 @@ def test_rollout_metrics_count_group_classes():
     """All-correct, all-wrong and mixed groups (the task's correctness): 1 of 3 each, hand-counted."""
     from adora_openrlhf.algorithms.sampling import PromptGroup, ScoredResponse
     from adora_openrlhf.backends.local.rl_step import rollout_metrics
-    from adora_openrlhf.backends.local.rollout import RolloutSample
+    from adora_openrlhf.engine.rollout import RolloutSample
 
     def group(flags):
         kept = [ScoredResponse(3.0 if f else -0.5, f, 4, payload=RolloutSample(0, [1], [2] * 4, "<think>guess.</think>", f, {"format_ok": 1.0})) for f in flags]
@@ -415,7 +416,7 @@ def test_rollout_metrics_count_group_classes():
 
 def test_evaluation_reports_accuracy_per_people_count(monkeypatch):
     """Held-out accuracy per subset of eval.benchmarks (K&K: ppl=N); a subset holding every row (ID) is not repeated."""
-    import adora_openrlhf.backends.local.evaluate as evaluate_module
+    import adora_openrlhf.engine.evaluate as evaluate_module
     from adora_openrlhf.tasks.kk import generate_rows
 
     raw = generate_rows(3, [2], seed=0) + generate_rows(2, [3], seed=0)
@@ -426,7 +427,7 @@ def test_evaluation_reports_accuracy_per_people_count(monkeypatch):
     def decoded_indices(model, tok, prompts, *args, **kwargs):
         return [([i], False) for i in range(len(prompts))]
 
-    monkeypatch.setattr("adora_openrlhf.backends.local.rollout.generate_responses", decoded_indices)
+    monkeypatch.setattr("adora_openrlhf.engine.rollout.generate_responses", decoded_indices)
 
     class Decoder:
         def decode(self, ids, skip_special_tokens=True):
@@ -443,7 +444,7 @@ def test_saved_tokenizer_loads_back_with_the_same_token_ids(tmp_path):
     """A checkpoint directory holds a Qwen2 config.json, so AutoTokenizer loads the run's tokenizer as a
     Qwen2Tokenizer, which rebuilds its own normaliser and pre-tokeniser: the trained tokenizer must use the same
     ones, or a resumed run, a warm start or eval.run would see other token ids than training did (digits above all)."""
-    from adora_openrlhf.backends.local.tokenization import load_tokenizer
+    from adora_openrlhf.engine.tokenization import load_tokenizer
     from adora_openrlhf.tasks.kk import generate_rows, statements_from_json, thorough_response
 
     rows = generate_rows(20, [2, 3], seed=0)
@@ -462,7 +463,7 @@ def test_saved_tokenizer_loads_back_with_the_same_token_ids(tmp_path):
 def test_majority_accuracy_hand_case():
     """Per (kind, level): colour L1 training labels red x2, blue x1 -> red; colour L2: blue. Held-out: L1 red (right),
     L1 green (wrong), L2 blue (right), L3 (no training row there: overall majority, red x2 vs blue x2, first seen red) red."""
-    from adora_openrlhf.backends.local.evaluate import majority_accuracy
+    from adora_openrlhf.engine.evaluate import majority_accuracy
 
     def row(label, level):
         return Row(prompt=f"q{level}", label=label, source="geo_synth", meta={"task": "colour", "difficulty": level})

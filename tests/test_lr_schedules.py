@@ -66,10 +66,10 @@ def test_local_trainer_rates_per_epoch():
 
 
 def test_policy_update_applies_the_rates():
-    from adora_openrlhf.backends.local.model import build_tiny_model
-    from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
     from adora_openrlhf.backends.local.update import pack, policy_update
     from adora_openrlhf.config import TinyModelConfig
+    from adora_openrlhf.engine.model import build_tiny_model
+    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
 
     tok = train_bpe_tokenizer(["Alice says Bob is a knave.", "<think>x</think><answer>y</answer>"] * 4, 300)
     tiny = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)

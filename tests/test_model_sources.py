@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from adora_openrlhf.backends.local import checkpoint as ckpt
-from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model
-from adora_openrlhf.backends.local.model_source import check_model_source
-from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
 from adora_openrlhf.backends.local.trainer import _build_model
 from adora_openrlhf.config import ConfigError, ModelConfig, TinyModelConfig
+from adora_openrlhf.engine.model import apply_lora, build_tiny_model
+from adora_openrlhf.engine.model_source import check_model_source
+from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
 from adora_openrlhf.recipes import build_run_config
+from adora_openrlhf.rundir import checkpoints as ckpt
 from adora_openrlhf.tasks.kk import generate_rows
 
 ROOT = Path(__file__).resolve().parents[1]

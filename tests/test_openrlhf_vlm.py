@@ -6,7 +6,7 @@ content list -> the processor's chat template), the agent's ``process_prompt_wit
 ``pixel_values`` and ``image_grid_thw``), ``dedup_media_tokens`` (one placeholder per image for vLLM),
 ``merge_mm_train_inputs`` (the batch of an ``Experience``) and ``Actor.forward`` (rebuilds
 ``mm_token_type_ids`` from the sequence for Qwen's M-RoPE). Each step is compared with the local backend's
-path (``backends/local/vlm.py``); the actor's log-probs must equal the local update's.
+path (``engine/vlm.py``); the actor's log-probs must equal the local update's.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "openrlhf"))
 
 import torch
 
-from adora_openrlhf.backends.local import vlm
-from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
 from adora_openrlhf.backends.local.update import pack, token_log_probs
 from adora_openrlhf.config import TinyModelConfig, TinyVisionConfig
+from adora_openrlhf.engine import vlm
+from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
 from adora_openrlhf.tasks import geo_synth
 from data_prep import geo_synth as geo_synth_files
 from gpu_stubs import import_openrlhf

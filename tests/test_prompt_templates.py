@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adora_openrlhf.backends.local.tokenization import COMPACT_CHAT_TEMPLATE, compact_template, render_prompt, train_bpe_tokenizer
+from adora_openrlhf.engine.tokenization import COMPACT_CHAT_TEMPLATE, train_bpe_tokenizer
+from adora_openrlhf.prompt_templates import compact_template, render_prompt
 
 
 @functools.lru_cache(maxsize=1)
@@ -54,9 +55,9 @@ def test_equals_the_compact_template(turns):
 
 
 def test_a_text_run_saves_it_and_a_vision_run_does_not():
-    from adora_openrlhf.backends.local.data import load_run_rows
     from adora_openrlhf.backends.local.trainer import _build_tokenizer
     from adora_openrlhf.recipes import build_run_config
+    from adora_openrlhf.rows import load_run_rows
 
     cfg = build_run_config("kk-tiny", {"data.num_train": 20, "data.num_eval": 5})
     rows, _ = load_run_rows(cfg.data, 0)

@@ -85,10 +85,10 @@ def _registries():
     from adora_openrlhf.algorithms.advantages import ADVANTAGE_ESTIMATORS
     from adora_openrlhf.algorithms.policy_loss import LOSS_AGGREGATIONS
     from adora_openrlhf.algorithms.sampling import EXIT_RULES
-    from adora_openrlhf.backends.local.sft import DEMONSTRATIONS, RESPONSE_PROBES
-    from adora_openrlhf.backends.local.tokenization import PROMPT_TEMPLATES
+    from adora_openrlhf.prompt_templates import PROMPT_TEMPLATES
     from adora_openrlhf.recipes import RECIPES
     from adora_openrlhf.rewards.base import REWARD_FUNCTIONS
+    from adora_openrlhf.tasks.behaviours import DEMONSTRATIONS, RESPONSE_PROBES
 
     return {
         "advantage.estimator": (ADVANTAGE_ESTIMATORS, {"group_norm", "dr_grpo", "reinforce_baseline", "rloo"}),
@@ -114,7 +114,7 @@ def test_every_registry_of_the_package_is_a_registry(key):
 
 
 def test_demonstration_styles_are_a_registry_per_source():
-    from adora_openrlhf.backends.local.sft import DEMONSTRATIONS
+    from adora_openrlhf.tasks.behaviours import DEMONSTRATIONS
 
     styles = DEMONSTRATIONS.get("kk")
     assert isinstance(styles, Registry) and {"direct", "thorough", "shortcut"} <= set(styles)

@@ -15,12 +15,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adora_openrlhf.backends.local import checkpoint as ckpt
-from adora_openrlhf.backends.local import rundir
-from adora_openrlhf.backends.local.metrics import read_metrics
-from adora_openrlhf.backends.local.model_source import safetensors_problem, weight_files_problem
 from adora_openrlhf.backends.local.trainer import train
 from adora_openrlhf.config import ConfigError
+from adora_openrlhf.engine.model_source import safetensors_problem, weight_files_problem
+from adora_openrlhf.rundir import checkpoints as ckpt
+from adora_openrlhf.rundir import checks as rundir
+from adora_openrlhf.rundir.metrics import read_metrics
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from tiny_runs import snapshot, tiny_kk_config

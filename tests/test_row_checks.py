@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from adora_openrlhf.backends.local.data import image_digest, load_run_rows, row_key, rows_fingerprint, validate_rows
 from adora_openrlhf.config import ConfigError, DataConfig
+from adora_openrlhf.rows import image_digest, load_run_rows, row_key, rows_fingerprint, validate_rows
 from adora_openrlhf.tasks import geo_synth
 from adora_openrlhf.tasks.kk import generate_rows as kk_rows
 from data_prep import geo_synth as geo_synth_files
@@ -305,9 +305,9 @@ def test_a_damaged_image_names_the_file_line_and_field(tmp_path, damage, needle)
 
 
 def test_vision_encoding_errors_name_file_lines(tmp_path):
-    from adora_openrlhf.backends.local import vlm
-    from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
     from adora_openrlhf.config import TinyVisionConfig
+    from adora_openrlhf.engine import vlm
+    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
 
     processor = vlm.build_tiny_processor(train_bpe_tokenizer(["a b c"], 300), TinyVisionConfig(image_size=32, depth=1, hidden_size=16, intermediate_size=32))
     red = _png(tmp_path / "r.png", "red")

@@ -68,7 +68,7 @@ def test_a_folder_goes_through_datasets_with_its_split(tmp_path):
 
 
 def test_the_three_callers_share_it(tmp_path):
-    from adora_openrlhf.backends.local.data import load_run_rows as local_rows
+    from adora_openrlhf.rows import load_run_rows as local_rows
     from data_prep.common import load_numbered
     from eval.benchmarks import read_located
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from adora_openrlhf.backends.local import rundir
-from adora_openrlhf.backends.local.metrics import MetricsLogger, read_metrics
 from adora_openrlhf.backends.local.trainer import train
 from adora_openrlhf.config import ConfigError
+from adora_openrlhf.rundir import checks as rundir
+from adora_openrlhf.rundir.metrics import MetricsLogger, read_metrics
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from tiny_runs import snapshot, tiny_kk_config
@@ -75,7 +75,7 @@ def test_lock_is_exclusive_across_processes(tmp_path):
 
     out = tmp_path / "run"
     code = (
-        "import sys, time; from pathlib import Path; from adora_openrlhf.backends.local.rundir import RunDirLock\n"
+        "import sys, time; from pathlib import Path; from adora_openrlhf.rundir.checks import RunDirLock\n"
         "with RunDirLock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(30)"
     )
     holder = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from adora_openrlhf.backends.local.metrics import MetricsLogger, flat_hparams, read_metrics
 from adora_openrlhf.cli_args import LEAF_TYPES, parse_value
 from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.rundir.metrics import MetricsLogger, flat_hparams, read_metrics
 from adora_openrlhf.train import main
 
 

@@ -19,9 +19,9 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_step_advantages  # noqa: E402
-from adora_openrlhf.backends.local.model import build_tiny_model  # noqa: E402
-from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer  # noqa: E402
 from adora_openrlhf.config import AdoraConfig, AdvantageConfig, ConfigError, TinyModelConfig  # noqa: E402
+from adora_openrlhf.engine.model import build_tiny_model  # noqa: E402
+from adora_openrlhf.engine.tokenization import train_bpe_tokenizer  # noqa: E402
 from adora_openrlhf.integrations.trl import AdoraGRPOConfig, AdoraGRPOTrainer  # noqa: E402
 
 PROMPTS = [f"question {i}: add {i} and {i + 1}" for i in range(40)]

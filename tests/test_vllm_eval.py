@@ -137,8 +137,8 @@ def test_greedy_answers_agree_with_transformers(model_dir):
     """
     from vllm import SamplingParams
 
-    from adora_openrlhf.backends.local.rollout import generate_responses
     from adora_openrlhf.config import SamplingParams as LocalParams
+    from adora_openrlhf.engine.rollout import generate_responses
     from adora_openrlhf.tasks.kk import generate_rows
     from eval.generation import render_prompt
 

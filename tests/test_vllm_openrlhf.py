@@ -121,7 +121,7 @@ def response_logprobs(experience) -> list[float]:
 
 
 def test_adaptive_sampler_over_a_real_engine(engine, model_dir):
-    from adora_openrlhf.backends.local.tokenization import load_tokenizer
+    from adora_openrlhf.engine.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(str(model_dir))
     args = openrlhf_args("--vllm.num_engines", "1", "--algo.advantage.is_correction_level", "token", n=4, estimator="dr_grpo", micro_batch=4)
@@ -197,7 +197,7 @@ def test_adaptive_sampler_over_a_real_engine(engine, model_dir):
 
 def test_openrlhf_generation_marks_truncated_responses(engine, model_dir):
     """Sampler off (OpenRLHF's own _generate_vllm): a one-token budget ends every response by length."""
-    from adora_openrlhf.backends.local.tokenization import load_tokenizer
+    from adora_openrlhf.engine.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(str(model_dir))
     args = openrlhf_args("--vllm.num_engines", "1", n=4, micro_batch=4)
@@ -259,7 +259,7 @@ def test_gloo_weight_sync_and_reload_from_a_saved_policy(ray_cluster, model_dir,
     reload from a saved folder; after each the engine generates from the new weights, with the closed-form log-probs."""
     from transformers import AutoModelForCausalLM
 
-    from adora_openrlhf.backends.local.tokenization import load_tokenizer
+    from adora_openrlhf.engine.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(str(model_dir))
     seven, five = answer_token(tokenizer, "7"), answer_token(tokenizer, "5")

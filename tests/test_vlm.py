@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 
 from adora_openrlhf.algorithms.adora import TAS, TDS, classify_groups
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler
-from adora_openrlhf.backends.local import vlm
-from adora_openrlhf.backends.local.data import Row, validate_rows
-from adora_openrlhf.backends.local.rollout import GenerationSettings, RolloutEngine, generate_responses, make_reward_fns
-from adora_openrlhf.backends.local.tokenization import train_bpe_tokenizer
 from adora_openrlhf.backends.local.update import pack, token_log_probs
 from adora_openrlhf.config import AdaptiveSamplingConfig, AdoraConfig, ConfigError, SamplingParams, TinyModelConfig, TinyVisionConfig
+from adora_openrlhf.engine import vlm
+from adora_openrlhf.engine.rollout import GenerationSettings, RolloutEngine, generate_responses, make_reward_fns
+from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
 from adora_openrlhf.recipes import build_run_config
 from adora_openrlhf.rewards.base import get_reward_fn
+from adora_openrlhf.rows import Row, validate_rows
 from adora_openrlhf.tasks import geo_synth
 from data_prep import geo_synth as geo_synth_files
 

@@ -1,8 +1,7 @@
-"""The embedded single-process backend: ``transformers`` generation, a plain torch optimiser, CPU or one GPU.
+"""The embedded single-process backend: a plain torch optimiser around the generation engine
+(``adora_openrlhf/engine``), CPU or one GPU; the run directory is ``adora_openrlhf/rundir``.
 
-Modules, one job each: ``tokenization`` (a byte-level BPE tokenizer trained on the task corpus, prompt
-templates), ``model`` (tiny random-init Qwen2-style model, local checkpoints, LoRA), ``data`` (rows and
-data order), ``rollout`` (batched generation -> scored responses), ``sft`` (supervised warm-up),
-``evaluate`` (held-out accuracy), ``metrics`` (JSONL, TensorBoard, PNG), ``checkpoint`` (atomic save and
-resume) and ``trainer`` (the RL loop, top to bottom).
+Modules, one job each: ``sft`` (supervised warm-up), ``allocate`` (the rollout allocator's adapter),
+``rl_step`` (one RL step: sample, advantages, update), ``update`` (packing and the PPO-clip update) and
+``trainer`` (the RL loop, top to bottom).
 """

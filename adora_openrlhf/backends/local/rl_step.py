@@ -28,11 +28,11 @@ from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_step_advantag
 from adora_openrlhf.algorithms.policy_loss import PolicyLossConfig
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, PromptGroup, SamplingResult
 from adora_openrlhf.backends.local.allocate import RolloutAllocator
-from adora_openrlhf.backends.local.data import batch_indices, row_key
-from adora_openrlhf.backends.local.rollout import RolloutEngine
-from adora_openrlhf.backends.local.sft import style_fractions
 from adora_openrlhf.backends.local.update import pack, policy_update
 from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.engine.rollout import RolloutEngine
+from adora_openrlhf.rows import batch_indices, row_key
+from adora_openrlhf.tasks.behaviours import style_fractions
 
 logger = logging.getLogger(__name__)
 

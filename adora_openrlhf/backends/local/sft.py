@@ -33,15 +33,7 @@ from tqdm.auto import tqdm
 
 from adora_openrlhf.backends.local.update import pack, token_log_probs
 from adora_openrlhf.config import WarmupConfig
-from adora_openrlhf.tasks.behaviours import (  # noqa: F401 (names of this module before the move)
-    DEMONSTRATIONS,
-    RANDOMISED_DEMONSTRATIONS,
-    RESPONSE_PROBES,
-    demonstration_for,
-    register_demonstration,
-    register_probe,
-    style_fractions,
-)
+from adora_openrlhf.tasks.behaviours import RANDOMISED_DEMONSTRATIONS, demonstration_for
 
 
 def warmup_styles(cfg: WarmupConfig) -> list[str]:

@@ -39,24 +39,27 @@ import torch
 from tqdm.auto import tqdm
 
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler
-from adora_openrlhf.backends.local import checkpoint as ckpt
-from adora_openrlhf.backends.local import rundir, vlm
 from adora_openrlhf.backends.local.allocate import RolloutAllocator
-from adora_openrlhf.backends.local.data import load_run_rows, rows_fingerprint
-from adora_openrlhf.backends.local.evaluate import evaluate, majority_accuracy
-from adora_openrlhf.backends.local.heldout import save_heldout
-from adora_openrlhf.backends.local.metrics import MetricsLogger, plot_reward_curve
-from adora_openrlhf.backends.local.model import apply_lora, build_tiny_model, count_parameters, load_pretrained, pick_device, vocabulary_problem
-from adora_openrlhf.backends.local.model_source import check_model_source, weight_files_problem
 from adora_openrlhf.backends.local.rl_step import PolicyDiverged, StepModels, StepSampling, rl_row_count, rl_step
-from adora_openrlhf.backends.local.rollout import GenerationSettings, RolloutEngine, encode_prompts, make_reward_fns
-from adora_openrlhf.backends.local.sft import demonstration_for, supervised_warmup, warmup_styles
-from adora_openrlhf.backends.local.tokenization import COMPACT_CHAT_TEMPLATE, load_tokenizer, render_prompt, tokenizer_problem, train_bpe_tokenizer
+from adora_openrlhf.backends.local.sft import supervised_warmup, warmup_styles
 from adora_openrlhf.backends.support import check_backend_fields
 from adora_openrlhf.cli_args import format_config
 from adora_openrlhf.cli_errors import check_output_dir
 from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.engine import vlm
+from adora_openrlhf.engine.evaluate import evaluate, majority_accuracy
+from adora_openrlhf.engine.model import apply_lora, build_tiny_model, count_parameters, load_pretrained, pick_device, vocabulary_problem
+from adora_openrlhf.engine.model_source import check_model_source, weight_files_problem
+from adora_openrlhf.engine.rollout import GenerationSettings, RolloutEngine, encode_prompts, make_reward_fns
+from adora_openrlhf.engine.tokenization import COMPACT_CHAT_TEMPLATE, load_tokenizer, tokenizer_problem, train_bpe_tokenizer
+from adora_openrlhf.prompt_templates import render_prompt
 from adora_openrlhf.rewards.grading import StepGrader
+from adora_openrlhf.rows import load_run_rows, rows_fingerprint
+from adora_openrlhf.rundir import checkpoints as ckpt
+from adora_openrlhf.rundir import checks as rundir
+from adora_openrlhf.rundir.heldout import save_heldout
+from adora_openrlhf.rundir.metrics import MetricsLogger, plot_reward_curve
+from adora_openrlhf.tasks.behaviours import demonstration_for
 
 logger = logging.getLogger(__name__)
 
@@ -390,7 +393,7 @@ class _LocalRun:
 
     def finish(self, started: float, start_step: int) -> dict[str, Any]:
         """The reward curve, ``final_model/`` and ``summary.json`` (returned)."""
-        from adora_openrlhf.backends.local.metrics import read_metrics
+        from adora_openrlhf.rundir.metrics import read_metrics
 
         cfg, out = self.cfg, self.out
         plot_reward_curve(out / "metrics.jsonl", out / "reward_curve.png")

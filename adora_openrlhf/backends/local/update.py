@@ -62,7 +62,7 @@ def _next_token_log_softmax(model, batch: PackedBatch) -> torch.Tensor:
     """``log p(. | x_{<=t})`` over the vocabulary for every position, ``[B, L - 1, V]``."""
     more = {}
     if batch.extras is not None:
-        from adora_openrlhf.backends.local.vlm import extra_model_inputs
+        from adora_openrlhf.engine.vlm import extra_model_inputs
 
         more = extra_model_inputs(model, batch.input_ids, batch.extras)
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False, **more).logits[:, :-1].float()

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.backends.local.rundir import RunDirLock, config_differences
 from adora_openrlhf.backends.openrlhf.entry import ENTRY_MODULE, check_openrlhf_version, parse_openrlhf_args, run_openrlhf_train
 from adora_openrlhf.backends.openrlhf.field_flags import FINAL_MODEL_DIR
 from adora_openrlhf.backends.openrlhf.flags import (
@@ -42,6 +41,7 @@ from adora_openrlhf.backends.openrlhf.flags import (
     signal_description,
 )
 from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.rundir.checks import RunDirLock, config_differences
 
 # what a launch, our trainer and OpenRLHF write into output_dir
 RUN_ARTEFACTS = ("checkpoints", "tensorboard", FINAL_MODEL_DIR, "run_config.json", "openrlhf_command.txt", "metrics.jsonl", MARKER_FILE)
@@ -300,7 +300,7 @@ def check_resume_config(checkpoint: Path, cfg: RunConfig) -> None:
         raise ConfigError(f"--resume: {path} is not valid JSON; restore it, or resume from an earlier checkpoint") from None
     changed = [key for key in config_differences(saved, cfg.to_dict()) if key not in RESUMABLE_CHANGES]
     if changed:
-        from adora_openrlhf.backends.local.rundir import _flatten
+        from adora_openrlhf.rundir.checks import _flatten
 
         flat_saved, flat_now = _flatten(saved), _flatten(cfg.to_dict())
         details = ", ".join(f"{k}: {flat_saved.get(k)!r} -> {flat_now.get(k)!r}" for k in changed[:8])

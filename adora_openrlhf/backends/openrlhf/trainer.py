@@ -168,7 +168,7 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
         """OpenRLHF's resume states (called once, at the start of ``fit``); restores the samples generator's state
         from them, opens ``metrics.jsonl`` at the resumed step, and evaluates the held-out set before the first
         step of a new run."""
-        from adora_openrlhf.backends.local.metrics import MetricsLogger
+        from adora_openrlhf.rundir.metrics import MetricsLogger
 
         states = super().init_checkpoint_states()
         saved = self.saved_sampler_state(int(states.get("global_step", 0))) or states.get(SAMPLER_STATE_KEY)

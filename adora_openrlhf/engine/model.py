@@ -95,7 +95,7 @@ def load_pretrained(path: str, dtype: str = "float32", init_kwargs: dict | None 
     weights that do not fit its config are refused (:func:`from_pretrained_checked`)."""
     from transformers import AutoModelForCausalLM
 
-    from adora_openrlhf.backends.local.model_source import check_model_source
+    from adora_openrlhf.engine.model_source import check_model_source
 
     check_model_source(path, option, init_kwargs)
     return from_pretrained_checked(AutoModelForCausalLM, path, option, dtype=DTYPES[dtype], **(init_kwargs or {}))

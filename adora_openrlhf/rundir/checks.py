@@ -35,10 +35,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.backends.local import checkpoint as ckpt
-from adora_openrlhf.backends.local.heldout import HELDOUT_IMAGES, HELDOUT_ROWS, HELDOUT_SETTINGS
 from adora_openrlhf.config import ConfigError, RunConfig
-from adora_openrlhf.dirlock import DirLock
+from adora_openrlhf.rundir import checkpoints as ckpt
+from adora_openrlhf.rundir.heldout import HELDOUT_IMAGES, HELDOUT_ROWS, HELDOUT_SETTINGS
+from adora_openrlhf.rundir.lock import DirLock
 
 RESUMABLE_CHANGES = {"steps", "save_every", "eval_every", "output_dir", "report_to"}  # options a resumed run may change
 PATH_OPTIONS = {"model.path", "data.train_path", "data.eval_path"}  # compared by what they name, not by spelling
@@ -186,7 +186,7 @@ def _data_source(cfg: RunConfig, split: str) -> str:
 def check_resume_data(checkpoint: Path, cfg: RunConfig, train_rows, eval_rows) -> None:
     """ConfigError when the training or held-out rows differ from those ``checkpoint`` recorded (content
     fingerprints); a checkpoint of an earlier version records none and is not checked."""
-    from adora_openrlhf.backends.local.data import rows_fingerprint
+    from adora_openrlhf.rows import rows_fingerprint
 
     record = ckpt.read_run_record(checkpoint) or {}
     saved_data = record.get("data") or {}
@@ -241,7 +241,7 @@ def clear_previous_run(out: Path) -> None:
 
 
 class RunDirLock(DirLock):
-    """The training's exclusive lock on ``out/.lock`` (:class:`~adora_openrlhf.dirlock.DirLock`, creates ``out``);
+    """The training's exclusive lock on ``out/.lock`` (:class:`~adora_openrlhf.rundir.lock.DirLock`, creates ``out``);
     ConfigError naming ``output_dir`` when another process holds it."""
 
     def __init__(self, out: Path):

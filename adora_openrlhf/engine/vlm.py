@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from adora_openrlhf.backends.local.model import tiny_lm_settings
 from adora_openrlhf.config import ConfigError
+from adora_openrlhf.engine.model import tiny_lm_settings
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 IMAGE_BLOCK = "<|vision_start|><|image_pad|><|vision_end|>"
@@ -151,7 +151,7 @@ def freeze_visual_encoder(model) -> int:
 def is_vlm_checkpoint(path: str, init_kwargs: dict | None = None) -> bool:
     """True when the checkpoint's config (a local directory or a hub name) has a ``vision_config`` (OpenRLHF's
     test, ``utils.is_vlm_model``)."""
-    from adora_openrlhf.backends.local.model_source import model_config_dict
+    from adora_openrlhf.engine.model_source import model_config_dict
 
     return "vision_config" in model_config_dict(path, init_kwargs)
 
@@ -162,7 +162,7 @@ def load_vlm(path: str, dtype: str = "float32", init_kwargs: dict | None = None,
     refused (``model.from_pretrained_checked``)."""
     from transformers import AutoModelForImageTextToText
 
-    from adora_openrlhf.backends.local.model import DTYPES, from_pretrained_checked
+    from adora_openrlhf.engine.model import DTYPES, from_pretrained_checked
 
     return from_pretrained_checked(AutoModelForImageTextToText, path, option, dtype=DTYPES[dtype], **(init_kwargs or {}))
 
@@ -172,7 +172,7 @@ def load_processor(path: str, init_kwargs: dict | None = None):
     no video config), :func:`image_only_processor_class`'s processor from the same files. Sets the tokenizer's pad token to eos when it has none."""
     from transformers import AutoProcessor
 
-    from adora_openrlhf.backends.local.model_source import loader_kwargs
+    from adora_openrlhf.engine.model_source import loader_kwargs
 
     try:
         processor = AutoProcessor.from_pretrained(path, **loader_kwargs(init_kwargs))

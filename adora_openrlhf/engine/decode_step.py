@@ -1,6 +1,6 @@
 """A one-token decoding step for Qwen2 decoders that runs ``transformers``' tensor operations without its modules.
 
-After the prefill, every step of :func:`~adora_openrlhf.backends.local.decoding.compact_decode` feeds one token
+After the prefill, every step of :func:`~adora_openrlhf.engine.decoding.compact_decode` feeds one token
 per row. The tiny models of the local backend need well under a millisecond of arithmetic for such a step at small
 batch sizes, but ``Qwen2ForCausalLM.forward`` spends several milliseconds in Python around it: module calls and
 their hooks, keyword plumbing, output dataclasses, the causal-mask builder, the attention-function registry. In the

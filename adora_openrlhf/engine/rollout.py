@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from adora_openrlhf.algorithms.sampling import GenerationRequest, ScoredResponse
-from adora_openrlhf.backends.local.decoding import compact_decode, numerics_of
-from adora_openrlhf.backends.local.kv_cache import attention_reads_cache, full_attention_only, growing_cache_for
 from adora_openrlhf.config import ModelConfig, SamplingParams
+from adora_openrlhf.engine.decoding import compact_decode, numerics_of
+from adora_openrlhf.engine.kv_cache import attention_reads_cache, full_attention_only, growing_cache_for
 from adora_openrlhf.rewards.grading import GradingJob, StepGrader
 
 
@@ -154,7 +154,7 @@ def generate_responses(
     device = next(model.parameters()).device
     config = generation_config(params, tokenizer, greedy)
     if extras is not None and any(extras):
-        from adora_openrlhf.backends.local.vlm import vision_token_ids
+        from adora_openrlhf.engine.vlm import vision_token_ids
 
         config.suppress_tokens = vision_token_ids(model)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
@@ -187,7 +187,7 @@ def _generate_batch(model, ids: torch.Tensor, mask: torch.Tensor, extras, config
     with ``kv_cache="growing"``): ``(response ids up to and including the first eos, truncated)`` per row."""
     more = {}
     if extras is not None:
-        from adora_openrlhf.backends.local.vlm import extra_model_inputs
+        from adora_openrlhf.engine.vlm import extra_model_inputs
 
         more = extra_model_inputs(model, ids, extras)
     width = ids.shape[1]
@@ -298,7 +298,7 @@ def encode_prompts(tokenizer, texts: Sequence[str], max_tokens: int, where: str 
 
 
 def make_reward_fns(rows: Sequence[Any]) -> list[Any]:
-    from adora_openrlhf.backends.local.data import reward_fn_for
+    from adora_openrlhf.rows import reward_fn_for
 
     cache: dict[str, Any] = {}
     return [cache.setdefault(r.source, reward_fn_for(r)) for r in rows]

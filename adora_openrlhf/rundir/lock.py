@@ -1,7 +1,7 @@
 """An exclusive lock on a directory that one process writes at a time (``eval.run``'s ``--out``).
 
 :class:`DirLock` holds a non-blocking ``flock`` on ``DIR/.lock`` (the file name of the trainer's run-directory
-lock, ``backends/local/rundir.RunDirLock``, a subclass, so a training and an evaluation into one directory exclude each other too)
+lock, ``rundir/checks.RunDirLock``, a subclass, so a training and an evaluation into one directory exclude each other too)
 for as long as the ``with`` block runs; a second process is refused with one line naming the option, the
 holder's pid and the fix. :meth:`DirLock.check_free` refuses early (before a long model load) without creating
 anything. The kernel drops the lock when the process ends, however it ends.

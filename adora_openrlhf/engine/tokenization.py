@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from adora_openrlhf.prompt_templates import PROMPT_TEMPLATES, compact_template, register_template, render_prompt  # noqa: F401 (this module's names before the move)
-
 EOS_TOKEN = "<|endoftext|>"
 TAG_TOKENS = ("<think>", "</think>", "<answer>", "</answer>")  # atomic tokens, decoded back as plain text
 
@@ -78,7 +76,7 @@ def load_tokenizer(path: str, init_kwargs=None):
     token if missing. ``init_kwargs``: ``model.init_kwargs``, of which the file-selecting ones apply."""
     from transformers import AutoTokenizer
 
-    from adora_openrlhf.backends.local.model_source import loader_kwargs
+    from adora_openrlhf.engine.model_source import loader_kwargs
 
     tokenizer = AutoTokenizer.from_pretrained(path, **loader_kwargs(init_kwargs))
     if tokenizer.pad_token is None:

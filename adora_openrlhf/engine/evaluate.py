@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from adora_openrlhf import tasks
-from adora_openrlhf.backends.local.rollout import GenerationSettings
-from adora_openrlhf.backends.local.sft import style_fractions
 from adora_openrlhf.config import SamplingParams
+from adora_openrlhf.engine.rollout import GenerationSettings
+from adora_openrlhf.tasks.behaviours import style_fractions
 
 
 def evaluate(

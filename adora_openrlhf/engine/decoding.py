@@ -42,8 +42,8 @@ from dataclasses import dataclass
 
 import torch
 
-from adora_openrlhf.backends.local.decode_step import decode_step_for
 from adora_openrlhf.config import SamplingParams
+from adora_openrlhf.engine.decode_step import decode_step_for
 
 COMPACT_RATIO = 0.75  # compact when at most this share of the batch's rows is unfinished
 
