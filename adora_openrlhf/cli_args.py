@@ -18,11 +18,12 @@ import dataclasses
 import json
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Union
 
 from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.dotted import dataclass_leaves, flatten, overlay
 
 ALIASES = {
     "--model": "model.path",
@@ -32,25 +33,6 @@ ALIASES = {
     "--kl-coef": "train.kl_coef",
     "--output-dir": "output_dir",
 }
-
-
-def _leaf_fields(cls: type, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        if dataclasses.is_dataclass(hint):
-            yield from _leaf_fields(hint, f"{prefix}{f.name}.")
-        else:
-            yield f"{prefix}{f.name}", hint
-
-
-def _leaf_field_objects(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field]]:
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(hints[f.name]):
-            yield from _leaf_field_objects(hints[f.name], f"{prefix}{f.name}.")
-        else:
-            yield f"{prefix}{f.name}", f
 
 
 def _is_union(hint: Any) -> bool:
@@ -97,8 +79,8 @@ def parse_value(dotted: str, hint: Any, text: str) -> Any:
     return text
 
 
-LEAF_TYPES: dict[str, Any] = dict(_leaf_fields(RunConfig))
-LEAF_FIELDS: dict[str, dataclasses.Field] = dict(_leaf_field_objects(RunConfig))
+LEAF_TYPES: dict[str, Any] = {name: hint for name, _, hint in dataclass_leaves(RunConfig)}  # every RunConfig field by dotted name
+LEAF_FIELDS: dict[str, dataclasses.Field] = {name: f for name, f, _ in dataclass_leaves(RunConfig)}
 
 
 def field_help(dotted: str) -> str:
@@ -129,21 +111,26 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         group.add_argument(*flags, dest=f"cfg:{dotted}", default=None, metavar="VALUE", help=_flag_help(dotted))
 
 
-def _flatten(values: Mapping[str, Any], where: str, prefix: str = "") -> dict[str, Any]:
+def _is_section(dotted: str) -> bool:
+    return any(leaf.startswith(dotted + ".") for leaf in LEAF_TYPES)
+
+
+def _file_overrides(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Dotted overrides of a nested config file's ``values``: each key a RunConfig field, each section a mapping."""
     out: dict[str, Any] = {}
-    for key, value in values.items():
-        dotted = f"{prefix}{key}"
+    for dotted, value in flatten(values, is_leaf=lambda name: not _is_section(name)).items():
         if dotted in LEAF_TYPES:
             if _strip_optional(LEAF_TYPES[dotted]) is float and isinstance(value, str):  # YAML 1.1 reads 1e-5 as a string
                 value = parse_value(dotted, LEAF_TYPES[dotted], value)
             out[dotted] = value
-        elif any(leaf.startswith(dotted + ".") for leaf in LEAF_TYPES):
+        elif _is_section(dotted):
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{where}: {dotted} must be a mapping of its options, got {value!r}")
-            out.update(_flatten(value, where, dotted + "."))
         else:
+            parent = dotted.rpartition(".")[0]
+            prefix = f"{parent}." if parent else ""
             siblings = sorted({leaf[len(prefix) :].split(".")[0] for leaf in LEAF_TYPES if leaf.startswith(prefix)})
-            raise ConfigError(f"{where}: unknown key {dotted!r}; valid keys{' under ' + repr(prefix[:-1]) if prefix else ''}: {siblings}")
+            raise ConfigError(f"{where}: unknown key {dotted!r}; valid keys{' under ' + repr(parent) if parent else ''}: {siblings}")
     return out
 
 
@@ -166,7 +153,13 @@ def load_config_file(path: str) -> dict[str, Any]:
         return {}
     if not isinstance(values, Mapping):
         raise ConfigError(f"{path}: a config file holds a mapping of options (as printed by --print-config), got {type(values).__name__}")
-    return _flatten(values, path)
+    return _file_overrides(values, path)
+
+
+def apply_overrides(values: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with dotted ``overrides`` on top (:func:`adora_openrlhf.dotted.overlay`): a mapping given for a
+    section is merged into it key by key, one given for a mapping-valued field (``warmup.mix``) replaces it whole."""
+    return overlay(values, overrides, is_field=LEAF_TYPES.__contains__)
 
 
 def overrides_from_args(namespace: argparse.Namespace) -> dict[str, Any]:

@@ -7,13 +7,13 @@ the known ones.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from adora_openrlhf.cli_args import LEAF_TYPES
+from adora_openrlhf.cli_args import apply_overrides
 from adora_openrlhf.config import RunConfig
+from adora_openrlhf.dotted import merge
 from adora_openrlhf.registry import Registry
 
 
@@ -38,49 +38,11 @@ def get_recipe(name: str) -> Recipe:
     return RECIPES.get(name)
 
 
-def _merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in changes.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
-    """{"adora.enabled": True} -> {"adora": {"enabled": True}}."""
-    out: dict[str, Any] = {}
-    for key, value in dotted.items():
-        node = out
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return out
-
-
-def apply_overrides(values: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` with dotted ``overrides`` on top. A mapping given for a section is merged into it key by key
-    (``{"adora": {"enabled": true}}`` keeps the recipe's other adora options); a mapping given for a
-    mapping-valued field replaces it whole (``warmup.mix={"thorough": 1.0}`` is exactly that mixture, not the
-    recipe's mixture with thorough set to 1.0)."""
-    out = _merge(values, nest(overrides))
-    for key, value in overrides.items():
-        if isinstance(value, Mapping) and key in LEAF_TYPES:  # a field, not a section
-            node = out
-            *parents, leaf = key.split(".")
-            for part in parents:
-                node = node[part]
-            node[leaf] = copy.deepcopy(dict(value))
-    return out
-
-
 def build_run_config(name: str, overrides: Mapping[str, Any] | None = None) -> RunConfig:
     """RunConfig of recipe ``name`` with dotted ``overrides`` applied on top (:func:`apply_overrides`), validated."""
     recipe = get_recipe(name)
-    values = _merge(RunConfig(recipe=name).to_dict(), {"recipe": name, "backend": recipe.backends[0], "output_dir": f"runs/{name}"})
-    values = _merge(values, recipe.overrides)
+    values = merge(RunConfig(recipe=name).to_dict(), {"recipe": name, "backend": recipe.backends[0], "output_dir": f"runs/{name}"})
+    values = merge(values, recipe.overrides)
     values = apply_overrides(values, overrides or {})
     return RunConfig.from_dict(values)
 
@@ -92,7 +54,7 @@ def build_run_config(name: str, overrides: Mapping[str, Any] | None = None) -> R
 
 def _local_recipe(name: str, description: str, base: Mapping[str, Any], changes: Mapping[str, Any] | None = None) -> Recipe:
     """Register a local-backend recipe: ``base`` settings with ``changes`` merged on top."""
-    return register_recipe(Recipe(name, description, ("local",), _merge(dict(base), changes or {})))
+    return register_recipe(Recipe(name, description, ("local",), merge(dict(base), changes or {})))
 
 
 _KK_TINY = {
@@ -229,7 +191,7 @@ _local_recipe(
 # longer and right far more often than the default answer (1 in 4). A uniformly random guess as the shortcut was
 # measured and left: its greedy answer follows the image (the reading leaks into it), so step 0 was already
 # above 0.5 and RL had little to gain.
-_GEO_TESTBED = _merge(
+_GEO_TESTBED = merge(
     dict(_GEO_TINY),
     {
         "prompts_per_step": 16,
@@ -268,7 +230,7 @@ _CLUSTER_GPU_REASON = "a 7B-class model with vLLM rollouts and DeepSpeed trainin
 
 def _cluster_recipe(name: str, description: str, base: Mapping[str, Any], changes: Mapping[str, Any] | None = None) -> Recipe:
     """Register an openrlhf-backend recipe: ``base`` settings with ``changes`` merged on top."""
-    return register_recipe(Recipe(name, description, ("openrlhf",), _merge(dict(base), changes or {}), _CLUSTER_GPU_REASON))
+    return register_recipe(Recipe(name, description, ("openrlhf",), merge(dict(base), changes or {}), _CLUSTER_GPU_REASON))
 
 
 # Logic-RL K&K 3-7 people, settings of the ADORA LLM script (ShadeCloak/ADORA, ADORA/ADORA.sh): 64 prompts

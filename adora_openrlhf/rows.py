@@ -206,14 +206,14 @@ def _meta_one_of(meta: dict[str, Any], key: str, default: str, choices: list[str
 def _math_row_ok(prompt: Any, label: str, meta: dict[str, Any]) -> None:
     """The meta fields the math reward reads (``rewards/math.py``): ``reward_style`` one of its styles,
     ``answer_scope`` one of its scopes, ``grader_timeout_s`` a finite number of seconds > 0."""
-    from adora_openrlhf.rewards.math import ANSWER_SCOPES, REWARD_STYLES, config_for
+    from adora_openrlhf.rewards.math import ANSWER_SCOPES, REWARD_STYLES, math_config_for
 
     _meta_one_of(meta, "reward_style", "math_verify", sorted(REWARD_STYLES))
     _meta_one_of(meta, "answer_scope", "after_think", list(ANSWER_SCOPES))
     if "grader_timeout_s" in meta and not _positive_seconds(meta["grader_timeout_s"]):
         raise RowFieldError("meta.grader_timeout_s", f"must be a finite number of seconds > 0, got {meta['grader_timeout_s']!r}")
     try:
-        config_for(meta)
+        math_config_for(meta)
     except (ValueError, TypeError) as err:
         raise RowFieldError("meta", str(err)) from None
 

@@ -165,7 +165,7 @@ def test_every_boolean_field_is_covered():
 @pytest.mark.parametrize("value", NOT_BOOLEANS, ids=repr)
 def test_config_file_booleans_must_be_true_or_false(tmp_path, capsys, field, value):
     """{"dynamic_filtering": {"enabled": "false"}} ran DAPO filtering: "false" is a truthy string."""
-    from adora_openrlhf.recipes import nest
+    from adora_openrlhf.dotted import nest
 
     config = tmp_path / "run.json"
     config.write_text(json.dumps(nest({field: value})))

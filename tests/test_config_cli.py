@@ -6,7 +6,8 @@ import pytest
 
 from adora_openrlhf.cli_args import LEAF_TYPES, parse_value
 from adora_openrlhf.config import ConfigError, RunConfig
-from adora_openrlhf.recipes import RECIPES, build_run_config, nest
+from adora_openrlhf.dotted import nest
+from adora_openrlhf.recipes import RECIPES, build_run_config
 from adora_openrlhf.train import main
 
 

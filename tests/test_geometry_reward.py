@@ -11,7 +11,7 @@ from adora_openrlhf.rewards.geometry import (
     GeometryRewardConfig,
     choice_index,
     extract_final_answer,
-    format_ok,
+    geometry_format_ok,
     geometry_reward,
     numeric_equal,
     score_geometry,
@@ -85,7 +85,7 @@ def test_free_form_geometry_uses_math_grader_and_letters():
 
 
 def test_reward_formula_hand_case():
-    # reward = (1 - w) * accuracy + w * format_ok, w = 0.1
+    # reward = (1 - w) * accuracy + w * geometry_format_ok, w = 0.1
     assert geometry_reward(think("6"), "6", MC).reward == pytest.approx(1.0)
     assert geometry_reward(think("9"), "6", MC).reward == pytest.approx(0.1)
     assert geometry_reward("\\boxed{6}", "6", MC).reward == pytest.approx(0.9)  # no <think>
@@ -96,10 +96,10 @@ def test_reward_formula_hand_case():
 
 def test_format_rules():
     cfg = GeometryRewardConfig()
-    assert format_ok(think("1"), cfg)
-    assert not format_ok("\\boxed{1}", cfg)
-    assert not format_ok("<think>a</think><think>b</think>\\boxed{1}", cfg)
-    assert format_ok("a</think>\\boxed{1}", GeometryRewardConfig(think_opened_in_prompt=True))
+    assert geometry_format_ok(think("1"), cfg)
+    assert not geometry_format_ok("\\boxed{1}", cfg)
+    assert not geometry_format_ok("<think>a</think><think>b</think>\\boxed{1}", cfg)
+    assert geometry_format_ok("a</think>\\boxed{1}", GeometryRewardConfig(think_opened_in_prompt=True))
     assert geometry_reward("a</think>\\boxed{6}", "6", dict(MC, think_opened_in_prompt=True)).reward == pytest.approx(1.0)
 
 

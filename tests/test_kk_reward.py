@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from adora_openrlhf.rewards.base import get_reward_fn
 from adora_openrlhf.rewards.kk import (
     KKRewardConfig,
-    format_ok,
+    kk_format_ok,
     kk_reward,
     make_kk_reward,
     parse_kk_answer,
@@ -131,10 +131,10 @@ def test_names_that_contain_each_other():
 
 
 def test_format_ok_hand_cases():
-    assert format_ok("<think>x</think><answer>y</answer>")
-    assert format_ok("  <think>\nx\n</think>\n\n<answer>y</answer><|im_end|>")
-    assert not format_ok("<think>x</think>")
-    assert format_ok("x</think><answer>y</answer>", think_opened_in_prompt=True)
+    assert kk_format_ok("<think>x</think><answer>y</answer>")
+    assert kk_format_ok("  <think>\nx\n</think>\n\n<answer>y</answer><|im_end|>")
+    assert not kk_format_ok("<think>x</think>")
+    assert kk_format_ok("x</think><answer>y</answer>", think_opened_in_prompt=True)
 
 
 _SEP = st.sampled_from(["\n", "\n\n", "; ", ", ", " \n "])

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adora_openrlhf.backends.local.sft import lr_factor, warmup_styles
+from adora_openrlhf.backends.local.sft import warmup_lr_factor, warmup_styles
 from adora_openrlhf.config import ConfigError, WarmupConfig
-from adora_openrlhf.rewards.kk import format_ok, kk_reward
+from adora_openrlhf.rewards.kk import kk_format_ok, kk_reward
 from adora_openrlhf.rows import Row
 from adora_openrlhf.tasks import kk
 from adora_openrlhf.tasks.behaviours import DEMONSTRATIONS, demonstration_for, style_fractions
@@ -70,7 +70,7 @@ def test_thorough_trace_finds_the_solution_and_is_graded_correct(num_people, see
     assert trace.count(" no.") == tries - 1 and trace.endswith("found.")
     response = kk.thorough_response(puzzle.names, puzzle.statements)
     result = kk_reward(response, puzzle.solution_text, {"names": list(puzzle.names)})
-    assert format_ok(response) and result.correct and result.reward == 3.0
+    assert kk_format_ok(response) and result.correct and result.reward == 3.0
     assert kk.trace_kind(response) == "thorough"
 
 
@@ -80,7 +80,7 @@ def test_shortcut_is_right_only_when_its_guess_is(num_people, seed):
     puzzle = kk.generate_puzzle(num_people, random.Random(seed))
     response = kk.shortcut_response(puzzle.names, random.Random(seed))
     result = kk_reward(response, puzzle.solution_text, {"names": list(puzzle.names)})
-    assert format_ok(response) and kk.trace_kind(response) == "shortcut"
+    assert kk_format_ok(response) and kk.trace_kind(response) == "shortcut"
     from adora_openrlhf.rewards.kk import extract_answer_block, parse_kk_answer
 
     guessed = parse_kk_answer(extract_answer_block(response), puzzle.names)
@@ -106,7 +106,7 @@ def test_restating_shortcut_reads_the_statements_back_and_is_right_only_when_its
 
     guessed = parse_kk_answer(extract_answer_block(response), puzzle.names)
     right = tuple(guessed[n] for n in puzzle.names) == puzzle.solution
-    assert format_ok(response) and result.correct == right and result.reward == (3.0 if right else -0.5)
+    assert kk_format_ok(response) and result.correct == right and result.reward == (3.0 if right else -0.5)
 
 
 def test_restating_shortcut_hand_checked_case():
@@ -203,15 +203,15 @@ def test_phase_one_style_shares_and_lr_ramp_are_validated():
 
 def test_lr_factor_rises_then_decays():
     # 10 steps, ramp 0.2 -> r = 2: 1/2, 2/2, then (10 - s) / 8 for s = 2..9
-    assert [lr_factor(s, 10, 0.2) for s in range(10)] == [0.5, 1.0] + [(10 - s) / 8 for s in range(2, 10)]
-    assert [lr_factor(s, 4, 0.0) for s in range(4)] == [1.0, 0.75, 0.5, 0.25]
-    assert lr_factor(0, 1000, 0.03) == 1 / 30 and lr_factor(29, 1000, 0.03) == 1.0
+    assert [warmup_lr_factor(s, 10, 0.2) for s in range(10)] == [0.5, 1.0] + [(10 - s) / 8 for s in range(2, 10)]
+    assert [warmup_lr_factor(s, 4, 0.0) for s in range(4)] == [1.0, 0.75, 0.5, 0.25]
+    assert warmup_lr_factor(0, 1000, 0.03) == 1 / 30 and warmup_lr_factor(29, 1000, 0.03) == 1.0
 
 
 def test_lr_factor_when_the_rise_takes_every_step():
     # 1 step with any ramp -> r = 1: the one step at full rate; 2 steps, ramp 0.9 -> r = 2: 1/2, 1
-    assert [lr_factor(s, 1, 0.5) for s in range(2)] == [1.0, 0.0]  # LambdaLR also asks for the step after the last
-    assert [lr_factor(s, 2, 0.9) for s in range(3)] == [0.5, 1.0, 0.0]
+    assert [warmup_lr_factor(s, 1, 0.5) for s in range(2)] == [1.0, 0.0]  # LambdaLR also asks for the step after the last
+    assert [warmup_lr_factor(s, 2, 0.9) for s in range(3)] == [0.5, 1.0, 0.0]
 
 
 @settings(max_examples=200, deadline=None)
@@ -219,7 +219,7 @@ def test_lr_factor_when_the_rise_takes_every_step():
 def test_property_lr_factor_is_defined_for_every_phase_length(steps, ramp):
     """Every step of a phase of any length, and the scheduler's call after its last step, has a factor in [0, 1],
     and the phase's peak is 1."""
-    factors = [lr_factor(s, steps, ramp) for s in range(steps + 1)]
+    factors = [warmup_lr_factor(s, steps, ramp) for s in range(steps + 1)]
     assert all(0.0 <= f <= 1.0 for f in factors) and max(factors[:steps]) == 1.0 and factors[steps] == 0.0
 
 

@@ -105,7 +105,7 @@ def test_meta_selects_style():
     assert mr.math_reward("Answer: 8", "7", {"reward_style": "dapo"}).reward == -1.0
     assert mr.math_reward("\\boxed{8}", "7", {}).reward == 0.0
     with pytest.raises(ValueError, match="reward_style"):
-        mr.config_for({"reward_style": "nope"})
+        mr.math_config_for({"reward_style": "nope"})
 
 
 def test_inline_timeout_in_main_thread():
@@ -446,4 +446,4 @@ def test_dapo_answer_scope():
     long_tail = "<think>Answer: 7</think>" + "y" * 400
     assert mr.math_reward(long_tail, "7", {"reward_style": "dapo", "answer_scope": "whole"}).reward == -1.0
     with pytest.raises(ValueError, match="answer_scope"):
-        mr.config_for({"answer_scope": "tail"})
+        mr.math_config_for({"answer_scope": "tail"})

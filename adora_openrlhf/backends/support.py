@@ -20,6 +20,7 @@ from typing import Any
 
 from adora_openrlhf.backends.openrlhf.field_flags import mapped_fields
 from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.dotted import flatten
 
 MAPPED = "mapped"
 USED = "used"
@@ -173,14 +174,7 @@ def leaf_values(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"a.b": value} of a ``RunConfig.to_dict()`` (dict-valued fields such as ``extra`` are leaves)."""
     from adora_openrlhf.cli_args import LEAF_TYPES
 
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        dotted = f"{prefix}{key}"
-        if dotted not in LEAF_TYPES and isinstance(value, Mapping):
-            out.update(leaf_values(value, dotted + "."))
-        else:
-            out[dotted] = value
-    return out
+    return flatten(values, is_leaf=LEAF_TYPES.__contains__, prefix=prefix)
 
 
 def check_backend_fields(cfg: RunConfig) -> None:

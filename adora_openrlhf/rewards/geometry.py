@@ -46,7 +46,7 @@ class GeometryRewardConfig:
     """Weights of the visual-math reward (defaults follow the EasyR1 Geometry3K recipe)."""
 
     format_weight: float = 0.1  # share of the reward given for the <think> + final-answer format
-    require_think: bool = True  # format_ok needs a <think>...</think> block
+    require_think: bool = True  # the format check needs a <think>...</think> block
     think_opened_in_prompt: bool = False  # the prompt template already ends with "<think>"
 
 
@@ -82,7 +82,7 @@ def extract_final_answer(response: str) -> str | None:
     return after or lines[-1]
 
 
-def format_ok(response: str, config: GeometryRewardConfig) -> bool:
+def geometry_format_ok(response: str, config: GeometryRewardConfig) -> bool:
     """One <think>...</think> block (when required) followed by \\boxed{} or <answer>...</answer>."""
     text = "<think>" + response if config.think_opened_in_prompt else response
     if config.require_think and (text.count("<think>") != 1 or text.count("</think>") != 1 or text.find("<think>") > text.find("</think>")):
@@ -202,7 +202,7 @@ def score_geometry(response: str, label: str, meta: Mapping[str, Any], config: G
             info["grader_error"] = float(status == "error")
             if not correct and normalize_answer_line(answer).lower() == normalize_answer_line(label).lower():
                 correct = True
-    formatted = format_ok(response, config)
+    formatted = geometry_format_ok(response, config)
     info["format_ok"] = float(formatted)
     info["accuracy"] = float(correct)
     reward = (1.0 - config.format_weight) * float(correct) + config.format_weight * float(formatted)

@@ -57,7 +57,7 @@ _LABEL_NUMBER = re.compile(r"\s*(?:\(\s*)?\d+(?:\s*\))?[.:]?\s*")  # "(1) ", "1.
 _LABEL_ROLE = re.compile(r"(?<!\s)\s+is\s+an?\s+(?P<role>knight|knave)\b", re.IGNORECASE)  # from the start of a space run
 
 
-def format_ok(response: str, think_opened_in_prompt: bool = False) -> bool:
+def kk_format_ok(response: str, think_opened_in_prompt: bool = False) -> bool:
     """True when each of the four tags occurs exactly once, ordered think, /think, answer, /answer."""
     text = THINK_OPEN + response if think_opened_in_prompt else response
     tags = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
@@ -183,7 +183,7 @@ def score_kk(response: str, label: str, meta: Mapping[str, Any], config: KKRewar
     names = meta.get("names") if isinstance(meta, Mapping) else None
     truth = parse_kk_label(label, names)
     response = response if isinstance(response, str) else ""
-    well_formed = format_ok(response, config.think_opened_in_prompt)
+    well_formed = kk_format_ok(response, config.think_opened_in_prompt)
     format_score = config.format_reward if well_formed else -abs(config.format_reward)
     answer = extract_answer_block(response)
     parse = KK_PARSERS[config.parser]
@@ -212,7 +212,7 @@ def make_kk_reward(config: KKRewardConfig):
     return reward
 
 
-def config_for(meta: Mapping[str, Any], config: KKRewardConfig) -> KKRewardConfig:
+def kk_config_for(meta: Mapping[str, Any], config: KKRewardConfig) -> KKRewardConfig:
     """``config`` with the row's overrides: ``meta["think_opened_in_prompt"]`` and the answer parser
     (``meta["kk_parser"]``, else the ``ADORA_KK_PARSER`` environment variable, else ``config.parser``)."""
     changes: dict[str, Any] = {}
@@ -235,4 +235,4 @@ def lowest_reward(config: KKRewardConfig) -> float:
 def kk_reward(response: str, label: str, meta: Mapping[str, Any], config: KKRewardConfig = DEFAULT_KK_REWARD_CONFIG) -> RewardResult:
     """K&K reward with Logic-RL's constants; the row's meta may override the parser and the think flag."""
     meta = meta if isinstance(meta, Mapping) else {}
-    return score_kk(response, label, meta, config_for(meta, config))
+    return score_kk(response, label, meta, kk_config_for(meta, config))

@@ -533,7 +533,7 @@ def score_math(response: str, label: str, config: MathRewardConfig, grade_fn: Gr
     return RewardResult(reward=float(reward), correct=bool(correct), extracted=extracted, info=info)
 
 
-def config_for(meta: Mapping[str, Any] | None) -> MathRewardConfig:
+def math_config_for(meta: Mapping[str, Any] | None) -> MathRewardConfig:
     """The style's config, with optional per-row ``meta["grader_timeout_s"]`` and ``meta["answer_scope"]``."""
     meta = meta if isinstance(meta, Mapping) else {}
     style = str(meta.get("reward_style", "math_verify"))
@@ -554,7 +554,7 @@ def math_failure_reward(meta: Mapping[str, Any] | None) -> float:
     """The row's wrong-answer reward (its style's), the lowest a math response scores; a row whose meta does
     not parse gets the lowest of every style."""
     try:
-        return config_for(meta).wrong_reward
+        return math_config_for(meta).wrong_reward
     except (TypeError, ValueError):
         return min(config.wrong_reward for config in REWARD_STYLES.values())
 
@@ -562,4 +562,4 @@ def math_failure_reward(meta: Mapping[str, Any] | None) -> float:
 @register_reward(*MATH_SOURCES, failure=math_failure_reward)
 def math_reward(response: str, label: str, meta: Mapping[str, Any]) -> RewardResult:
     """Math reward for DAPO-Math, MATH500, AIME and AMC rows; style from ``meta["reward_style"]``."""
-    return score_math(response, label, config_for(meta))
+    return score_math(response, label, math_config_for(meta))

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.dotted import flatten
 from adora_openrlhf.rundir import checkpoints as ckpt
 from adora_openrlhf.rundir.heldout import HELDOUT_IMAGES, HELDOUT_ROWS, HELDOUT_SETTINGS
 from adora_openrlhf.rundir.lock import DirLock
@@ -49,13 +50,6 @@ RUN_ARTEFACTS = (
 SUPERSEDED_DIR = "superseded"  # under checkpoints/: later checkpoints set aside by a resume from an earlier one
 
 logger = logging.getLogger(__name__)
-
-
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(_flatten(v, f"{prefix}{k}.") if isinstance(v, dict) and v else {f"{prefix}{k}": v})
-    return out
 
 
 def same_location(a: str | None, b: str | None) -> bool:
@@ -82,7 +76,7 @@ def same_location(a: str | None, b: str | None) -> bool:
 
 def config_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """Flattened option names whose values differ in a way that matters for resuming (module docstring)."""
-    flat_saved, flat_now = _flatten(saved), _flatten(now)
+    flat_saved, flat_now = flatten(saved), flatten(now)
     changed = []
     for key in sorted(set(flat_saved) | set(flat_now)):
         old, new = flat_saved.get(key), flat_now.get(key)
@@ -98,7 +92,7 @@ def _compare_config(saved: dict[str, Any], cfg: RunConfig, where: str) -> None:
     now = cfg.to_dict()
     changed = config_differences(saved, now)
     if changed:
-        flat_saved, flat_now = _flatten(saved), _flatten(now)
+        flat_saved, flat_now = flatten(saved), flatten(now)
         details = ", ".join(f"{k}: {flat_saved.get(k)!r} -> {flat_now.get(k)!r}" for k in changed[:8])
         raise ConfigError(
             f"--resume: the config differs from {where} in {details}; resume with the same options "

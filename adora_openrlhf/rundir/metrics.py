@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from adora_openrlhf.dotted import flatten
+
 logger = logging.getLogger(__name__)
 
 HPARAM_METRICS = ("reward/mean", "reward/accuracy", "eval/greedy_accuracy", "train/entropy", "response/length_mean")  # shown next to the hparams
@@ -26,16 +28,11 @@ WANDB_PROJECT_ENV = "WANDB_PROJECT"  # wandb project of the run; default "adora_
 def flat_hparams(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"train.lr": 1e-05, "model.path": "null", "data.kk_num_people": "[2, 3]", ...}``: one entry per config
     leaf; numbers, strings and bools stay, anything else (None, lists, mappings) becomes its JSON text."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flat_hparams(value, f"{name}."))
-        elif isinstance(value, (bool, int, float, str)) and not (isinstance(value, float) and not math.isfinite(value)):
-            out[name] = value
-        else:
-            out[name] = json.dumps(value, default=str)
-    return out
+    return {name: value if _plain(value) else json.dumps(value, default=str) for name, value in flatten(config, prefix=prefix).items()}
+
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, str)) and not (isinstance(value, float) and not math.isfinite(value))
 
 
 class TensorBoardTracker:

@@ -46,7 +46,7 @@ def warmup_styles(cfg: WarmupConfig) -> list[str]:
     return styles
 
 
-def lr_factor(step: int, steps: int, ramp: float) -> float:
+def warmup_lr_factor(step: int, steps: int, ramp: float) -> float:
     """The learning-rate multiplier of optimiser step ``step`` (0-based) of ``steps``: a linear rise over the
     first ``r = ceil(ramp * steps)`` steps, ``(step + 1) / r``, then a linear decay, ``(steps - step) / (steps - r)``,
     reaching ``1 / (steps - r)`` at the last step (``r = 0``: the decay alone, ``1 - step / steps``). When the rise
@@ -96,7 +96,7 @@ def _phase(
     extras: Sequence[Any] | None = None,
     ramp: float = 0.0,
 ) -> list[float]:
-    """``steps`` AdamW steps (lr schedule :func:`lr_factor`) on random batches of demonstrations; returns the
+    """``steps`` AdamW steps (lr schedule :func:`warmup_lr_factor`) on random batches of demonstrations; returns the
     losses. ``extras`` holds each row's extra model inputs (images) or is None for text rows."""
     device = next(model.parameters()).device
     cache: dict[tuple[int, str], list[int]] = {}  # deterministic styles are tokenized once per row
@@ -112,7 +112,7 @@ def _phase(
 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, steps, ramp))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_lr_factor(s, steps, ramp))
     losses: list[float] = []
     model.train()
     bar = tqdm(range(steps), desc=desc, unit="step", dynamic_ncols=True)

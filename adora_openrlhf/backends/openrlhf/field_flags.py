@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from adora_openrlhf.config import RunConfig
+from adora_openrlhf.dotted import value_at
 
 FINAL_MODEL_DIR = "final_model"  # output_dir/final_model: OpenRLHF's --ckpt.output_dir (the model saved at the end)
 
@@ -46,13 +47,6 @@ class FieldFlags:
     to_flags: Callable[[RunConfig], dict[str, Any]]
     read_back: Callable[[Any, RunConfig], dict[str, Any]] | None = None  # (OpenRLHF's final namespace, our config) -> {our dotted field: value}
     note: str = field(default="")
-
-
-def value_at(obj: Any, dotted: str) -> Any:
-    """``obj.a.b`` for ``"a.b"`` (a RunConfig or OpenRLHF's nested namespace); None when an attribute is missing."""
-    for part in dotted.split("."):
-        obj = getattr(obj, part, None)
-    return obj
 
 
 def one(ours: str, flag: str, convert: Callable[[Any], Any] = lambda v: v, back: Callable[[Any], Any] | None = None, note: str = "") -> FieldFlags:

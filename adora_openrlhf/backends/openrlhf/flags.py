@@ -30,8 +30,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from adora_openrlhf.backends.openrlhf.field_flags import LOSS_AGG_MODES, PARAM_DTYPES, read_back, table_flags
+from adora_openrlhf.cli_args import apply_overrides
 from adora_openrlhf.config import ConfigError, RunConfig
-from adora_openrlhf.recipes import apply_overrides
 from adora_openrlhf.rewards.openrlhf_reward import REWARD_LABEL_KEY  # the column data_prep writes (source, label, meta)
 
 EXTRA_KEY = "openrlhf"  # RunConfig.extra[EXTRA_KEY]: recipe-level OpenRLHF flags {"group.name": value}

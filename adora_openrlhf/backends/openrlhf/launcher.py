@@ -136,7 +136,7 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
     try:
         with RunDirLock(out_dir):
             if overwrite:
-                clear_previous_run(out_dir)
+                clear_previous_launch(out_dir)
             (out_dir / MARKER_FILE).unlink(missing_ok=True)
             (out_dir / "run_config.json").write_text(json.dumps(cfg.to_dict(), indent=2), encoding="utf-8")
             (out_dir / "openrlhf_command.txt").write_text(dry_run_report(argv, args, cfg)["command"] + "\n", encoding="utf-8")
@@ -275,7 +275,7 @@ def previous_run_artefacts(out_dir: Path) -> list[str]:
     return [name for name in RUN_ARTEFACTS if (out_dir / name).exists()]
 
 
-def latest_checkpoint(out_dir: Path) -> Path | None:
+def latest_actor_checkpoint(out_dir: Path) -> Path | None:
     """The DeepSpeed checkpoint folder ``--resume`` loads: ``checkpoints/_actor/<tag>`` named by its ``latest`` file."""
     actor = out_dir / "checkpoints" / "_actor"
     try:
@@ -285,7 +285,7 @@ def latest_checkpoint(out_dir: Path) -> Path | None:
     return actor / tag if tag and (actor / tag).is_dir() else None
 
 
-def check_resume_config(checkpoint: Path, cfg: RunConfig) -> None:
+def check_checkpoint_config(checkpoint: Path, cfg: RunConfig) -> None:
     """``--resume`` continues the run of the checkpoint: its config (saved in the checkpoint folder) must equal
     this one but for :data:`RESUMABLE_CHANGES`."""
     path = checkpoint / CHECKPOINT_CONFIG
@@ -300,9 +300,9 @@ def check_resume_config(checkpoint: Path, cfg: RunConfig) -> None:
         raise ConfigError(f"--resume: {path} is not valid JSON; restore it, or resume from an earlier checkpoint") from None
     changed = [key for key in config_differences(saved, cfg.to_dict()) if key not in RESUMABLE_CHANGES]
     if changed:
-        from adora_openrlhf.rundir.checks import _flatten
+        from adora_openrlhf.dotted import flatten
 
-        flat_saved, flat_now = _flatten(saved), _flatten(cfg.to_dict())
+        flat_saved, flat_now = flatten(saved), flatten(cfg.to_dict())
         details = ", ".join(f"{k}: {flat_saved.get(k)!r} -> {flat_now.get(k)!r}" for k in changed[:8])
         raise ConfigError(
             f"--resume: the config differs from the checkpoint's ({checkpoint.name}) in {details}; resume with the same options "
@@ -313,7 +313,7 @@ def check_resume_config(checkpoint: Path, cfg: RunConfig) -> None:
 def check_previous_launch(out_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> None:
     """Read-only checks before a cluster run touches ``output_dir`` (the local backend's rules, rundir.py):
     ``--resume`` needs a checkpoint under ``output_dir/checkpoints`` (OpenRLHF would silently start afresh) whose
-    config equals this one (:func:`check_resume_config`); without it, a directory holding a previous launch's
+    config equals this one (:func:`check_checkpoint_config`); without it, a directory holding a previous launch's
     artefacts is refused unless ``--overwrite`` (OpenRLHF would mix the logs and rotate the old run's checkpoints
     away)."""
     from adora_openrlhf.cli_errors import check_output_dir
@@ -322,10 +322,10 @@ def check_previous_launch(out_dir: Path, cfg: RunConfig, resume: bool, overwrite
         raise ConfigError("--overwrite: cannot be combined with --resume (one continues the run, the other replaces it)")
     check_output_dir(out_dir, "output_dir")
     if resume:
-        checkpoint = latest_checkpoint(out_dir)
+        checkpoint = latest_actor_checkpoint(out_dir)
         if checkpoint is None:
             raise ConfigError(f"--resume: no checkpoint under {str(out_dir / 'checkpoints')!r}; start the run without --resume")
-        check_resume_config(checkpoint, cfg)
+        check_checkpoint_config(checkpoint, cfg)
         return
     found = previous_run_artefacts(out_dir)
     if found and not overwrite:
@@ -335,7 +335,7 @@ def check_previous_launch(out_dir: Path, cfg: RunConfig, resume: bool, overwrite
         )
 
 
-def clear_previous_run(out_dir: Path) -> None:
+def clear_previous_launch(out_dir: Path) -> None:
     """``--overwrite``: remove a previous launch's artefacts (only the names in RUN_ARTEFACTS, never other files)."""
     for name in previous_run_artefacts(out_dir):
         target = out_dir / name
