@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adora_openrlhf.rewards import grader_pool
 from adora_openrlhf.rewards import math as mr
 from adora_openrlhf.rewards.base import get_reward_fn
 
@@ -235,7 +236,7 @@ def swallowing_grade(*args):
 @pytest.fixture(scope="module")
 def grader():
     """One pool for the module: its workers are started once (each start-up imports math-verify)."""
-    pool = mr.ProcessGrader(max_processes=4)
+    pool = grader_pool.ProcessGrader(max_processes=4, warm_up="adora_openrlhf.rewards.math:warm_up")
     yield pool
     pool.close()
 
@@ -269,7 +270,7 @@ def test_from_worker_thread_grades_and_times_out(grader):
 
 def test_start_up_is_not_counted_against_the_limit():
     # a cold worker takes far longer than 0.5 s to import math-verify; the call still grades
-    pool = mr.ProcessGrader(max_processes=1)
+    pool = grader_pool.ProcessGrader(max_processes=1, warm_up="adora_openrlhf.rewards.math:warm_up")
     try:
         outcome = mr.safe_grade("\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", replace(MV, timeout_s=0.5), process_grader=pool)
     finally:
@@ -303,7 +304,7 @@ def test_uninterruptible_call_is_killed_at_the_limit(grader):
 
 
 def test_swallowed_timeout_counts_as_timeout():
-    outcome, seconds = timed(mr.run_with_alarm, swallowing_grade, (), 0.3)
+    outcome, seconds = timed(grader_pool.run_with_alarm, swallowing_grade, (), 0.3)
     assert outcome[0] == "timeout" and seconds < 2
 
 
@@ -315,7 +316,7 @@ def test_timeout_inside_math_verify_is_not_swallowed(monkeypatch):
         time.sleep(30)
 
     monkeypatch.setattr(math_verify.grader, "simplify", slow_simplify)
-    outcome, seconds = timed(mr.run_with_alarm, mr.grade_response, ("\\boxed{x^2+2x+1}", "(x+1)^2", "math_verify"), 0.5)
+    outcome, seconds = timed(grader_pool.run_with_alarm, mr.grade_response, ("\\boxed{x^2+2x+1}", "(x+1)^2", "math_verify"), 0.5)
     assert outcome[0] == "timeout" and seconds < 3
 
 
@@ -343,7 +344,7 @@ def test_concurrent_callers_do_not_queue(grader):
 
 
 def test_full_pool_wait_is_bounded():
-    pool = mr.ProcessGrader(max_processes=1)
+    pool = grader_pool.ProcessGrader(max_processes=1, warm_up="adora_openrlhf.rewards.math:warm_up")
     try:
         mr.safe_grade("\\boxed{1}", "1", MV, process_grader=pool)
         out: list = []

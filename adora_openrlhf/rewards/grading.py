@@ -1,7 +1,7 @@
 """Grading a step's responses concurrently under one deadline per step.
 
 Each response is graded by its task's reward function on a pool of ``workers`` threads. The math grader
-sends its work to grading subprocesses (``rewards/math.py``), so math responses are graded in parallel;
+sends its work to grading subprocesses (``rewards/grader_pool.py``), so math responses are graded in parallel;
 the pure-Python K&K and geometry rewards take microseconds each and run one after another under the GIL.
 
 The deadline bounds the time a step waits on its grader. With ``deadline_s`` = D, a step whose grading has
