@@ -1,6 +1,6 @@
 """The OpenRLHF source this backend depends on is the source it was written against (openrlhf 0.11.2).
 
-Every piece listed in ``adora_openrlhf.backends.openrlhf.audit.AUDITED`` (classes we subclass, functions we
+Every piece listed in ``adora_openrlhf.backends.openrlhf.compat.audit.AUDITED`` (classes we subclass, functions we
 re-execute with other names, helpers answered on the CPU) has its source digest in
 ``tests/fixtures/openrlhf/openrlhf_audit.json``. A release that changes one of them fails here with a re-audit message: read
 the change, check the override named in the message, then record the new digests with
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from adora_openrlhf.backends.openrlhf.audit import AUDITED, source_digest
-from adora_openrlhf.backends.openrlhf.entry import TESTED_VERSIONS, UNTESTED_ENV, check_openrlhf_version, installed_openrlhf_version
+from adora_openrlhf.backends.openrlhf.compat.audit import AUDITED, source_digest
+from adora_openrlhf.backends.openrlhf.compat.entry import TESTED_VERSIONS, UNTESTED_ENV, check_openrlhf_version, installed_openrlhf_version
 from adora_openrlhf.config import ConfigError
 
 DIGESTS = Path(__file__).parent / "fixtures" / "openrlhf" / "openrlhf_audit.json"
@@ -45,7 +45,7 @@ def test_audited_openrlhf_source_is_unchanged():
 
 def test_a_changed_source_is_reported(monkeypatch, tmp_path):
     """The digest follows the source text: a one-token edit of a function changes it, blank lines do not."""
-    from adora_openrlhf.backends.openrlhf import audit
+    from adora_openrlhf.backends.openrlhf.compat import audit
 
     module = tmp_path / "fake_openrlhf_mod.py"
     module.write_text("def train(args):\n    return args\n\n\nclass A:\n    x = 1\n")
@@ -60,7 +60,7 @@ def test_a_changed_source_is_reported(monkeypatch, tmp_path):
 
 
 def test_version_check(monkeypatch):
-    from adora_openrlhf.backends.openrlhf import entry
+    from adora_openrlhf.backends.openrlhf.compat import entry
 
     monkeypatch.setattr(entry, "installed_openrlhf_version", lambda: "0.11.0")
     with pytest.raises(ConfigError, match=r"openrlhf 0\.11\.0 is installed.*pip install openrlhf==0\.11\.2.*ADORA_ALLOW_UNTESTED_OPENRLHF=1"):
@@ -75,7 +75,7 @@ def test_version_check(monkeypatch):
 
 def test_an_untested_version_is_refused_before_openrlhf_parses(monkeypatch, capsys):
     """openrlhf 0.11.0 does not know --actor.loss_agg_mode: the launcher names the version, not argparse's error."""
-    from adora_openrlhf.backends.openrlhf import entry
+    from adora_openrlhf.backends.openrlhf.compat import entry
     from adora_openrlhf.train import main
 
     monkeypatch.setattr(entry, "installed_openrlhf_version", lambda: "0.11.0")

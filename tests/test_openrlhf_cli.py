@@ -18,7 +18,8 @@ import pytest
 pytest.importorskip("openrlhf", reason="needs requirements/openrlhf-cpu-test.txt")
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "openrlhf"))
 
-from adora_openrlhf.backends.openrlhf import entry, flags
+from adora_openrlhf.backends.openrlhf import flags
+from adora_openrlhf.backends.openrlhf.compat import entry
 from adora_openrlhf.config import ConfigError
 from adora_openrlhf.recipes import RECIPES, build_run_config
 from adora_openrlhf.train import main
@@ -437,7 +438,7 @@ def test_a_gpu_recipe_on_a_machine_without_vllm_names_vllm_first(tmp_path, capsy
 
 def test_cpu_runs_refuse_gpu_only_options(monkeypatch):
     """On a machine without a GPU the GPU-only OpenRLHF options are refused one line each, naming the flag."""
-    from adora_openrlhf.backends.openrlhf.cpu_launch import CPU_DEFAULT_FLAGS, check_cpu_args, logical_gpus
+    from adora_openrlhf.backends.openrlhf.cpu.launch import CPU_DEFAULT_FLAGS, check_cpu_args, logical_gpus
     from adora_openrlhf.backends.openrlhf.launcher import prepare
 
     cfg = build_run_config("kk-testbed-openrlhf")
@@ -478,7 +479,8 @@ def test_a_submitted_job_asks_the_cluster_whether_its_gpus_are_real(monkeypatch)
     """A job on a running cluster (RAY_ADDRESS) is a CPU run when a probe on one of the cluster's GPUs sees no CUDA (logical
     GPUs of `ray start --head --num-gpus N` on CPU machines); a cluster with no GPU is refused in one line. The probe
     itself runs in tests/test_openrlhf_job.py against a real Ray head."""
-    from adora_openrlhf.backends.openrlhf import cpu_launch, launcher
+    from adora_openrlhf.backends.openrlhf import launcher
+    from adora_openrlhf.backends.openrlhf.cpu import launch as cpu_launch
 
     assert cpu_launch.joins_a_cluster({"RAY_ADDRESS": "127.0.0.1:6379"}) and not cpu_launch.joins_a_cluster({})
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")

@@ -230,8 +230,8 @@ def test_an_engine_that_cannot_start_stops_the_launch(setup, tmp_path):
 def test_the_cpu_strategy_uses_torch_adamw():
     """Without CUDA, OpenRLHF's AdamW runs as torch's (DeepSpeed's torch_adam): DeepSpeed's fused CPU kernel, which it
     would compile first, is not needed; Adam offload keeps DeepSpeed's CPU Adam."""
-    from adora_openrlhf.backends.openrlhf.entry import parse_openrlhf_args
-    from adora_openrlhf.backends.openrlhf.flash_attn_standin import install_if_needed
+    from adora_openrlhf.backends.openrlhf.compat.entry import parse_openrlhf_args
+    from adora_openrlhf.backends.openrlhf.cpu.flash_attn_standin import install_if_needed
 
     install_if_needed()  # as the launcher does on a machine without CUDA and flash-attn
     from adora_openrlhf.backends.openrlhf.actors import adora_get_strategy

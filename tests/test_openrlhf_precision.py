@@ -1,4 +1,4 @@
-"""fp32 training on the openrlhf backend (``backends/openrlhf/precision.py``), against the real openrlhf 0.11.2."""
+"""fp32 training on the openrlhf backend (``backends/openrlhf/cpu/precision.py``), against the real openrlhf 0.11.2."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 
 pytest.importorskip("openrlhf", reason="needs requirements/openrlhf-cpu-test.txt")
 
-from adora_openrlhf.backends.openrlhf import precision
-from adora_openrlhf.backends.openrlhf.entry import parse_openrlhf_args, with_param_dtype_choice
+from adora_openrlhf.backends.openrlhf.compat.entry import parse_openrlhf_args, with_param_dtype_choice
+from adora_openrlhf.backends.openrlhf.cpu import precision
 from adora_openrlhf.config import ConfigError
 from adora_openrlhf.recipes import build_run_config
 
@@ -49,7 +49,7 @@ def test_choice_is_added_once_and_a_changed_parser_is_refused():
 def test_deepspeed_config_for_fp32_turns_half_precision_off():
     import importlib.util
 
-    from adora_openrlhf.backends.openrlhf.audit import module_path
+    from adora_openrlhf.backends.openrlhf.compat.audit import module_path
 
     # the file itself: the package's __init__ imports flash-attn, absent from this venv
     spec = importlib.util.spec_from_file_location("deepspeed_utils", module_path("openrlhf.utils.deepspeed.deepspeed_utils"))

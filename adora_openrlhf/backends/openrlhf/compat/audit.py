@@ -1,7 +1,7 @@
 """The parts of OpenRLHF this backend subclasses, re-executes or answers names for, and why.
 
 The backend is tied to openrlhf 0.11.2 (``entry.TESTED_VERSIONS``): it subclasses OpenRLHF's classes, runs its
-``train(args)`` and parser with some names answered differently (:mod:`.rebind`), and replaces a few of its helpers
+``train(args)`` and parser with some names answered differently (:mod:`adora_openrlhf.backends.openrlhf.compat.rebind`), and replaces a few of its helpers
 on the CPU. :data:`AUDITED` lists each of those pieces of OpenRLHF's source with what depends on it. The test
 ``tests/test_openrlhf_audit.py`` keeps a digest of each piece's source text (:func:`source_digest`, read from the
 installed files without importing them) and fails with a "re-audit" message naming the piece when an installed
@@ -24,7 +24,7 @@ AUDITED: dict[tuple[str, str], str] = {
         "openrlhf.cli.train_ppo_ray",
         MAIN_BLOCK,
     ): "entry.parse_openrlhf_args runs its parser and checks (all but the final train(args)); fp32 added to --ds.param_dtype",
-    ("openrlhf.utils.utils", "convert_to_torch_dtype"): "precision.convert_param_dtype answers it (fp32), delegating bf16 and fp16 to it",
+    ("openrlhf.utils.utils", "convert_to_torch_dtype"): "cpu/precision.convert_param_dtype answers it (fp32), delegating bf16 and fp16 to it",
     ("openrlhf.utils.deepspeed.deepspeed_utils", "get_train_ds_config"): "precision: fp32 relies on bf16/fp16 being enabled only for their own values",
     ("openrlhf.utils.deepspeed.deepspeed_utils", "get_eval_ds_config"): "precision: the same for the reference model",
     ("openrlhf.trainer.ppo_trainer", "BasePPOTrainer"): "trainer.AdoraPPOTrainer: save_logs_and_checkpoints, save_best_checkpoint, init_checkpoint_states",
@@ -48,11 +48,11 @@ AUDITED: dict[tuple[str, str], str] = {
     ("openrlhf.trainer.ppo_utils.replay_buffer", "NaiveReplayBuffer"): "actors.AdoraReplayBuffer: CPU copies of its methods (target device)",
     ("openrlhf.utils.deepspeed.deepspeed", "DeepspeedStrategy"): "actors.AdoraDeepspeedStrategy: CPU copies (set_device, mesh, collectives, barriers)",
     ("openrlhf.utils.utils", "get_strategy"): "actors.adora_get_strategy re-executes it to build AdoraDeepspeedStrategy",
-    ("openrlhf.utils.distributed_util", "torch_dist_barrier_and_cuda_sync"): "cpu_device.barrier_without_cuda_sync answers it on the CPU",
-    ("openrlhf.utils.distributed_util", "stateless_init_process_group"): "weight_sync.gloo_process_group answers it for --vllm.sync_backend gloo",
-    ("openrlhf.trainer.ray.vllm_engine", "RolloutRayActor"): "weight_sync.AdoraRolloutActor: its __init__ with our worker extension and dtype",
-    ("openrlhf.trainer.ray.vllm_engine", "create_vllm_engines"): "weight_sync.adora_create_vllm_engines re-executes it (AdoraRolloutActor)",
-    ("openrlhf.trainer.ray.vllm_worker_wrap", "WorkerWrap"): "weight_sync.AdoraWorkerExtension: init_process_group, update_weight (gloo)",
+    ("openrlhf.utils.distributed_util", "torch_dist_barrier_and_cuda_sync"): "cpu/device.barrier_without_cuda_sync answers it on the CPU",
+    ("openrlhf.utils.distributed_util", "stateless_init_process_group"): "cpu/weight_sync.gloo_process_group answers it for --vllm.sync_backend gloo",
+    ("openrlhf.trainer.ray.vllm_engine", "RolloutRayActor"): "cpu/weight_sync.AdoraRolloutActor: its __init__ with our worker extension and dtype",
+    ("openrlhf.trainer.ray.vllm_engine", "create_vllm_engines"): "cpu/weight_sync.adora_create_vllm_engines re-executes it (AdoraRolloutActor)",
+    ("openrlhf.trainer.ray.vllm_worker_wrap", "WorkerWrap"): "cpu/weight_sync.AdoraWorkerExtension: init_process_group, update_weight (gloo)",
     ("openrlhf.models.ring_attn_utils", "*"): "flash_attn_standin answers its flash_attn imports on a CPU-only machine",
 }
 

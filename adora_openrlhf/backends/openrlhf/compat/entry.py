@@ -12,7 +12,7 @@ defaults it applies to the parsed namespace. Nothing here copies or edits it:
   classes answered with ours (:func:`.rebind.with_globals`): its one trainer import,
   ``from openrlhf.trainer.ppo_trainer import PPOTrainer``, gives our Ray actor class, and its module globals
   ``PolicyModelActor``, ``ReferenceModelActor``, ``CriticModelActor``, ``RewardModelActor``, ``get_strategy`` and
-  ``create_vllm_engines`` give the classes of :mod:`.actors` and :mod:`.weight_sync`. The answers are private to
+  ``create_vllm_engines`` give the classes of :mod:`.actors` and :mod:`adora_openrlhf.backends.openrlhf.cpu.weight_sync`. The answers are private to
   the call (the function runs with its own copy of the module globals and its own ``__import__``), so no module
   attribute is modified. Every class is pickled by reference to this package, and builds our objects inside its
   own Ray process.
@@ -126,7 +126,7 @@ def with_param_dtype_choice(tree: ast.AST) -> ast.AST:
     """Add ``precision.PARAM_DTYPE_CHOICE`` (fp32) to the ``choices`` list of the parser's ``--ds.param_dtype``
     (in place; returns ``tree``). A parser without that option, or without a literal choices list, is an error:
     the re-audit names the change."""
-    from adora_openrlhf.backends.openrlhf.precision import PARAM_DTYPE_CHOICE
+    from adora_openrlhf.backends.openrlhf.cpu.precision import PARAM_DTYPE_CHOICE
 
     for node in ast.walk(tree):
         is_call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
@@ -220,7 +220,7 @@ def with_trainer(train_fn: types.FunctionType, trainer_actor_cls: Any, names: di
     ``trainer_actor_cls`` and whose module globals ``names`` (actor classes, ``get_strategy``,
     ``create_vllm_engines``) are answered with the given objects; every other import, and the real module,
     are untouched."""
-    from adora_openrlhf.backends.openrlhf.rebind import with_globals
+    from adora_openrlhf.backends.openrlhf.compat.rebind import with_globals
 
     return with_globals(train_fn, names or {}, imports={(TRAINER_MODULE, TRAINER_NAME): trainer_actor_cls})
 

@@ -4,7 +4,7 @@ OpenRLHF calls ``torch.cuda`` directly in its model actors, its DeepSpeed strate
 (``set_device``, ``current_device``, ``synchronize``, ``current_stream``, ``empty_cache``), builds its device
 mesh with ``init_device_mesh("cuda", ...)`` and ends many methods with ``torch_dist_barrier_and_cuda_sync()``.
 DeepSpeed itself runs on the CPU (its CPU accelerator, gloo for collectives, ZeRO 0-3). :func:`cpu_names` is
-the set of names that OpenRLHF's methods get in place of those, through :mod:`.rebind` (copies of OpenRLHF's
+the set of names that OpenRLHF's methods get in place of those, through :mod:`adora_openrlhf.backends.openrlhf.compat.rebind` (copies of OpenRLHF's
 functions with these globals; nothing in torch or OpenRLHF is modified):
 
 - ``torch``: :data:`TORCH_ON_CPU`, which is torch except for ``torch.cuda`` (:class:`CpuCuda`: the current
