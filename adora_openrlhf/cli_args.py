@@ -79,7 +79,9 @@ def parse_value(dotted: str, hint: Any, text: str) -> Any:
     return text
 
 
-LEAF_TYPES: dict[str, Any] = {name: hint for name, _, hint in dataclass_leaves(RunConfig)}  # every RunConfig field by dotted name
+LEAF_TYPES: dict[str, Any] = {
+    name: hint for name, _, hint in dataclass_leaves(RunConfig)
+}  # every RunConfig field by dotted name
 LEAF_FIELDS: dict[str, dataclasses.Field] = {name: f for name, f, _ in dataclass_leaves(RunConfig)}
 
 
@@ -120,7 +122,9 @@ def _file_overrides(values: Mapping[str, Any], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for dotted, value in flatten(values, is_leaf=lambda name: not _is_section(name)).items():
         if dotted in LEAF_TYPES:
-            if _strip_optional(LEAF_TYPES[dotted]) is float and isinstance(value, str):  # YAML 1.1 reads 1e-5 as a string
+            if _strip_optional(LEAF_TYPES[dotted]) is float and isinstance(
+                value, str
+            ):  # YAML 1.1 reads 1e-5 as a string
                 value = parse_value(dotted, LEAF_TYPES[dotted], value)
             out[dotted] = value
         elif _is_section(dotted):
@@ -130,7 +134,9 @@ def _file_overrides(values: Mapping[str, Any], where: str) -> dict[str, Any]:
             parent = dotted.rpartition(".")[0]
             prefix = f"{parent}." if parent else ""
             siblings = sorted({leaf[len(prefix) :].split(".")[0] for leaf in LEAF_TYPES if leaf.startswith(prefix)})
-            raise ConfigError(f"{where}: unknown key {dotted!r}; valid keys{' under ' + repr(parent) if parent else ''}: {siblings}")
+            raise ConfigError(
+                f"{where}: unknown key {dotted!r}; valid keys{' under ' + repr(parent) if parent else ''}: {siblings}"
+            )
     return out
 
 
@@ -141,9 +147,13 @@ def load_config_file(path: str) -> dict[str, Any]:
 
     file = Path(path)
     if not file.is_file():
-        raise ConfigError(f"--config: {path} is not a file; give a YAML or JSON config (e.g. saved from --print-config)")
+        raise ConfigError(
+            f"--config: {path} is not a file; give a YAML or JSON config (e.g. saved from --print-config)"
+        )
     if file.stat().st_size > MAX_FILE_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB; a config file holds options (as printed by --print-config), not data")
+        raise ConfigError(
+            f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB; a config file holds options (as printed by --print-config), not data"
+        )
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
@@ -152,7 +162,9 @@ def load_config_file(path: str) -> dict[str, Any]:
     if values is None:
         return {}
     if not isinstance(values, Mapping):
-        raise ConfigError(f"{path}: a config file holds a mapping of options (as printed by --print-config), got {type(values).__name__}")
+        raise ConfigError(
+            f"{path}: a config file holds a mapping of options (as printed by --print-config), got {type(values).__name__}"
+        )
     return _file_overrides(values, path)
 
 

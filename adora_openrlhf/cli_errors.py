@@ -63,7 +63,9 @@ def os_error_line(err: OSError) -> str:
     return f"{path}: {reason}" if path else reason
 
 
-def run_cli(body: Callable[[], int], argv: Sequence[str] | None = None, interrupted_hint: str | Callable[[], str] = "") -> int:
+def run_cli(
+    body: Callable[[], int], argv: Sequence[str] | None = None, interrupted_hint: str | Callable[[], str] = ""
+) -> int:
     """Run ``body()`` and map user-caused exceptions to one stderr line and an exit status (table above).
     ``interrupted_hint`` (text, or a function giving it at the time of the interrupt) says how to resume.
     Installs the CLI log handlers first (:func:`adora_openrlhf.log_setup.setup_logging`: INFO, DEBUG with --debug)."""

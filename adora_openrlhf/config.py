@@ -57,20 +57,42 @@ DECODINGS = ("compact", "generate")  # engine/decoding.py: the local backend's d
 class TinyModelConfig:
     """Random-init Qwen2-style causal LM built on the spot when no ``model.path`` is given (local backend)."""
 
-    vocab_size: int = field(default=512, metadata={"help": "size of the byte-level BPE tokenizer trained on the task corpus"})
+    vocab_size: int = field(
+        default=512, metadata={"help": "size of the byte-level BPE tokenizer trained on the task corpus"}
+    )
     hidden_size: int = field(default=128, metadata={"help": "tiny LM width"})
     intermediate_size: int = field(default=384, metadata={"help": "tiny LM MLP width"})
     num_hidden_layers: int = field(default=4, metadata={"help": "tiny LM transformer blocks"})
     num_attention_heads: int = field(default=4, metadata={"help": "tiny LM attention heads; must divide hidden_size"})
-    num_key_value_heads: int = field(default=2, metadata={"help": "tiny LM key/value heads (grouped-query attention); must divide num_attention_heads"})
-    max_position_embeddings: int = field(default=1024, metadata={"help": "tiny LM context length in tokens (prompt + response)"})
+    num_key_value_heads: int = field(
+        default=2,
+        metadata={"help": "tiny LM key/value heads (grouped-query attention); must divide num_attention_heads"},
+    )
+    max_position_embeddings: int = field(
+        default=1024, metadata={"help": "tiny LM context length in tokens (prompt + response)"}
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self, "model.tiny")
-        for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
+        for name in (
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "max_position_embeddings",
+        ):
             check_number(getattr(self, name), f"model.tiny.{name}", integer=True, ge=1)
-        require(self.hidden_size % self.num_attention_heads == 0, "model.tiny.hidden_size", "must be divisible by num_attention_heads")
-        require(self.num_attention_heads % self.num_key_value_heads == 0, "model.tiny.num_key_value_heads", "must divide num_attention_heads")
+        require(
+            self.hidden_size % self.num_attention_heads == 0,
+            "model.tiny.hidden_size",
+            "must be divisible by num_attention_heads",
+        )
+        require(
+            self.num_attention_heads % self.num_key_value_heads == 0,
+            "model.tiny.num_key_value_heads",
+            "must divide num_attention_heads",
+        )
         check_number(self.vocab_size, "model.tiny.vocab_size", integer=True, ge=256)  # the byte alphabet
 
 
@@ -79,10 +101,20 @@ class TinyVisionConfig:
     """Vision tower of the tiny random-init Qwen2.5-VL built for ``data.task geometry`` (local backend)."""
 
     image_size: int = field(
-        default=64, metadata={"help": "images are resized to image_size x image_size pixels; must be a multiple of patch_size * spatial_merge_size"}
+        default=64,
+        metadata={
+            "help": "images are resized to image_size x image_size pixels; must be a multiple of patch_size * spatial_merge_size"
+        },
     )
-    patch_size: int = field(default=8, metadata={"help": "ViT patch side in pixels; (image_size / patch_size)^2 / spatial_merge_size^2 image tokens per image"})
-    spatial_merge_size: int = field(default=2, metadata={"help": "patches merged per side into one language-model token"})
+    patch_size: int = field(
+        default=8,
+        metadata={
+            "help": "ViT patch side in pixels; (image_size / patch_size)^2 / spatial_merge_size^2 image tokens per image"
+        },
+    )
+    spatial_merge_size: int = field(
+        default=2, metadata={"help": "patches merged per side into one language-model token"}
+    )
     depth: int = field(default=2, metadata={"help": "vision transformer blocks (the last one uses full attention)"})
     hidden_size: int = field(default=64, metadata={"help": "vision transformer width"})
     intermediate_size: int = field(default=128, metadata={"help": "vision MLP width"})
@@ -90,7 +122,15 @@ class TinyVisionConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self, "model.tiny_vision")
-        for name in ("image_size", "patch_size", "spatial_merge_size", "depth", "hidden_size", "intermediate_size", "num_heads"):
+        for name in (
+            "image_size",
+            "patch_size",
+            "spatial_merge_size",
+            "depth",
+            "hidden_size",
+            "intermediate_size",
+            "num_heads",
+        ):
             check_number(getattr(self, name), f"model.tiny_vision.{name}", integer=True, ge=1)
         unit = self.patch_size * self.spatial_merge_size
         require(
@@ -99,7 +139,9 @@ class TinyVisionConfig:
             f"must be a positive multiple of patch_size * spatial_merge_size = {unit}, got {self.image_size}",
         )
         require(self.depth >= 1, "model.tiny_vision.depth", f"must be >= 1, got {self.depth}")
-        require(self.hidden_size % self.num_heads == 0, "model.tiny_vision.hidden_size", "must be divisible by num_heads")
+        require(
+            self.hidden_size % self.num_heads == 0, "model.tiny_vision.hidden_size", "must be divisible by num_heads"
+        )
 
 
 @dataclass
@@ -113,18 +155,27 @@ class ModelConfig:
             "HF_HUB_OFFLINE=1 reads only the local hub cache); None -> tiny model"
         },
     )
-    tiny: TinyModelConfig = field(default_factory=TinyModelConfig, metadata={"help": "the tiny random-init language model (no model.path)"})
+    tiny: TinyModelConfig = field(
+        default_factory=TinyModelConfig, metadata={"help": "the tiny random-init language model (no model.path)"}
+    )
     tiny_vision: TinyVisionConfig = field(
-        default_factory=TinyVisionConfig, metadata={"help": "vision tower of the tiny Qwen2.5-VL (data.task geometry, no model.path)"}
+        default_factory=TinyVisionConfig,
+        metadata={"help": "vision tower of the tiny Qwen2.5-VL (data.task geometry, no model.path)"},
     )
     lora_rank: int = field(default=0, metadata={"help": "> 0 trains LoRA adapters (peft) instead of all weights"})
-    lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling numerator: adapters are scaled by lora_alpha / lora_rank"})
+    lora_alpha: int = field(
+        default=16, metadata={"help": "LoRA scaling numerator: adapters are scaled by lora_alpha / lora_rank"}
+    )
     lora_target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-        metadata={"help": 'module names that get LoRA adapters, or ["all-linear"] (every linear layer but the output head, as in peft)'},
+        metadata={
+            "help": 'module names that get LoRA adapters, or ["all-linear"] (every linear layer but the output head, as in peft)'
+        },
     )
     dtype: str = field(default="float32", metadata={"help": '"float32" | "bfloat16" | "float16"'})
-    generation_batch_size: int = field(default=64, metadata={"help": "local backend: sequences per model.generate call (memory bound)"})
+    generation_batch_size: int = field(
+        default=64, metadata={"help": "local backend: sequences per model.generate call (memory bound)"}
+    )
     freeze_visual_encoder: bool = field(
         default=False,
         metadata={
@@ -149,11 +200,15 @@ class ModelConfig:
     )
     init_kwargs: dict[str, Any] = field(
         default_factory=dict,
-        metadata={"help": 'extra from_pretrained arguments for model.path as a JSON object, e.g. {"trust_remote_code": true, "attn_implementation": "sdpa"}'},
+        metadata={
+            "help": 'extra from_pretrained arguments for model.path as a JSON object, e.g. {"trust_remote_code": true, "attn_implementation": "sdpa"}'
+        },
     )
     merge_lora_on_save: bool = field(
         default=False,
-        metadata={"help": "with LoRA: checkpoints and final_model hold the merged model (a plain checkpoint) instead of the adapters; resume still works"},
+        metadata={
+            "help": "with LoRA: checkpoints and final_model hold the merged model (a plain checkpoint) instead of the adapters; resume still works"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -161,8 +216,12 @@ class ModelConfig:
             self.lora_target_modules = ["all-linear"]
         check_field_types(self, "model")
         check_number(self.generation_batch_size, "model.generation_batch_size", integer=True, ge=1)
-        require(self.kv_cache in KV_CACHES, "model.kv_cache", f"must be one of {list(KV_CACHES)}, got {self.kv_cache!r}")
-        require(self.decoding in DECODINGS, "model.decoding", f"must be one of {list(DECODINGS)}, got {self.decoding!r}")
+        require(
+            self.kv_cache in KV_CACHES, "model.kv_cache", f"must be one of {list(KV_CACHES)}, got {self.kv_cache!r}"
+        )
+        require(
+            self.decoding in DECODINGS, "model.decoding", f"must be one of {list(DECODINGS)}, got {self.decoding!r}"
+        )
         check_number(self.lora_rank, "model.lora_rank", integer=True, ge=0)
         check_number(self.lora_alpha, "model.lora_alpha", integer=True, gt=0)  # peft: an integer
         require(
@@ -177,7 +236,11 @@ class ModelConfig:
             "model.lora_target_modules",
             f'must be a non-empty list of module names such as ["q_proj", "v_proj"], got {self.lora_target_modules!r}',
         )
-        require(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"must be float32, bfloat16 or float16, got {self.dtype!r}")
+        require(
+            self.dtype in ("float32", "bfloat16", "float16"),
+            "model.dtype",
+            f"must be float32, bfloat16 or float16, got {self.dtype!r}",
+        )
         require(
             isinstance(self.init_kwargs, Mapping) and all(isinstance(k, str) and k for k in self.init_kwargs),
             "model.init_kwargs",
@@ -192,7 +255,9 @@ class ModelConfig:
         try:
             json.dumps(self.init_kwargs)
         except (TypeError, ValueError):
-            raise ConfigError(f"model.init_kwargs: values must be JSON (strings, numbers, booleans, lists, objects), got {self.init_kwargs!r}") from None
+            raise ConfigError(
+                f"model.init_kwargs: values must be JSON (strings, numbers, booleans, lists, objects), got {self.init_kwargs!r}"
+            ) from None
         require(
             self.lora_target_modules == ["all-linear"] or "all-linear" not in self.lora_target_modules,
             "model.lora_target_modules",
@@ -204,17 +269,30 @@ class ModelConfig:
 class DataConfig:
     """Training / evaluation prompts in the one JSONL schema (prompt, label, images, source, meta)."""
 
-    task: str = field(default="kk", metadata={"help": '"kk" | "math" | "geometry": picks the reward and the prompt template'})
-    train_path: str | None = field(default=None, metadata={"help": "JSONL file or HF dataset name; None -> generated K&K puzzles (task kk)"})
-    eval_path: str | None = field(default=None, metadata={"help": "held-out JSONL; None -> generated K&K puzzles disjoint from training"})
+    task: str = field(
+        default="kk", metadata={"help": '"kk" | "math" | "geometry": picks the reward and the prompt template'}
+    )
+    train_path: str | None = field(
+        default=None, metadata={"help": "JSONL file or HF dataset name; None -> generated K&K puzzles (task kk)"}
+    )
+    eval_path: str | None = field(
+        default=None, metadata={"help": "held-out JSONL; None -> generated K&K puzzles disjoint from training"}
+    )
     kk_num_people: list[int] = field(
-        default_factory=lambda: [2, 3], metadata={"help": "people per generated puzzle (task kk), cycled: [2, 2, 3] = two 2-person per 3-person"}
+        default_factory=lambda: [2, 3],
+        metadata={"help": "people per generated puzzle (task kk), cycled: [2, 2, 3] = two 2-person per 3-person"},
     )
     kk_name_pool: int = field(
-        default=26, metadata={"help": "generated K&K puzzles draw their names from the first k of 26 names (a small pool eases copying for a tiny model)"}
+        default=26,
+        metadata={
+            "help": "generated K&K puzzles draw their names from the first k of 26 names (a small pool eases copying for a tiny model)"
+        },
     )
     kk_name_order: str = field(
-        default="random", metadata={"help": "generated K&K puzzles list their names in random order or in pool order ('pool': Alice before Bob before Carol)"}
+        default="random",
+        metadata={
+            "help": "generated K&K puzzles list their names in random order or in pool order ('pool': Alice before Bob before Carol)"
+        },
     )
     num_train: int = field(default=2000, metadata={"help": "generated training puzzles"})
     num_eval: int = field(default=100, metadata={"help": "generated held-out puzzles"})
@@ -225,17 +303,26 @@ class DataConfig:
             "is seen several times; None = every training row"
         },
     )
-    max_prompt_tokens: int = field(default=512, metadata={"help": "prompts longer than this are rejected with their row index"})
+    max_prompt_tokens: int = field(
+        default=512, metadata={"help": "prompts longer than this are rejected with their row index"}
+    )
     geo_tasks: list[str] = field(
         default_factory=lambda: ["count", "most", "larger"],
-        metadata={"help": "task geometry without train_path: question kinds of the generated images (tasks/geo_synth.py)"},
+        metadata={
+            "help": "task geometry without train_path: question kinds of the generated images (tasks/geo_synth.py)"
+        },
     )
     geo_levels: list[int] = field(
         default_factory=lambda: [1, 2, 3, 4],
-        metadata={"help": "task geometry without train_path: difficulty levels 1..4 of the generated images (more shapes, distractors, closer sizes)"},
+        metadata={
+            "help": "task geometry without train_path: difficulty levels 1..4 of the generated images (more shapes, distractors, closer sizes)"
+        },
     )
     prompt_template: str = field(
-        default="auto", metadata={"help": 'local backend: "auto" (chat template if the tokenizer has one, else "compact") | "chat" | "compact"'}
+        default="auto",
+        metadata={
+            "help": 'local backend: "auto" (chat template if the tokenizer has one, else "compact") | "chat" | "compact"'
+        },
     )
     kk_parser: str = field(
         default="lenient",
@@ -256,7 +343,11 @@ class DataConfig:
         )
         for i, people in enumerate(self.kk_num_people):
             check_number(people, f"data.kk_num_people[{i}]", integer=True, ge=2, le=8)
-        require(self.kk_name_order in NAME_ORDERS, "data.kk_name_order", f"must be one of {list(NAME_ORDERS)}, got {self.kk_name_order!r}")
+        require(
+            self.kk_name_order in NAME_ORDERS,
+            "data.kk_name_order",
+            f"must be one of {list(NAME_ORDERS)}, got {self.kk_name_order!r}",
+        )
         check_number(self.kk_name_pool, "data.kk_name_pool", integer=True, ge=max(self.kk_num_people), le=26)
         check_number(self.num_train, "data.num_train", integer=True, ge=1)
         check_number(self.num_eval, "data.num_eval", integer=True, ge=1)
@@ -264,15 +355,25 @@ class DataConfig:
         check_number(self.max_prompt_tokens, "data.max_prompt_tokens", integer=True, ge=1)
         for name in ("train_path", "eval_path"):
             value = getattr(self, name)
-            require(value is None or (isinstance(value, str) and value.strip() != ""), f"data.{name}", f"must be a file path or dataset name, got {value!r}")
-        require(self.kk_parser in ("lenient", "logic_rl"), "data.kk_parser", f"unknown K&K answer parser {self.kk_parser!r}; choose lenient or logic_rl")
+            require(
+                value is None or (isinstance(value, str) and value.strip() != ""),
+                f"data.{name}",
+                f"must be a file path or dataset name, got {value!r}",
+            )
+        require(
+            self.kk_parser in ("lenient", "logic_rl"),
+            "data.kk_parser",
+            f"unknown K&K answer parser {self.kk_parser!r}; choose lenient or logic_rl",
+        )
         require(
             isinstance(self.geo_tasks, list) and bool(self.geo_tasks) and all(t in GEO_TASKS for t in self.geo_tasks),
             "data.geo_tasks",
             f"each must be one of {', '.join(GEO_TASKS)}, got {self.geo_tasks}",
         )
         require(
-            isinstance(self.geo_levels, list) and bool(self.geo_levels), "data.geo_levels", f"must be a non-empty list of levels 1..4, got {self.geo_levels!r}"
+            isinstance(self.geo_levels, list) and bool(self.geo_levels),
+            "data.geo_levels",
+            f"must be a non-empty list of levels 1..4, got {self.geo_levels!r}",
         )
         for i, level in enumerate(self.geo_levels):
             check_number(level, f"data.geo_levels[{i}]", integer=True, ge=1, le=4)
@@ -286,26 +387,47 @@ class WarmupConfig:
     task in ``backends/local/sft.py`` (K&K: ``direct``, ``thorough``, ``shortcut``, ``restate``). Each phase's learning rate
     rises linearly from 0 over the first ``lr_ramp`` fraction of its steps, then decays linearly to 0."""
 
-    steps: int = field(default=0, metadata={"help": "phase 1: optimiser steps of supervised training before RL; 0 = none"})
+    steps: int = field(
+        default=0, metadata={"help": "phase 1: optimiser steps of supervised training before RL; 0 = none"}
+    )
     lr: float = field(default=1e-3, metadata={"help": "phase 1 AdamW learning rate (linear decay to 0)"})
     batch_size: int = field(default=32, metadata={"help": "demonstrations per warm-up step (both phases)"})
-    style: str = field(default="direct", metadata={"help": "phase 1 demonstration style (K&K: direct | thorough | shortcut | restate)"})
+    style: str = field(
+        default="direct", metadata={"help": "phase 1 demonstration style (K&K: direct | thorough | shortcut | restate)"}
+    )
     style_shares: dict[str, float] = field(
         default_factory=dict,
-        metadata={"help": 'phase 1 as a mixture of styles instead of warmup.style alone, e.g. {"thorough": 0.85, "shortcut": 0.15}; {} = warmup.style only'},
+        metadata={
+            "help": 'phase 1 as a mixture of styles instead of warmup.style alone, e.g. {"thorough": 0.85, "shortcut": 0.15}; {} = warmup.style only'
+        },
     )
-    lr_ramp: float = field(default=0.0, metadata={"help": "fraction of each phase's steps over which the lr rises linearly from 0 (0 = none)"})
-    mix_steps: int = field(default=0, metadata={"help": "phase 2: optimiser steps on a mixture of styles; 0 = no phase 2"})
+    lr_ramp: float = field(
+        default=0.0,
+        metadata={"help": "fraction of each phase's steps over which the lr rises linearly from 0 (0 = none)"},
+    )
+    mix_steps: int = field(
+        default=0, metadata={"help": "phase 2: optimiser steps on a mixture of styles; 0 = no phase 2"}
+    )
     mix_lr: float = field(default=1e-3, metadata={"help": "phase 2 AdamW learning rate (linear decay to 0)"})
-    mix: dict[str, float] = field(default_factory=dict, metadata={"help": 'phase 2 style shares, e.g. {"thorough": 0.3, "shortcut": 0.7}'})
+    mix: dict[str, float] = field(
+        default_factory=dict, metadata={"help": 'phase 2 style shares, e.g. {"thorough": 0.3, "shortcut": 0.7}'}
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self, "warmup")
         check_number(self.steps, "warmup.steps", integer=True, ge=0)
         check_number(self.lr, "warmup.lr", gt=0)
         check_number(self.batch_size, "warmup.batch_size", integer=True, ge=1)
-        require(isinstance(self.style, str) and bool(self.style), "warmup.style", f"must be a style name, got {self.style!r}")
-        require(isinstance(self.style_shares, Mapping), "warmup.style_shares", 'must be a mapping style -> share, e.g. {"thorough": 0.85, "shortcut": 0.15}')
+        require(
+            isinstance(self.style, str) and bool(self.style),
+            "warmup.style",
+            f"must be a style name, got {self.style!r}",
+        )
+        require(
+            isinstance(self.style_shares, Mapping),
+            "warmup.style_shares",
+            'must be a mapping style -> share, e.g. {"thorough": 0.85, "shortcut": 0.15}',
+        )
         for style, share in self.style_shares.items():
             check_number(share, f"warmup.style_shares[{style!r}]", ge=0)
         require(
@@ -316,10 +438,18 @@ class WarmupConfig:
         check_number(self.lr_ramp, "warmup.lr_ramp", ge=0, lt=1)
         check_number(self.mix_steps, "warmup.mix_steps", integer=True, ge=0)
         check_number(self.mix_lr, "warmup.mix_lr", gt=0)
-        require(isinstance(self.mix, Mapping), "warmup.mix", 'must be a mapping style -> share, e.g. {"thorough": 0.3, "shortcut": 0.7}')
+        require(
+            isinstance(self.mix, Mapping),
+            "warmup.mix",
+            'must be a mapping style -> share, e.g. {"thorough": 0.3, "shortcut": 0.7}',
+        )
         for style, share in self.mix.items():
             check_number(share, f"warmup.mix[{style!r}]", ge=0)
-        require(self.mix_steps == 0 or sum(self.mix.values()) > 0, "warmup.mix", "give at least one style a positive share when warmup.mix_steps > 0")
+        require(
+            self.mix_steps == 0 or sum(self.mix.values()) > 0,
+            "warmup.mix",
+            "give at least one style a positive share when warmup.mix_steps > 0",
+        )
 
 
 REPORT_TO_CHOICES = ("tensorboard", "wandb", "none")  # rundir/metrics.py TRACKERS, plus "none"
@@ -336,7 +466,11 @@ def parse_report_to(value: Any) -> list[str]:
     )
     unknown = [n for n in names if n not in REPORT_TO_CHOICES]
     require(not unknown, "report_to", f"unknown tracker(s) {unknown}; choose from {list(REPORT_TO_CHOICES)}")
-    require("none" not in names or len(names) == 1, "report_to", f"'none' cannot be combined with other trackers, got {names}")
+    require(
+        "none" not in names or len(names) == 1,
+        "report_to",
+        f"'none' cannot be combined with other trackers, got {names}",
+    )
     if "wandb" in names:
         import importlib.util
 
@@ -353,14 +487,25 @@ def parse_report_to(value: Any) -> list[str]:
 class RunConfig:
     """One training run: recipe name, backend and every component's config."""
 
-    recipe: str = field(default="kk-tiny", metadata={"help": "named preset this config was built from (adora_openrlhf.recipes.RECIPES)"})
-    backend: str = field(default="local", metadata={"help": '"local" (embedded, one process) | "openrlhf" (Ray + vLLM + DeepSpeed cluster)'})
-    seed: int = field(default=0, metadata={"help": "seed of data order, model init, sampling and evaluation; in [0, 2**32)"})
+    recipe: str = field(
+        default="kk-tiny", metadata={"help": "named preset this config was built from (adora_openrlhf.recipes.RECIPES)"}
+    )
+    backend: str = field(
+        default="local",
+        metadata={"help": '"local" (embedded, one process) | "openrlhf" (Ray + vLLM + DeepSpeed cluster)'},
+    )
+    seed: int = field(
+        default=0, metadata={"help": "seed of data order, model init, sampling and evaluation; in [0, 2**32)"}
+    )
     steps: int = field(default=100, metadata={"help": "RL steps (each: sample, score, advantages, policy update)"})
     prompts_per_step: int = field(default=8, metadata={"help": "prompts per RL step (rollout batch)"})
-    output_dir: str = field(default="runs/kk-tiny", metadata={"help": "run directory: config, metrics, checkpoints, final model"})
+    output_dir: str = field(
+        default="runs/kk-tiny", metadata={"help": "run directory: config, metrics, checkpoints, final model"}
+    )
     save_every: int = field(default=25, metadata={"help": "checkpoint every k steps (0 = only at the end)"})
-    eval_every: int = field(default=25, metadata={"help": "held-out evaluation every k steps (0 = only at start and end)"})
+    eval_every: int = field(
+        default=25, metadata={"help": "held-out evaluation every k steps (0 = only at start and end)"}
+    )
     report_to: list[str] = field(
         default_factory=lambda: ["tensorboard"],
         metadata={
@@ -369,25 +514,42 @@ class RunConfig:
             "'adora_openrlhf[wandb]'`; WANDB_MODE=offline runs it with no network"
         },
     )
-    rollout: SamplingParams = field(default_factory=SamplingParams, metadata={"help": "default (round-0) sampling parameters"})
-    advantage: AdvantageConfig = field(default_factory=AdvantageConfig, metadata={"help": "group baseline (advantage estimator)"})
+    rollout: SamplingParams = field(
+        default_factory=SamplingParams, metadata={"help": "default (round-0) sampling parameters"}
+    )
+    advantage: AdvantageConfig = field(
+        default_factory=AdvantageConfig, metadata={"help": "group baseline (advantage estimator)"}
+    )
     adora: AdoraConfig = field(default_factory=AdoraConfig, metadata={"help": "ADORA advantage reweighting"})
-    sampling: AdaptiveSamplingConfig = field(default_factory=AdaptiveSamplingConfig, metadata={"help": "n_keep = group size n"})
+    sampling: AdaptiveSamplingConfig = field(
+        default_factory=AdaptiveSamplingConfig, metadata={"help": "n_keep = group size n"}
+    )
     allocation: AllocationConfig = field(
-        default_factory=AllocationConfig, metadata={"help": "rollout allocation: which prompts a step samples and how many responses each"}
+        default_factory=AllocationConfig,
+        metadata={"help": "rollout allocation: which prompts a step samples and how many responses each"},
     )
     dynamic_filtering: DynamicFilteringConfig = field(
-        default_factory=DynamicFilteringConfig, metadata={"help": "DAPO dynamic filtering: drop all-correct/all-wrong groups and refill"}
+        default_factory=DynamicFilteringConfig,
+        metadata={"help": "DAPO dynamic filtering: drop all-correct/all-wrong groups and refill"},
     )
-    grading: GradingConfig = field(default_factory=GradingConfig, metadata={"help": "grading a step's responses: workers and the step's deadline"})
+    grading: GradingConfig = field(
+        default_factory=GradingConfig, metadata={"help": "grading a step's responses: workers and the step's deadline"}
+    )
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "policy model"})
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "training and held-out prompts"})
     train: PolicyLossConfig = field(default_factory=PolicyLossConfig, metadata={"help": "policy loss and optimiser"})
-    warmup: WarmupConfig = field(default_factory=WarmupConfig, metadata={"help": "local backend: supervised warm-up before RL"})
-    eval_samples: int = field(
-        default=1, metadata={"help": "held-out evaluation: sampled responses per puzzle (rollout parameters) besides the greedy one; 0 = greedy only"}
+    warmup: WarmupConfig = field(
+        default_factory=WarmupConfig, metadata={"help": "local backend: supervised warm-up before RL"}
     )
-    extra: dict[str, Any] = field(default_factory=dict, metadata={"help": "backend-specific options (e.g. OpenRLHF pass-through flags)"})
+    eval_samples: int = field(
+        default=1,
+        metadata={
+            "help": "held-out evaluation: sampled responses per puzzle (rollout parameters) besides the greedy one; 0 = greedy only"
+        },
+    )
+    extra: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "backend-specific options (e.g. OpenRLHF pass-through flags)"}
+    )
     plugins: list[str] = field(
         default_factory=list,
         metadata={
@@ -407,7 +569,9 @@ class RunConfig:
     def __post_init__(self) -> None:
         self.report_to = parse_report_to(self.report_to)  # a comma list of names becomes a list first
         check_field_types(self, "")
-        require(self.backend in BACKENDS, "backend", f"unknown backend {self.backend!r}; choose one of {list(BACKENDS)}")
+        require(
+            self.backend in BACKENDS, "backend", f"unknown backend {self.backend!r}; choose one of {list(BACKENDS)}"
+        )
         check_number(self.seed, "seed", integer=True, ge=0, lt=2**32)  # NumPy's seed range
         check_number(self.steps, "steps", integer=True, ge=1)
         check_number(self.prompts_per_step, "prompts_per_step", integer=True, ge=1)
@@ -415,7 +579,11 @@ class RunConfig:
         check_number(self.eval_every, "eval_every", integer=True, ge=0)
         check_number(self.eval_samples, "eval_samples", integer=True, ge=0)
         check_number(self.max_missing_reward_fraction, "max_missing_reward_fraction", ge=0, le=1)
-        require(isinstance(self.output_dir, str) and self.output_dir.strip() != "", "output_dir", f"must be a directory path, got {self.output_dir!r}")
+        require(
+            isinstance(self.output_dir, str) and self.output_dir.strip() != "",
+            "output_dir",
+            f"must be a directory path, got {self.output_dir!r}",
+        )
         require(
             not self.model.freeze_visual_encoder or self.data.task == "geometry",
             "model.freeze_visual_encoder",

@@ -50,7 +50,13 @@ def check_number(
     wanted += "".join(f" or {a}" for a in also)
     ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
     ok = ok and math.isfinite(value)
-    ok = ok and (gt is None or value > gt) and (ge is None or value >= ge) and (lt is None or value < lt) and (le is None or value <= le)
+    ok = (
+        ok
+        and (gt is None or value > gt)
+        and (ge is None or value >= ge)
+        and (lt is None or value < lt)
+        and (le is None or value <= le)
+    )
     if not ok:
         raise ConfigError(f"{field_path}: must be {wanted}, got {value!r}")
 
@@ -123,8 +129,12 @@ def check_field_types(obj: Any, section: str) -> None:
         value = getattr(obj, f.name)
         problem = _type_problem(value, hints[f.name])
         if problem:
-            fix = "; write true or false without quotes" if problem == "true or false" and isinstance(value, str) else ""
-            raise ConfigError(f"{section + '.' if section else ''}{f.name}: must be {problem}, got {value!r} ({_kind(value)}){fix}")
+            fix = (
+                "; write true or false without quotes" if problem == "true or false" and isinstance(value, str) else ""
+            )
+            raise ConfigError(
+                f"{section + '.' if section else ''}{f.name}: must be {problem}, got {value!r} ({_kind(value)}){fix}"
+            )
 
 
 T = TypeVar("T")

@@ -56,7 +56,9 @@ def check_nodes(root: Any, where: str) -> None:
         if key in size:
             continue
         if key in on_path:
-            raise ConfigError(f"{where}:{_line(node)}: a YAML alias refers to a value that contains it (a recursive structure); write the value out")
+            raise ConfigError(
+                f"{where}:{_line(node)}: a YAML alias refers to a value that contains it (a recursive structure); write the value out"
+            )
         on_path.add(key)
         stack.append((node, True))
         if isinstance(node, yaml.MappingNode):
@@ -90,7 +92,9 @@ def read_config_text(text: str, where: str) -> Any:
     import yaml
 
     if len(text.encode("utf-8", errors="replace")) > MAX_FILE_BYTES:
-        raise ConfigError(f"{where}: larger than {MAX_FILE_BYTES // 1024} KiB; a config file holds options (as printed by --print-config), not data")
+        raise ConfigError(
+            f"{where}: larger than {MAX_FILE_BYTES // 1024} KiB; a config file holds options (as printed by --print-config), not data"
+        )
     loader = yaml.SafeLoader(text)
     try:
         root = loader.get_single_node()
@@ -103,6 +107,8 @@ def read_config_text(text: str, where: str) -> Any:
         line = f":{mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{where}{line}: not valid YAML or JSON ({getattr(err, 'problem', None) or err})") from None
     except RecursionError:
-        raise ConfigError(f"{where}: nested too deeply to read; a config file holds options (as printed by --print-config)") from None
+        raise ConfigError(
+            f"{where}: nested too deeply to read; a config file holds options (as printed by --print-config)"
+        ) from None
     finally:
         loader.dispose()

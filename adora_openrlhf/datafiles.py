@@ -52,7 +52,11 @@ def _jsonl_lines(p: Path) -> Iterator[tuple[int, Any, str | None]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
-                yield number, None, f"{p}:{number}: not UTF-8 text (byte {err.start + 1} of the line); re-save the file as UTF-8"
+                yield (
+                    number,
+                    None,
+                    f"{p}:{number}: not UTF-8 text (byte {err.start + 1} of the line); re-save the file as UTF-8",
+                )
                 continue
             if not line.strip():
                 continue
@@ -246,7 +250,9 @@ def load_rows(
     """
     name = str(name_or_path)
     path = Path(name).expanduser()
-    if path.is_dir() and path.suffix in FILE_SUFFIXES + (".csv",):  # a folder named like a file is a mistake, not a dataset
+    if path.is_dir() and path.suffix in FILE_SUFFIXES + (
+        ".csv",
+    ):  # a folder named like a file is a mistake, not a dataset
         check_file(path, what)
     if path.is_dir():
         rows = _with_datasets(option, name, what, path=str(path), name=config, split=split)

@@ -51,7 +51,9 @@ def run_variant(name: str, sampling: AdaptiveSamplingConfig, steps: int, prompts
             lengths=torch.tensor([[r.length for r in g.kept] for g in kept]),
             truncated=torch.tensor([[r.truncated for r in g.kept] for g in kept]),
         )
-        out = compute_step_advantages(batch, AdvantageConfig("group_norm"), AdoraConfig(enabled=True), result.pool_stats)
+        out = compute_step_advantages(
+            batch, AdvantageConfig("group_norm"), AdoraConfig(enabled=True), result.pool_stats
+        )
         for key, value in {**result.metrics, **out.metrics}.items():
             totals[key] = totals.get(key, 0.0) + value / steps
     totals["variant"] = name  # type: ignore[assignment]
@@ -69,14 +71,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args) -> int:
-    for flag, value, low in (("--steps", args.steps, 1), ("--prompts", args.prompts, 1), ("--n", args.n, 1), ("--seed", args.seed, 0)):
+    for flag, value, low in (
+        ("--steps", args.steps, 1),
+        ("--prompts", args.prompts, 1),
+        ("--n", args.n, 1),
+        ("--seed", args.seed, 0),
+    ):
         if value < low:
             raise ValueError(f"{flag}: must be >= {low}, got {value}")
     n = args.n
     variants = {
         "GRPO (1 round of n)": AdaptiveSamplingConfig(enabled=False, n_keep=n),
-        "adaptive pos": AdaptiveSamplingConfig(enabled=True, exit_rule="pos", n_keep=n, samples_per_round=n, max_rounds=4),
-        "adaptive balance": AdaptiveSamplingConfig(enabled=True, exit_rule="balance", n_keep=n, samples_per_round=n, max_rounds=4),
+        "adaptive pos": AdaptiveSamplingConfig(
+            enabled=True, exit_rule="pos", n_keep=n, samples_per_round=n, max_rounds=4
+        ),
+        "adaptive balance": AdaptiveSamplingConfig(
+            enabled=True, exit_rule="balance", n_keep=n, samples_per_round=n, max_rounds=4
+        ),
     }
     rows = [run_variant(name, cfg, args.steps, args.prompts, args.seed) for name, cfg in variants.items()]
     table = Table(title=f"Simulated policy: {args.prompts} prompts x {args.steps} steps, n = {n} (means per step)")

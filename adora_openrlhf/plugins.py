@@ -30,7 +30,9 @@ PLUGINS_ENV = "ADORA_PLUGINS"  # comma-separated module names, in the environmen
 def import_plugins(names: Sequence[str], field: str = "plugins") -> None:
     """Import each named module once (Python caches them); ConfigError naming ``field[i]`` when one cannot be imported."""
     if isinstance(names, str) or not isinstance(names, Sequence):
-        raise ConfigError(f"{field}: must be a list of module names such as ['my_project.adora_plugins'], got {names!r}")
+        raise ConfigError(
+            f"{field}: must be a list of module names such as ['my_project.adora_plugins'], got {names!r}"
+        )
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{field}[{i}]: must be a module name such as my_project.adora_plugins, got {name!r}")

@@ -46,7 +46,9 @@ def compact_template(prompt: Any, tokenizer: Any = None) -> str:
 def chat_template(prompt: Any, tokenizer: Any) -> str:
     """The tokenizer's chat template applied to the messages, with the assistant generation prompt."""
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-        raise ValueError("data.prompt_template: 'chat' needs a tokenizer with a chat template; use 'compact' for this model")
+        raise ValueError(
+            "data.prompt_template: 'chat' needs a tokenizer with a chat template; use 'compact' for this model"
+        )
     return tokenizer.apply_chat_template(_messages(prompt), add_generation_prompt=True, tokenize=False)
 
 

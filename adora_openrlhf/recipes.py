@@ -41,7 +41,9 @@ def get_recipe(name: str) -> Recipe:
 def build_run_config(name: str, overrides: Mapping[str, Any] | None = None) -> RunConfig:
     """RunConfig of recipe ``name`` with dotted ``overrides`` applied on top (:func:`apply_overrides`), validated."""
     recipe = get_recipe(name)
-    values = merge(RunConfig(recipe=name).to_dict(), {"recipe": name, "backend": recipe.backends[0], "output_dir": f"runs/{name}"})
+    values = merge(
+        RunConfig(recipe=name).to_dict(), {"recipe": name, "backend": recipe.backends[0], "output_dir": f"runs/{name}"}
+    )
     values = merge(values, recipe.overrides)
     values = apply_overrides(values, overrides or {})
     return RunConfig.from_dict(values)
@@ -52,7 +54,9 @@ def build_run_config(name: str, overrides: Mapping[str, Any] | None = None) -> R
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _local_recipe(name: str, description: str, base: Mapping[str, Any], changes: Mapping[str, Any] | None = None) -> Recipe:
+def _local_recipe(
+    name: str, description: str, base: Mapping[str, Any], changes: Mapping[str, Any] | None = None
+) -> Recipe:
     """Register a local-backend recipe: ``base`` settings with ``changes`` merged on top."""
     return register_recipe(Recipe(name, description, ("local",), merge(dict(base), changes or {})))
 
@@ -100,7 +104,10 @@ _KK_TESTBED = {
         "num_eval": 200,
         "prompt_template": "auto",
     },
-    "model": {"tiny": {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4}, "generation_batch_size": 128},
+    "model": {
+        "tiny": {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4},
+        "generation_batch_size": 128,
+    },
     "warmup": {
         "steps": 1200,
         "lr": 3e-3,
@@ -116,7 +123,11 @@ _KK_TESTBED = {
     "train": {"lr": 1.5e-4, "micro_batch_size": 4},
 }
 
-_local_recipe("kk-tiny", "Tiny random-init model and BPE tokenizer, direct-answer SFT warm-up, GRPO on generated 2-person K&K puzzles (CPU).", _KK_TINY)
+_local_recipe(
+    "kk-tiny",
+    "Tiny random-init model and BPE tokenizer, direct-answer SFT warm-up, GRPO on generated 2-person K&K puzzles (CPU).",
+    _KK_TINY,
+)
 _local_recipe("kk-tiny-adora", "kk-tiny with ADORA length-rule attenuation.", _KK_TINY, {"adora": {"enabled": True}})
 _local_recipe(
     "kk-tiny-ada",
@@ -130,7 +141,9 @@ _local_recipe(
     "Embedded default, the K&K reasoning testbed: warm-up on thorough guess-and-check traces, then mostly shortcuts; GRPO selects thorough reasoning (CPU).",
     _KK_TESTBED,
 )
-_local_recipe("kk-testbed-adora", "kk-testbed with ADORA length-rule attenuation.", _KK_TESTBED, {"adora": {"enabled": True}})
+_local_recipe(
+    "kk-testbed-adora", "kk-testbed with ADORA length-rule attenuation.", _KK_TESTBED, {"adora": {"enabled": True}}
+)
 
 # Where allocation matters: the kk-testbed warm-up on all 1200 training puzzles, then RL on the first 128 of them
 # only (data.rl_prompts), 80 steps of 16 prompts: each RL prompt is seen 10 times, and under GRPO most groups of
@@ -168,7 +181,10 @@ _GEO_TINY = {
         "max_prompt_tokens": 128,
         "prompt_template": "auto",
     },
-    "model": {"tiny": {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4}, "freeze_visual_encoder": True},
+    "model": {
+        "tiny": {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4},
+        "freeze_visual_encoder": True,
+    },
     "warmup": {"steps": 400, "lr": 1e-3, "batch_size": 32},
     "train": {"lr": 1e-4, "micro_batch_size": 32},
 }
@@ -179,7 +195,10 @@ _local_recipe(
     _GEO_TINY,
 )
 _local_recipe(
-    "geo-tiny-adora", "geo-tiny with ADORA's difficulty rule (TAS: 0 < group accuracy <= 0.5), attenuation 0.1.", _GEO_TINY, {"adora": {"enabled": True}}
+    "geo-tiny-adora",
+    "geo-tiny with ADORA's difficulty rule (TAS: 0 < group accuracy <= 0.5), attenuation 0.1.",
+    _GEO_TINY,
+    {"adora": {"enabled": True}},
 )
 
 
@@ -225,12 +244,18 @@ _local_recipe(
 # data_prep outputs under data/; the scripts point them at shared storage.
 # ---------------------------------------------------------------------------------------------------------
 
-_CLUSTER_GPU_REASON = "a 7B-class model with vLLM rollouts and DeepSpeed training needs a GPU cluster (openrlhf backend)"
+_CLUSTER_GPU_REASON = (
+    "a 7B-class model with vLLM rollouts and DeepSpeed training needs a GPU cluster (openrlhf backend)"
+)
 
 
-def _cluster_recipe(name: str, description: str, base: Mapping[str, Any], changes: Mapping[str, Any] | None = None) -> Recipe:
+def _cluster_recipe(
+    name: str, description: str, base: Mapping[str, Any], changes: Mapping[str, Any] | None = None
+) -> Recipe:
     """Register an openrlhf-backend recipe: ``base`` settings with ``changes`` merged on top."""
-    return register_recipe(Recipe(name, description, ("openrlhf",), merge(dict(base), changes or {}), _CLUSTER_GPU_REASON))
+    return register_recipe(
+        Recipe(name, description, ("openrlhf",), merge(dict(base), changes or {}), _CLUSTER_GPU_REASON)
+    )
 
 
 # Logic-RL K&K 3-7 people, settings of the ADORA LLM script (ShadeCloak/ADORA, ADORA/ADORA.sh): 64 prompts
@@ -257,7 +282,14 @@ _KK_7B = {
         "kk_parser": "logic_rl",
     },  # Logic-RL's own answer rule: the reward the ADORA K&K results were trained with
     # constant lr: verl's default (ADORA.sh sets no schedule); OpenRLHF's own default is cosine_with_min_lr
-    "train": {"lr": 3e-7, "lr_scheduler": "constant", "kl_coef": 0.001, "micro_batch_size": 4, "clip_eps_low": 0.2, "clip_eps_high": 0.2},
+    "train": {
+        "lr": 3e-7,
+        "lr_scheduler": "constant",
+        "kl_coef": 0.001,
+        "micro_batch_size": 4,
+        "clip_eps_low": 0.2,
+        "clip_eps_high": 0.2,
+    },
     "extra": {
         "openrlhf": {
             "actor.num_nodes": 1,
@@ -290,9 +322,7 @@ _cluster_recipe(
     {"adora": {"enabled": True}},
 )
 _cluster_recipe(
-    "kk-qwen2.5-7b-grpo",
-    "GRPO baseline of kk-qwen2.5-7b-adora (same settings, ADORA off), 4 GPUs.",
-    _KK_7B,
+    "kk-qwen2.5-7b-grpo", "GRPO baseline of kk-qwen2.5-7b-adora (same settings, ADORA off), 4 GPUs.", _KK_7B
 )
 
 # DAPO-Math-17k with Reinforce-Ada's balanced multi-round sampling. Settings of the Reinforce-Ada verl script
@@ -309,7 +339,14 @@ _DAPO = {
     "rollout": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 4096},
     "advantage": {"estimator": "dr_grpo"},
     # edge groups and truncation cut (3900 of 4096 tokens) as the LLM reference (verl code)
-    "adora": {"rule": "length", "mode": "attenuate", "lambda_att": 0.1, "correct_threshold": 0.5, "edge_policy": "llm", "truncation_length": 3900},
+    "adora": {
+        "rule": "length",
+        "mode": "attenuate",
+        "lambda_att": 0.1,
+        "correct_threshold": 0.5,
+        "edge_policy": "llm",
+        "truncation_length": 3900,
+    },
     "sampling": {
         "n_keep": 4,
         "exit_rule": "balance",
@@ -319,7 +356,12 @@ _DAPO = {
         "pool_scope": "step",
     },
     "model": {"path": "Qwen/Qwen3-1.7B", "dtype": "bfloat16"},
-    "data": {"task": "math", "train_path": "data/dapo_math/train.jsonl", "eval_path": "data/math_eval/math500.jsonl", "max_prompt_tokens": 1024},
+    "data": {
+        "task": "math",
+        "train_path": "data/dapo_math/train.jsonl",
+        "eval_path": "data/math_eval/math500.jsonl",
+        "max_prompt_tokens": 1024,
+    },
     # Reinforce-Ada: constant lr after 10 warm-up steps, ~20 optimiser steps (10 rollout steps x 2 updates) of ~815
     "train": {
         "lr": 1e-6,
@@ -397,10 +439,22 @@ _GEO3K = {
     "rollout": {"temperature": 1.0, "max_new_tokens": 4096},
     "advantage": {"estimator": "group_norm"},
     # edge_policy "vlm" (the VLM reference) matters only if --adora.rule length is chosen
-    "adora": {"rule": "difficulty", "mode": "attenuate", "lambda_att": 0.1, "tau": 0.5, "correct_threshold": 0.5, "edge_policy": "vlm"},
+    "adora": {
+        "rule": "difficulty",
+        "mode": "attenuate",
+        "lambda_att": 0.1,
+        "tau": 0.5,
+        "correct_threshold": 0.5,
+        "edge_policy": "vlm",
+    },
     "sampling": {"n_keep": 8, "positive_threshold": 0.5},
     "model": {"path": "Qwen/Qwen2.5-VL-7B-Instruct", "dtype": "bfloat16"},
-    "data": {"task": "geometry", "train_path": "data/geometry3k/train.jsonl", "eval_path": "data/geometry3k/test.jsonl", "max_prompt_tokens": 4096},
+    "data": {
+        "task": "geometry",
+        "train_path": "data/geometry3k/train.jsonl",
+        "eval_path": "data/geometry3k/test.jsonl",
+        "max_prompt_tokens": 4096,
+    },
     # OpenRLHF's default schedule (the reference script sets none) without its warm-up
     "train": {
         "lr": 1e-6,
@@ -440,9 +494,7 @@ _cluster_recipe(
     {"adora": {"enabled": True}},
 )
 _cluster_recipe(
-    "geo3k-qwen2.5vl-7b-grpo",
-    "GRPO baseline of geo3k-qwen2.5vl-7b-adora (same settings, ADORA off), 8 GPUs.",
-    _GEO3K,
+    "geo3k-qwen2.5vl-7b-grpo", "GRPO baseline of geo3k-qwen2.5vl-7b-adora (same settings, ADORA off), 8 GPUs.", _GEO3K
 )
 
 
@@ -460,11 +512,25 @@ _KK_TESTBED_OPENRLHF = {
     "rollout": {"temperature": 1.0, "max_new_tokens": 400},
     "adora": {"correct_threshold": 1.0, "edge_policy": "llm"},
     "sampling": {"n_keep": 8, "positive_threshold": 1.0},
-    "model": {"path": "runs/kk-testbed-warm-start", "dtype": "float32"},  # as the local backend; bf16 is ~12x slower on AVX2 CPUs
-    "data": {"task": "kk", "train_path": "data/kk-testbed/train.jsonl", "eval_path": "data/kk-testbed/test.jsonl", "prompt_template": "auto"},
+    "model": {
+        "path": "runs/kk-testbed-warm-start",
+        "dtype": "float32",
+    },  # as the local backend; bf16 is ~12x slower on AVX2 CPUs
+    "data": {
+        "task": "kk",
+        "train_path": "data/kk-testbed/train.jsonl",
+        "eval_path": "data/kk-testbed/test.jsonl",
+        "prompt_template": "auto",
+    },
     "train": {"lr": 1.5e-4, "micro_batch_size": 4},
     "extra": {
-        "openrlhf": {"vllm.num_engines": 1, "actor.num_gpus_per_node": 1, "ref.num_gpus_per_node": 1, "actor.adam.betas": [0.9, 0.999], "ds.zero_stage": 2}
+        "openrlhf": {
+            "vllm.num_engines": 1,
+            "actor.num_gpus_per_node": 1,
+            "ref.num_gpus_per_node": 1,
+            "actor.adam.betas": [0.9, 0.999],
+            "ds.zero_stage": 2,
+        }
     },
 }
 register_recipe(

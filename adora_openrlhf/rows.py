@@ -114,7 +114,9 @@ def user_text(prompt: Any) -> str:
     (a system message's example answer is not part of the puzzle)."""
     if isinstance(prompt, str):
         return prompt
-    return "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, Mapping) and m.get("role", "user") == "user")
+    return "\n".join(
+        str(m.get("content", "")) for m in prompt if isinstance(m, Mapping) and m.get("role", "user") == "user"
+    )
 
 
 def _mentions(text: str, name: str) -> bool:
@@ -131,10 +133,17 @@ def _kk_row_ok(prompt: Any, label: str, meta: dict[str, Any]) -> None:
 
     parser = meta.get("kk_parser")
     if parser is not None and parser not in KK_PARSERS:
-        raise RowFieldError("meta.kk_parser", f"unknown K&K answer parser {parser!r}; choose one of {sorted(KK_PARSERS)}")
+        raise RowFieldError(
+            "meta.kk_parser", f"unknown K&K answer parser {parser!r}; choose one of {sorted(KK_PARSERS)}"
+        )
     _think_flag_ok(meta)
     names = meta.get("names")
-    if names is not None and not (isinstance(names, list) and names and all(isinstance(n, str) and n.strip() for n in names) and len(set(names)) == len(names)):
+    if names is not None and not (
+        isinstance(names, list)
+        and names
+        and all(isinstance(n, str) and n.strip() for n in names)
+        and len(set(names)) == len(names)
+    ):
         raise RowFieldError("meta.names", f"expected a list of distinct names, got {names!r}")
     roles = parse_kk_label(label, names or None)  # LABEL_CHECKS reported a label that does not parse
     people = list(names) if names else list(roles)
@@ -148,13 +157,17 @@ def _kk_row_ok(prompt: Any, label: str, meta: dict[str, Any]) -> None:
             raise RowFieldError("label", f"gives roles to {extra}, who are not in meta.names {names}")
     missing = [n for n in people if not _mentions(user_text(prompt), n)]
     if missing:
-        raise RowFieldError("label", f"names {missing}, whom the prompt does not mention; the label belongs to another puzzle")
+        raise RowFieldError(
+            "label", f"names {missing}, whom the prompt does not mention; the label belongs to another puzzle"
+        )
     count = meta.get("num_people")
     if count is not None and count != len(people):
         raise RowFieldError("meta.num_people", f"{count!r}, but the label has {len(people)} people")
     solution = meta.get("solution")
     if solution is not None:
-        if not (isinstance(solution, list) and len(solution) == len(people) and all(isinstance(x, bool) for x in solution)):
+        if not (
+            isinstance(solution, list) and len(solution) == len(people) and all(isinstance(x, bool) for x in solution)
+        ):
             raise RowFieldError("meta.solution", f"expected {len(people)} booleans (true = knight), got {solution!r}")
         if solution != [roles[n] for n in people]:
             raise RowFieldError("meta.solution", f"{solution} disagrees with the label {label!r}")
@@ -164,19 +177,26 @@ def _kk_row_ok(prompt: Any, label: str, meta: dict[str, Any]) -> None:
 
 def _think_flag_ok(meta: dict[str, Any]) -> None:
     if "think_opened_in_prompt" in meta and not isinstance(meta["think_opened_in_prompt"], bool):
-        raise RowFieldError("meta.think_opened_in_prompt", f"expected true or false, got {meta['think_opened_in_prompt']!r}")
+        raise RowFieldError(
+            "meta.think_opened_in_prompt", f"expected true or false, got {meta['think_opened_in_prompt']!r}"
+        )
 
 
 def _kk_statements_ok(statements: Any, people: Sequence[str], assignment: Sequence[bool]) -> None:
     from adora_openrlhf.tasks.kk import evaluate, statements_from_json
 
     if not isinstance(statements, list) or len(statements) != len(people):
-        raise RowFieldError("meta.statements", f"expected one statement per person ({len(people)}), got {statements!r:.120}")
+        raise RowFieldError(
+            "meta.statements", f"expected one statement per person ({len(people)}), got {statements!r:.120}"
+        )
     try:
         parsed = statements_from_json(statements)
         truth = [evaluate(st, assignment) for st in parsed]
     except (ValueError, TypeError, IndexError, KeyError) as err:
-        raise RowFieldError("meta.statements", f"not a statement list of the K&K task's form (tasks/kk.py) ({type(err).__name__}: {err})") from None
+        raise RowFieldError(
+            "meta.statements",
+            f"not a statement list of the K&K task's form (tasks/kk.py) ({type(err).__name__}: {err})",
+        ) from None
     wrong = [
         f"{name} ({'knight' if role else 'knave'}) says something {'false' if role else 'true'}"
         for name, role, said in zip(people, assignment, truth, strict=True)
@@ -211,7 +231,9 @@ def _math_row_ok(prompt: Any, label: str, meta: dict[str, Any]) -> None:
     _meta_one_of(meta, "reward_style", "math_verify", sorted(REWARD_STYLES))
     _meta_one_of(meta, "answer_scope", "after_think", list(ANSWER_SCOPES))
     if "grader_timeout_s" in meta and not _positive_seconds(meta["grader_timeout_s"]):
-        raise RowFieldError("meta.grader_timeout_s", f"must be a finite number of seconds > 0, got {meta['grader_timeout_s']!r}")
+        raise RowFieldError(
+            "meta.grader_timeout_s", f"must be a finite number of seconds > 0, got {meta['grader_timeout_s']!r}"
+        )
     try:
         math_config_for(meta)
     except (ValueError, TypeError) as err:
@@ -234,10 +256,19 @@ def _geometry_row_ok(prompt: Any, label: str, meta: dict[str, Any]) -> None:
     if question_type == "multi_choice" and choices and choice_index(label, choices) is None:
         raise RowFieldError("label", f"{label!r} is none of meta.choices {choices}")
     precision = meta.get("precision")
-    whole = isinstance(precision, (int, float)) and not isinstance(precision, bool) and precision >= 0 and float(precision).is_integer()
+    whole = (
+        isinstance(precision, (int, float))
+        and not isinstance(precision, bool)
+        and precision >= 0
+        and float(precision).is_integer()
+    )
     if precision is not None and not whole:
         raise RowFieldError("meta.precision", f"expected a whole number of decimals >= 0, got {precision!r}")
-    if answer_type in ("integer", "float") and not (question_type == "multi_choice" and choices) and not _NUMBER_IN_TEXT.search(label):
+    if (
+        answer_type in ("integer", "float")
+        and not (question_type == "multi_choice" and choices)
+        and not _NUMBER_IN_TEXT.search(label)
+    ):
         raise RowFieldError("label", f"{label!r} holds no number, but meta.answer_type is {answer_type!r}")
 
 
@@ -267,13 +298,17 @@ def _checked_image_digest(ref: Any, at: str) -> str:
         return image_digest(ref)
     except Exception as err:  # noqa: BLE001 - PIL raises OSError, UnidentifiedImageError, DecompressionBombError, SyntaxError...
         reason = " ".join(str(err).split())[:160] or type(err).__name__
-        raise ConfigError(f"{at}: the image file {ref!r} cannot be decoded ({reason}); it is damaged or not an image: replace it") from None
+        raise ConfigError(
+            f"{at}: the image file {ref!r} cannot be decoded ({reason}); it is damaged or not an image: replace it"
+        ) from None
 
 
 MAX_LABEL_CHARS = 4096  # a ground-truth answer longer than this is refused at load (no task's answer comes near it)
 
 
-def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str, lines: Sequence[int] | None = None) -> list[Row]:
+def validate_rows(
+    raw: Sequence[dict[str, Any]], where: str, default_source: str, lines: Sequence[int] | None = None
+) -> list[Row]:
     """Rows from raw dicts; a malformed row raises ``WHERE:LINE: field 'name': what is wrong`` (``lines``: each
     row's 1-based line in its file; default: its 1-based position)."""
     from adora_openrlhf.rewards.base import get_reward_fn
@@ -286,8 +321,12 @@ def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str
         prompt = r.get("prompt")
         if not (isinstance(prompt, str) and prompt.strip()) and not (isinstance(prompt, list) and prompt):
             raise ConfigError(f"{at}: field 'prompt': missing or empty (a string or a list of chat messages)")
-        if isinstance(prompt, list) and not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt):
-            raise ConfigError(f'{at}: field \'prompt\': a list prompt must hold chat messages {{"role": text, "content": text}}')
+        if isinstance(prompt, list) and not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt
+        ):
+            raise ConfigError(
+                f'{at}: field \'prompt\': a list prompt must hold chat messages {{"role": text, "content": text}}'
+            )
         label = r.get("label")
         if label is None or isinstance(label, (dict, list, bool)) or str(label).strip() == "":
             raise ConfigError(f"{at}: field 'label': missing, empty or not text (the ground-truth answer)")
@@ -321,7 +360,9 @@ def validate_rows(raw: Sequence[dict[str, Any]], where: str, default_source: str
             except RowFieldError as err:
                 raise ConfigError(f"{at}: field '{err.field}': {err}") from None
         key = row_identity(prompt, digests)
-        rows.append(Row(prompt=prompt, label=str(label), source=source, meta=meta, where=at, images=tuple(images), key=key))
+        rows.append(
+            Row(prompt=prompt, label=str(label), source=source, meta=meta, where=at, images=tuple(images), key=key)
+        )
     if not rows:
         raise ConfigError(f"{where}: no rows")
     return rows
@@ -342,7 +383,9 @@ def _report_duplicates(rows: Sequence[Row], where: str) -> None:
             seen[key] = i
     if repeats:
         first, original = repeats[0]
-        _warn(f"{rows[first].where}: duplicate row (same prompt, images and label as {rows[original].where}); {len(repeats)} duplicates in {where}")
+        _warn(
+            f"{rows[first].where}: duplicate row (same prompt, images and label as {rows[original].where}); {len(repeats)} duplicates in {where}"
+        )
 
 
 def _without_overlap(train: list[Row], held: list[Row], option: str) -> list[Row]:
@@ -350,9 +393,13 @@ def _without_overlap(train: list[Row], held: list[Row], option: str) -> list[Row
     train_keys = {row_key(r) for r in train}
     kept = [r for r in held if row_key(r) not in train_keys]
     if not kept:
-        raise ConfigError(f"{option}: every held-out row is also a training row (same prompt and images); give held-out rows that are not in the training data")
+        raise ConfigError(
+            f"{option}: every held-out row is also a training row (same prompt and images); give held-out rows that are not in the training data"
+        )
     if len(kept) < len(held):
-        _warn(f"{option}: dropped {len(held) - len(kept)} held-out rows that are also training rows (same prompt and images)")
+        _warn(
+            f"{option}: dropped {len(held) - len(kept)} held-out rows that are also training rows (same prompt and images)"
+        )
     return kept
 
 
@@ -381,12 +428,19 @@ def _load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
         return train, _without_overlap(train, held, "data.eval_path")
     if cfg.train_path is None:
         if cfg.task != "kk":
-            raise ConfigError(f"data.train_path: task {cfg.task!r} has no generator; give a JSONL file (see data_prep/)")
+            raise ConfigError(
+                f"data.train_path: task {cfg.task!r} has no generator; give a JSONL file (see data_prep/)"
+            )
         from adora_openrlhf.tasks.kk import generate_splits
 
         try:
             train_raw, eval_raw = generate_splits(
-                cfg.num_train, cfg.num_eval, cfg.kk_num_people, seed, name_pool=cfg.kk_name_pool, name_order=cfg.kk_name_order
+                cfg.num_train,
+                cfg.num_eval,
+                cfg.kk_num_people,
+                seed,
+                name_pool=cfg.kk_name_pool,
+                name_order=cfg.kk_name_order,
             )
         except (ValueError, RuntimeError) as err:  # e.g. more puzzles asked for than exist for these people counts
             raise ConfigError(
@@ -402,13 +456,17 @@ def _load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
     if held is not None:
         return train, _without_overlap(train, held, "data.eval_path")[: cfg.num_eval]
     if len(train) < 2:
-        raise ConfigError("data.train_path: need at least 2 rows to hold some out for evaluation (or give data.eval_path)")
+        raise ConfigError(
+            "data.train_path: need at least 2 rows to hold some out for evaluation (or give data.eval_path)"
+        )
     k = min(cfg.num_eval, len(train) // 2)
     held = train[-k:]
     held_keys = {row_key(r) for r in held}
     train = [r for r in train[:-k] if row_key(r) not in held_keys]  # a held-out row is never also trained on
     if not train:
-        raise ConfigError("data.train_path: no training rows left after holding out evaluation rows (the file repeats one problem); give data.eval_path")
+        raise ConfigError(
+            "data.train_path: no training rows left after holding out evaluation rows (the file repeats one problem); give data.eval_path"
+        )
     return train, held
 
 

@@ -32,11 +32,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="GRPO/PPO with ADORA advantage reweighting and adaptive multi-round sampling.",
         allow_abbrev=False,
     )
-    parser.add_argument("--recipe", default=None, help=f"named preset (default: the --config file's recipe, else kk-testbed); one of {sorted(RECIPES)}")
     parser.add_argument(
-        "--config", default=None, metavar="FILE", help="YAML or JSON config (e.g. saved --print-config output) applied over the recipe; flags win over it"
+        "--recipe",
+        default=None,
+        help=f"named preset (default: the --config file's recipe, else kk-testbed); one of {sorted(RECIPES)}",
     )
-    parser.add_argument("--backend", default=None, choices=BACKENDS, help="engine (default: the recipe's first backend)")
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="YAML or JSON config (e.g. saved --print-config output) applied over the recipe; flags win over it",
+    )
+    parser.add_argument(
+        "--backend", default=None, choices=BACKENDS, help="engine (default: the recipe's first backend)"
+    )
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
     parser.add_argument(
         "--resume-from",
@@ -45,9 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="local backend: continue from this checkpoint of output_dir instead of the latest (a step number, step_000002, or its path); "
         "implies --resume, and the later checkpoints are moved to checkpoints/superseded/",
     )
-    parser.add_argument("--overwrite", action="store_true", help="start a new run in an output_dir that holds a previous run's checkpoints, replacing it")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a new run in an output_dir that holds a previous run's checkpoints, replacing it",
+    )
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    parser.add_argument("--print-args", action="store_true", help="openrlhf backend: print the OpenRLHF command line and exit")
+    parser.add_argument(
+        "--print-args", action="store_true", help="openrlhf backend: print the OpenRLHF command line and exit"
+    )
     add_debug_flag(parser)
     add_config_flags(parser)
     return parser
@@ -69,10 +84,14 @@ def _resume_hint(argv: Sequence[str], output_dir: str) -> str:
             skip = True  # and its value
             continue
         args.append(a)
-    return f"continue from step {found[-1][0]} with: python -m adora_openrlhf.train {' '.join(args)} --resume".replace("  ", " ")
+    return f"continue from step {found[-1][0]} with: python -m adora_openrlhf.train {' '.join(args)} --resume".replace(
+        "  ", " "
+    )
 
 
-def train_local(cfg: RunConfig, resume: bool = False, overwrite: bool = False, resume_from: str | None = None) -> dict[str, Any]:
+def train_local(
+    cfg: RunConfig, resume: bool = False, overwrite: bool = False, resume_from: str | None = None
+) -> dict[str, Any]:
     """Train ``cfg`` in this process on the local backend, as the command does; returns the run's summary (also
     written to ``output_dir/summary.json``). The entry point of ``bench/`` and of notebooks."""
     from adora_openrlhf.backends.local.trainer import train
@@ -91,7 +110,11 @@ def warm_start(cfg: RunConfig, out_dir: str | Path) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     state: dict[str, str] = {}
-    return run_cli(lambda: _main(argv, state), argv, interrupted_hint=lambda: _resume_hint(argv, state["output_dir"]) if "output_dir" in state else "")
+    return run_cli(
+        lambda: _main(argv, state),
+        argv,
+        interrupted_hint=lambda: _resume_hint(argv, state["output_dir"]) if "output_dir" in state else "",
+    )
 
 
 def _main(argv: Sequence[str], state: dict[str, str]) -> int:
@@ -112,7 +135,9 @@ def _main(argv: Sequence[str], state: dict[str, str]) -> int:
                 + f"; pick a recipe for {cfg.backend!r} from {sorted(n for n, r in RECIPES.items() if cfg.backend in r.backends)}"
             )
         if cfg.backend == "local" and unknown:
-            raise ConfigError(f"unknown flag(s) {unknown}; run with --help for the list (OpenRLHF flags need --backend openrlhf)")
+            raise ConfigError(
+                f"unknown flag(s) {unknown}; run with --help for the list (OpenRLHF flags need --backend openrlhf)"
+            )
         if cfg.backend != "local" and args.resume_from is not None:
             raise ConfigError("--resume-from: only the local backend resumes from a chosen checkpoint; use --resume")
     except ConfigError as err:
@@ -135,7 +160,9 @@ def _main(argv: Sequence[str], state: dict[str, str]) -> int:
         return 0
     from adora_openrlhf.backends.openrlhf.launcher import launch
 
-    return launch(cfg, passthrough=list(unknown), print_args=args.print_args, resume=args.resume, overwrite=args.overwrite)
+    return launch(
+        cfg, passthrough=list(unknown), print_args=args.print_args, resume=args.resume, overwrite=args.overwrite
+    )
 
 
 if __name__ == "__main__":

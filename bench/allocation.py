@@ -38,7 +38,17 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from bench.common import FROM_WARM_START, RunSpec, load_run, markdown_table, mean_ci, run_pool, run_training, warm_start_dir, write_json
+from bench.common import (
+    FROM_WARM_START,
+    RunSpec,
+    load_run,
+    markdown_table,
+    mean_ci,
+    run_pool,
+    run_training,
+    warm_start_dir,
+    write_json,
+)
 from bench.paired_stats import holm, paired_t, sign_flip_p, wins_ties_losses
 
 REFERENCE = "GRPO"
@@ -53,8 +63,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "Difficulty": {"allocation.method": "difficulty", "allocation.candidates": 2},
     "DAPO-filter": {"dynamic_filtering.enabled": True},
     "GRPO+ADORA": _ADORA,
-    "Ada-balance": {"sampling.enabled": True, "sampling.samples_per_round": 8, "sampling.max_rounds": 2, "sampling.exit_rule": "balance"},
-    "Knapsack-0.5+ADORA": {"allocation.method": "knapsack", "allocation.candidates": 2, "allocation.budget": 0.5, **_ADORA},
+    "Ada-balance": {
+        "sampling.enabled": True,
+        "sampling.samples_per_round": 8,
+        "sampling.max_rounds": 2,
+        "sampling.exit_rule": "balance",
+    },
+    "Knapsack-0.5+ADORA": {
+        "allocation.method": "knapsack",
+        "allocation.candidates": 2,
+        "allocation.budget": 0.5,
+        **_ADORA,
+    },
 }
 FIXED_TARGETS = (0.75, 0.8)  # absolute accuracy targets besides GRPO's final accuracy of the seed
 BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
@@ -64,15 +84,21 @@ ESTABLISHED = 0.05
 def run_record(run: Mapping[str, Any]) -> dict[str, Any]:
     """The results.json record of one finished run: its accuracy-vs-tokens curve and what it cost."""
     steps = [m for m in run["metrics"] if "sampling/responses_generated" in m]
-    tokens = dict(zip([m["step"] for m in steps], accumulate(m["sampling/tokens_generated"] for m in steps), strict=True))
-    responses = dict(zip([m["step"] for m in steps], accumulate(m["sampling/responses_generated"] for m in steps), strict=True))
+    tokens = dict(
+        zip([m["step"] for m in steps], accumulate(m["sampling/tokens_generated"] for m in steps), strict=True)
+    )
+    responses = dict(
+        zip([m["step"] for m in steps], accumulate(m["sampling/responses_generated"] for m in steps), strict=True)
+    )
     evals = [m for m in run["metrics"] if "eval/greedy_accuracy" in m]
     half = len(steps) // 2
     second = [m["advantage/zero_signal_fraction"] for m in steps[half:] if "advantage/zero_signal_fraction" in m]
     return {
         "variant": run["variant"],
         "seed": run["seed"],
-        "curve": [[tokens.get(m["step"], 0.0), m["eval/greedy_accuracy"]] for m in evals],  # (cumulative tokens, accuracy)
+        "curve": [
+            [tokens.get(m["step"], 0.0), m["eval/greedy_accuracy"]] for m in evals
+        ],  # (cumulative tokens, accuracy)
         "steps": [m["step"] for m in evals],
         "responses_curve": [responses.get(m["step"], 0.0) for m in evals],
         "acc_step0": evals[0]["eval/greedy_accuracy"],
@@ -106,12 +132,19 @@ def _metric_pairs(rec: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, t
     out: dict[str, tuple[float, bool, bool]] = {}
     targets = {"ref_final": ref["acc_final"], **{f"{t:.2f}": t for t in FIXED_TARGETS}}
     for name, target in targets.items():
-        (mine, reached), (theirs, ref_reached) = tokens_to_reach(rec["curve"], target), tokens_to_reach(ref["curve"], target)
+        (mine, reached), (theirs, ref_reached) = (
+            tokens_to_reach(rec["curve"], target),
+            tokens_to_reach(ref["curve"], target),
+        )
         if mine > 0 and theirs > 0:
             out[f"tokens_to_{name}"] = (math.log(mine / theirs), not reached, not ref_reached)
     for fraction in BUDGET_FRACTIONS:
         budget = fraction * ref["tokens_total"]
-        out[f"acc_at_{round(fraction * 100)}pct"] = (accuracy_at(rec["curve"], budget) - accuracy_at(ref["curve"], budget), False, False)
+        out[f"acc_at_{round(fraction * 100)}pct"] = (
+            accuracy_at(rec["curve"], budget) - accuracy_at(ref["curve"], budget),
+            False,
+            False,
+        )
     out["acc_final"] = (rec["acc_final"] - ref["acc_final"], False, False)
     out["tokens_total"] = (math.log(rec["tokens_total"] / ref["tokens_total"]), False, False)
     return out
@@ -123,7 +156,14 @@ def paired_metric_records(records: Sequence[Mapping[str, Any]], reference: str =
     Holm-adjusted over the variants of the metric, and ``established`` (both adjusted p < 0.05)."""
     runs = {(r["variant"], r["seed"]): r for r in records}
     variants = [v for v in dict.fromkeys(r["variant"] for r in records) if v != reference]
-    per_variant = {v: {s: _metric_pairs(runs[(v, s)], runs[(reference, s)]) for vv, s in sorted(runs) if vv == v and (reference, s) in runs} for v in variants}
+    per_variant = {
+        v: {
+            s: _metric_pairs(runs[(v, s)], runs[(reference, s)])
+            for vv, s in sorted(runs)
+            if vv == v and (reference, s) in runs
+        }
+        for v in variants
+    }
     metrics = list(dict.fromkeys(m for seeds in per_variant.values() for pairs in seeds.values() for m in pairs))
     out: list[dict[str, Any]] = []
     for metric in metrics:
@@ -179,7 +219,9 @@ def _effect(rec: Mapping[str, Any]) -> str:
     return f"{_fmt(rec['mean_diff'], '+.3f')} [{_fmt(rec['ci_low'], '+.3f')}, {_fmt(rec['ci_high'], '+.3f')}]"
 
 
-def report(records: Sequence[Mapping[str, Any]], paired: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> str:
+def report(
+    records: Sequence[Mapping[str, Any]], paired: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]
+) -> str:
     """table.md: per variant the means over seeds, then every paired record."""
     variants = list(dict.fromkeys(r["variant"] for r in records))
     rows = []
@@ -194,7 +236,17 @@ def report(records: Sequence[Mapping[str, Any]], paired: Sequence[Mapping[str, A
             [v, " ".join(str(r["seed"]) for r in sorted(mine, key=lambda r: r["seed"])), cell("acc_step0"), cell("acc_final"), cell("tokens_total", ".0f"),
              cell("responses_total", ".0f"), cell("zero_signal_second_half", ".2f"), cell("eval_s", ".0f"), cell("train_s", ".0f")]
         )  # fmt: skip
-    header = ["variant", "seeds", "step-0 accuracy", "final accuracy", "tokens generated", "responses", "zero-signal groups, 2nd half", "eval s", "RL step s"]
+    header = [
+        "variant",
+        "seeds",
+        "step-0 accuracy",
+        "final accuracy",
+        "tokens generated",
+        "responses",
+        "zero-signal groups, 2nd half",
+        "eval s",
+        "RL step s",
+    ]
     paired_rows = [
         [r["metric"], r["variant"], str(r["n"]), _effect(r), f"{r['wins']}/{r['ties']}/{r['losses']}", f"{r['censored_variant']}/{r['censored_reference']}",
          _fmt(r["p_sign_flip"], ".4f"), _fmt(r["p_sign_flip_holm"], ".4f"), _fmt(r["p_value"], ".4f"), _fmt(r["p_value_holm"], ".4f"),
@@ -264,7 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.allocation", description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe", default="kk-revisit", help="local-backend recipe every variant uses")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), help=f"from {list(VARIANTS)}; GRPO is always run")
+    parser.add_argument(
+        "--variants", nargs="+", default=list(VARIANTS), help=f"from {list(VARIANTS)}; GRPO is always run"
+    )
     parser.add_argument("--workers", type=int, default=2, help="runs side by side, one torch thread each")
     parser.add_argument("--report-only", action="store_true", help="analyse the finished runs under --out only")
     parser.add_argument("--out", default="bench/results/allocation")
@@ -275,7 +329,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants = [REFERENCE] + [v for v in args.variants if v != REFERENCE]
     out, started = Path(args.out), time.time()
     if not args.report_only:
-        inits = dict(zip(args.seeds, run_pool(_warm, [(args.recipe, s, out) for s in args.seeds], args.workers), strict=True))
+        inits = dict(
+            zip(args.seeds, run_pool(_warm, [(args.recipe, s, out) for s in args.seeds], args.workers), strict=True)
+        )
         specs = [
             RunSpec(
                 v,
@@ -289,10 +345,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             for s in args.seeds
         ]
         run_pool(run_training, specs, args.workers)
-    runs = [load_run(v, s, out / "runs" / f"{v}_seed{s}") for v in variants for s in args.seeds if (out / "runs" / f"{v}_seed{s}" / "summary.json").exists()]
+    runs = [
+        load_run(v, s, out / "runs" / f"{v}_seed{s}")
+        for v in variants
+        for s in args.seeds
+        if (out / "runs" / f"{v}_seed{s}" / "summary.json").exists()
+    ]
     records = [run_record(r) for r in runs]
     paired = paired_metric_records(records)
-    settings = {"recipe": args.recipe, "seeds": args.seeds, "variants": {v: VARIANTS[v] for v in variants}, "wall_s_this_invocation": time.time() - started}
+    settings = {
+        "recipe": args.recipe,
+        "seeds": args.seeds,
+        "variants": {v: VARIANTS[v] for v in variants},
+        "wall_s_this_invocation": time.time() - started,
+    }
     write_json(out / "results.json", {"settings": settings, "records": records, "paired": paired})
     (out / "table.md").write_text(report(records, paired, settings) + "\n")
     plot(records, out / "curves.png")

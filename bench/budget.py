@@ -36,13 +36,17 @@ def tokens_from_lengths(acc_curve: Curve, responses_curve: Curve, length: Curve)
     [(step, mean length)]: tokens(e_k) = tokens(e_{k-1}) + (R(e_k) - R(e_{k-1})) x mean{length(s) : e_{k-1} < s <=
     e_k}. None when an interval with responses has no length record (a merged record without per-step series)."""
     if len(acc_curve) != len(responses_curve):
-        raise ValueError(f"tokens_from_lengths: {len(acc_curve)} evaluation steps but {len(responses_curve)} response counts")
+        raise ValueError(
+            f"tokens_from_lengths: {len(acc_curve)} evaluation steps but {len(responses_curve)} response counts"
+        )
     if not acc_curve:
         return []
     if responses_curve[0][0] != 0:
         return None  # the first evaluation comes after some generation: its token count is unknown
     out = [[0.0, acc_curve[0][1]]]
-    for (prev_step, _), (step, acc), (prev_r, _), (r, _) in zip(acc_curve, acc_curve[1:], responses_curve, responses_curve[1:], strict=False):
+    for (prev_step, _), (step, acc), (prev_r, _), (r, _) in zip(
+        acc_curve, acc_curve[1:], responses_curve, responses_curve[1:], strict=False
+    ):
         lengths = [v for s, v in length if prev_step < s <= step]
         if r > prev_r and not lengths:
             return None
@@ -85,15 +89,27 @@ def estimate_error(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, 
         series = rec.get("series") or {}
         if not series.get("acc_vs_tokens"):
             continue
-        estimate = tokens_from_lengths(rec["acc_curve"], series.get("acc_vs_responses") or [], series.get("length") or [])
+        estimate = tokens_from_lengths(
+            rec["acc_curve"], series.get("acc_vs_responses") or [], series.get("length") or []
+        )
         logged = series["acc_vs_tokens"][-1][0]
         if estimate is None or not logged:
             continue
         ratios.setdefault(rec["variant"], []).append(estimate[-1][0] / logged)
-    return {v: {"runs": len(r), "mean_ratio": sum(r) / len(r), "min_ratio": min(r), "max_ratio": max(r)} for v, r in ratios.items()}
+    return {
+        v: {"runs": len(r), "mean_ratio": sum(r) / len(r), "min_ratio": min(r), "max_ratio": max(r)}
+        for v, r in ratios.items()
+    }
 
 
-def plot_against_reference(records: Sequence[Mapping[str, Any]], variants: Sequence[str], reference: str, kept_per_step: int, path: Any, title: str) -> None:
+def plot_against_reference(
+    records: Sequence[Mapping[str, Any]],
+    variants: Sequence[str],
+    reference: str,
+    kept_per_step: int,
+    path: Any,
+    title: str,
+) -> None:
     """One panel per variant other than ``reference``: held-out accuracy against cumulative generated tokens, the
     variant and the reference, each the mean over seeds at every evaluation (x: mean tokens) with a 95% CI band
     of the accuracy (:func:`bench.common.band`). Runs without a token curve are left out of the panel."""
@@ -109,7 +125,9 @@ def plot_against_reference(records: Sequence[Mapping[str, Any]], variants: Seque
     cols = min(4, max(1, len(others)))
     rows = max(1, -(-len(others) // cols))
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False, sharey=True)
-    curves = {v: [c for r in records if r["variant"] == v for c in [token_curve(r, kept_per_step)[0]] if c] for v in variants}
+    curves = {
+        v: [c for r in records if r["variant"] == v for c in [token_curve(r, kept_per_step)[0]] if c] for v in variants
+    }
     for ax, variant in zip(axes.flat, others, strict=False):
         for name, colour in ((reference, "tab:gray"), (variant, "tab:blue")):
             if not curves[name]:

@@ -39,7 +39,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import FROM_WARM_START, VARIANTS, RunSpec, gain_cells, markdown_table, read_records, run_training, save_records, warm_start_dir
+from bench.common import (
+    FROM_WARM_START,
+    VARIANTS,
+    RunSpec,
+    gain_cells,
+    markdown_table,
+    read_records,
+    run_training,
+    save_records,
+    warm_start_dir,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "cluster_testbed"
@@ -94,11 +104,15 @@ def with_rl_seed(record: dict[str, Any], rl_seed: int | None) -> dict[str, Any]:
     return record if rl_seed is None else {**record, "rl_seed": rl_seed}
 
 
-def run_openrlhf(variant: str, seed: int, inputs: dict[str, str], out: Path, rl_seed: int | None = None) -> dict[str, Any]:
+def run_openrlhf(
+    variant: str, seed: int, inputs: dict[str, str], out: Path, rl_seed: int | None = None
+) -> dict[str, Any]:
     """One ``--backend openrlhf`` run of the variant from the seed's warm start (run seed ``rl_seed`` for a
     replicate, else ``seed``); its record."""
     run_dir = out / "openrlhf" / run_name(variant, seed, rl_seed)
-    settings = with_rl_seed({"backend": "openrlhf", "variant": variant, "seed": seed, "inputs": inputs, "recipe": CLUSTER_RECIPE}, rl_seed)
+    settings = with_rl_seed(
+        {"backend": "openrlhf", "variant": variant, "seed": seed, "inputs": inputs, "recipe": CLUSTER_RECIPE}, rl_seed
+    )
     if (found := reuse(run_dir, settings)) is not None:
         return found
     command = [
@@ -147,7 +161,9 @@ def run_local(variant: str, seed: int, inputs: dict[str, str], out: Path, rl_see
         overrides.update({"data.train_path": inputs["train"], "data.eval_path": inputs["test"]})
     start = time.time()
     run_dir = out / "local" / run_name(variant, seed, rl_seed)
-    run = run_training(RunSpec(variant, seed if rl_seed is None else rl_seed, LOCAL_RECIPE, overrides, str(run_dir), reuse=True))
+    run = run_training(
+        RunSpec(variant, seed if rl_seed is None else rl_seed, LOCAL_RECIPE, overrides, str(run_dir), reuse=True)
+    )
     steps = [r for r in run["metrics"] if "eval/greedy_accuracy" not in r or "reward/mean" in r]
     curve = [(r["step"], r["eval/greedy_accuracy"]) for r in run["metrics"] if "eval/greedy_accuracy" in r]
     times = [r["time/step_s"] for r in steps if "time/step_s" in r]
@@ -222,27 +238,58 @@ def main_table(records: list[dict[str, Any]]) -> str:
                     f"{sum(r['wall_s'] for r in runs) / len(runs):.0f}",
                 ]
             )
-    header = ["backend", "variant", "seeds", "acc step 0", "acc final", "gain per seed", "gain (mean ± 95%)", "s / step", "responses", "wall s"]
+    header = [
+        "backend",
+        "variant",
+        "seeds",
+        "acc step 0",
+        "acc final",
+        "gain per seed",
+        "gain (mean ± 95%)",
+        "s / step",
+        "responses",
+        "wall s",
+    ]
     return markdown_table(header, rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cluster_testbed", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="warm-start seeds of the main runs (none: only --extra and --replicates)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="*",
+        default=[0, 1, 2],
+        help="warm-start seeds of the main runs (none: only --extra and --replicates)",
+    )
     parser.add_argument("--variants", nargs="*", default=["GRPO", "GRPO+ADORA"], choices=sorted(VARIANTS))
-    parser.add_argument("--extra", nargs="*", default=["Ada-balance:0"], help="more openrlhf runs as VARIANT:SEED (default: Ada-balance on seed 0)")
+    parser.add_argument(
+        "--extra",
+        nargs="*",
+        default=["Ada-balance:0"],
+        help="more openrlhf runs as VARIANT:SEED (default: Ada-balance on seed 0)",
+    )
     parser.add_argument("--backends", nargs="+", default=["local", "openrlhf"], choices=["local", "openrlhf"])
-    parser.add_argument("--out", type=Path, default=REPO / "runs" / "cluster_testbed", help="warm starts, data and run folders")
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "runs" / "cluster_testbed", help="warm starts, data and run folders"
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument(
-        "--replicates", nargs="*", default=[], help="runs again from a seed's warm start and rows with another run seed, as VARIANT:SEED:RL_SEED"
+        "--replicates",
+        nargs="*",
+        default=[],
+        help="runs again from a seed's warm start and rows with another run seed, as VARIANT:SEED:RL_SEED",
     )
     parser.add_argument("--prepare-only", action="store_true", help="write the warm starts and JSONL files, then stop")
     args = parser.parse_args(argv)
     extra = [(v, int(s)) for v, s in (item.split(":") for item in args.extra)]
     replicates = [parse_replicate(item, parser) for item in args.replicates]
     if args.prepare_only:
-        print(json.dumps({seed: prepare(seed, args.out) for seed in sorted({*args.seeds, *(s for _, s in extra)})}, indent=2))
+        print(
+            json.dumps(
+                {seed: prepare(seed, args.out) for seed in sorted({*args.seeds, *(s for _, s in extra)})}, indent=2
+            )
+        )
         return 0
     inputs: dict[int, dict[str, str]] = {}  # prepared when a seed's first run comes
     plan = [(backend, v, s, None) for s in args.seeds for v in args.variants for backend in ("openrlhf", "local")]
@@ -266,7 +313,9 @@ def parse_replicate(item: str, parser: argparse.ArgumentParser) -> tuple[str, in
     """``VARIANT:SEED:RL_SEED`` -> (variant, seed, rl_seed); a malformed item stops with the option named."""
     parts = item.split(":")
     if len(parts) != 3 or parts[0] not in VARIANTS or not all(p.isdigit() for p in parts[1:]):
-        parser.error(f"--replicates {item!r}: expected VARIANT:SEED:RL_SEED with a variant of {sorted(VARIANTS)} and two seeds")
+        parser.error(
+            f"--replicates {item!r}: expected VARIANT:SEED:RL_SEED with a variant of {sorted(VARIANTS)} and two seeds"
+        )
     if parts[1] == parts[2]:
         parser.error(f"--replicates {item!r}: RL_SEED equal to SEED is the main run; choose another run seed")
     return parts[0], int(parts[1]), int(parts[2])

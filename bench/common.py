@@ -196,7 +196,9 @@ def trapezoid_auc(curve: Sequence[tuple[float, float]]) -> float | None:
         return None
     if len(curve) == 1 or curve[-1][0] == curve[0][0]:
         return float(curve[0][1])
-    area = sum((x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False))  # neighbouring points
+    area = sum(
+        (x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False)
+    )  # neighbouring points
     return area / (curve[-1][0] - curve[0][0])
 
 
@@ -207,7 +209,11 @@ def read_records(results_dir: Path) -> list[dict[str, Any]]:
 
 
 def save_records(
-    results_dir: Path, records: list[dict[str, Any]], record: dict[str, Any], keys: Sequence[str], table: Callable[[list[dict[str, Any]]], str]
+    results_dir: Path,
+    records: list[dict[str, Any]],
+    record: dict[str, Any],
+    keys: Sequence[str],
+    table: Callable[[list[dict[str, Any]]], str],
 ) -> list[dict[str, Any]]:
     """``records`` with ``record`` in place of the one that has the same values at ``keys`` (a key a record lacks
     counts as None; appended otherwise),

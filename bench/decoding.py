@@ -40,7 +40,9 @@ LOOP_SETTINGS = {  # generate_responses keyword arguments of each loop
 }
 
 
-def time_mode(model, tokenizer, inputs: list[list[int]], cfg, batch: int, greedy: bool, mode: str, repeats: int) -> dict[str, Any]:
+def time_mode(
+    model, tokenizer, inputs: list[list[int]], cfg, batch: int, greedy: bool, mode: str, repeats: int
+) -> dict[str, Any]:
     """Every loop of :data:`LOOPS` on ``inputs``, ``repeats`` times: median wall and CPU seconds, speed-ups, response
     lengths and whether the loops produced the same tokens."""
     from adora_openrlhf.engine.rollout import generate_responses
@@ -52,7 +54,16 @@ def time_mode(model, tokenizer, inputs: list[list[int]], cfg, batch: int, greedy
         for loop in LOOPS:
             torch.manual_seed(repeat)
             started, cpu_started = time.perf_counter(), time.process_time()
-            tokens[loop] = generate_responses(model, tokenizer, inputs, cfg.rollout, batch, greedy=greedy, kv_cache=cfg.model.kv_cache, **LOOP_SETTINGS[loop])
+            tokens[loop] = generate_responses(
+                model,
+                tokenizer,
+                inputs,
+                cfg.rollout,
+                batch,
+                greedy=greedy,
+                kv_cache=cfg.model.kv_cache,
+                **LOOP_SETTINGS[loop],
+            )
             seconds[loop].append(time.perf_counter() - started)
             cpu_seconds[loop].append(time.process_time() - cpu_started)
     median = {loop: statistics.median(s) for loop, s in seconds.items()}
@@ -97,10 +108,16 @@ def table_row(record: dict[str, Any]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.decoding", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=None, help="a checkpoint directory of a run of --recipe (default: the recipe's warm start)")
-    parser.add_argument("--recipe", default="kk-testbed", help="recipe whose prompts, sampling parameters and warm-up are used")
+    parser.add_argument(
+        "--model", default=None, help="a checkpoint directory of a run of --recipe (default: the recipe's warm start)"
+    )
+    parser.add_argument(
+        "--recipe", default="kk-testbed", help="recipe whose prompts, sampling parameters and warm-up are used"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--prompts", type=int, default=16, help="training prompts per batch (the recipe's prompts_per_step)")
+    parser.add_argument(
+        "--prompts", type=int, default=16, help="training prompts per batch (the recipe's prompts_per_step)"
+    )
     parser.add_argument("--n", type=int, default=8, help="sampled responses per prompt")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the benchmark runs use one each)")

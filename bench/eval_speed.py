@@ -55,7 +55,11 @@ class PerProblemGenerator(HFGenerator):
     key/value head, the model's forward for every step, under ``torch.manual_seed`` of the problem's seed."""
 
     def generate(
-        self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None, progress: Progress | None = None
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        k: int,
+        seeds: Sequence[int] | None = None,
+        progress: Progress | None = None,
     ) -> list[list[Completion]]:
         from adora_openrlhf.config import SamplingParams
         from adora_openrlhf.engine.decoding import compact_decode
@@ -63,7 +67,9 @@ class PerProblemGenerator(HFGenerator):
 
         greedy = self.sampling.temperature == 0
         params = SamplingParams(
-            temperature=1.0 if greedy else self.sampling.temperature, top_p=self.sampling.top_p, max_new_tokens=self.sampling.max_new_tokens
+            temperature=1.0 if greedy else self.sampling.temperature,
+            top_p=self.sampling.top_p,
+            max_new_tokens=self.sampling.max_new_tokens,
         )
         prompts, _ = self._encode(rows)
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
@@ -72,8 +78,15 @@ class PerProblemGenerator(HFGenerator):
             torch.manual_seed(seed)
             ids = torch.tensor([prompt] * k)
             cache = growing_cache_for(self.model)  # no batch size given: one entry per key/value head
-            responses = compact_decode(self.model, ids, torch.ones_like(ids), params, eos, pad, cache, greedy=greedy, fast_step=False)
-            out.append([Completion(self.tokenizer.decode(ids, skip_special_tokens=True), len(ids), truncated) for ids, truncated in responses])
+            responses = compact_decode(
+                self.model, ids, torch.ones_like(ids), params, eos, pad, cache, greedy=greedy, fast_step=False
+            )
+            out.append(
+                [
+                    Completion(self.tokenizer.decode(ids, skip_special_tokens=True), len(ids), truncated)
+                    for ids, truncated in responses
+                ]
+            )
             if progress is not None:
                 progress(k)
         return out
@@ -106,7 +119,9 @@ def _generator(way: str, model: str, sampling: EvalSampling, batch_size: int):
     return HFGenerator(model, sampling, batch_size=batch_size, numerics=way.removeprefix("batched-"))
 
 
-def _time_way(way: str, model: str, bench, rows, k: int, sampling: EvalSampling, batch_size: int, out: Path) -> dict[str, Any]:
+def _time_way(
+    way: str, model: str, bench, rows, k: int, sampling: EvalSampling, batch_size: int, out: Path
+) -> dict[str, Any]:
     from eval.run import evaluate_benchmark, read_records
 
     generator = _generator(way, model, sampling, batch_size)
@@ -129,12 +144,16 @@ def _time_way(way: str, model: str, bench, rows, k: int, sampling: EvalSampling,
     }
 
 
-def _record_and_row(runs: dict[str, list], threads: int, mode: str, problems: int, k: int, temperature: float) -> tuple[dict[str, Any], list[str]]:
+def _record_and_row(
+    runs: dict[str, list], threads: int, mode: str, problems: int, k: int, temperature: float
+) -> tuple[dict[str, Any], list[str]]:
     """results.json's record and table.md's row of one setting: each way's median run, speed-ups over per-problem,
     and (greedy) how many problems' responses are identical to per-problem's."""
     result = {way: _median_run(runs[way]) for way in WAYS}
     old = result["per-problem"]
-    same = {way: sum(old["responses"][key] == text for key, text in result[way]["responses"].items()) for way in WAYS[1:]}
+    same = {
+        way: sum(old["responses"][key] == text for key, text in result[way]["responses"].items()) for way in WAYS[1:]
+    }
     record = {
         "threads": threads,
         "mode": mode,
@@ -161,20 +180,39 @@ def _record_and_row(runs: dict[str, list], threads: int, mode: str, problems: in
     return record, row
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.eval_speed", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a model directory, e.g. runs/kk-testbed/final_model")
     parser.add_argument("--bench", default="kk", help="one benchmark of eval.run")
-    parser.add_argument("--bench-file", default=None, help="its rows from a JSONL file (default: the benchmark's own rows)")
+    parser.add_argument(
+        "--bench-file", default=None, help="its rows from a JSONL file (default: the benchmark's own rows)"
+    )
     parser.add_argument("--limit", type=int, default=40, help="first N problems")
     parser.add_argument("--k", type=int, default=4, help="samples per problem in the sampled mode")
     parser.add_argument("--temperature", type=float, default=0.6, help="the sampled mode's temperature")
     parser.add_argument("--max-new-tokens", type=int, default=1024)
-    parser.add_argument("--batch-size", type=int, default=256, help="batched-fast's sequences per decoding batch (eval.run's default)")
-    parser.add_argument("--exact-batch-size", type=int, default=128, help="batched-exact's (eval.run's default before the fast numerics)")
+    parser.add_argument(
+        "--batch-size", type=int, default=256, help="batched-fast's sequences per decoding batch (eval.run's default)"
+    )
+    parser.add_argument(
+        "--exact-batch-size",
+        type=int,
+        default=128,
+        help="batched-exact's (eval.run's default before the fast numerics)",
+    )
     parser.add_argument("--threads", type=int, nargs="+", default=[1], help="torch threads; each value times both ways")
-    parser.add_argument("--repeats", type=int, default=3, help="times each way is run per setting, interleaved; the table gives the median")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="times each way is run per setting, interleaved; the table gives the median",
+    )
     parser.add_argument("--out", default="bench/results/eval_speed")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats: must be >= 1, got {args.repeats}")
@@ -184,7 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bench = get_benchmark(args.bench)
-    rows = [row for _, row in load_located_rows(bench, args.bench_file, None, 0, args.limit, cache_dir=out / "runs" / "data")]
+    rows = [
+        row
+        for _, row in load_located_rows(bench, args.bench_file, None, 0, args.limit, cache_dir=out / "runs" / "data")
+    ]
     table, records = [], []
     for threads in args.threads:
         torch.set_num_threads(threads)
@@ -225,7 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "table.md").write_text(f"{intro}\n\n{text}\n")
     write_json(out / "results.json", {"settings": vars(args), "runs": records})
     print(f"\n{intro}\n\n{text}")
-    identical = all(r[f"{way}_identical_responses"] == r["problems"] for r in records if r["mode"] == "greedy" for way in WAYS[1:])
+    identical = all(
+        r[f"{way}_identical_responses"] == r["problems"] for r in records if r["mode"] == "greedy" for way in WAYS[1:]
+    )
     return 0 if identical else 1
 
 

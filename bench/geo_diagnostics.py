@@ -91,7 +91,9 @@ def think_answer_counts(rows: Sequence[Mapping[str, Any]], texts: Sequence[Seque
     }
 
 
-def view_metrics(rows: Sequence[Mapping[str, Any]], texts: Sequence[Sequence[str]], correct: Sequence[Sequence[bool]]) -> dict[str, float]:
+def view_metrics(
+    rows: Sequence[Mapping[str, Any]], texts: Sequence[Sequence[str]], correct: Sequence[Sequence[bool]]
+) -> dict[str, float]:
     """Accuracy (overall, per kind), the top answer share of colour questions, the think/answer shares and the
     share of larger-question answers outside the choices, for one view's responses."""
     by_kind: dict[str, list[bool]] = collections.defaultdict(list)
@@ -122,7 +124,10 @@ def held_out(rows_file: Path, cache_dir: Path) -> list[dict[str, Any]]:
     """The run's held-out rows, read and their images resolved and checked as ``eval.run --run`` reads them."""
     from eval.benchmarks import HELDOUT, get_benchmark, load_located_rows
 
-    return [dict(row) for _, row in load_located_rows(get_benchmark(HELDOUT), str(rows_file), None, 0, None, cache_dir=cache_dir)]
+    return [
+        dict(row)
+        for _, row in load_located_rows(get_benchmark(HELDOUT), str(rows_file), None, 0, None, cache_dir=cache_dir)
+    ]
 
 
 def with_images(rows: Sequence[dict[str, Any]], image: Path) -> list[dict[str, Any]]:
@@ -152,11 +157,18 @@ def diagnose(
 
     generator = HFGenerator(model, EvalSampling(), batch_size=64)
     results = {}
-    for view, view_rows, temperature, k in (("greedy", rows, 0.0, 1), ("sampled", rows, 1.0, samples), ("blank", blank_rows, 0.0, 1)):
+    for view, view_rows, temperature, k in (
+        ("greedy", rows, 0.0, 1),
+        ("sampled", rows, 1.0, samples),
+        ("blank", blank_rows, 0.0, 1),
+    ):
         generator.sampling = EvalSampling(temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens, seed=0)
         outputs = generator.generate(view_rows, k, seeds=list(range(len(view_rows))))
         texts = [[c.text for c in completions] for completions in outputs]
-        correct = [[bool(grade(row["source"], text, row)["correct"]) for text in responses] for row, responses in zip(view_rows, texts, strict=True)]
+        correct = [
+            [bool(grade(row["source"], text, row)["correct"]) for text in responses]
+            for row, responses in zip(view_rows, texts, strict=True)
+        ]
         results[view] = view_metrics(view_rows, texts, correct)
     return results
 
@@ -164,13 +176,19 @@ def diagnose(
 def table(records: Sequence[Mapping[str, Any]]) -> str:
     """One row per (checkpoint step, view), one column per metric."""
     names = list(dict.fromkeys(name for r in records for view in VIEWS for name in r[view]))
-    rows = [[str(r["step"]), view, *(f"{r[view][n]:.3f}" if n in r[view] else "-" for n in names)] for r in records for view in VIEWS]
+    rows = [
+        [str(r["step"]), view, *(f"{r[view][n]:.3f}" if n in r[view] else "-" for n in names)]
+        for r in records
+        for view in VIEWS
+    ]
     return markdown_table(["step", "view", *names], rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.geo_diagnostics", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", type=Path, required=True, help="a geo-tiny run directory (heldout.jsonl, checkpoints/step_*)")
+    parser.add_argument(
+        "--run", type=Path, required=True, help="a geo-tiny run directory (heldout.jsonl, checkpoints/step_*)"
+    )
     parser.add_argument("--steps", type=int, nargs="*", help="checkpoint steps (default: every checkpoint of the run)")
     parser.add_argument("--samples", type=int, default=4, help="responses per image in the sampled view")
     parser.add_argument("--out", type=Path, help="where table.md and results.json go (default RUN/diagnostics)")
@@ -184,17 +202,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = open_run(args.run)
     except ValueError as err:  # names --run and the fix
         parser.error(str(err))
-    found = {int(p.name.split("_")[-1]): p for p in sorted((args.run / "checkpoints").glob("step_*")) if (p / "config.json").exists()}
+    found = {
+        int(p.name.split("_")[-1]): p
+        for p in sorted((args.run / "checkpoints").glob("step_*"))
+        if (p / "config.json").exists()
+    }
     steps = args.steps if args.steps else sorted(found)
     missing = [s for s in steps if s not in found]
     if missing or not steps:
-        parser.error(f"--steps: no checkpoint for {missing or 'any step'} in {args.run / 'checkpoints'} (found {sorted(found)})")
+        parser.error(
+            f"--steps: no checkpoint for {missing or 'any step'} in {args.run / 'checkpoints'} (found {sorted(found)})"
+        )
     out = args.out or args.run / "diagnostics"
     rows = held_out(target.rows_file, out)
     blank_rows = with_images(rows, blank_image(rows[0]["images"][0], out))
     records = []
     for step in steps:
-        records.append({"step": step, **diagnose(str(found[step]), rows, blank_rows, args.samples, target.max_new_tokens)})
+        records.append(
+            {"step": step, **diagnose(str(found[step]), rows, blank_rows, args.samples, target.max_new_tokens)}
+        )
         print(f"[geo_diagnostics] step {step} done", flush=True)
     text = table(records)
     print(text)

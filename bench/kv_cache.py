@@ -25,64 +25,102 @@ from bench.common import markdown_table, write_json
 CACHES = ("dynamic", "growing")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.kv_cache", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=128, help="sequences per generate call (the kk-testbed generation_batch_size)")
+    parser.add_argument(
+        "--batch", type=int, default=128, help="sequences per generate call (the kk-testbed generation_batch_size)"
+    )
     parser.add_argument("--prompt-tokens", type=int, default=90, help="prompt length in tokens")
     parser.add_argument("--new-tokens", type=int, nargs="+", default=[64, 192, 512], help="response lengths to time")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the benchmark runs use one each)")
     parser.add_argument("--out", default="bench/results/kv_cache")
+    return parser
+
+
+def _measure(model, tokenizer, prompts: list, args: argparse.Namespace, new_tokens: int) -> tuple[list[str], dict]:
+    """(table row, record) of one response length: both caches timed ``args.repeats`` times, interleaved."""
+    from adora_openrlhf.config import SamplingParams
+    from adora_openrlhf.engine.rollout import generate_responses
+
+    params = SamplingParams(max_new_tokens=new_tokens)
+    seconds: dict[str, list[float]] = {c: [] for c in CACHES}
+    cpu_seconds: dict[str, list[float]] = {c: [] for c in CACHES}  # process CPU time: less sensitive to other jobs
+    tokens: dict[str, list] = {}
+    for _ in range(args.repeats):
+        for cache in CACHES:
+            started, cpu_started = time.perf_counter(), time.process_time()
+            tokens[cache] = generate_responses(
+                model, tokenizer, prompts, params, args.batch, greedy=True, kv_cache=cache, decoding="generate"
+            )
+            seconds[cache].append(time.perf_counter() - started)
+            cpu_seconds[cache].append(time.process_time() - cpu_started)
+    median = {c: statistics.median(s) for c, s in seconds.items()}
+    cpu = {c: statistics.median(s) for c, s in cpu_seconds.items()}
+    same = tokens["dynamic"] == tokens["growing"]
+    speedup, cpu_speedup = median["dynamic"] / median["growing"], cpu["dynamic"] / cpu["growing"]
+    seconds_cells = [f"{v:.2f}" for v in (median["dynamic"], median["growing"])]
+    cpu_cells = [f"{v:.2f}" for v in (cpu["dynamic"], cpu["growing"])]
+    row = [
+        str(new_tokens),
+        *seconds_cells,
+        f"{speedup:.2f}x",
+        *cpu_cells,
+        f"{cpu_speedup:.2f}x",
+        "yes" if same else "NO",
+    ]
+    print(row, flush=True)
+    record = {
+        "new_tokens": new_tokens,
+        "dynamic_s": median["dynamic"],
+        "growing_s": median["growing"],
+        "speedup": speedup,
+        "dynamic_cpu_s": cpu["dynamic"],
+        "growing_cpu_s": cpu["growing"],
+        "cpu_speedup": cpu_speedup,
+        "identical_tokens": same,
+    }
+    return row, record
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
 
-    from adora_openrlhf.config import SamplingParams
     from adora_openrlhf.engine.model import build_tiny_model
-    from adora_openrlhf.engine.rollout import generate_responses
     from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
     from adora_openrlhf.recipes import build_run_config
 
     torch.set_num_threads(args.threads)
     cfg = build_run_config("kk-testbed", {})
-    tokenizer = train_bpe_tokenizer(["Knights always tell the truth and knaves always lie. Alice says: Bob is a knave."] * 4, cfg.model.tiny.vocab_size)
+    tokenizer = train_bpe_tokenizer(
+        ["Knights always tell the truth and knaves always lie. Alice says: Bob is a knave."] * 4,
+        cfg.model.tiny.vocab_size,
+    )
     model = build_tiny_model(cfg.model.tiny, tokenizer, seed=0).eval()
     generator = torch.Generator().manual_seed(0)
     low = max(tokenizer.eos_token_id, tokenizer.pad_token_id) + 1
-    prompts = [torch.randint(low, len(tokenizer), (args.prompt_tokens - i % 7,), generator=generator).tolist() for i in range(args.batch)]
+    prompts = [
+        torch.randint(low, len(tokenizer), (args.prompt_tokens - i % 7,), generator=generator).tolist()
+        for i in range(args.batch)
+    ]
 
     rows, records = [], []
     for new_tokens in args.new_tokens:
-        params = SamplingParams(max_new_tokens=new_tokens)
-        seconds: dict[str, list[float]] = {c: [] for c in CACHES}
-        cpu_seconds: dict[str, list[float]] = {c: [] for c in CACHES}  # process CPU time: less sensitive to other jobs
-        tokens: dict[str, list] = {}
-        for _ in range(args.repeats):
-            for cache in CACHES:
-                started, cpu_started = time.perf_counter(), time.process_time()
-                tokens[cache] = generate_responses(model, tokenizer, prompts, params, args.batch, greedy=True, kv_cache=cache, decoding="generate")
-                seconds[cache].append(time.perf_counter() - started)
-                cpu_seconds[cache].append(time.process_time() - cpu_started)
-        median = {c: statistics.median(s) for c, s in seconds.items()}
-        cpu = {c: statistics.median(s) for c, s in cpu_seconds.items()}
-        same = tokens["dynamic"] == tokens["growing"]
-        speedup, cpu_speedup = median["dynamic"] / median["growing"], cpu["dynamic"] / cpu["growing"]
-        seconds_cells = [f"{v:.2f}" for v in (median["dynamic"], median["growing"])]
-        cpu_cells = [f"{v:.2f}" for v in (cpu["dynamic"], cpu["growing"])]
-        rows.append([str(new_tokens), *seconds_cells, f"{speedup:.2f}x", *cpu_cells, f"{cpu_speedup:.2f}x", "yes" if same else "NO"])
-        records.append(
-            {
-                "new_tokens": new_tokens,
-                "dynamic_s": median["dynamic"],
-                "growing_s": median["growing"],
-                "speedup": speedup,
-                "dynamic_cpu_s": cpu["dynamic"],
-                "growing_cpu_s": cpu["growing"],
-                "cpu_speedup": cpu_speedup,
-                "identical_tokens": same,
-            }
-        )
-        print(rows[-1], flush=True)
+        row, record = _measure(model, tokenizer, prompts, args, new_tokens)
+        rows.append(row)
+        records.append(record)
 
-    header = ["new tokens", "dynamic s", "growing s", "speed-up", "dynamic CPU s", "growing CPU s", "CPU speed-up", "identical tokens"]
+    header = [
+        "new tokens",
+        "dynamic s",
+        "growing s",
+        "speed-up",
+        "dynamic CPU s",
+        "growing CPU s",
+        "CPU speed-up",
+        "identical tokens",
+    ]
     intro = (
         f"{args.batch} sequences of ~{args.prompt_tokens} prompt tokens, kk-testbed model shape, greedy, "
         f"{args.threads} torch thread(s), median of {args.repeats}."

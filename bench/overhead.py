@@ -48,7 +48,9 @@ def component_table(runs: dict[str, list[dict[str, Any]]]) -> tuple[list[list[st
         step = statistics.fmean(m["time/step_s"] for m in steps)
         means = {name: statistics.fmean(m.get(key, 0.0) for m in steps) for name, key in keys}
         stats[variant] = {"step_s": step, **means}
-        rows.append([variant, f"{step:.3f}"] + [f"{means[name]:.4f} ({100 * means[name] / step:.2f}%)" for name, _ in keys])
+        rows.append(
+            [variant, f"{step:.3f}"] + [f"{means[name]:.4f} ({100 * means[name] / step:.2f}%)" for name, _ in keys]
+        )
     return rows, stats
 
 
@@ -66,7 +68,9 @@ def raw_floor(model_dir: str, overrides: dict[str, Any], repeats: int) -> dict[s
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     train_rows, _ = load_run_rows(cfg.data, cfg.seed)
     rows = [train_rows[i] for i in batch_indices(0, cfg.prompts_per_step, len(train_rows), cfg.seed)]
-    texts = [render_prompt(r.prompt, tokenizer, cfg.data.prompt_template) for r in rows for _ in range(cfg.sampling.n_keep)]
+    texts = [
+        render_prompt(r.prompt, tokenizer, cfg.data.prompt_template) for r in rows for _ in range(cfg.sampling.n_keep)
+    ]
     batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
     gen_times, train_times = [], []
@@ -172,19 +176,61 @@ def run_trl(model_dir: str, overrides: dict[str, Any], steps: int, out: Path) ->
         seed=cfg.seed,
         disable_tqdm=True,
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer, callbacks=[timer])
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer, callbacks=[timer]
+    )
     trainer.train()
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     return {"step_s": timer.times, "reward": rewards}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20, help="local-backend RL steps per variant")
     parser.add_argument("--trl-steps", type=int, default=10, help="steps of the TRL comparison (both sides)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of the raw floor measurement")
     parser.add_argument("--quick", action="store_true", help="a small check: 4 steps, 3 TRL steps, 150 warm-up steps")
     parser.add_argument("--out", default="bench/results/overhead")
+    return parser
+
+
+def _trl_comparison(init: str, from_init: dict[str, Any], trl_steps: int, out: Path) -> tuple[str, dict | None]:
+    """(table, TRL's record) of the local backend's GRPO step against TRL's GRPOTrainer on the same start."""
+    trl_table, trl_result = (
+        "TRL not installed: pip install -c requirements/constraints.txt -r requirements/bench.txt",
+        None,
+    )
+    if importlib.util.find_spec("trl") is not None:
+        trl_result = run_trl(init, from_init, trl_steps, out)
+        local = run_training(
+            RunSpec("GRPO", 0, RECIPE, {**from_init, "steps": trl_steps}, str(out / "runs" / "GRPO_trl_match"))
+        )["metrics"]
+        local_steps = [m for m in local if "time/step_s" in m]
+        last = max(1, min(3, trl_steps))
+        local_s = statistics.median(m["time/step_s"] for m in local_steps)
+        trl_s = statistics.median(trl_result["step_s"])
+        trl_table = markdown_table(
+            ["trainer", "s / step (median)", "ratio", f"train reward, mean of last {last} steps"],
+            [
+                [
+                    "adora_openrlhf local (GRPO)",
+                    f"{local_s:.2f}",
+                    "1.00",
+                    f"{statistics.fmean(m['reward/mean'] for m in local_steps[-last:]):.3f}",
+                ],
+                [
+                    "TRL GRPOTrainer",
+                    f"{trl_s:.2f}",
+                    f"{trl_s / local_s:.2f}x",
+                    f"{statistics.fmean(trl_result['reward'][-last:]):.3f}",
+                ],
+            ],
+        )
+    return trl_table, trl_result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     setup_logging()
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -199,10 +245,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     variants = {"GRPO": VARIANTS["GRPO"], "Ada-balance+ADORA": VARIANTS["Ada-balance+ADORA"]}
     runs = {
-        name: run_training(RunSpec(name, 0, RECIPE, {**from_init, **v, "steps": steps}, str(out / "runs" / name)))["metrics"] for name, v in variants.items()
+        name: run_training(RunSpec(name, 0, RECIPE, {**from_init, **v, "steps": steps}, str(out / "runs" / name)))[
+            "metrics"
+        ]
+        for name, v in variants.items()
     }
     comp_rows, comp_stats = component_table(runs)
-    comp = markdown_table(["variant", "step s", "generate", "score", "update", "advantages+ADORA", "sampler bookkeeping"], comp_rows)
+    comp = markdown_table(
+        ["variant", "step s", "generate", "score", "update", "advantages+ADORA", "sampler bookkeeping"], comp_rows
+    )
 
     floor = raw_floor(init, from_init, args.repeats)
     grpo_steps = sorted(m["time/step_s"] for m in runs["GRPO"] if "time/step_s" in m)
@@ -217,21 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ],
     )
 
-    trl_table, trl_result = "TRL not installed: pip install -c requirements/constraints.txt -r requirements/bench.txt", None
-    if importlib.util.find_spec("trl") is not None:
-        trl_result = run_trl(init, from_init, trl_steps, out)
-        local = run_training(RunSpec("GRPO", 0, RECIPE, {**from_init, "steps": trl_steps}, str(out / "runs" / "GRPO_trl_match")))["metrics"]
-        local_steps = [m for m in local if "time/step_s" in m]
-        last = max(1, min(3, trl_steps))
-        local_s = statistics.median(m["time/step_s"] for m in local_steps)
-        trl_s = statistics.median(trl_result["step_s"])
-        trl_table = markdown_table(
-            ["trainer", "s / step (median)", "ratio", f"train reward, mean of last {last} steps"],
-            [
-                ["adora_openrlhf local (GRPO)", f"{local_s:.2f}", "1.00", f"{statistics.fmean(m['reward/mean'] for m in local_steps[-last:]):.3f}"],
-                ["TRL GRPOTrainer", f"{trl_s:.2f}", f"{trl_s / local_s:.2f}x", f"{statistics.fmean(trl_result['reward'][-last:]):.3f}"],
-            ],
-        )
+    trl_table, trl_result = _trl_comparison(init, from_init, trl_steps, out)
     settings = {
         "recipe": RECIPE,
         "steps": steps,
@@ -244,7 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{floor_table}\n\n## Local backend vs TRL GRPOTrainer\n\n{trl_table}\n"
     )
     (out / "table.md").write_text(report)
-    write_json(out / "results.json", {"settings": settings, "components": comp_stats, "floor": floor, "grpo_step_s": grpo_steps, "trl": trl_result})
+    write_json(
+        out / "results.json",
+        {"settings": settings, "components": comp_stats, "floor": floor, "grpo_step_s": grpo_steps, "trl": trl_result},
+    )
     print(report)
     return 0
 

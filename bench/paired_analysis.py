@@ -72,9 +72,15 @@ def paired_metrics(subsets: Sequence[str] = ()) -> dict[str, PairedMetric]:
         "auc": PairedMetric("area under accuracy vs step / steps", "higher", "difference", _auc),
     }
     for name in subsets:
-        metrics[f"acc_final_{name}"] = PairedMetric(f"final held-out accuracy on {name}", "higher", "difference", _subset(name))
-    metrics["responses_to_ref_final"] = PairedMetric("responses to reach the reference's final accuracy", "lower", "log_ratio", _responses_to_ref_final)
-    metrics["tokens_to_ref_final"] = PairedMetric("generated tokens to reach the reference's final accuracy", "lower", "log_ratio", _tokens_to_ref_final)
+        metrics[f"acc_final_{name}"] = PairedMetric(
+            f"final held-out accuracy on {name}", "higher", "difference", _subset(name)
+        )
+    metrics["responses_to_ref_final"] = PairedMetric(
+        "responses to reach the reference's final accuracy", "lower", "log_ratio", _responses_to_ref_final
+    )
+    metrics["tokens_to_ref_final"] = PairedMetric(
+        "generated tokens to reach the reference's final accuracy", "lower", "log_ratio", _tokens_to_ref_final
+    )
     return metrics
 
 
@@ -91,7 +97,9 @@ def _pair(metric: PairedMetric, rec: Record, ref: Record, kept: int) -> tuple[fl
     return v - r, None
 
 
-def paired_records(records: Sequence[Record], reference: str = "GRPO", kept_per_step: int = 1, level: float = 0.95) -> list[dict[str, Any]]:
+def paired_records(
+    records: Sequence[Record], reference: str = "GRPO", kept_per_step: int = 1, level: float = 0.95
+) -> list[dict[str, Any]]:
     """One record per (variant, metric), variants in first-seen order, for every variant but ``reference``,
     over the seeds where both ran: {variant, metric, description, better, scale, n, mean_diff, ci_low, ci_high,
     sd_diff, t, wins, ties, losses, not_reached, undefined, p_value, p_sign_flip, p_holm, p_sign_flip_holm,
@@ -156,7 +164,18 @@ def _effect(rec: Record) -> str:
     return f"{_num(rec['mean_diff'], 3, True)} [{_num(rec['ci_low'], 3, True)}, {_num(rec['ci_high'], 3, True)}]"
 
 
-PAIRED_HEADER = ["metric", "variant", "n", "mean diff [95% CI]", "wins/ties/losses", "not reached", "p (t)", "p Holm", "p sign-flip", "p sign-flip Holm"]
+PAIRED_HEADER = [
+    "metric",
+    "variant",
+    "n",
+    "mean diff [95% CI]",
+    "wins/ties/losses",
+    "not reached",
+    "p (t)",
+    "p Holm",
+    "p sign-flip",
+    "p sign-flip Holm",
+]
 
 
 def paired_table(paired: Sequence[Record]) -> str:
@@ -197,7 +216,9 @@ def differences_by_step(records: Sequence[Record], reference: str = "GRPO") -> t
     return ["variant", *[f"step {s}" for s in steps]], rows
 
 
-def power_rows(paired: Sequence[Record], metrics: Sequence[str], alpha: float = 0.05, power: float = 0.8) -> list[dict[str, Any]]:
+def power_rows(
+    paired: Sequence[Record], metrics: Sequence[str], alpha: float = 0.05, power: float = 0.8
+) -> list[dict[str, Any]]:
     """For each (variant, metric in ``metrics``) record with a spread: the seeds a two-sided paired t test at
     alpha / m (Bonferroni over the m variants, the bound Holm's first step uses) needs for ``power`` when the true
     mean difference is the measured one and the per-seed sd the measured one. {variant, metric, n, mean_diff,

@@ -54,7 +54,9 @@ def paired_t(diffs: Sequence[float], level: float = 0.95) -> PairedT:
         return PairedT(1, mean, None, None, None, None, None)
     sd = statistics.stdev(diffs)
     if sd == 0:
-        return PairedT(n, mean, mean, mean, 0.0 if mean == 0 else math.copysign(math.inf, mean), 1.0 if mean == 0 else 0.0, 0.0)
+        return PairedT(
+            n, mean, mean, mean, 0.0 if mean == 0 else math.copysign(math.inf, mean), 1.0 if mean == 0 else 0.0, 0.0
+        )
     se = sd / math.sqrt(n)
     t = mean / se
     half = float(stats.t.ppf((1 + level) / 2, n - 1)) * se
@@ -115,7 +117,9 @@ def paired_t_power(n: int, delta: float, sigma: float, alpha: float = 0.05) -> f
     return float(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc))
 
 
-def seeds_for_power(delta: float, sigma: float, alpha: float = 0.05, power: float = 0.8, max_n: int = 100_000) -> int | None:
+def seeds_for_power(
+    delta: float, sigma: float, alpha: float = 0.05, power: float = 0.8, max_n: int = 100_000
+) -> int | None:
     """Least n >= 2 with :func:`paired_t_power` >= ``power``; None when delta is 0 or no n up to ``max_n`` does."""
     if delta == 0:
         return None

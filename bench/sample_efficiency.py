@@ -49,7 +49,12 @@ from bench.common import (
 from bench.paired_analysis import differences_by_step, eval_noise_bound, paired_records, paired_table, power_rows
 
 REFERENCE = "GRPO"  # the variant every other is compared with, seed by seed
-SERIES = ("acc_vs_responses", "acc_vs_tokens", "zero_signal", "length")  # curves() series a record keeps besides acc_curve
+SERIES = (
+    "acc_vs_responses",
+    "acc_vs_tokens",
+    "zero_signal",
+    "length",
+)  # curves() series a record keeps besides acc_curve
 # settings two invocations must share for --merge to pool their records
 MERGE_KEYS = (
     "recipe",
@@ -67,7 +72,13 @@ MERGE_KEYS = (
     "quick",
 )
 TAS_WINDOW = 20  # tas_fraction_first20: mean ADORA TAS fraction over the first this many RL steps
-QUICK = {"steps": 10, "eval_every": 5, "data.num_eval": 50, "warmup.steps": 40, "warmup.mix_steps": 10}  # --quick (smoke run)
+QUICK = {
+    "steps": 10,
+    "eval_every": 5,
+    "data.num_eval": 50,
+    "warmup.steps": 40,
+    "warmup.mix_steps": 10,
+}  # --quick (smoke run)
 
 
 def curves(metrics: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -75,12 +86,20 @@ def curves(metrics: Sequence[dict[str, Any]]) -> dict[str, Any]:
     responses and vs cumulative generated tokens (``sampling/tokens_generated``; empty when a step lacks it), and
     per RL step the zero-signal fraction, mean length, length std/mean and TAS fraction."""
     steps = [m for m in metrics if "sampling/responses_generated" in m]
-    cumulative = dict(zip([m["step"] for m in steps], accumulate(m["sampling/responses_generated"] for m in steps), strict=True))
+    cumulative = dict(
+        zip([m["step"] for m in steps], accumulate(m["sampling/responses_generated"] for m in steps), strict=True)
+    )
     tokens_logged = all("sampling/tokens_generated" in m for m in steps)
-    tokens = dict(zip([m["step"] for m in steps], accumulate(m.get("sampling/tokens_generated", 0.0) for m in steps), strict=True))
+    tokens = dict(
+        zip([m["step"] for m in steps], accumulate(m.get("sampling/tokens_generated", 0.0) for m in steps), strict=True)
+    )
     evals = [(m["step"], m["eval/greedy_accuracy"]) for m in metrics if "eval/greedy_accuracy" in m]
     prefix = "eval/greedy_accuracy/"  # per subset of the held-out set (K&K: ppl_2, ppl_3, ...)
-    subsets = [{k[len(prefix) :]: v for k, v in m.items() if k.startswith(prefix)} for m in metrics if "eval/greedy_accuracy" in m]
+    subsets = [
+        {k[len(prefix) :]: v for k, v in m.items() if k.startswith(prefix)}
+        for m in metrics
+        if "eval/greedy_accuracy" in m
+    ]
 
     def per_step(key: str) -> list[tuple[int, float]]:
         return [(m["step"], m[key]) for m in steps if key in m]
@@ -96,7 +115,9 @@ def curves(metrics: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "total_responses": sum(m["sampling/responses_generated"] for m in steps),
         "subsets_step0": subsets[0] if subsets else {},
         "subsets_final": subsets[-1] if subsets else {},
-        "majority_accuracy": next((m["eval/majority_accuracy"] for m in metrics if "eval/majority_accuracy" in m), None),
+        "majority_accuracy": next(
+            (m["eval/majority_accuracy"] for m in metrics if "eval/majority_accuracy" in m), None
+        ),
     }
 
 
@@ -121,7 +142,9 @@ def run_record(run: dict[str, Any], target: float, adora_on: bool) -> dict[str, 
         "seed": run["seed"],
         "acc_step0": acc[0][1] if acc else None,
         "acc_final": acc[-1][1] if acc else None,
-        "majority_accuracy": c["majority_accuracy"],  # held-out accuracy of the most frequent training answer per subset
+        "majority_accuracy": c[
+            "majority_accuracy"
+        ],  # held-out accuracy of the most frequent training answer per subset
         "acc_step0_by_subset": c["subsets_step0"],  # held-out accuracy per subset (K&K: ppl_N, N people)
         "acc_final_by_subset": c["subsets_final"],
         "auc": trapezoid_auc(acc),
@@ -181,9 +204,16 @@ def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[
     for variant, group in by_variant.items():
         group = [{**r, "gain": r["acc_final"] - r["acc_step0"]} for r in group]
         values = {k: [r[k] for r in group if r.get(k) is not None] for k in keys}
-        stats[variant] = {k: dict(zip(("mean", "ci95"), mean_ci(v) if v else (None, None), strict=True), n=len(v)) for k, v in values.items()}
+        stats[variant] = {
+            k: dict(zip(("mean", "ci95"), mean_ci(v) if v else (None, None), strict=True), n=len(v))
+            for k, v in values.items()
+        }
         stats[variant]["reached_target"] = f"{len(values['steps_to_target'])}/{len(group)}"
-        responses, tokens, wall = stats[variant]["responses"]["mean"], stats[variant]["tokens"]["mean"], stats[variant]["wall_s"]["mean"]
+        responses, tokens, wall = (
+            stats[variant]["responses"]["mean"],
+            stats[variant]["tokens"]["mean"],
+            stats[variant]["wall_s"]["mean"],
+        )
         rows.append(
             [
                 variant,
@@ -270,7 +300,12 @@ def plot(records: Sequence[dict[str, Any]], variants: Sequence[str], path: Path,
             colour = palette[i % len(palette)]
             ax.plot(xs, ys, label=variant, color=colour, marker="o" if key.startswith("acc") else None, markersize=3)
             ax.fill_between(
-                xs, [y - h for y, h in zip(ys, hs, strict=True)], [y + h for y, h in zip(ys, hs, strict=True)], color=colour, alpha=0.15, linewidth=0
+                xs,
+                [y - h for y, h in zip(ys, hs, strict=True)],
+                [y + h for y, h in zip(ys, hs, strict=True)],
+                color=colour,
+                alpha=0.15,
+                linewidth=0,
             )
         shown = sorted({seed for _, seed, c in per_run if c[key]})
         if len(shown) < len({seed for _, seed, _ in per_run}):
@@ -318,7 +353,9 @@ def earlier_records(path: Path, settings: dict[str, Any], seeds_now: Sequence[in
     for key in MERGE_KEYS:
         mine, theirs = json.loads(json.dumps(settings.get(key), default=str)), earlier.get("settings", {}).get(key)
         if mine != theirs:
-            raise ValueError(f"--merge: {path} was written with {key}={theirs!r} but this run has {mine!r}; merge only results of the same settings")
+            raise ValueError(
+                f"--merge: {path} was written with {key}={theirs!r} but this run has {mine!r}; merge only results of the same settings"
+            )
     records = []
     for rec in earlier["runs"]:
         if rec["seed"] in seeds_now:
@@ -326,7 +363,9 @@ def earlier_records(path: Path, settings: dict[str, Any], seeds_now: Sequence[in
         if "series" not in rec:
             responses = responses_curve_from_totals(rec)
             if responses is None:
-                raise ValueError(f"--merge: {path}: {rec['variant']} seed {rec['seed']} keeps no per-step response counts; rerun that seed instead")
+                raise ValueError(
+                    f"--merge: {path}: {rec['variant']} seed {rec['seed']} keeps no per-step response counts; rerun that seed instead"
+                )
             rec = {**rec, "series": {"acc_vs_responses": responses, "zero_signal": [], "length": []}}
         records.append(rec)
     return records
@@ -364,7 +403,13 @@ def base_overrides(recipe: str, quick: bool, flags: dict[str, Any], sets: dict[s
     base: dict[str, Any] = {"save_every": 0, "eval_samples": 0}
     if quick:
         warmup = build_run_config(recipe).warmup
-        base.update({**QUICK, "warmup.steps": min(QUICK["warmup.steps"], warmup.steps), "warmup.mix_steps": min(QUICK["warmup.mix_steps"], warmup.mix_steps)})
+        base.update(
+            {
+                **QUICK,
+                "warmup.steps": min(QUICK["warmup.steps"], warmup.steps),
+                "warmup.mix_steps": min(QUICK["warmup.mix_steps"], warmup.mix_steps),
+            }
+        )
     return {**base, **flags, **sets}
 
 
@@ -376,7 +421,9 @@ def _adora_on(recipe: str, overrides: dict[str, Any]) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sample_efficiency", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipe", default="kk-testbed", help="local-backend recipe whose hyper-parameters every variant uses")
+    parser.add_argument(
+        "--recipe", default="kk-testbed", help="local-backend recipe whose hyper-parameters every variant uses"
+    )
     parser.add_argument(
         "--seeds",
         type=int,
@@ -388,7 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="RL steps per run (default: the recipe's)")
     parser.add_argument("--eval-every", type=int, help="held-out evaluation every k RL steps (default: the recipe's)")
     parser.add_argument("--num-eval", type=int, help="held-out puzzles (default: the recipe's)")
-    parser.add_argument("--target-margin", type=float, default=0.05, help="target = max step-0 accuracy over runs + this")
+    parser.add_argument(
+        "--target-margin", type=float, default=0.05, help="target = max step-0 accuracy over runs + this"
+    )
     parser.add_argument(
         "--set",
         action="append",
@@ -407,7 +456,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="RESULTS_JSON",
         help="pool the records of an earlier results.json of the same settings for the seeds not run now (e.g. seeds 0-2 run before, 3-4 now)",
     )
-    parser.add_argument("--report-only", action="store_true", help="rebuild table, plot and results.json from the runs already in --out")
+    parser.add_argument(
+        "--report-only", action="store_true", help="rebuild table, plot and results.json from the runs already in --out"
+    )
     parser.add_argument(
         "--fresh",
         action="store_true",
@@ -421,34 +472,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _runs(args: argparse.Namespace, base: dict[str, Any], variants: dict[str, dict[str, Any]], out: Path) -> list[dict[str, Any]]:
+def _runs(
+    args: argparse.Namespace, base: dict[str, Any], variants: dict[str, dict[str, Any]], out: Path
+) -> list[dict[str, Any]]:
     """Every (seed, variant) run: read back with ``--report-only``; otherwise each seed's warm-up, then the runs from it."""
     if args.report_only:
         return [load_run(v, seed, out / "runs" / f"{v}_seed{seed}") for seed in args.seeds for v in variants]
     inits = run_pool(_warm, [(args.recipe, seed, base, out) for seed in args.seeds], args.workers)
     specs = [
-        RunSpec(v, seed, args.recipe, {**base, **o, "model.path": init, **FROM_WARM_START}, str(out / "runs" / f"{v}_seed{seed}"), reuse=not args.fresh)
+        RunSpec(
+            v,
+            seed,
+            args.recipe,
+            {**base, **o, "model.path": init, **FROM_WARM_START},
+            str(out / "runs" / f"{v}_seed{seed}"),
+            reuse=not args.fresh,
+        )
         for seed, init in zip(args.seeds, inits, strict=True)
         for v, o in variants.items()
     ]
     return run_pool(run_training, specs, args.workers)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from adora_openrlhf.recipes import build_run_config
-
-    flags = {"steps": args.steps, "eval_every": args.eval_every, "data.num_eval": args.num_eval}
-    base = base_overrides(args.recipe, args.quick, {k: v for k, v in flags.items() if v is not None}, _parse_set(args.set))
-    cfg = build_run_config(args.recipe, base)  # a bad recipe or override fails here, before any run
-    if cfg.backend != "local":
-        raise ValueError(f"--recipe: {args.recipe!r} runs on the {cfg.backend} backend; the benchmark needs a local recipe (kk-testbed, kk-tiny)")
-    choose_target([0.0], args.target_margin)  # validates the margin up front
-    if not args.seeds and not (args.report_only and args.merge):
-        raise ValueError("--seeds: give at least one seed; no seed is allowed only with --report-only --merge RESULTS_JSON (the report of that file's runs)")
-    variants = {v: VARIANTS[v] for v in args.variants}
-    adora_on = {v: _adora_on(args.recipe, {**base, **o}) for v, o in variants.items()}  # validates every variant too
-    out = Path(args.out)
-    settings = {
+def _settings(args: argparse.Namespace, cfg: Any, base: dict[str, Any], variants: dict[str, Any]) -> dict[str, Any]:
+    """The settings record of an invocation (results.json, table.md; compared by ``--merge``)."""
+    return {
         "recipe": args.recipe,
         "seeds": sorted(args.seeds),
         "steps": cfg.steps,
@@ -464,10 +512,35 @@ def _run(args: argparse.Namespace) -> int:
         "quick": args.quick,
         "target_margin": args.target_margin,
     }
+
+
+def _run(args: argparse.Namespace) -> int:
+    from adora_openrlhf.recipes import build_run_config
+
+    flags = {"steps": args.steps, "eval_every": args.eval_every, "data.num_eval": args.num_eval}
+    base = base_overrides(
+        args.recipe, args.quick, {k: v for k, v in flags.items() if v is not None}, _parse_set(args.set)
+    )
+    cfg = build_run_config(args.recipe, base)  # a bad recipe or override fails here, before any run
+    if cfg.backend != "local":
+        raise ValueError(
+            f"--recipe: {args.recipe!r} runs on the {cfg.backend} backend; the benchmark needs a local recipe (kk-testbed, kk-tiny)"
+        )
+    choose_target([0.0], args.target_margin)  # validates the margin up front
+    if not args.seeds and not (args.report_only and args.merge):
+        raise ValueError(
+            "--seeds: give at least one seed; no seed is allowed only with --report-only --merge RESULTS_JSON (the report of that file's runs)"
+        )
+    variants = {v: VARIANTS[v] for v in args.variants}
+    adora_on = {v: _adora_on(args.recipe, {**base, **o}) for v, o in variants.items()}  # validates every variant too
+    out = Path(args.out)
+    settings = _settings(args, cfg, base, variants)
     merged = earlier_records(Path(args.merge), settings, args.seeds) if args.merge else []  # checked before any run
     started = time.perf_counter()
     runs = _runs(args, base, variants, out)
-    step0 = [c["acc_vs_step"][0][1] for c in (curves(r["metrics"]) for r in runs) if c["acc_vs_step"]] + [r["acc_step0"] for r in merged]
+    step0 = [c["acc_vs_step"][0][1] for c in (curves(r["metrics"]) for r in runs) if c["acc_vs_step"]] + [
+        r["acc_step0"] for r in merged
+    ]
     if not step0:
         raise ValueError(f"{out / 'runs'}: the runs hold no held-out evaluation (eval/greedy_accuracy)")
     target = choose_target(step0, args.target_margin)
@@ -487,7 +560,9 @@ def _run(args: argparse.Namespace) -> int:
         total_wall_s=round(time.perf_counter() - started),  # this invocation's runs only
     )
     if args.report_only and (out / "results.json").exists():
-        settings["total_wall_s"] = json.loads((out / "results.json").read_text()).get("settings", {}).get("total_wall_s")
+        settings["total_wall_s"] = (
+            json.loads((out / "results.json").read_text()).get("settings", {}).get("total_wall_s")
+        )
     intro = (
         f"{args.recipe}, seeds {seeds}, {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x {cfg.sampling.n_keep} kept responses, "
         f"{cfg.data.num_eval} held-out puzzles (greedy). Mean ± 95% CI half-width over seeds (Student t). "
@@ -519,7 +594,9 @@ def _run(args: argparse.Namespace) -> int:
 POWER_METRICS = ("acc_final", "auc", "tokens_to_ref_final")  # the metrics the power table plans for
 
 
-def paired_report(records: Sequence[dict[str, Any]], kept_per_step: int, num_eval: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def paired_report(
+    records: Sequence[dict[str, Any]], kept_per_step: int, num_eval: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The paired records (``bench/paired_analysis.py``) against REFERENCE and the table.md sections built on
     them: the paired table, the accuracy difference per evaluation step, where each run's token count comes
     from and how far the kept-length estimate is off where both exist, and the seeds a test would need."""
@@ -556,7 +633,9 @@ def paired_report(records: Sequence[dict[str, Any]], kept_per_step: int, num_eva
                 v,
                 ", ".join(f"{k}: {n}" for k, n in sorted(c.items())),
                 str(check[v]["runs"]) if v in check else "0",
-                f"{check[v]['mean_ratio']:.3f} ({check[v]['min_ratio']:.3f}..{check[v]['max_ratio']:.3f})" if v in check else "n/a",
+                f"{check[v]['mean_ratio']:.3f} ({check[v]['min_ratio']:.3f}..{check[v]['max_ratio']:.3f})"
+                if v in check
+                else "n/a",
             ]
             for v, c in sources.items()
         ],

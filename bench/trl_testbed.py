@@ -41,7 +41,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import FROM_WARM_START, VARIANTS, RunSpec, gain_cells, markdown_table, read_records, run_training, save_records, warm_start_dir
+from bench.common import (
+    FROM_WARM_START,
+    VARIANTS,
+    RunSpec,
+    gain_cells,
+    markdown_table,
+    read_records,
+    run_training,
+    save_records,
+    warm_start_dir,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "trl_testbed"
@@ -82,10 +92,17 @@ def held_out(model, tokenizer, cfg, eval_rows, eval_rewards) -> dict[str, float]
     from adora_openrlhf.engine.rollout import GenerationSettings, encode_prompts
     from adora_openrlhf.prompt_templates import render_prompt
 
-    ids = encode_prompts(tokenizer, [render_prompt(r.prompt, tokenizer, cfg.data.prompt_template) for r in eval_rows], cfg.data.max_prompt_tokens, "eval")
+    ids = encode_prompts(
+        tokenizer,
+        [render_prompt(r.prompt, tokenizer, cfg.data.prompt_template) for r in eval_rows],
+        cfg.data.max_prompt_tokens,
+        "eval",
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed * 100_003)
-        return evaluate(model, tokenizer, ids, eval_rows, eval_rewards, cfg.rollout, 0, GenerationSettings.of(cfg.model))
+        return evaluate(
+            model, tokenizer, ids, eval_rows, eval_rewards, cfg.rollout, 0, GenerationSettings.of(cfg.model)
+        )
 
 
 GENERATIONS = ("compact", "generate")
@@ -106,7 +123,11 @@ def use_compact_decoding(model, pad_token_id: int) -> None:
         if kwargs:
             raise TypeError(f"compact generate: unexpected arguments {sorted(kwargs)} (text prompts only)")
         config = generation_config
-        eos = config.eos_token_id[0] if isinstance(config.eos_token_id, (list, tuple)) and len(config.eos_token_id) == 1 else config.eos_token_id
+        eos = (
+            config.eos_token_id[0]
+            if isinstance(config.eos_token_id, (list, tuple)) and len(config.eos_token_id) == 1
+            else config.eos_token_id
+        )
         if not isinstance(eos, int):
             raise ValueError(f"compact generate: one eos token id is needed, got {config.eos_token_id!r}")
         params = SamplingParams(
@@ -122,7 +143,9 @@ def use_compact_decoding(model, pad_token_id: int) -> None:
         model.eval()
         try:
             with torch.no_grad():
-                decoded = compact_decode_batch(model, input_ids, attention_mask, params, (eos, pad_token_id), greedy=not config.do_sample)
+                decoded = compact_decode_batch(
+                    model, input_ids, attention_mask, params, (eos, pad_token_id), greedy=not config.do_sample
+                )
         finally:
             model.train(was_training)
         longest = max(len(ids) for ids, _ in decoded)
@@ -171,7 +194,32 @@ def trl_args(cfg, run_dir: Path, seed: int) -> dict[str, Any]:
     )
 
 
-def run_trl(trainer_kind: str, variant: str, seed: int, model_dir: str, run_dir: Path, steps: int | None = None, generation: str = "compact") -> dict[str, Any]:
+def _trainer(trainer_kind: str, variant: str, cfg: Any, model, reward, common: dict[str, Any], data, tokenizer):
+    """TRL's GRPOTrainer (``trl``) or the drop-in AdoraGRPOTrainer with ``variant``'s fields, on the same inputs."""
+    if trainer_kind == "trl":
+        from trl import GRPOConfig, GRPOTrainer
+
+        return GRPOTrainer(
+            model=model, reward_funcs=reward, args=GRPOConfig(**common), train_dataset=data, processing_class=tokenizer
+        )
+    else:
+        from adora_openrlhf.integrations.trl import AdoraGRPOConfig, AdoraGRPOTrainer
+
+        args = AdoraGRPOConfig(**common, correct_threshold=cfg.adora.correct_threshold, **adora_fields(variant))
+        return AdoraGRPOTrainer(
+            model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer
+        )
+
+
+def run_trl(
+    trainer_kind: str,
+    variant: str,
+    seed: int,
+    model_dir: str,
+    run_dir: Path,
+    steps: int | None = None,
+    generation: str = "compact",
+) -> dict[str, Any]:
     """One TRL run of the testbed's RL phase from the warm start; its record."""
     import torch
     from datasets import Dataset
@@ -185,28 +233,27 @@ def run_trl(trainer_kind: str, variant: str, seed: int, model_dir: str, run_dir:
     order = batch_indices(0, cfg.steps * cfg.prompts_per_step, len(train_rows), seed)
     texts = {i: render_prompt(train_rows[i].prompt, tokenizer, cfg.data.prompt_template) for i in set(order)}
     for text in list(texts.values())[:3]:  # TRL tokenizes text prompts with special tokens on: they must add none
-        assert tokenizer(text)["input_ids"] == tokenizer(text, add_special_tokens=False)["input_ids"], "the tokenizer adds special tokens"
+        assert tokenizer(text)["input_ids"] == tokenizer(text, add_special_tokens=False)["input_ids"], (
+            "the tokenizer adds special tokens"
+        )
     data = Dataset.from_list([{"prompt": texts[i], "row_index": i} for i in order])
 
     def reward(prompts, completions, row_index, log_metric=None, **_):
         """The local backend's reward of each row (Logic-RL K&K), and the share of thorough completions."""
         if log_metric is not None:
-            for name, value in style_fractions([train_rows[i].source for i in row_index], list(completions), "response/").items():
+            for name, value in style_fractions(
+                [train_rows[i].source for i in row_index], list(completions), "response/"
+            ).items():
                 log_metric(name, value)
-        return [float(train_rewards[i](c, train_rows[i].label, train_rows[i].meta).reward) for c, i in zip(completions, row_index, strict=True)]
+        return [
+            float(train_rewards[i](c, train_rows[i].label, train_rows[i].meta).reward)
+            for c, i in zip(completions, row_index, strict=True)
+        ]
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     before = held_out(model, tokenizer, cfg, eval_rows, eval_rewards)
     common = trl_args(cfg, run_dir, seed)
-    if trainer_kind == "trl":
-        from trl import GRPOConfig, GRPOTrainer
-
-        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=GRPOConfig(**common), train_dataset=data, processing_class=tokenizer)
-    else:
-        from adora_openrlhf.integrations.trl import AdoraGRPOConfig, AdoraGRPOTrainer
-
-        args = AdoraGRPOConfig(**common, correct_threshold=cfg.adora.correct_threshold, **adora_fields(variant))
-        trainer = AdoraGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer)
+    trainer = _trainer(trainer_kind, variant, cfg, model, reward, common, data, tokenizer)
     if generation == "compact":
         use_compact_decoding(trainer.model, tokenizer.pad_token_id)
     start = time.time()
@@ -226,7 +273,9 @@ def run_trl(trainer_kind: str, variant: str, seed: int, model_dir: str, run_dir:
         "eval_final": after,
         "wall_s": round(wall, 1),
         "step_s": wall / max(len(steps), 1),
-        "responses": int(sum(h.get("sampling/responses_generated", cfg.prompts_per_step * cfg.sampling.n_keep) for h in steps)),
+        "responses": int(
+            sum(h.get("sampling/responses_generated", cfg.prompts_per_step * cfg.sampling.n_keep) for h in steps)
+        ),
         "train_reward": [h["reward"] for h in steps],
         "completion_length": [h.get("completions/mean_length") for h in steps],
         "thorough_fraction": [h.get("response/thorough_fraction") for h in steps],
@@ -235,7 +284,12 @@ def run_trl(trainer_kind: str, variant: str, seed: int, model_dir: str, run_dir:
 
 def run_local(variant: str, seed: int, model_dir: str, run_dir: Path, steps: int | None = None) -> dict[str, Any]:
     """The local backend's run of the variant from the same warm start; its record."""
-    overrides = {**FROM_WARM_START, **VARIANTS[variant], "model.path": model_dir, **({"steps": steps} if steps is not None else {})}
+    overrides = {
+        **FROM_WARM_START,
+        **VARIANTS[variant],
+        "model.path": model_dir,
+        **({"steps": steps} if steps is not None else {}),
+    }
     run = run_training(RunSpec(variant, seed, RECIPE, overrides, str(run_dir / "run"), reuse=True))
     evals = [r for r in run["metrics"] if "eval/greedy_accuracy" in r]
     steps = [r for r in run["metrics"] if "reward/mean" in r]
@@ -257,9 +311,24 @@ def run_local(variant: str, seed: int, model_dir: str, run_dir: Path, steps: int
     }
 
 
-def run_one(trainer_kind: str, variant: str, seed: int, model_dir: str, out: Path, steps: int | None = None, generation: str = "compact") -> dict[str, Any]:
+def run_one(
+    trainer_kind: str,
+    variant: str,
+    seed: int,
+    model_dir: str,
+    out: Path,
+    steps: int | None = None,
+    generation: str = "compact",
+) -> dict[str, Any]:
     run_dir = out / trainer_kind / f"{variant}_seed{seed}"
-    settings = {"trainer": trainer_kind, "variant": variant, "seed": seed, "model": model_dir, "micro_batch": MICRO_BATCH, "steps": steps}
+    settings = {
+        "trainer": trainer_kind,
+        "variant": variant,
+        "seed": seed,
+        "model": model_dir,
+        "micro_batch": MICRO_BATCH,
+        "steps": steps,
+    }
     if trainer_kind != "local":
         settings["generation"] = generation
     path = run_dir / "record.json"
@@ -276,8 +345,14 @@ def run_one(trainer_kind: str, variant: str, seed: int, model_dir: str, out: Pat
 def table(records: list[dict[str, Any]]) -> str:
     """One row per (trainer, variant, TRL generation): per-seed accuracy at step 0 and 40, the gain (mean ± 95% interval), step time."""
     rows = []
-    for trainer_kind, variant, generation in dict.fromkeys((r["trainer"], r["variant"], r.get("generation")) for r in records):
-        runs = [r for r in records if r["trainer"] == trainer_kind and r["variant"] == variant and r.get("generation") == generation]
+    for trainer_kind, variant, generation in dict.fromkeys(
+        (r["trainer"], r["variant"], r.get("generation")) for r in records
+    ):
+        runs = [
+            r
+            for r in records
+            if r["trainer"] == trainer_kind and r["variant"] == variant and r.get("generation") == generation
+        ]
         rows.append(
             [
                 trainer_kind if generation is None else f"{trainer_kind} ({generation})",
@@ -287,26 +362,52 @@ def table(records: list[dict[str, Any]]) -> str:
                 f"{sum(r['responses'] for r in runs) / len(runs):.0f}",
             ]
         )
-    header = ["trainer", "variant", "seeds", "acc step 0", "acc step 40", "gain per seed", "gain (mean ± 95%)", "s / step", "completions"]
+    header = [
+        "trainer",
+        "variant",
+        "seeds",
+        "acc step 0",
+        "acc step 40",
+        "gain per seed",
+        "gain (mean ± 95%)",
+        "s / step",
+        "completions",
+    ]
     return markdown_table(header, rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.trl_testbed", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--runs", nargs="+", default=[f"{t}:{v}" for t, v in PLAN], help="TRAINER:VARIANT pairs (trainers: local, trl, adora-trl)")
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        default=[f"{t}:{v}" for t, v in PLAN],
+        help="TRAINER:VARIANT pairs (trainers: local, trl, adora-trl)",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "trl_testbed", help="warm starts and run folders")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--steps", type=int, default=None, help="RL steps (default: the testbed's 40)")
-    parser.add_argument("--warm-start", default="{}", help="JSON overrides of the warm start (default none: the testbed's own)")
     parser.add_argument(
-        "--generation", choices=GENERATIONS, default="compact", help="TRL runs: compact decoding as the policy's generate, or transformers' model.generate"
+        "--warm-start", default="{}", help="JSON overrides of the warm start (default none: the testbed's own)"
+    )
+    parser.add_argument(
+        "--generation",
+        choices=GENERATIONS,
+        default="compact",
+        help="TRL runs: compact decoding as the policy's generate, or transformers' model.generate",
     )
     args = parser.parse_args(argv)
     plan = [tuple(item.split(":", 1)) for item in args.runs]
     for trainer_kind, variant in plan:
-        if trainer_kind not in ("local", "trl", "adora-trl") or variant not in VARIANTS or (trainer_kind == "trl" and variant != "GRPO"):
-            parser.error(f"--runs: {trainer_kind}:{variant} is not a run this benchmark makes (trl runs GRPO only; variants: {sorted(VARIANTS)})")
+        if (
+            trainer_kind not in ("local", "trl", "adora-trl")
+            or variant not in VARIANTS
+            or (trainer_kind == "trl" and variant != "GRPO")
+        ):
+            parser.error(
+                f"--runs: {trainer_kind}:{variant} is not a run this benchmark makes (trl runs GRPO only; variants: {sorted(VARIANTS)})"
+            )
     records = read_records(args.results)
     for seed in args.seeds:
         model_dir = warm_start_dir(RECIPE, seed, json.loads(args.warm_start), args.out)

@@ -48,7 +48,9 @@ def load_numbered(name_or_path: str, split: str, config: str | None = None) -> N
     path = Path(name_or_path)
     if path.is_file() and path.suffix not in LOCAL_FORMATS:
         raise ValueError(f"--dataset: unsupported file type {path.suffix!r}; use one of {sorted(LOCAL_FORMATS)}")
-    loaded = load_row_source(name_or_path, split=split, config=config, what="--dataset file", option="--dataset", lenient=True)
+    loaded = load_row_source(
+        name_or_path, split=split, config=config, what="--dataset file", option="--dataset", lenient=True
+    )
     return NumberedRows(loaded.rows, loaded.numbers, loaded.bad, loaded.where if path.is_file() else None)
 
 
@@ -140,7 +142,9 @@ def convert_rows(
     if numbered is not None:
         raw_rows, numbers, where, total = numbered.rows, numbered.numbers, numbered.where, len(numbered.rows)
         report.rejected.extend(numbered.bad)
-    for number, raw in zip(numbers, tqdm(raw_rows, desc=desc, unit="row", total=total, disable=not progress), strict=False):  # numbers may be an endless count
+    for number, raw in zip(
+        numbers, tqdm(raw_rows, desc=desc, unit="row", total=total, disable=not progress), strict=False
+    ):  # numbers may be an endless count
         try:
             row = convert(raw, number)
         except RowError as err:
@@ -279,7 +283,9 @@ def run_image_converter(
         numbered = load_numbered(args.dataset, args.split)
         base_dir = Path(args.dataset).parent if Path(args.dataset).is_file() else None
         image_dir = (out_dir / "images" / args.split).resolve()
-        rows, report = convert_rows(numbered.rows, lambda r, n: convert_row(r, n, image_dir, base_dir), title, numbered=numbered)
+        rows, report = convert_rows(
+            numbered.rows, lambda r, n: convert_row(r, n, image_dir, base_dir), title, numbered=numbered
+        )
         write_converted(rows, report, source, out_dir / f"{args.split}.jsonl")
         return 0
 

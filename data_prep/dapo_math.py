@@ -72,7 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dataset", default=DEFAULT_DATASET, help="hub name, local folder, or .parquet/.jsonl file")
     parser.add_argument("--split", default="train")
     parser.add_argument(
-        "--reward-style", default="dapo", choices=["dapo", "math_verify"], help="dapo: last 'Answer:' line, +1/-1; math_verify: boxed/last expression, 1/0"
+        "--reward-style",
+        default="dapo",
+        choices=["dapo", "math_verify"],
+        help="dapo: last 'Answer:' line, +1/-1; math_verify: boxed/last expression, 1/0",
     )
     parser.add_argument("--max-rows", type=int, default=None, help="keep at most this many (after de-duplication)")
     parser.add_argument("--keep-duplicates", action="store_true", help="keep repeated prompts")

@@ -20,14 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from data_prep.common import (
-    RowError,
-    answer_text,
-    require_text,
-    run_image_converter,
-    safe_name,
-    save_image,
-)
+from data_prep.common import RowError, answer_text, require_text, run_image_converter, safe_name, save_image
 
 SOURCE = "geometry3k"
 DEFAULT_DATASET = "hiyouga/geometry3k"
@@ -53,7 +46,9 @@ def _images(raw: Mapping[str, Any], number: int) -> list[Any]:
     return list(images)
 
 
-def convert_geometry_row(raw: Mapping[str, Any], number: int, image_dir: Path, base_dir: Path | None = None) -> dict[str, Any]:
+def convert_geometry_row(
+    raw: Mapping[str, Any], number: int, image_dir: Path, base_dir: Path | None = None
+) -> dict[str, Any]:
     """One Geometry3K row -> one schema row (writes its images under ``image_dir``)."""
     if not isinstance(raw, Mapping):
         raise RowError(f"row {number}: expected a record, got {type(raw).__name__}")
@@ -66,7 +61,9 @@ def convert_geometry_row(raw: Mapping[str, Any], number: int, image_dir: Path, b
         raise RowError(f"row {number}: field 'answer': missing or empty")
     images = _images(raw, number)
     if problem.count(IMAGE_TAG) not in (0, len(images)):
-        raise RowError(f"row {number}: field 'problem': {problem.count(IMAGE_TAG)} <image> tags for {len(images)} images")
+        raise RowError(
+            f"row {number}: field 'problem': {problem.count(IMAGE_TAG)} <image> tags for {len(images)} images"
+        )
     meta: dict[str, Any] = {"question_type": "free_form"}
     choices = raw.get("choices")
     if choices is not None:
@@ -79,11 +76,22 @@ def convert_geometry_row(raw: Mapping[str, Any], number: int, image_dir: Path, b
         if "choices" in meta:
             index = ord(meta["answer_letter"]) - ord("A")
             if not 0 <= index < len(meta["choices"]):
-                raise RowError(f"row {number}: field 'ground_truth': letter {letter!r} outside the {len(meta['choices'])} choices")
+                raise RowError(
+                    f"row {number}: field 'ground_truth': letter {letter!r} outside the {len(meta['choices'])} choices"
+                )
     row_id = raw.get("id", number)
     meta["id"] = row_id if isinstance(row_id, (int, str)) else str(row_id)
-    paths = [save_image(img, image_dir / f"{safe_name(row_id)}_{k}.png", number, f"images[{k}]", base_dir) for k, img in enumerate(images)]
-    return {"prompt": build_vlm_prompt(problem, len(images)), "label": label, "images": paths, "source": SOURCE, "meta": meta}
+    paths = [
+        save_image(img, image_dir / f"{safe_name(row_id)}_{k}.png", number, f"images[{k}]", base_dir)
+        for k, img in enumerate(images)
+    ]
+    return {
+        "prompt": build_vlm_prompt(problem, len(images)),
+        "label": label,
+        "images": paths,
+        "source": SOURCE,
+        "meta": meta,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

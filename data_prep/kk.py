@@ -71,7 +71,9 @@ def convert_public_row(raw: Any, row_number: int) -> dict[str, Any]:
         raise RowError(f"{where} field 'names': names must be distinct, got {names!r}")
     solution = raw.get("solution")
     if not isinstance(solution, list) or len(solution) != len(names) or not all(isinstance(s, bool) for s in solution):
-        raise RowError(f"{where} field 'solution': expected a list of {len(names)} booleans (true = knight), got {solution!r}")
+        raise RowError(
+            f"{where} field 'solution': expected a list of {len(names)} booleans (true = knight), got {solution!r}"
+        )
     text_format = raw.get("solution_text_format")
     if text_format is not None:
         from adora_openrlhf.rewards.kk import parse_kk_answer
@@ -87,7 +89,9 @@ def convert_public_row(raw: Any, row_number: int) -> dict[str, Any]:
         except (ValueError, IndexError, TypeError) as err:
             raise RowError(f"{where} field 'statements': cannot be evaluated ({err})") from None
         if solutions != [tuple(solution)]:
-            raise RowError(f"{where} field 'statements': consistent assignments are {solutions}, expected only {tuple(solution)}")
+            raise RowError(
+                f"{where} field 'statements': consistent assignments are {solutions}, expected only {tuple(solution)}"
+            )
     return make_row(quiz.strip(), names, solution, statements)
 
 
@@ -102,7 +106,9 @@ def convert_public_rows(
 
     rows, rejected = [], []
     counter = numbers if numbers is not None else range(1, 1 << 62)
-    numbered = zip(counter, tqdm(raw_rows, desc="K&K rows", unit="row", disable=not progress), strict=False)  # the counter outlasts the rows
+    numbered = zip(
+        counter, tqdm(raw_rows, desc="K&K rows", unit="row", disable=not progress), strict=False
+    )  # the counter outlasts the rows
     for number, raw in numbered:
         try:
             rows.append(convert_public_row(raw, number))
@@ -156,10 +162,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--people", default="3-7", help="people per puzzle: a range 3-7 or a list 2,3,5 (2..8)")
     parser.add_argument("--eval-people", default=None, help="people per eval puzzle (default: --people)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--from-jsonl", default=None, help="convert this public K&K file into train.jsonl instead of generating")
-    parser.add_argument("--eval-jsonl", default=None, help="with --from-jsonl: convert this public file into test.jsonl")
+    parser.add_argument(
+        "--from-jsonl", default=None, help="convert this public K&K file into train.jsonl instead of generating"
+    )
+    parser.add_argument(
+        "--eval-jsonl", default=None, help="with --from-jsonl: convert this public file into test.jsonl"
+    )
     add_debug_flag(parser)
-    return run_cli(lambda: _main(parser.parse_args(argv)), argv, interrupted_hint="no output file was written; run the command again")
+    return run_cli(
+        lambda: _main(parser.parse_args(argv)),
+        argv,
+        interrupted_hint="no output file was written; run the command again",
+    )
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -193,7 +207,9 @@ def _main(args: argparse.Namespace) -> int:
         logger.warning("rejected %s", message)
     if not train or (args.eval_jsonl and not evals):
         empty = args.from_jsonl if not train else args.eval_jsonl
-        raise ValueError(f"{empty}: no usable K&K rows ({len(rejected)} rejected, {dropped} duplicate or train/test-overlapping); nothing was written")
+        raise ValueError(
+            f"{empty}: no usable K&K rows ({len(rejected)} rejected, {dropped} duplicate or train/test-overlapping); nothing was written"
+        )
     n_train = write_jsonl(train, out / "train.jsonl")
     n_eval = write_jsonl(evals, out / "test.jsonl") if args.eval_jsonl else 0
     logger.info(

@@ -89,7 +89,9 @@ def convert_math_row(raw: Mapping[str, Any], number: int, source: str) -> dict[s
 def convert_benchmark(name: str, out_dir: Path, dataset: str | None = None, split: str | None = None) -> int:
     bench = BENCHMARKS[name]
     numbered = load_numbered(dataset or bench.dataset, split or bench.split)
-    rows, report = convert_rows(numbered.rows, lambda r, n: convert_math_row(r, n, bench.source), name, numbered=numbered)
+    rows, report = convert_rows(
+        numbered.rows, lambda r, n: convert_math_row(r, n, bench.source), name, numbered=numbered
+    )
     return write_converted(rows, report, name, out_dir / f"{name}.jsonl")
 
 
@@ -111,7 +113,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             convert_benchmark(name, Path(args.out), args.dataset, args.split)
         return 0
 
-    return run_cli(body, argv, interrupted_hint="files already reported as written are complete; run the command again for the rest")
+    return run_cli(
+        body,
+        argv,
+        interrupted_hint="files already reported as written are complete; run the command again for the rest",
+    )
 
 
 if __name__ == "__main__":

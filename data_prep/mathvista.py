@@ -41,7 +41,9 @@ def _question_text(raw: Mapping[str, Any], number: int, choices: list[str] | Non
     return question
 
 
-def convert_mathvista_row(raw: Mapping[str, Any], number: int, image_dir: Path, base_dir: Path | None = None) -> dict[str, Any]:
+def convert_mathvista_row(
+    raw: Mapping[str, Any], number: int, image_dir: Path, base_dir: Path | None = None
+) -> dict[str, Any]:
     """One MathVista row -> one schema row (writes its image under ``image_dir``)."""
     if not isinstance(raw, Mapping):
         raise RowError(f"row {number}: expected a record, got {type(raw).__name__}")
@@ -51,7 +53,9 @@ def convert_mathvista_row(raw: Mapping[str, Any], number: int, image_dir: Path, 
         raise RowError(f"row {number}: field 'answer': missing or empty")
     question_type = raw.get("question_type")
     if question_type not in QUESTION_TYPES:
-        raise RowError(f"row {number}: field 'question_type': expected one of {list(QUESTION_TYPES)}, got {question_type!r}")
+        raise RowError(
+            f"row {number}: field 'question_type': expected one of {list(QUESTION_TYPES)}, got {question_type!r}"
+        )
     answer_type = raw.get("answer_type")
     if answer_type not in ANSWER_TYPES:
         raise RowError(f"row {number}: field 'answer_type': expected one of {list(ANSWER_TYPES)}, got {answer_type!r}")
@@ -84,7 +88,13 @@ def convert_mathvista_row(raw: Mapping[str, Any], number: int, image_dir: Path, 
         for key in ("category", "task", "context", "grade"):
             if metadata.get(key):
                 meta[key] = str(metadata[key])
-    return {"prompt": build_vlm_prompt(_question_text(raw, number, choices)), "label": answer.strip(), "images": [path], "source": SOURCE, "meta": meta}
+    return {
+        "prompt": build_vlm_prompt(_question_text(raw, number, choices)),
+        "label": answer.strip(),
+        "images": [path],
+        "source": SOURCE,
+        "meta": meta,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -58,8 +58,12 @@ def resolve_images(row: Row, where: str, base_dir: Path | None) -> Row:
             raise ValueError(f"{where}: field 'images[{k}]': expected a file path, got {type(ref).__name__}")
         path = Path(ref).expanduser()
         found = path if path.is_absolute() or base_dir is None else base_dir / path
-        if not found.is_file():  # a row file's relative paths were made absolute when it was read (adora_openrlhf/datafiles.py)
-            looked = f"looked for {str(found)!r}" if found != path else "a relative path is read from the row file's folder"
+        if (
+            not found.is_file()
+        ):  # a row file's relative paths were made absolute when it was read (adora_openrlhf/datafiles.py)
+            looked = (
+                f"looked for {str(found)!r}" if found != path else "a relative path is read from the row file's folder"
+            )
             raise ValueError(f"{where}: field 'images[{k}]': no image file at {ref!r} ({looked})")
         try:
             from PIL import Image
@@ -67,7 +71,9 @@ def resolve_images(row: Row, where: str, base_dir: Path | None) -> Row:
             with Image.open(found) as image:
                 image.load()
         except Exception as err:  # noqa: BLE001 - any decoder error: the file is not a usable image
-            raise ValueError(f"{where}: field 'images[{k}]': {str(found)!r} is not a readable image ({type(err).__name__}: {err})") from None
+            raise ValueError(
+                f"{where}: field 'images[{k}]': {str(found)!r} is not a readable image ({type(err).__name__}: {err})"
+            ) from None
         resolved.append(str(found.resolve()))
     return {**row, "images": resolved} if images else row
 
@@ -84,7 +90,9 @@ def read_located(path: str | Path) -> list[tuple[str, Row]]:
     for number, row in zip(loaded.numbers, loaded.rows, strict=True):
         for key in ("prompt", "label"):
             if key not in row:
-                raise ValueError(f"{loaded.where}:{number}: row has no {key!r} field (expected the schema prompt/label/images/source/meta)")
+                raise ValueError(
+                    f"{loaded.where}:{number}: row has no {key!r} field (expected the schema prompt/label/images/source/meta)"
+                )
         located.append((f"{loaded.where}:{number}", row))
     return located
 
@@ -124,7 +132,9 @@ def _mathvista_hub(seed: int, cache_dir: Path) -> list[Row]:
     from data_prep import mathvista
 
     if mathvista.main(["--out", str(cache_dir), "--split", "testmini"]) != 0:
-        raise ValueError("--bench mathvista: the dataset could not be loaded; convert it with data_prep.mathvista and pass --data-dir")
+        raise ValueError(
+            "--bench mathvista: the dataset could not be loaded; convert it with data_prep.mathvista and pass --data-dir"
+        )
     return read_jsonl(cache_dir / "testmini.jsonl")
 
 
@@ -178,13 +188,20 @@ def load_located_rows(
         located, base_dir = read_located(path), path.parent
     elif bench.load is not None:
         cache_dir.mkdir(parents=True, exist_ok=True)
-        located, base_dir = [(f"{bench.name} row {i}", row) for i, row in enumerate(bench.load(seed, cache_dir), 1)], None
+        located, base_dir = (
+            [(f"{bench.name} row {i}", row) for i, row in enumerate(bench.load(seed, cache_dir), 1)],
+            None,
+        )
     else:
-        raise ValueError(f"--bench {bench.name}: no data; pass --bench-file {bench.name}=PATH or --data-dir with {bench.name}.jsonl")
+        raise ValueError(
+            f"--bench {bench.name}: no data; pass --bench-file {bench.name}=PATH or --data-dir with {bench.name}.jsonl"
+        )
     located = located[:limit] if limit else located
     return [(where, resolve_images(row, where, base_dir)) for where, row in located]
 
 
-def load_benchmark_rows(bench: Benchmark, explicit_file: str | None, data_dir: str | None, seed: int, limit: int | None, cache_dir: Path) -> list[Row]:
+def load_benchmark_rows(
+    bench: Benchmark, explicit_file: str | None, data_dir: str | None, seed: int, limit: int | None, cache_dir: Path
+) -> list[Row]:
     """Rows of ``bench`` (see :func:`load_located_rows`)."""
     return [row for _, row in load_located_rows(bench, explicit_file, data_dir, seed, limit, cache_dir)]

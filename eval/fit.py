@@ -80,7 +80,11 @@ def prompt_fit(tokenizer, texts: Sequence[str], wheres: Sequence[str], rows: Seq
     dropped = 0
     for text, row in zip(texts, rows, strict=True):
         prompt = row.get("prompt")
-        systems = [m.get("content", "") for m in prompt if isinstance(m, Mapping) and m.get("role") == "system"] if isinstance(prompt, list) else []
+        systems = (
+            [m.get("content", "") for m in prompt if isinstance(m, Mapping) and m.get("role") == "system"]
+            if isinstance(prompt, list)
+            else []
+        )
         dropped += any(s.strip() and _squash(s) not in _squash(text) for s in systems)
     return PromptFit(len(texts), longest, tuple(unencodable), dropped)
 

@@ -79,7 +79,12 @@ def resolve_dtype(dtype: str = "auto") -> str:
     return dtype
 
 
-ENGINE_ARGS_SET_ELSEWHERE = {"model": "--model", "seed": "--seed", "dtype": "--dtype", "trust_remote_code": "always true"}
+ENGINE_ARGS_SET_ELSEWHERE = {
+    "model": "--model",
+    "seed": "--seed",
+    "dtype": "--dtype",
+    "trust_remote_code": "always true",
+}
 
 
 def parse_engine_args(items: Sequence[str] | None) -> dict[str, Any]:
@@ -91,7 +96,9 @@ def parse_engine_args(items: Sequence[str] | None) -> dict[str, Any]:
         if not sep or not key.strip().isidentifier():
             raise ValueError(f"--vllm-arg: expected KEY=VALUE with a vllm.LLM argument name as KEY, got {item!r}")
         if key.strip() in ENGINE_ARGS_SET_ELSEWHERE:
-            raise ValueError(f"--vllm-arg {key.strip()}: set by {ENGINE_ARGS_SET_ELSEWHERE[key.strip()]}, not by --vllm-arg")
+            raise ValueError(
+                f"--vllm-arg {key.strip()}: set by {ENGINE_ARGS_SET_ELSEWHERE[key.strip()]}, not by --vllm-arg"
+            )
         try:
             kwargs[key.strip()] = json.loads(text)
         except json.JSONDecodeError:
@@ -108,7 +115,11 @@ class Generator(Protocol):
         """The text the model continues for ``row`` (its prompt under the engine's template)."""
 
     def generate(
-        self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None, progress: Progress | None = None
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        k: int,
+        seeds: Sequence[int] | None = None,
+        progress: Progress | None = None,
     ) -> list[list[Completion]]:
         """k completions for each row (row i sampled with ``seeds[i]`` when given)."""
 
@@ -173,17 +184,31 @@ class HFGenerator:
         try:
             self.processor = vlm.load_processor(model_path) if vlm.is_vlm_checkpoint(model_path) else None
             self.tokenizer = self.processor.tokenizer if self.processor is not None else load_tokenizer(model_path)
-            self.model = (vlm.load_vlm if self.processor is not None else load_pretrained)(model_path, resolve_dtype(dtype)).to(device).eval()
+            self.model = (
+                (vlm.load_vlm if self.processor is not None else load_pretrained)(model_path, resolve_dtype(dtype))
+                .to(device)
+                .eval()
+            )
         except (OSError, ValueError) as err:  # not a loadable model: name it, one line
-            raise ValueError(f"--model: cannot load {model_path} ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
+            raise ValueError(
+                f"--model: cannot load {model_path} ({type(err).__name__}: {' '.join(str(err).split())[:200]})"
+            ) from None
         self.sampling = sampling
         self.batch_size = batch_size
         self.template = template
         self.accepts_images = self.processor is not None
-        config = self.model.config.get_text_config(decoder=True) if hasattr(self.model.config, "get_text_config") else self.model.config
+        config = (
+            self.model.config.get_text_config(decoder=True)
+            if hasattr(self.model.config, "get_text_config")
+            else self.model.config
+        )
         self.context_length = getattr(config, "max_position_embeddings", None)
-        self.vocab_limit = self.model.get_input_embeddings().num_embeddings  # token ids at or above it have no embedding
-        self.workers = worker_count(workers, device) if numerics == "fast" else 1  # exact: the trainer's batches, in one process
+        self.vocab_limit = (
+            self.model.get_input_embeddings().num_embeddings
+        )  # token ids at or above it have no embedding
+        self.workers = (
+            worker_count(workers, device) if numerics == "fast" else 1
+        )  # exact: the trainer's batches, in one process
 
     def prompt_text(self, row: Mapping[str, Any]) -> str:
         if self.processor is not None:
@@ -196,15 +221,23 @@ class HFGenerator:
         """(prompt token ids, extra model inputs or None) of each row."""
         if self.processor is None:
             if any(row.get("images") for row in rows):
-                raise ValueError("images: this checkpoint is a text-only model (no vision_config); evaluate image benchmarks with a vision-language model")
+                raise ValueError(
+                    "images: this checkpoint is a text-only model (no vision_config); evaluate image benchmarks with a vision-language model"
+                )
             return [self.tokenizer(self.prompt_text(row), add_special_tokens=False)["input_ids"] for row in rows], None
         from adora_openrlhf.engine import vlm
 
         texts = [self.prompt_text(row) for row in rows]
-        return vlm.encode_vlm_prompts(self.processor, texts, [row.get("images") or [] for row in rows], 1 << 30, "benchmark")
+        return vlm.encode_vlm_prompts(
+            self.processor, texts, [row.get("images") or [] for row in rows], 1 << 30, "benchmark"
+        )
 
     def generate(
-        self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None, progress: Progress | None = None
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        k: int,
+        seeds: Sequence[int] | None = None,
+        progress: Progress | None = None,
     ) -> list[list[Completion]]:
         from adora_openrlhf.config import SamplingParams
         from adora_openrlhf.engine.kv_cache import full_attention_only
@@ -222,7 +255,11 @@ class HFGenerator:
         if not (extras is not None and any(extras)) and full_attention_only(self.model):  # one batch across rows
             from eval.workers import run_in_workers
 
-            uniforms = None if greedy else sample_uniforms([sample_seed(s, j) for s in row_seeds for j in range(k)], params.max_new_tokens)
+            uniforms = (
+                None
+                if greedy
+                else sample_uniforms([sample_seed(s, j) for s in row_seeds for j in range(k)], params.max_new_tokens)
+            )
 
             def decode(problems: list[int], report: Progress) -> list[list[tuple[list[int], bool]]]:
                 samples = [i * k + j for i in problems for j in range(k)]
@@ -240,14 +277,30 @@ class HFGenerator:
                 )
                 return [out[n * k : (n + 1) * k] for n in range(len(problems))]
 
-            responses = [sample for problem in run_in_workers(decode, range(len(rows)), self.workers, progress) for sample in problem]
+            responses = [
+                sample
+                for problem in run_in_workers(decode, range(len(rows)), self.workers, progress)
+                for sample in problem
+            ]
         else:  # model.generate (images): one call per row, under the row's own seed
             responses = []
             for i, (prompt, seed) in enumerate(zip(prompts, row_seeds, strict=True)):
                 torch.manual_seed(seed)
                 more = {"extras": [extras[i]] * k} if extras is not None else {}
-                responses += generate_responses(self.model, self.tokenizer, [prompt] * k, params, self.batch_size, greedy=greedy, on_finish=progress, **more)
-        done = [Completion(self.tokenizer.decode(ids, skip_special_tokens=True), len(ids), truncated) for ids, truncated in responses]
+                responses += generate_responses(
+                    self.model,
+                    self.tokenizer,
+                    [prompt] * k,
+                    params,
+                    self.batch_size,
+                    greedy=greedy,
+                    on_finish=progress,
+                    **more,
+                )
+        done = [
+            Completion(self.tokenizer.decode(ids, skip_special_tokens=True), len(ids), truncated)
+            for ids, truncated in responses
+        ]
         return [done[i * k : (i + 1) * k] for i in range(len(rows))]
 
 
@@ -283,7 +336,13 @@ class VLLMGenerator:
     accepts_images = True
 
     def __init__(
-        self, model_path: str, sampling: EvalSampling, tensor_parallel_size: int = 1, dtype: str = "auto", template: str = "auto", **engine_kwargs: Any
+        self,
+        model_path: str,
+        sampling: EvalSampling,
+        tensor_parallel_size: int = 1,
+        dtype: str = "auto",
+        template: str = "auto",
+        **engine_kwargs: Any,
     ):
         from vllm import LLM, SamplingParams
 
@@ -329,7 +388,11 @@ class VLLMGenerator:
         return {"prompt": text, "multi_modal_data": {"image": images if len(images) > 1 else images[0]}}
 
     def generate(
-        self, rows: Sequence[Mapping[str, Any]], k: int, seeds: Sequence[int] | None = None, progress: Progress | None = None
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        k: int,
+        seeds: Sequence[int] | None = None,
+        progress: Progress | None = None,
     ) -> list[list[Completion]]:
         params = [self.sampling_params(k, seed) for seed in (seeds if seeds is not None else [None] * len(rows))]
         outputs = self.llm.generate([self.request(row) for row in rows], params, use_tqdm=False)
@@ -337,7 +400,11 @@ class VLLMGenerator:
             progress(len(rows) * k)
         return [
             [
-                Completion(self.tokenizer.decode(list(choice.token_ids), skip_special_tokens=True), len(choice.token_ids), choice.finish_reason == "length")
+                Completion(
+                    self.tokenizer.decode(list(choice.token_ids), skip_special_tokens=True),
+                    len(choice.token_ids),
+                    choice.finish_reason == "length",
+                )
                 for choice in out.outputs
             ]
             for out in outputs

@@ -45,7 +45,9 @@ class ScoreRow:
     samples: int
     avg_at_k: float
     pass_at: Mapping[int, float]  # k -> pass@k
-    sampling_se: float | None = None  # standard error of avg_at_k from resampling responses (module docstring); None for k = 1
+    sampling_se: float | None = (
+        None  # standard error of avg_at_k from resampling responses (module docstring); None for k = 1
+    )
 
 
 def sampling_se(counts: Sequence[tuple[int, int]]) -> float | None:
@@ -83,7 +85,9 @@ def score_records(records: Iterable[Mapping], k: int) -> list[ScoreRow]:
         for subset in entry["subsets"]:
             groups[(bench, subset)].append(counts)
     rows = []
-    for (bench, subset), counts in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "all", _subset_order(kv[0][1]))):
+    for (bench, subset), counts in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "all", _subset_order(kv[0][1]))
+    ):
         rows.append(
             ScoreRow(
                 benchmark=bench,

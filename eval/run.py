@@ -62,7 +62,9 @@ DEFAULT_BATCH_SIZE = 256  # sequences per decoding batch of the transformers eng
 NUMERICS_CHOICES = ("auto", "exact", "fast")
 
 
-def resolve_decoding(numerics: str, workers: str, engine: str, run: bool, temperature: float) -> tuple[str | None, int | None]:
+def resolve_decoding(
+    numerics: str, workers: str, engine: str, run: bool, temperature: float
+) -> tuple[str | None, int | None]:
     """``(numerics, workers)`` of the transformers engine for the checked ``--numerics`` and ``--workers``:
     numerics ``auto`` is ``exact`` when ``--run`` decodes greedily (the trainer's own arithmetic, so its held-out
     accuracy is repeated exactly), else ``fast``; workers ``auto`` is None (``eval/workers.py`` picks). Several
@@ -71,7 +73,9 @@ def resolve_decoding(numerics: str, workers: str, engine: str, run: bool, temper
     if engine != "hf":
         for flag, value in (("--numerics", numerics), ("--workers", workers)):
             if value != "auto":
-                raise ValueError(f"{flag} {value}: only used by the transformers engine, but the engine is {engine!r}; drop it or pass --engine hf")
+                raise ValueError(
+                    f"{flag} {value}: only used by the transformers engine, but the engine is {engine!r}; drop it or pass --engine hf"
+                )
         return None, None
     if numerics == "auto":
         numerics = "exact" if run and temperature == 0 else "fast"
@@ -101,7 +105,12 @@ def problem_seed(seed: int, benchmark: str, pid: str) -> int:
 def problem_hash(row: Mapping[str, Any]) -> str:
     """The first 16 hex digits of the sha256 of a problem's content: its prompt, label, source and meta (as
     canonical JSON) and the bytes of its image files."""
-    content = {"prompt": row.get("prompt"), "label": str(row.get("label")), "source": row.get("source"), "meta": row.get("meta") or {}}
+    content = {
+        "prompt": row.get("prompt"),
+        "label": str(row.get("label")),
+        "source": row.get("source"),
+        "meta": row.get("meta") or {},
+    }
     digest = hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False, default=str).encode())
     for ref in row.get("images") or []:
         digest.update(Path(ref).read_bytes() if isinstance(ref, str) else repr(ref).encode())
@@ -146,7 +155,9 @@ def check_rows(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]
         if not isinstance(meta, dict):
             raise ValueError(f"{where}: field 'meta': expected an object, got {type(meta).__name__}")
         if len(str(row["label"])) > MAX_LABEL_CHARS:
-            raise ValueError(f"{where}: field 'label': {len(str(row['label']))} characters, more than the {MAX_LABEL_CHARS} a ground-truth answer may have")
+            raise ValueError(
+                f"{where}: field 'label': {len(str(row['label']))} characters, more than the {MAX_LABEL_CHARS} a ground-truth answer may have"
+            )
         check_label = LABEL_CHECKS.get(source)
         if check_label is not None:
             try:
@@ -168,7 +179,9 @@ def check_rows(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]
         first[pid] = where
 
 
-def check_prompts(generator: Generator, bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]]) -> PromptFit:
+def check_prompts(
+    generator: Generator, bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]]
+) -> PromptFit:
     """ValueError ``file:line: field ...`` for a row the model cannot take (images for a text-only model, a prompt
     the template cannot render, that encodes to nothing or to token ids the model has no embedding for); else
     what the tokenizer makes of the prompts (``eval/fit.py``)."""
@@ -176,7 +189,9 @@ def check_prompts(generator: Generator, bench: Benchmark, located: Sequence[tupl
     limit = getattr(generator, "vocab_limit", None)
     for where, row in located:
         if row.get("images") and not generator.accepts_images:
-            raise ValueError(f"{where}: field 'images': the model is text-only (no vision_config); evaluate --bench {bench.name} with a vision-language model")
+            raise ValueError(
+                f"{where}: field 'images': the model is text-only (no vision_config); evaluate --bench {bench.name} with a vision-language model"
+            )
         try:
             text = generator.prompt_text(row)
         except ValueError as err:
@@ -200,7 +215,9 @@ def model_identity(model: str) -> dict[str, Any]:
     if not path.exists():
         return {"model": model}
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    listing = [f"{p.relative_to(path) if path.is_dir() else p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files]
+    listing = [
+        f"{p.relative_to(path) if path.is_dir() else p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files
+    ]
     return {"model": str(path.resolve()), "model_files": hashlib.sha256("\n".join(listing).encode()).hexdigest()[:16]}
 
 
@@ -209,7 +226,9 @@ def check_eval_config(out_dir: Path, wanted: Mapping[str, Any]) -> None:
     saved_path, samples = out_dir / CONFIG_FILE, out_dir / SAMPLES_FILE
     if not saved_path.exists():
         if samples.exists() and samples.stat().st_size > 0:
-            raise ValueError(f"--out: {out_dir} holds samples without {CONFIG_FILE} (unknown model and settings); use a new --out")
+            raise ValueError(
+                f"--out: {out_dir} holds samples without {CONFIG_FILE} (unknown model and settings); use a new --out"
+            )
         return
     try:
         saved = json.loads(saved_path.read_text(encoding="utf-8"))
@@ -218,7 +237,9 @@ def check_eval_config(out_dir: Path, wanted: Mapping[str, Any]) -> None:
     changed = [key for key in sorted(set(saved) | set(wanted)) if saved.get(key) != wanted.get(key)]
     if changed:
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {wanted.get(k)!r}" for k in changed)
-        raise ValueError(f"--out: {out_dir} holds samples generated with other settings ({details}); use a new --out for this model and these settings")
+        raise ValueError(
+            f"--out: {out_dir} holds samples generated with other settings ({details}); use a new --out for this model and these settings"
+        )
 
 
 def grade(source: str, response: str, row: Mapping[str, Any]) -> dict[str, Any]:
@@ -228,7 +249,12 @@ def grade(source: str, response: str, row: Mapping[str, Any]) -> dict[str, Any]:
 
     try:
         result = get_reward_fn(source)(response, str(row["label"]), row.get("meta") or {})
-        return {"correct": bool(result.correct), "reward": float(result.reward), "extracted": result.extracted, "grader_error": None}
+        return {
+            "correct": bool(result.correct),
+            "reward": float(result.reward),
+            "extracted": result.extracted,
+            "grader_error": None,
+        }
     except Exception as err:  # noqa: BLE001 - a grader bug must not end the evaluation
         reward = failure_reward(source, row.get("meta") if isinstance(row, Mapping) else None)
         return {"correct": False, "reward": reward, "extracted": None, "grader_error": f"{type(err).__name__}: {err}"}
@@ -242,7 +268,9 @@ def finished_samples(path: Path) -> dict[SampleKey, set[int]]:
     records without a hash, from before hashes were recorded, match no row)."""
     done: dict[SampleKey, set[int]] = {}
     for rec in read_records(path):
-        done.setdefault((rec["benchmark"], str(rec["problem_id"]), str(rec.get("problem_hash"))), set()).add(int(rec["sample_index"]))
+        done.setdefault((rec["benchmark"], str(rec["problem_id"]), str(rec.get("problem_hash"))), set()).add(
+            int(rec["sample_index"])
+        )
     return done
 
 
@@ -279,13 +307,30 @@ def evaluate_benchmark(
     keys = current_keys(bench, rows)
     todo = [(i, row) for i, row in enumerate(rows) if len(done.get(keys[i], set())) < k]
     wanted = set(keys)
-    stale = sum(len(v) for key, v in done.items() if key[0] == bench.name and key not in wanted and key[1] in {p for _, p, _ in wanted})
-    if stale:
-        logger.info("%s: ignoring %d samples of problems whose prompt, label or images changed since; they are generated again", bench.name, stale)
-    logger.info(
-        "%s: %d problems x %d samples to generate (%d of %d problems finished in %s)", bench.name, len(todo), k, len(rows) - len(todo), len(rows), out_path
+    stale = sum(
+        len(v)
+        for key, v in done.items()
+        if key[0] == bench.name and key not in wanted and key[1] in {p for _, p, _ in wanted}
     )
-    with open(out_path, "a", encoding="utf-8") as handle, tqdm(total=len(todo) * k, desc=bench.name, unit="sample", dynamic_ncols=True) as bar:
+    if stale:
+        logger.info(
+            "%s: ignoring %d samples of problems whose prompt, label or images changed since; they are generated again",
+            bench.name,
+            stale,
+        )
+    logger.info(
+        "%s: %d problems x %d samples to generate (%d of %d problems finished in %s)",
+        bench.name,
+        len(todo),
+        k,
+        len(rows) - len(todo),
+        len(rows),
+        out_path,
+    )
+    with (
+        open(out_path, "a", encoding="utf-8") as handle,
+        tqdm(total=len(todo) * k, desc=bench.name, unit="sample", dynamic_ncols=True) as bar,
+    ):
         for start in range(0, len(todo), batch_problems):
             chunk = todo[start : start + batch_problems]
             seeds = [problem_seed(seed, bench.name, keys[index][1]) for index, _ in chunk]
@@ -399,9 +444,15 @@ def run_comparison(target: RunTarget, model: Path, rows: Sequence[ScoreRow], k: 
     if changed is not None:
         return [f"{line} (not comparable: {changed})"]
     if greedy and k == 1:
-        verdict = "equal, as it must be" if math.isclose(overall.avg_at_k, accuracy, abs_tol=1e-9) else "DIFFERENT although both are greedy on the same rows"
+        verdict = (
+            "equal, as it must be"
+            if math.isclose(overall.avg_at_k, accuracy, abs_tol=1e-9)
+            else "DIFFERENT although both are greedy on the same rows"
+        )
         return [f"{line} ({verdict})"]
-    return [f"{line} (greedy decoding; this evaluation samples at temperature {temperature:g}; --temperature 0 --k 1 repeats the trainer's measurement)"]
+    return [
+        f"{line} (greedy decoding; this evaluation samples at temperature {temperature:g}; --temperature 0 --k 1 repeats the trainer's measurement)"
+    ]
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -429,7 +480,10 @@ def parse_bench_files(items: Sequence[str] | None) -> dict[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m eval.run", description="avg@k and pass@k on AIME/AMC/MATH500/MathVista/K&K, or on a training run's held-out set.")
+    parser = OneLineParser(
+        prog="python -m eval.run",
+        description="avg@k and pass@k on AIME/AMC/MATH500/MathVista/K&K, or on a training run's held-out set.",
+    )
     parser.add_argument(
         "--run",
         default=None,
@@ -443,7 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
         "from the hub cache); with --run, default RUN/final_model",
     )
     parser.add_argument(
-        "--bench", default=None, help="comma-separated: kk,aime24,aime25,amc23,math500,mathvista,geo_synth,heldout (default kk; not with --run)"
+        "--bench",
+        default=None,
+        help="comma-separated: kk,aime24,aime25,amc23,math500,mathvista,geo_synth,heldout (default kk; not with --run)",
     )
     parser.add_argument("--k", type=int, default=8, help="samples per problem (avg@k, pass@1..k)")
     parser.add_argument(
@@ -452,7 +508,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="output directory (samples.jsonl, eval_config.json, report.json, report.md); with --run, default RUN/eval/<model and settings>",
     )
     parser.add_argument("--engine", default="auto", help="auto | hf | vllm")
-    parser.add_argument("--data-dir", default=None, help="directory with NAME.jsonl files from the data_prep converters")
+    parser.add_argument(
+        "--data-dir", default=None, help="directory with NAME.jsonl files from the data_prep converters"
+    )
     parser.add_argument("--bench-file", action="append", help="NAME=PATH: rows of one benchmark from a JSONL file")
     parser.add_argument("--limit", type=int, default=None, help="first N problems of each benchmark")
     parser.add_argument("--temperature", type=float, default=0.6, help="0 = greedy decoding (then --k 1)")
@@ -484,7 +542,11 @@ def build_parser() -> argparse.ArgumentParser:
         "problem of a call (eval/workers.py); auto (default) = one per torch thread, 1 elsewhere",
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", default="auto", help=f"{' | '.join(DTYPES)}: weights' dtype for either engine (auto: float32 on CPU, bfloat16 with CUDA)")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        help=f"{' | '.join(DTYPES)}: weights' dtype for either engine (auto: float32 on CPU, bfloat16 with CUDA)",
+    )
     parser.add_argument(
         "--vllm-arg",
         action="append",
@@ -502,7 +564,9 @@ def _check_args(args: argparse.Namespace) -> None:
     if not (math.isfinite(args.temperature) and args.temperature >= 0):
         raise ValueError(f"--temperature: must be a finite number >= 0, got {args.temperature}")
     if args.temperature == 0 and args.k > 1:
-        raise ValueError("--temperature 0 is greedy decoding: all k samples would be identical; use --k 1 or a temperature > 0")
+        raise ValueError(
+            "--temperature 0 is greedy decoding: all k samples would be identical; use --k 1 or a temperature > 0"
+        )
     if not (0 < args.top_p <= 1):
         raise ValueError(f"--top-p: must be in (0, 1], got {args.top_p}")
     for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--batch-size", args.batch_size)):
@@ -521,9 +585,13 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.run is not None:
         for flag, value in (("--bench", args.bench), ("--bench-file", args.bench_file), ("--data-dir", args.data_dir)):
             if value is not None:
-                raise ValueError(f"{flag}: not used with --run (which evaluates the run's held-out set); drop one of them")
+                raise ValueError(
+                    f"{flag}: not used with --run (which evaluates the run's held-out set); drop one of them"
+                )
     elif args.model is None:
-        raise ValueError("--model: required (a model directory or hub name), or --run RUN for a training run's held-out set")
+        raise ValueError(
+            "--model: required (a model directory or hub name), or --run RUN for a training run's held-out set"
+        )
     elif args.out is None:
         raise ValueError("--out: required with --model (the output directory); only --run has a default")
     if args.model is not None:
@@ -538,7 +606,11 @@ def _check_args(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     out = {"dir": "the output directory"}
-    return run_cli(lambda: _main(argv, out), argv, interrupted_hint=lambda: f"finished samples are kept in {out['dir']}; rerun the same command to continue")
+    return run_cli(
+        lambda: _main(argv, out),
+        argv,
+        interrupted_hint=lambda: f"finished samples are kept in {out['dir']}; rerun the same command to continue",
+    )
 
 
 @dataclass(frozen=True)
@@ -577,7 +649,46 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     unknown = sorted(set(files) - {b.name for b in benches})
     if unknown:
         raise ValueError(f"--bench-file: {unknown} not among --bench {args.bench}")
-    return Plan(args.model, benches, files, "auto", 1.0, args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, args.batch_size or DEFAULT_BATCH_SIZE, None)
+    return Plan(
+        args.model,
+        benches,
+        files,
+        "auto",
+        1.0,
+        args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+        args.batch_size or DEFAULT_BATCH_SIZE,
+        None,
+    )
+
+
+def _checked_model(model: str) -> bool:
+    """Whether ``model`` is a local directory (else a hub name), after refusing a model that cannot load."""
+    checked_dir = Path(model).is_dir()  # a local model, whatever happens to the directory later
+    if checked_dir and not (Path(model) / "config.json").exists():
+        raise ValueError(f"--model: {model} has no config.json; give a model directory in Hugging Face format")
+    check_model_source(model, "--model")  # a hub name: in the hub cache (HF_HUB_OFFLINE=1) or on the hub
+    problem = weight_files_problem(model)  # a truncated or damaged weight file, named before the engine loads it
+    if problem is not None:
+        raise ValueError(f"--model: {model}: {problem}; re-export or re-download the model")
+    return checked_dir
+
+
+def _report_settings(
+    model: str, engine: str, dtype: str, template: str, sampling: EvalSampling, batch_size: int, numerics, generator
+) -> dict[str, Any]:
+    """The settings the report shows (the evaluation's, plus the decoding numerics and workers where they apply)."""
+    settings = {
+        "model": model,
+        "engine": engine,
+        "dtype": dtype,
+        "prompt_template": template,
+        **asdict(sampling),
+        "batch_size": batch_size,
+    }
+    if numerics is not None:
+        settings["numerics"] = numerics
+        settings["workers"] = generator.workers
+    return settings
 
 
 def _main(argv: Sequence[str], out: dict[str, str]) -> int:
@@ -590,19 +701,20 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     engine_args = parse_engine_args(args.vllm_arg)
     numerics, workers = resolve_decoding(args.numerics, args.workers, engine, target is not None, args.temperature)
     if engine_args and engine != "vllm":
-        raise ValueError(f"--vllm-arg: only used by the vLLM engine, but the engine is {engine!r}; drop it or pass --engine vllm")
-    checked_dir = Path(model).is_dir()  # a local model, whatever happens to the directory later
-    if checked_dir and not (Path(model) / "config.json").exists():
-        raise ValueError(f"--model: {model} has no config.json; give a model directory in Hugging Face format")
-    check_model_source(model, "--model")  # a hub name: in the hub cache (HF_HUB_OFFLINE=1) or on the hub
-    problem = weight_files_problem(model)  # a truncated or damaged weight file, named before the engine loads it
-    if problem is not None:
-        raise ValueError(f"--model: {model}: {problem}; re-export or re-download the model")
-    sampling = EvalSampling(
-        temperature=args.temperature, top_p=args.top_p, max_new_tokens=plan.max_new_tokens, seed=args.seed, repetition_penalty=plan.repetition_penalty
-    )
+        raise ValueError(
+            f"--vllm-arg: only used by the vLLM engine, but the engine is {engine!r}; drop it or pass --engine vllm"
+        )
+    checked_dir = _checked_model(model)
+    sampling = EvalSampling(args.temperature, args.top_p, plan.max_new_tokens, args.seed, plan.repetition_penalty)
     template = plan.template
-    settings = {**model_identity(model), "engine": engine, "dtype": dtype, "seeding": SEEDING, "prompt_template": template, **asdict(sampling)}
+    settings = {
+        **model_identity(model),
+        "engine": engine,
+        "dtype": dtype,
+        "seeding": SEEDING,
+        "prompt_template": template,
+    }
+    settings.update(asdict(sampling))
     out_dir = Path(args.out) if args.out is not None else default_out(target, Path(model), settings)
     out["dir"] = str(out_dir)
     check_output_dir(out_dir, "--out")
@@ -614,37 +726,44 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     located: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     by_file = [b for b in benches if row_file(b, files.get(b.name), args.data_dir) is not None]
     for bench in by_file:
-        located[bench.name] = load_located_rows(bench, files.get(bench.name), args.data_dir, args.seed, args.limit, cache_dir=out_dir / "data")
+        located[bench.name] = load_located_rows(
+            bench, files.get(bench.name), args.data_dir, args.seed, args.limit, cache_dir=out_dir / "data"
+        )
         check_rows(bench, located[bench.name])
-    if engine == "vllm":
-        generator = open_generator(engine, model, sampling, checked_dir, dtype=args.dtype, template=template, **engine_args)
-    else:
-        options = {"batch_size": batch_size, "numerics": numerics, "workers": workers}
-        generator = open_generator(engine, model, sampling, checked_dir, dtype=args.dtype, template=template, **options)
+    options = engine_args if engine == "vllm" else {"batch_size": batch_size, "numerics": numerics, "workers": workers}
+    generator = open_generator(engine, model, sampling, checked_dir, dtype=args.dtype, template=template, **options)
     prompts = {bench.name: check_prompts(generator, bench, located[bench.name]) for bench in by_file}
     with lock:
         check_eval_config(out_dir, settings)  # again, now that no other evaluation can write here
         for bench in [b for b in benches if b not in by_file]:
-            located[bench.name] = load_located_rows(bench, None, args.data_dir, args.seed, args.limit, cache_dir=out_dir / "data")
+            located[bench.name] = load_located_rows(
+                bench, None, args.data_dir, args.seed, args.limit, cache_dir=out_dir / "data"
+            )
             check_rows(bench, located[bench.name])
             prompts[bench.name] = check_prompts(generator, bench, located[bench.name])
         (out_dir / CONFIG_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         keys: list[SampleKey] = []
         for bench in benches:
             rows = [row for _, row in located[bench.name]]
-            evaluate_benchmark(bench, rows, generator, args.k, out_dir / SAMPLES_FILE, batch_problems=max(1, batch_size // args.k), seed=args.seed)
+            evaluate_benchmark(
+                bench,
+                rows,
+                generator,
+                args.k,
+                out_dir / SAMPLES_FILE,
+                batch_problems=max(1, batch_size // args.k),
+                seed=args.seed,
+            )
             keys += current_keys(bench, rows)
         records = current_records(out_dir, keys)
         notes = _fit_notes(benches, located, prompts, records, sampling, generator, model, target)
-        report_settings = {"model": model, "engine": engine, "dtype": dtype, "prompt_template": template, **asdict(sampling), "batch_size": batch_size}
-        if numerics is not None:
-            report_settings["numerics"] = numerics
-            report_settings["workers"] = generator.workers
+        report_settings = _report_settings(model, engine, dtype, template, sampling, batch_size, numerics, generator)
         comparison = []
         if target is not None:
             report_settings["run"] = str(target.run_dir)
             comparison = run_comparison(target, Path(model), score_records(records, args.k), args.k, args.temperature)
-        text = write_report(out_dir, args.k, [b.name for b in benches], report_settings, current=keys, notes=notes, comparison=comparison)
+        names = [b.name for b in benches]
+        text = write_report(out_dir, args.k, names, report_settings, current=keys, notes=notes, comparison=comparison)
     print(f"{out_dir / 'report.md'}:\n{text}")
     return 0
 
@@ -652,10 +771,16 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
 def current_records(out_dir: Path, keys: Iterable[SampleKey]) -> list[dict[str, Any]]:
     """The samples of ``out_dir`` whose (benchmark, problem id, problem hash) is among ``keys``."""
     wanted = set(keys)
-    return [r for r in read_records(out_dir / SAMPLES_FILE) if (r["benchmark"], str(r["problem_id"]), str(r.get("problem_hash"))) in wanted]
+    return [
+        r
+        for r in read_records(out_dir / SAMPLES_FILE)
+        if (r["benchmark"], str(r["problem_id"]), str(r.get("problem_hash"))) in wanted
+    ]
 
 
-def _fit_notes(benches, located, prompts, records, sampling: EvalSampling, generator, model: str, target: RunTarget | None) -> list[str]:
+def _fit_notes(
+    benches, located, prompts, records, sampling: EvalSampling, generator, model: str, target: RunTarget | None
+) -> list[str]:
     """The fit notes of every benchmark (``eval/fit.py``) from its rows, prompts and current samples."""
     origin = model_origin(model)
     same_run = target is not None and origin is not None and Path(origin.run_dir).resolve() == target.run_dir.resolve()

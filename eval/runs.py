@@ -93,14 +93,18 @@ def _check_settings(settings: dict[str, Any], settings_file: Path) -> None:
     for name, value, kind in checks:
         if isinstance(value, bool) or not isinstance(value, kind) or (kind is int and value < 1):
             wanted = "a string" if kind is str else "a positive integer" if kind is int else "a number"
-            raise ValueError(f"--run: {settings_file}: field {name} must be {wanted}, got {value!r}; train the run again or restore the file")
+            raise ValueError(
+                f"--run: {settings_file}: field {name} must be {wanted}, got {value!r}; train the run again or restore the file"
+            )
 
 
 def default_model(target: RunTarget) -> Path:
     """``RUN/final_model``; ValueError when the run has not written it."""
     final = target.run_dir / "final_model"
     if not (final / "config.json").is_file():
-        raise ValueError(f"--run: {target.run_dir} has no final_model yet (unfinished run); pass --model {target.run_dir}/checkpoints/step_N")
+        raise ValueError(
+            f"--run: {target.run_dir} has no final_model yet (unfinished run); pass --model {target.run_dir}/checkpoints/step_N"
+        )
     return final
 
 
@@ -111,7 +115,11 @@ def _eval_records(run_dir: Path) -> dict[int, float]:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return {}
-    return {int(r["step"]): float(r["eval/greedy_accuracy"]) for r in read_metrics(path) if "eval/greedy_accuracy" in r and "step" in r}
+    return {
+        int(r["step"]): float(r["eval/greedy_accuracy"])
+        for r in read_metrics(path)
+        if "eval/greedy_accuracy" in r and "step" in r
+    }
 
 
 def trainer_accuracy(run_dir: Path, model: Path) -> tuple[int, float] | None:

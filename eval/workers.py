@@ -35,12 +35,19 @@ def worker_count(requested: int | None, device: torch.device) -> int:
     (not Linux, the model on an accelerator, CUDA initialised in this process, or this process a pool's worker)."""
     if requested is not None and requested < 1:
         raise ValueError(f"--workers: must be >= 1, got {requested}")
-    if sys.platform != "linux" or device.type != "cpu" or torch.cuda.is_initialized() or multiprocessing.current_process().daemon:
+    if (
+        sys.platform != "linux"
+        or device.type != "cpu"
+        or torch.cuda.is_initialized()
+        or multiprocessing.current_process().daemon
+    ):
         return 1  # a daemonic process (a multiprocessing pool's worker) may not start processes of its own
     return torch.get_num_threads() if requested is None else requested
 
 
-def _worker(task: Callable[[list[Any], Progress], list[Any]], items: list[Any], threads: int, writer: Connection) -> None:
+def _worker(
+    task: Callable[[list[Any], Progress], list[Any]], items: list[Any], threads: int, writer: Connection
+) -> None:
     torch.set_num_threads(threads)
     try:
         writer.send(("done", task(items, lambda n: writer.send(("progress", n)))))
@@ -50,7 +57,12 @@ def _worker(task: Callable[[list[Any], Progress], list[Any]], items: list[Any], 
         writer.close()
 
 
-def run_in_workers(task: Callable[[list[Item], Progress], list[Any]], items: Sequence[Item], workers: int, progress: Progress | None = None) -> list[Any]:
+def run_in_workers(
+    task: Callable[[list[Item], Progress], list[Any]],
+    items: Sequence[Item],
+    workers: int,
+    progress: Progress | None = None,
+) -> list[Any]:
     """``task(items[w::workers], progress)`` in ``workers`` forked processes; each task returns one result per item
     it got; the results come back in the order of ``items`` (module docstring). ``workers`` 1 (or a single item)
     runs ``task`` here."""
@@ -67,7 +79,9 @@ def run_in_workers(task: Callable[[list[Item], Progress], list[Any]], items: Seq
         for first in range(workers):
             shard = list(range(first, len(items), workers))
             reader, writer = context.Pipe(duplex=False)
-            process = context.Process(target=_worker, args=(task, [items[i] for i in shard], threads, writer), daemon=True)
+            process = context.Process(
+                target=_worker, args=(task, [items[i] for i in shard], threads, writer), daemon=True
+            )
             process.start()
             writer.close()
             running[reader] = (process, shard)
@@ -78,7 +92,9 @@ def run_in_workers(task: Callable[[list[Item], Progress], list[Any]], items: Seq
                     kind, payload = reader.recv()
                 except EOFError:
                     process.join()
-                    raise RuntimeError(f"a decoding worker process ended without its results (exit code {process.exitcode})") from None
+                    raise RuntimeError(
+                        f"a decoding worker process ended without its results (exit code {process.exitcode})"
+                    ) from None
                 if kind == "progress":
                     report(payload)
                 elif kind == "error":

@@ -92,9 +92,18 @@ def test_edge_policies_on_the_reference_table():
     truncated = torch.tensor([[False] * 4, [False] * 4, [False, True, True, False], [False] * 4])
     vlm = adora_weights(rewards, lengths, KK, truncated=truncated)
     llm = adora_weights(rewards, lengths, dataclasses.replace(KK, edge_policy="llm"), truncated=truncated)
-    assert vlm.group_class.tolist() == [NEUTRAL, TDS, TDS, TAS] and vlm.weights.tolist() == pytest.approx([1.0, 0.1, 0.1, 1.0])
-    assert llm.group_class.tolist() == [TDS, TAS, TAS, TAS] and llm.weights.tolist() == pytest.approx([0.1, 1.0, 1.0, 1.0])
-    amplify = adora_weights(rewards, lengths, dataclasses.replace(KK, edge_policy="llm", mode="amplify", lambda_amp=2.0), truncated=truncated)
+    assert vlm.group_class.tolist() == [NEUTRAL, TDS, TDS, TAS] and vlm.weights.tolist() == pytest.approx(
+        [1.0, 0.1, 0.1, 1.0]
+    )
+    assert llm.group_class.tolist() == [TDS, TAS, TAS, TAS] and llm.weights.tolist() == pytest.approx(
+        [0.1, 1.0, 1.0, 1.0]
+    )
+    amplify = adora_weights(
+        rewards,
+        lengths,
+        dataclasses.replace(KK, edge_policy="llm", mode="amplify", lambda_amp=2.0),
+        truncated=truncated,
+    )
     assert amplify.weights.tolist() == pytest.approx([1.0, 2.0, 2.0, 2.0])
 
 
@@ -103,8 +112,12 @@ def test_truncation_length_counts_long_responses_as_truncated():
     rewards, lengths = torch.tensor([[3.0, -1.0, -1.0]]), torch.tensor([[5, 3900, 4000]])
     cfg = dataclasses.replace(KK, edge_policy="llm")
     assert adora_weights(rewards, lengths, cfg).group_class.tolist() == [TDS]  # mean wrong 3950 >= 5
-    assert adora_weights(rewards, lengths, dataclasses.replace(cfg, truncation_length=3900)).group_class.tolist() == [TAS]
-    assert adora_weights(rewards, lengths, dataclasses.replace(cfg, truncation_length=3901)).group_class.tolist() == [TDS]
+    assert adora_weights(rewards, lengths, dataclasses.replace(cfg, truncation_length=3900)).group_class.tolist() == [
+        TAS
+    ]
+    assert adora_weights(rewards, lengths, dataclasses.replace(cfg, truncation_length=3901)).group_class.tolist() == [
+        TDS
+    ]
     with pytest.raises(ConfigError, match="adora.truncation_length"):
         AdoraConfig(truncation_length=0)
     with pytest.raises(ConfigError, match="adora.edge_policy"):
@@ -120,7 +133,9 @@ def test_both_policies_match_their_reference_transcriptions(n, g, data):
     lengths = torch.tensor([[length for _, length, _ in g] for g in groups])
     truncated = torch.tensor([[t for _, _, t in g] for g in groups])
     vlm = adora_weights(rewards, lengths, KK, truncated=truncated).weights.tolist()
-    llm = adora_weights(rewards, lengths, dataclasses.replace(KK, edge_policy="llm"), truncated=truncated).weights.tolist()
+    llm = adora_weights(
+        rewards, lengths, dataclasses.replace(KK, edge_policy="llm"), truncated=truncated
+    ).weights.tolist()
     for g, group in enumerate(groups):
         r, lens, t = zip(*group, strict=True)
         assert vlm[g] == pytest.approx(reference_length_weight(r, lens, t))
@@ -183,7 +198,9 @@ def test_length_shaping_hand_case():
     assert torch.allclose(shaped, torch.tensor([[2.5, -1.0, -1.0, -1.0], [3.5, 3.0, 2.5, -1.0]]))
     # easy TAS group whose correct responses all have one length: u = 0 -> -0.5*(2*0-1) = +0.5 each
     rewards = torch.tensor([[3.0, 3.0, 3.0, -1.0]])
-    assert torch.allclose(length_shaped_rewards(rewards, torch.tensor([[6, 6, 6, 1]]), cfg), torch.tensor([[3.5, 3.5, 3.5, -1.0]]))
+    assert torch.allclose(
+        length_shaped_rewards(rewards, torch.tensor([[6, 6, 6, 1]]), cfg), torch.tensor([[3.5, 3.5, 3.5, -1.0]])
+    )
     # hard group with two correct of five: lengths 4 and 8 -> u 0, 1 -> +0.5*(2u-1) = -.5, +.5
     rewards = torch.tensor([[3.0, 3.0, -1.0, -1.0, -1.0]])
     lengths = torch.tensor([[4, 8, 1, 1, 1]])
@@ -224,10 +241,22 @@ def test_bad_inputs():
 )
 def test_weights_only_scale_never_flip_sign(data, num_groups, n, rule, mode, estimator):
     rewards = torch.tensor(
-        data.draw(st.lists(st.lists(st.sampled_from([-2.0, -1.0, 0.0, 0.5, 1.0, 2.0, 3.0]), min_size=n, max_size=n), min_size=num_groups, max_size=num_groups))
+        data.draw(
+            st.lists(
+                st.lists(st.sampled_from([-2.0, -1.0, 0.0, 0.5, 1.0, 2.0, 3.0]), min_size=n, max_size=n),
+                min_size=num_groups,
+                max_size=num_groups,
+            )
+        )
     )
-    lengths = torch.tensor(data.draw(st.lists(st.lists(st.integers(1, 50), min_size=n, max_size=n), min_size=num_groups, max_size=num_groups)))
-    truncated = torch.tensor(data.draw(st.lists(st.lists(st.booleans(), min_size=n, max_size=n), min_size=num_groups, max_size=num_groups)))
+    lengths = torch.tensor(
+        data.draw(
+            st.lists(st.lists(st.integers(1, 50), min_size=n, max_size=n), min_size=num_groups, max_size=num_groups)
+        )
+    )
+    truncated = torch.tensor(
+        data.draw(st.lists(st.lists(st.booleans(), min_size=n, max_size=n), min_size=num_groups, max_size=num_groups))
+    )
     cfg = AdoraConfig(enabled=True, rule=rule, mode=mode, correct_threshold=0.75, lambda_att=0.2, lambda_amp=2.5)
     plain, _ = compute_group_advantages(rewards, estimator)
     out = compute_step_advantages(GroupBatch(rewards, lengths, truncated=truncated), AdvantageConfig(estimator), cfg)

@@ -94,10 +94,15 @@ def test_difficulty_prefers_the_uncertain():
 def test_knapsack_by_hand():
     # B = 1.0 * 2 * 2 = 4. Gains per response: prior's first item s(2)/2 = 0.125, then s(3)-s(2) = 0.125, then
     # s(4)-s(3) = 0.078; SURE's first item s(2)/2 = 0.047. The prior's items win until the budget is spent.
-    counts = ALLOCATORS.get("knapsack")(_request([PRIOR, SURE], 2, 2, candidates=1, budget=1.0, min_responses=2, max_responses=4))
+    counts = ALLOCATORS.get("knapsack")(
+        _request([PRIOR, SURE], 2, 2, candidates=1, budget=1.0, min_responses=2, max_responses=4)
+    )
     assert counts == [4, 0]
     # with a cap of 2 per prompt the rest of the budget goes to SURE
-    assert ALLOCATORS.get("knapsack")(_request([PRIOR, SURE], 2, 2, budget=1.0, min_responses=2, max_responses=2)) == [2, 2]
+    assert ALLOCATORS.get("knapsack")(_request([PRIOR, SURE], 2, 2, budget=1.0, min_responses=2, max_responses=2)) == [
+        2,
+        2,
+    ]
     # at most P prompts are opened
     assert sum(c > 0 for c in ALLOCATORS.get("knapsack")(_request([PRIOR] * 6, 2, 4, budget=2.0))) == 2
 
@@ -108,8 +113,12 @@ def test_allocate_explores_and_never_samples_nothing():
         store.observe(key, 8, 8)
     cfg = AllocationConfig(method="skip", skip_threshold=0.5, explore=0.0)
     sampled = allocate(store, list("abcd"), 2, 8, cfg, random.Random(0))
-    assert sum(c > 0 for c in sampled.counts) == 1 and sampled.metrics["allocation/prompts_skipped"] == 3  # the fallback
-    explored = allocate(store, list("abcd"), 2, 8, AllocationConfig(method="skip", skip_threshold=0.5, explore=1.0), random.Random(0))
+    assert (
+        sum(c > 0 for c in sampled.counts) == 1 and sampled.metrics["allocation/prompts_skipped"] == 3
+    )  # the fallback
+    explored = allocate(
+        store, list("abcd"), 2, 8, AllocationConfig(method="skip", skip_threshold=0.5, explore=1.0), random.Random(0)
+    )
     assert explored.counts == [8, 8, 0, 0]  # every candidate scored with the prior
 
 
@@ -140,7 +149,12 @@ def test_signal_probability_is_a_probability_rising_with_k(a, b, k):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from(["uniform", "skip", "difficulty", "knapsack"]), st.integers(1, 5), st.integers(2, 6), st.integers(0, 2**16))
+@given(
+    st.sampled_from(["uniform", "skip", "difficulty", "knapsack"]),
+    st.integers(1, 5),
+    st.integers(2, 6),
+    st.integers(0, 2**16),
+)
 def test_allocate_properties(method, prompts, n, seed):
     rng = random.Random(seed)
     store = PromptStatsStore(prior=PRIOR)
@@ -171,7 +185,10 @@ def test_config_errors_name_the_field():
 
 
 def _scripted(requests):
-    return [[ScoredResponse(reward=float(i % 2), positive=bool(i % 2), length=3) for i in range(r.num_samples)] for r in requests]
+    return [
+        [ScoredResponse(reward=float(i % 2), positive=bool(i % 2), length=3) for i in range(r.num_samples)]
+        for r in requests
+    ]
 
 
 def test_sampler_gives_each_prompt_its_group_size():
@@ -179,7 +196,9 @@ def test_sampler_gives_each_prompt_its_group_size():
     result = plain.sample(3, _scripted, group_sizes=[2, 5, 3])
     assert [len(g.kept) for g in result.groups] == [2, 5, 3] and result.metrics["sampling/responses_generated"] == 10
     assert [g.pool_positives for g in result.groups] == [1, 2, 1]
-    ada = AdaptiveSampler(AdaptiveSamplingConfig(enabled=True, n_keep=4, samples_per_round=4, max_rounds=2), SamplingParams())
+    ada = AdaptiveSampler(
+        AdaptiveSamplingConfig(enabled=True, n_keep=4, samples_per_round=4, max_rounds=2), SamplingParams()
+    )
     result = ada.sample(2, _scripted, group_sizes=[2, 4])
     assert [len(g.kept) for g in result.groups] == [2, 4] and all(g.retired_round == 0 for g in result.groups)
     with pytest.raises(ValueError, match="group_sizes"):
@@ -194,12 +213,19 @@ def test_advantages_of_groups_of_several_sizes_equal_each_group_alone():
     rewards = {0: [1.0, 0.0], 1: [3.0, -0.5, -3.0, 3.0, 0.0], 2: [1.0, 1.0, 0.0]}
 
     def generate(requests):
-        return [[ScoredResponse(reward=r, positive=r > 0.5, length=4) for r in rewards[q.prompt_index]] for q in requests]
+        return [
+            [ScoredResponse(reward=r, positive=r > 0.5, length=4) for r in rewards[q.prompt_index]] for q in requests
+        ]
 
     result: SamplingResult = sampler.sample(3, generate, group_sizes=[2, 5, 3])
     cfg = build_run_config("kk-tiny", {})
     flat, metrics = step_advantages(cfg, result)
-    expected = torch.cat([compute_group_advantages(torch.tensor([rewards[p]]), "group_norm", AdvantageConfig().eps)[0][0] for p in range(3)])
+    expected = torch.cat(
+        [
+            compute_group_advantages(torch.tensor([rewards[p]]), "group_norm", AdvantageConfig().eps)[0][0]
+            for p in range(3)
+        ]
+    )
     assert torch.allclose(flat, expected, atol=1e-6)
     assert metrics["advantage/zero_signal_fraction"] == 0.0
     assert metrics["advantage/mean_abs"] == pytest.approx(float(expected.abs().mean()), rel=1e-6)

@@ -91,7 +91,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_library_never_imports_the_command_line_folders():
-    offenders = {module: sorted(n for n in _imported_names(module, path) if n.split(".")[0] in ("data_prep", "eval")) for module, path in _modules().items()}
+    offenders = {
+        module: sorted(n for n in _imported_names(module, path) if n.split(".")[0] in ("data_prep", "eval"))
+        for module, path in _modules().items()
+    }
     assert {m: names for m, names in offenders.items() if names} == {}
 
 
@@ -103,7 +106,10 @@ def test_no_import_circle_and_config_imports_no_backend():
 
 def _script_imports(folder: pathlib.Path) -> dict[str, set[str]]:
     """Module names each .py file of a folder outside the package imports (function-level imports included)."""
-    return {str(path.relative_to(ROOT)): _imported_names(".".join(path.relative_to(ROOT).with_suffix("").parts), path) for path in sorted(folder.rglob("*.py"))}
+    return {
+        str(path.relative_to(ROOT)): _imported_names(".".join(path.relative_to(ROOT).with_suffix("").parts), path)
+        for path in sorted(folder.rglob("*.py"))
+    }
 
 
 def test_eval_and_bench_reach_the_engine_and_the_run_directory_not_the_local_backend():
@@ -121,7 +127,9 @@ def test_the_engine_and_the_run_directory_import_no_backend():
     graph = _import_graph()
     shared = [m for m in graph if m.split(".")[1:2] in (["engine"], ["rundir"]) or m == "adora_openrlhf.rows"]
     assert len(shared) >= 10
-    assert {m: sorted(e for e in graph[m] if ".backends." in e) for m in shared if any(".backends." in e for e in graph[m])} == {}
+    assert {
+        m: sorted(e for e in graph[m] if ".backends." in e) for m in shared if any(".backends." in e for e in graph[m])
+    } == {}
 
 
 def _long_functions(folder: pathlib.Path, limit: int) -> list[str]:
@@ -129,14 +137,20 @@ def _long_functions(folder: pathlib.Path, limit: int) -> list[str]:
     for path in sorted(folder.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit:
-                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+                long.append(
+                    f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+                )
     return long
 
 
 def test_no_function_is_longer_than_60_lines_in_the_package_and_80_in_bench_and_eval():
     """A function a reader holds at once: split a longer one into named steps."""
     assert _long_functions(ROOT / "adora_openrlhf", MAX_FUNCTION_LINES) == []
-    assert _long_functions(ROOT / "bench", MAX_SCRIPT_FUNCTION_LINES) + _long_functions(ROOT / "eval", MAX_SCRIPT_FUNCTION_LINES) == []
+    assert (
+        _long_functions(ROOT / "bench", MAX_SCRIPT_FUNCTION_LINES)
+        + _long_functions(ROOT / "eval", MAX_SCRIPT_FUNCTION_LINES)
+        == []
+    )
 
 
 def test_the_distribution_installs_only_the_package():
@@ -156,3 +170,9 @@ def test_the_readme_is_a_short_users_guide():
     assert len(readme) <= 200, f"README.md has {len(readme)} lines; move results or internals to docs/"
     assert (ROOT / "docs" / "results.md").is_file()
     assert not any("timed again" in line.lower() for line in readme)
+
+
+def test_the_formatter_wraps_code_at_120_characters():
+    ruff = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]
+    assert ruff["line-length"] == 120
+    assert ruff["lint"]["pycodestyle"]["max-line-length"] <= 160  # strings and comments the formatter cannot wrap

@@ -60,7 +60,10 @@ MAPPED_VALUES = {
     "dynamic_filtering.score_range": [0.1, 0.9],
 }
 # fields whose flag is emitted only under another field's value: both command lines are built with it
-MAPPED_WHEN = {"dynamic_filtering.score_range": {"dynamic_filtering.enabled": True}, "model.freeze_visual_encoder": {"data.task": "geometry"}}
+MAPPED_WHEN = {
+    "dynamic_filtering.score_range": {"dynamic_filtering.enabled": True},
+    "model.freeze_visual_encoder": {"data.task": "geometry"},
+}
 
 # a value each backend refuses (with adaptive sampling off)
 REFUSED_VALUES = {
@@ -117,7 +120,15 @@ REFUSED_VALUES = {
     },
     **{
         f"model.tiny_vision.{k}": v
-        for k, v in {"image_size": 32, "patch_size": 4, "spatial_merge_size": 1, "depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 1}.items()
+        for k, v in {
+            "image_size": 32,
+            "patch_size": 4,
+            "spatial_merge_size": 1,
+            "depth": 1,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 1,
+        }.items()
     },
 }
 
@@ -151,7 +162,9 @@ def test_refused_fields_are_errors_naming_field_and_backend(backend):
         overrides = {dotted: REFUSED_VALUES[dotted]}
         if dotted == "warmup.mix_steps":
             overrides["warmup.mix"] = {"thorough": 1.0}
-        with pytest.raises(ConfigError, match=rf"^{dotted.replace('.', '[.]')}: not supported by the {backend} backend \(got "):
+        with pytest.raises(
+            ConfigError, match=rf"^{dotted.replace('.', '[.]')}: not supported by the {backend} backend \(got "
+        ):
             check_backend_fields(_cfg(backend, overrides))
 
 
@@ -159,7 +172,9 @@ def test_conditional_and_partial_refusals():
     def ok(**overrides):
         check_backend_fields(_cfg("openrlhf", overrides))
 
-    ok(**{"sampling.enabled": True, "rollout.min_p": 0.05, "rollout.repetition_penalty": 1.1})  # the sampler sends them to vLLM
+    ok(
+        **{"sampling.enabled": True, "rollout.min_p": 0.05, "rollout.repetition_penalty": 1.1}
+    )  # the sampler sends them to vLLM
     ok(**{"data.prompt_template": "chat"})
     ok(**{"model.init_kwargs": {"attn_implementation": "sdpa", "trust_remote_code": True}})
     with pytest.raises(ConfigError, match="model.init_kwargs: not supported by the openrlhf backend"):
@@ -177,15 +192,34 @@ def test_openrlhf_flags_of_shared_model_and_eval_fields():
     derived = flags.derived_flags(
         build_run_config(
             BASE,
-            {"model.lora_rank": 16, "model.lora_alpha": 32, "model.dtype": "float16", "model.init_kwargs": {"attn_implementation": "sdpa"}, "eval_samples": 0},
+            {
+                "model.lora_rank": 16,
+                "model.lora_alpha": 32,
+                "model.dtype": "float16",
+                "model.init_kwargs": {"attn_implementation": "sdpa"},
+                "eval_samples": 0,
+            },
         )
     )
     assert (derived["ds.lora.rank"], derived["ds.lora.alpha"], derived["ds.param_dtype"]) == (16, 32, "fp16")
-    assert derived["ds.lora.target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"] and derived["ds.attn_implementation"] == "sdpa"
+    assert (
+        derived["ds.lora.target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+        and derived["ds.attn_implementation"] == "sdpa"
+    )
     assert (derived["eval.n_samples_per_prompt"], derived["eval.temperature"]) == (1, 0.0)
-    assert flags.derived_flags(build_run_config(BASE, {"model.lora_target_modules": ["all-linear"]}))["ds.lora.target_modules"] is None
-    assert flags.derived_flags(build_run_config(BASE, {"model.dtype": "float32"}))["ds.param_dtype"] == "fp32"  # precision.py
-    assert flags.generate_kwargs_for(build_run_config(BASE, {"rollout.top_k": 20}), {"temperature": 1.0}) == {"temperature": 1.0, "top_k": 20}
+    assert (
+        flags.derived_flags(build_run_config(BASE, {"model.lora_target_modules": ["all-linear"]}))[
+            "ds.lora.target_modules"
+        ]
+        is None
+    )
+    assert (
+        flags.derived_flags(build_run_config(BASE, {"model.dtype": "float32"}))["ds.param_dtype"] == "fp32"
+    )  # precision.py
+    assert flags.generate_kwargs_for(build_run_config(BASE, {"rollout.top_k": 20}), {"temperature": 1.0}) == {
+        "temperature": 1.0,
+        "top_k": 20,
+    }
 
 
 def test_openrlhf_namespace_values_flow_back_into_the_config():
@@ -205,9 +239,16 @@ def test_openrlhf_namespace_values_flow_back_into_the_config():
         "0.6",
     ]  # the recipe's flags say greedy (temperature 0)
     _, args, cfg = launcher.prepare(build_run_config(BASE), passthrough)
-    assert (args.ds.lora.rank, cfg.model.lora_rank, cfg.model.lora_target_modules, cfg.model.dtype) == (8, 8, ["all-linear"], "float16")
+    assert (args.ds.lora.rank, cfg.model.lora_rank, cfg.model.lora_target_modules, cfg.model.dtype) == (
+        8,
+        8,
+        ["all-linear"],
+        "float16",
+    )
     assert cfg.eval_samples == 3
-    _, args, cfg = launcher.prepare(build_run_config(BASE), ["--ds.param_dtype", "fp32"])  # the choice this package adds
+    _, args, cfg = launcher.prepare(
+        build_run_config(BASE), ["--ds.param_dtype", "fp32"]
+    )  # the choice this package adds
     assert (args.ds.param_dtype, cfg.model.dtype) == ("fp32", "float32")
 
 
@@ -224,7 +265,9 @@ def test_the_docs_show_the_mapping_table():
 
     docs = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "openrlhf_backend.md").read_text()
     start, end = docs.index("<!-- field_flags table -->\n"), docs.index("<!-- end field_flags table -->")
-    assert docs[start + len("<!-- field_flags table -->\n") : end] == markdown_table()  # python -m adora_openrlhf.backends.openrlhf.field_flags
+    assert (
+        docs[start + len("<!-- field_flags table -->\n") : end] == markdown_table()
+    )  # python -m adora_openrlhf.backends.openrlhf.field_flags
 
 
 def test_every_mapped_field_is_in_the_table_and_read_backs_name_real_fields():

@@ -86,7 +86,12 @@ def write_rows(path: Path, rows) -> Path:
 
 
 def kk_row(i: int = 0):
-    return {"prompt": f"Puzzle {i}: Alice and Bob.", "label": KK_LABEL, "source": "kk", "meta": {"names": ["Alice", "Bob"], "id": str(i)}}
+    return {
+        "prompt": f"Puzzle {i}: Alice and Bob.",
+        "label": KK_LABEL,
+        "source": "kk",
+        "meta": {"names": ["Alice", "Bob"], "id": str(i)},
+    }
 
 
 @pytest.fixture
@@ -98,7 +103,10 @@ def bad_files(tmp_path):
         "missing": (d / "nope.jsonl", "nope.jsonl: "),
         "directory": (d / "adir.jsonl", "adir.jsonl: is a directory"),
         "empty": (d / "empty.jsonl", "empty.jsonl: "),
-        "bad_json": (write_rows(d / "badjson.jsonl", [kk_row(0), '{"prompt": "x", "label"']), "badjson.jsonl:2: not valid JSON"),
+        "bad_json": (
+            write_rows(d / "badjson.jsonl", [kk_row(0), '{"prompt": "x", "label"']),
+            "badjson.jsonl:2: not valid JSON",
+        ),
         "not_utf8": (d / "latin1.jsonl", "latin1.jsonl:2: not UTF-8"),
         "not_object": (write_rows(d / "list.jsonl", [kk_row(0), "[1, 2]"]), "list.jsonl:2: expected a JSON object"),
         "blank_only": (d / "blank.jsonl", "blank.jsonl: "),
@@ -157,8 +165,16 @@ NOT_BOOLEANS = ["false", "true", "False", "no", None, 2, 0, 1, 1.0, [], {}]
 
 
 def test_every_boolean_field_is_covered():
-    assert {"adora.enabled", "sampling.enabled", "dynamic_filtering.enabled", "adora.length_shaping", "sampling.drop_unfinished"} <= set(BOOL_FIELDS)
-    assert {"adora.drop_truncated_negatives", "model.merge_lora_on_save", "model.freeze_visual_encoder"} <= set(BOOL_FIELDS)
+    assert {
+        "adora.enabled",
+        "sampling.enabled",
+        "dynamic_filtering.enabled",
+        "adora.length_shaping",
+        "sampling.drop_unfinished",
+    } <= set(BOOL_FIELDS)
+    assert {"adora.drop_truncated_negatives", "model.merge_lora_on_save", "model.freeze_visual_encoder"} <= set(
+        BOOL_FIELDS
+    )
 
 
 @pytest.mark.parametrize("field", BOOL_FIELDS)
@@ -222,7 +238,9 @@ def test_recipes_and_bench_set_values_are_type_checked(tmp_path, capsys, monkeyp
     from adora_openrlhf import recipes
     from bench import sample_efficiency
 
-    bad = recipes.Recipe("kk-bad-type", "a recipe with a string for a boolean", ("local",), {"sampling": {"enabled": "false"}})
+    bad = recipes.Recipe(
+        "kk-bad-type", "a recipe with a string for a boolean", ("local",), {"sampling": {"enabled": "false"}}
+    )
     monkeypatch.setitem(recipes.RECIPES._entries, bad.name, bad)
     assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--recipe", bad.name]) == 2
     assert_one_line(capsys.readouterr().err, "sampling.enabled: must be true or false, got 'false'")
@@ -236,7 +254,10 @@ def test_recipes_and_bench_set_values_are_type_checked(tmp_path, capsys, monkeyp
         code = sample_efficiency.main(["--quick", "--set", item, "--out", str(tmp_path / "bench")])
         assert code == 2
         assert_one_line(capsys.readouterr().err, needle)
-    assert sample_efficiency._parse_set(["adora.enabled=false", "sampling.enabled=no"]) == {"adora.enabled": False, "sampling.enabled": False}
+    assert sample_efficiency._parse_set(["adora.enabled=false", "sampling.enabled=no"]) == {
+        "adora.enabled": False,
+        "sampling.enabled": False,
+    }
     assert not (tmp_path / "bench").exists() and not (tmp_path / "run").exists()
 
 
@@ -254,10 +275,52 @@ def test_boolean_flags_refuse_anything_but_a_boolean_word(tmp_path, capsys, valu
     [
         ["--warmup.steps", "1", "--warmup.lr_ramp", "0.5"],  # "error: ZeroDivisionError: division by zero"
         ["--warmup.mix_steps", "1", "--warmup.mix", '{"direct": 1.0}', "--warmup.lr_ramp", "0.1"],
-        ["--warmup.steps", "2", "--warmup.lr_ramp", "0.9", "--eval_every", "1", "--save_every", "1", "--sampling.n_keep", "2"],
-        ["--recipe", "kk-testbed", "--warmup.steps", "1", "--warmup.mix_steps", "1", "--data.num_eval", "1", "--data.num_train", "1"],
-        ["--sampling.enabled", "true", "--sampling.samples_per_round", "1", "--sampling.max_rounds", "1", "--sampling.n_keep", "1", "--adora.enabled", "true"],
-        ["--train.lr_scheduler", "cosine_with_min_lr", "--train.lr_warmup_ratio", "0.99", "--train.micro_batch_size", "1", "--rollout.max_new_tokens", "1"],
+        [
+            "--warmup.steps",
+            "2",
+            "--warmup.lr_ramp",
+            "0.9",
+            "--eval_every",
+            "1",
+            "--save_every",
+            "1",
+            "--sampling.n_keep",
+            "2",
+        ],
+        [
+            "--recipe",
+            "kk-testbed",
+            "--warmup.steps",
+            "1",
+            "--warmup.mix_steps",
+            "1",
+            "--data.num_eval",
+            "1",
+            "--data.num_train",
+            "1",
+        ],
+        [
+            "--sampling.enabled",
+            "true",
+            "--sampling.samples_per_round",
+            "1",
+            "--sampling.max_rounds",
+            "1",
+            "--sampling.n_keep",
+            "1",
+            "--adora.enabled",
+            "true",
+        ],
+        [
+            "--train.lr_scheduler",
+            "cosine_with_min_lr",
+            "--train.lr_warmup_ratio",
+            "0.99",
+            "--train.micro_batch_size",
+            "1",
+            "--rollout.max_new_tokens",
+            "1",
+        ],
     ],
     ids=["warmup-1", "mix-1", "warmup-2-n-2", "testbed-1", "adaptive-1", "schedule-1"],
 )
@@ -290,7 +353,17 @@ def _alias_bomb(levels: int = 8, fan_out: int = 10, section: str = "extra") -> s
         ("extra:\n  a: 1\n  b: {c: 1, c: 2}\n", ":3: duplicate key 'c'"),
         ("extra: [" * 5000 + "]" * 5000 + "\n", "config"),  # deep nesting: a clean error either way
     ],
-    ids=["bomb-10^8", "bomb-2^30", "bomb-in-init-kwargs", "recursive", "dup-yaml", "dup-top", "dup-json", "dup-nested", "deep"],
+    ids=[
+        "bomb-10^8",
+        "bomb-2^30",
+        "bomb-in-init-kwargs",
+        "recursive",
+        "dup-yaml",
+        "dup-top",
+        "dup-json",
+        "dup-nested",
+        "deep",
+    ],
 )
 def test_config_file_bombs_and_duplicate_keys_are_refused(tmp_path, capsys, text, needle):
     import time
@@ -341,7 +414,10 @@ def test_train_bad_data_files(tmp_path, capsys, bad_files, kind, option):
         ({"prompt": "p", "label": ""}, ":2: field 'label'"),
         ({"prompt": "p", "label": KK_LABEL, "meta": [1]}, ":2: field 'meta'"),
         ({"prompt": "p", "label": KK_LABEL, "source": "chess"}, ":2: field 'source'"),
-        ({"prompt": "p", "label": "7" * 100_000, "source": "math500"}, ":2: field 'label': 100000 characters, more than the 4096"),
+        (
+            {"prompt": "p", "label": "7" * 100_000, "source": "math500"},
+            ":2: field 'label': 100000 characters, more than the 4096",
+        ),
         ({"prompt": "p", "label": "x" * 4097, "source": "geo_synth"}, ":2: field 'label': 4097 characters"),
     ],
 )
@@ -369,7 +445,9 @@ def test_train_never_deletes_a_previous_run_on_a_bad_start(tmp_path, capsys, bad
     (out / "config.json").write_text("{}")
     before = snapshot(tmp_path)
     assert call(train_cli.main, ["--output-dir", str(out), *FAST]) == 2  # no --overwrite
-    assert_one_line(capsys.readouterr().err, f"output_dir: '{out}' holds a run with checkpoints (up to step 5)", "--overwrite")
+    assert_one_line(
+        capsys.readouterr().err, f"output_dir: '{out}' holds a run with checkpoints (up to step 5)", "--overwrite"
+    )
     path, needle = bad_files["missing"]
     assert call(train_cli.main, ["--output-dir", str(out), "--overwrite", "--data.train_path", str(path), *FAST]) == 2
     assert_one_line(capsys.readouterr().err, needle)
@@ -389,7 +467,9 @@ def test_train_ctrl_c_and_full_disk_give_one_line(tmp_path, capsys, monkeypatch)
 
     monkeypatch.setattr(trainer, "train", interrupted)
     assert call(train_cli.main, ["--output-dir", str(out), *FAST]) == 130
-    line = assert_one_line(capsys.readouterr().err, "interrupted; continue from step 3 with: python -m adora_openrlhf.train")
+    line = assert_one_line(
+        capsys.readouterr().err, "interrupted; continue from step 3 with: python -m adora_openrlhf.train"
+    )
     assert line.endswith("--resume") and f"--output-dir {out}" in line
 
     def full(cfg, **kwargs):
@@ -404,7 +484,10 @@ def test_train_ctrl_c_and_full_disk_give_one_line(tmp_path, capsys, monkeypatch)
 
     monkeypatch.setattr(trainer, "train", full_in_a_library)
     assert call(train_cli.main, ["--output-dir", str(out), *FAST]) == 1
-    assert_one_line(capsys.readouterr().err, "error: No space left on device (free some space): RuntimeError: Error while serializing")
+    assert_one_line(
+        capsys.readouterr().err,
+        "error: No space left on device (free some space): RuntimeError: Error while serializing",
+    )
 
 
 def test_train_bad_model_and_checkpoint(tmp_path, capsys):
@@ -420,7 +503,10 @@ def test_train_bad_model_and_checkpoint(tmp_path, capsys):
     (broken / "model.safetensors").write_bytes(b"torn")
     before = snapshot(tmp_path)
     assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--resume", *FAST]) == 2
-    assert_one_line(capsys.readouterr().err, f"--resume: checkpoint '{broken}' is broken: trainer_state/state.pt is missing; no earlier checkpoint is complete")
+    assert_one_line(
+        capsys.readouterr().err,
+        f"--resume: checkpoint '{broken}' is broken: trainer_state/state.pt is missing; no earlier checkpoint is complete",
+    )
     assert snapshot(tmp_path) == before
 
 
@@ -463,16 +549,37 @@ def test_train_resume_refusals_are_one_line_and_write_nothing(tmp_path, capsys):
     shutil.rmtree(out)
     shutil.copytree(base, out)
     data.write_text(data.read_text().replace("Puzzle 1:", "Puzzle one:"))  # edited in place
-    assert call(train_cli.main, ["--output-dir", str(out), "--data.train_path", str(data), *FAST, "--steps", "3", "--resume"]) == 2
-    assert_one_line(capsys.readouterr().err, "--resume: the training rows differ from those checkpoint step_000002 was trained on", f"data.train_path '{data}'")
+    assert (
+        call(
+            train_cli.main,
+            ["--output-dir", str(out), "--data.train_path", str(data), *FAST, "--steps", "3", "--resume"],
+        )
+        == 2
+    )
+    assert_one_line(
+        capsys.readouterr().err,
+        "--resume: the training rows differ from those checkpoint step_000002 was trained on",
+        f"data.train_path '{data}'",
+    )
 
 
 def test_resume_from_is_a_local_backend_option_and_leaves_the_interrupt_hint(tmp_path, capsys, monkeypatch):
     from adora_openrlhf.backends.local import trainer
 
-    argv = ["--output-dir", str(tmp_path / "run"), "--backend", "openrlhf", "--recipe", "dapo-math-adora", "--resume-from", "3"]
+    argv = [
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--backend",
+        "openrlhf",
+        "--recipe",
+        "dapo-math-adora",
+        "--resume-from",
+        "3",
+    ]
     assert call(train_cli.main, argv) == 2
-    assert_one_line(capsys.readouterr().err, "--resume-from: only the local backend resumes from a chosen checkpoint; use --resume")
+    assert_one_line(
+        capsys.readouterr().err, "--resume-from: only the local backend resumes from a chosen checkpoint; use --resume"
+    )
     (tmp_path / "run" / "checkpoints" / "step_000003").mkdir(parents=True)
 
     def interrupted(cfg, **kwargs):
@@ -499,7 +606,9 @@ def test_unexpected_errors_are_one_line_too(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(trainer, "train", bug)
     assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), *FAST]) == 1
-    assert_one_line(capsys.readouterr().err, "error: TypeError: unsupported operand (run again with --debug for the traceback)")
+    assert_one_line(
+        capsys.readouterr().err, "error: TypeError: unsupported operand (run again with --debug for the traceback)"
+    )
     with pytest.raises(TypeError):
         train_cli.main(["--output-dir", str(tmp_path / "run"), "--debug", *FAST])
 
@@ -513,7 +622,21 @@ def _eval_argv(tmp_path, bench_file, *extra):
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text("{}")  # a directory that looks like a model but does not load
-    return ["--model", str(model), "--bench", "kk", "--bench-file", f"kk={bench_file}", "--k", "2", "--engine", "hf", "--out", str(tmp_path / "eval"), *extra]
+    return [
+        "--model",
+        str(model),
+        "--bench",
+        "kk",
+        "--bench-file",
+        f"kk={bench_file}",
+        "--k",
+        "2",
+        "--engine",
+        "hf",
+        "--out",
+        str(tmp_path / "eval"),
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("kind", ["missing", "directory", "empty", "bad_json", "not_utf8", "not_object", "blank_only"])
@@ -528,7 +651,9 @@ def test_eval_bad_bench_files(tmp_path, capsys, bad_files, kind):
 def test_eval_refuses_an_oversized_label_with_file_and_line(tmp_path, capsys):
     bench = write_rows(tmp_path / "kk.jsonl", [kk_row(0), {**kk_row(1), "label": KK_LABEL + " " * 5000}])
     assert call(eval_run.main, _eval_argv(tmp_path, bench)) == 2
-    assert_one_line(capsys.readouterr().err, f"{bench}:2: field 'label': {len(KK_LABEL) + 5000} characters, more than the 4096")
+    assert_one_line(
+        capsys.readouterr().err, f"{bench}:2: field 'label': {len(KK_LABEL) + 5000} characters, more than the 4096"
+    )
 
 
 @pytest.mark.parametrize(
@@ -561,9 +686,14 @@ def test_eval_bad_model_out_and_ids(tmp_path, capsys):
     unparsable = write_rows(tmp_path / "label.jsonl", [kk_row(0), {**kk_row(1), "label": "Alice is honest"}])
     assert call(eval_run.main, _eval_argv(tmp_path, unparsable)) == 2
     assert_one_line(capsys.readouterr().err, f"{unparsable}:2: field 'label': the 'kk' reward cannot parse it")
-    strangers = write_rows(tmp_path / "strangers.jsonl", [kk_row(0), {**kk_row(1), "prompt": "Puzzle 1: Carol and Dave."}])
+    strangers = write_rows(
+        tmp_path / "strangers.jsonl", [kk_row(0), {**kk_row(1), "prompt": "Puzzle 1: Carol and Dave."}]
+    )
     assert call(eval_run.main, _eval_argv(tmp_path, strangers)) == 2  # the trainer's row checks (data.ROW_CHECKS)
-    assert_one_line(capsys.readouterr().err, f"{strangers}:2: field 'label': names ['Alice', 'Bob'], whom the prompt does not mention")
+    assert_one_line(
+        capsys.readouterr().err,
+        f"{strangers}:2: field 'label': names ['Alice', 'Bob'], whom the prompt does not mention",
+    )
     math_row = {"prompt": "What is 6 * 7?", "label": "42", "meta": {"id": "m", "reward_style": "lenient"}}
     math_file = write_rows(tmp_path / "math.jsonl", [math_row])
     argv = [*_eval_argv(tmp_path, math_file)]
@@ -661,9 +791,14 @@ def test_converters_skip_bad_lines_and_fail_when_no_row_is_left(tmp_path, capsys
 
 def test_converter_keeps_good_lines_around_a_torn_one(tmp_path, capsys):
     src = tmp_path / "aime.jsonl"
-    src.write_text('{"problem": "1+1?", "answer": "2"}\n\n{"problem": "2+2?", "ans\n{"problem": "3+3?", "answer": "6"}\n')
+    src.write_text(
+        '{"problem": "1+1?", "answer": "2"}\n\n{"problem": "2+2?", "ans\n{"problem": "3+3?", "answer": "6"}\n'
+    )
     assert math_eval.main(["--benchmark", "aime24", "--out", str(tmp_path / "out"), "--dataset", str(src)]) == 0
-    assert [json.loads(line)["label"] for line in (tmp_path / "out" / "aime24.jsonl").read_text().splitlines()] == ["2", "6"]
+    assert [json.loads(line)["label"] for line in (tmp_path / "out" / "aime24.jsonl").read_text().splitlines()] == [
+        "2",
+        "6",
+    ]
     captured = capsys.readouterr()
     assert f"warning: rejected {src}:3: not valid JSON" in captured.err and "rejected 1 malformed rows" in captured.err
 
@@ -684,7 +819,10 @@ def test_converter_bad_arguments_and_output_locations(tmp_path, capsys):
     assert blocker.read_text() == "keep" and not (tmp_path / "o").exists()
 
 
-@pytest.mark.skipif(not (os.path.exists("/dev/full") and stat.S_ISCHR(os.stat("/dev/full").st_mode)), reason="needs the /dev/full device")
+@pytest.mark.skipif(
+    not (os.path.exists("/dev/full") and stat.S_ISCHR(os.stat("/dev/full").st_mode)),
+    reason="needs the /dev/full device",
+)
 def test_converter_on_a_full_disk_leaves_no_partial_file(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
@@ -739,15 +877,27 @@ def _run(module, *argv, **kwargs):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("ADORA_DEBUG", None)
     kwargs.setdefault("timeout", 120)
-    return subprocess.run([sys.executable, "-m", module, *argv], cwd=ROOT, env=env, capture_output=True, text=True, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", module, *argv], cwd=ROOT, env=env, capture_output=True, text=True, **kwargs
+    )
 
 
 def test_processes_exit_with_one_line_and_debug_shows_the_traceback(tmp_path):
     missing = tmp_path / "missing.jsonl"
-    result = _run("adora_openrlhf.train", "--output-dir", str(tmp_path / "run"), "--data.train_path", str(missing), "--train.max_grad_norm", "-1")
+    result = _run(
+        "adora_openrlhf.train",
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--data.train_path",
+        str(missing),
+        "--train.max_grad_norm",
+        "-1",
+    )
     assert result.returncode == 2
     assert_one_line(result.stderr, "train.max_grad_norm")
-    result = _run("adora_openrlhf.train", "--output-dir", str(tmp_path / "run"), "--data.train_path", str(missing), "--debug")
+    result = _run(
+        "adora_openrlhf.train", "--output-dir", str(tmp_path / "run"), "--data.train_path", str(missing), "--debug"
+    )
     assert result.returncode != 0 and "Traceback" in result.stderr and str(missing) in result.stderr
     result = _run("eval.run", "--model", str(tmp_path), "--out", str(tmp_path / "e"), "--bench-file", f"kk={missing}")
     assert result.returncode == 2
@@ -776,11 +926,24 @@ def test_ctrl_c_in_a_real_training_prints_how_to_resume(tmp_path):
 
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    argv = [sys.executable, "-m", "adora_openrlhf.train", "--output-dir", str(out), *FAST, "--steps", "100000", "--save_every", "1"]
+    argv = [
+        sys.executable,
+        "-m",
+        "adora_openrlhf.train",
+        "--output-dir",
+        str(out),
+        *FAST,
+        "--steps",
+        "100000",
+        "--save_every",
+        "1",
+    ]
 
     from adora_openrlhf.rundir.checkpoints import list_checkpoints
 
-    def rl_checkpoint_written() -> bool:  # a complete checkpoint after step 0; older ones are rotated away, so no fixed name
+    def rl_checkpoint_written() -> (
+        bool
+    ):  # a complete checkpoint after step 0; older ones are rotated away, so no fixed name
         return (out / "checkpoints").is_dir() and any(step > 0 for step, _ in list_checkpoints(out))
 
     # stderr goes to a file, not a pipe: the run logs every step, and a pipe nobody reads would fill and block it
@@ -789,7 +952,13 @@ def test_ctrl_c_in_a_real_training_prints_how_to_resume(tmp_path):
         # Ctrl-C in a terminal: SIGINT at its default disposition in the child even when this test runs from a
         # background job (a non-interactive shell starts those with SIGINT ignored, and a child inherits that)
         proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_file, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err_file,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         deadline = time.time() + 120
         while not rl_checkpoint_written() and time.time() < deadline and proc.poll() is None:
@@ -807,7 +976,10 @@ def test_groups_of_one_response_that_train_nothing_are_refused():
     from adora_openrlhf.config import ConfigError
     from adora_openrlhf.recipes import build_run_config
 
-    with pytest.raises(ConfigError, match=r"^sampling.n_keep: groups of one response .* advantage 0 under every group-relative estimator"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^sampling.n_keep: groups of one response .* advantage 0 under every group-relative estimator",
+    ):
         build_run_config("kk-tiny", {"sampling.n_keep": 1})
     with pytest.raises(ConfigError, match="sampling.n_keep"):
         build_run_config("kk-tiny", {"sampling.n_keep": 1, "advantage.estimator": "rloo"})
@@ -821,11 +993,24 @@ def test_a_diverging_policy_stops_with_the_step_the_field_and_the_last_good_chec
     sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
     from tiny_runs import tiny_kk_config
 
-    learns = {"warmup.steps": 150, "warmup.lr": 1e-2, "warmup.batch_size": 8, "rollout.max_new_tokens": 40, "prompts_per_step": 2, "sampling.n_keep": 4}
+    learns = {
+        "warmup.steps": 150,
+        "warmup.lr": 1e-2,
+        "warmup.batch_size": 8,
+        "rollout.max_new_tokens": 40,
+        "prompts_per_step": 2,
+        "sampling.n_keep": 4,
+    }
     cfg = tiny_kk_config(
-        tmp_path / "run", steps=4, save_every=1, **{"train.lr": 1e30, "model.tiny.hidden_size": 32, "model.tiny.intermediate_size": 64, **learns}
+        tmp_path / "run",
+        steps=4,
+        save_every=1,
+        **{"train.lr": 1e30, "model.tiny.hidden_size": 32, "model.tiny.intermediate_size": 64, **learns},
     )
-    with pytest.raises(FloatingPointError, match=r"^the policy diverged at step \d \(.*\); lower train.lr \(now 1e\+30\); the last good checkpoint is step_"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"^the policy diverged at step \d \(.*\); lower train.lr \(now 1e\+30\); the last good checkpoint is step_",
+    ):
         train(cfg)
 
 
@@ -856,7 +1041,9 @@ def test_a_plugin_that_raises_on_import_is_named_with_its_line(tmp_path, monkeyp
     message = str(err.value)
     assert message.startswith("plugins[0]: plugin module 'boom_plugin' raised RuntimeError while it was imported (")
     assert f"{tmp_path / 'boom_plugin.py'}:2): plugin boom at import" in message
-    with pytest.raises(ConfigError, match=r"^plugins\[1\]: plugin module 'typo_plugin' raised JSONDecodeError .*typo_plugin.py:2\)"):
+    with pytest.raises(
+        ConfigError, match=r"^plugins\[1\]: plugin module 'typo_plugin' raised JSONDecodeError .*typo_plugin.py:2\)"
+    ):
         import_plugins(["json", "typo_plugin"])
 
 
@@ -869,7 +1056,18 @@ def test_eval_model_with_a_truncated_weight_file_names_the_path(tmp_path, capsys
     from adora_openrlhf.tasks.kk import generate_rows
 
     rows.write_text("".join(json.dumps(r) + "\n" for r in generate_rows(2, [2], seed=1)))
-    argv = ["--model", str(model), "--bench", "kk", "--bench-file", f"kk={rows}", "--engine", "hf", "--out", str(tmp_path / "out")]
+    argv = [
+        "--model",
+        str(model),
+        "--bench",
+        "kk",
+        "--bench-file",
+        f"kk={rows}",
+        "--engine",
+        "hf",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert call(eval_run.main, argv) == 2
     err = capsys.readouterr().err
     assert_one_line(err, f"--model: {model}: model.safetensors")
@@ -897,6 +1095,20 @@ def test_eval_model_pruned_while_it_loads_is_named_as_removed_not_as_a_hub_name(
         return real(model_path, *args, **kwargs)
 
     monkeypatch.setitem(eval_run.GENERATORS, "hf", pruned_first)
-    argv = ["--model", str(model), "--bench", "kk", "--bench-file", f"kk={rows}", "--engine", "hf", "--out", str(tmp_path / "out")]
+    argv = [
+        "--model",
+        str(model),
+        "--bench",
+        "kk",
+        "--bench-file",
+        f"kk={rows}",
+        "--engine",
+        "hf",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert call(eval_run.main, argv) == 2
-    assert_one_line(capsys.readouterr().err, f"--model: {model} was removed while it was being loaded (a training still running prunes")
+    assert_one_line(
+        capsys.readouterr().err,
+        f"--model: {model} was removed while it was being loaded (a training still running prunes",
+    )

@@ -72,7 +72,9 @@ def test_mean_ci_hand_computed():
 
 def test_trapezoid_auc_hand_computed():
     assert trapezoid_auc([(0, 0.2), (10, 0.4), (20, 0.4)]) == pytest.approx((10 * 0.3 + 10 * 0.4) / 20)  # 0.35
-    assert trapezoid_auc([(0, 0.0), (5, 1.0), (20, 1.0)]) == pytest.approx((5 * 0.5 + 15 * 1.0) / 20)  # uneven steps: 0.875
+    assert trapezoid_auc([(0, 0.0), (5, 1.0), (20, 1.0)]) == pytest.approx(
+        (5 * 0.5 + 15 * 1.0) / 20
+    )  # uneven steps: 0.875
     assert trapezoid_auc([(0, 0.3)]) == 0.3 and trapezoid_auc([]) is None
 
 
@@ -129,9 +131,15 @@ def test_summarise_means_cis_and_reached_counts():
     rows, stats = summarise(records)
     assert [r[0] for r in rows] == ["GRPO", "Ada-pos"] and all(len(r) == len(HEADER) for r in rows)
     assert stats["GRPO"]["steps_to_target"]["mean"] == 1.5 and stats["GRPO"]["reached_target"] == "2/2"
-    assert stats["Ada-pos"]["reached_target"] == "1/2" and stats["Ada-pos"]["steps_to_target"] == {"mean": 1.0, "ci95": 0.0, "n": 1}
+    assert stats["Ada-pos"]["reached_target"] == "1/2" and stats["Ada-pos"]["steps_to_target"] == {
+        "mean": 1.0,
+        "ci95": 0.0,
+        "n": 1,
+    }
     # GRPO final accuracy [0.4, 0.2]: mean 0.3, half-width 12.706205 * 0.141421 / sqrt(2) = 1.270620
-    assert stats["GRPO"]["acc_final"]["mean"] == pytest.approx(0.3) and stats["GRPO"]["acc_final"]["ci95"] == pytest.approx(1.270620, abs=1e-6)
+    assert stats["GRPO"]["acc_final"]["mean"] == pytest.approx(0.3) and stats["GRPO"]["acc_final"][
+        "ci95"
+    ] == pytest.approx(1.270620, abs=1e-6)
     ada = dict(zip(HEADER, rows[1], strict=True))
     assert ada["reached target"] == "1/2" and ada["gain"] == "0.200 ± 2.541"
     assert ada["responses (vs GRPO)"].endswith("(2.00x)") and ada["wall s (vs GRPO)"].endswith("(2.00x)")
@@ -144,7 +152,10 @@ def test_accuracy_per_subset_from_the_first_and_last_evaluation():
         run["metrics"][0].update({"eval/greedy_accuracy/ppl_2": 0.3, "eval/greedy_accuracy/ppl_3": 0.1})
         run["metrics"][-1].update({"eval/greedy_accuracy/ppl_2": three, "eval/greedy_accuracy/ppl_3": two})
     records = [run_record(r, target=0.3, adora_on=False) for r in runs]
-    assert records[0]["acc_step0_by_subset"] == {"ppl_2": 0.3, "ppl_3": 0.1} and records[1]["acc_final_by_subset"] == {"ppl_2": 0.8, "ppl_3": 0.4}
+    assert records[0]["acc_step0_by_subset"] == {"ppl_2": 0.3, "ppl_3": 0.1} and records[1]["acc_final_by_subset"] == {
+        "ppl_2": 0.8,
+        "ppl_3": 0.4,
+    }
     header, rows = subset_rows(records)
     assert header == ["variant", "acc ppl_2 (step 0 -> final)", "acc ppl_3 (step 0 -> final)"]
     assert rows == [["GRPO", "0.300 -> 0.700", "0.100 -> 0.300"]]
@@ -153,16 +164,33 @@ def test_accuracy_per_subset_from_the_first_and_last_evaluation():
 
 def test_band_and_plot(tmp_path):
     xs, ys, hs = band([[(0, 0.1), (10, 0.3)], [(0, 0.3), (20, 0.5), (30, 0.9)]])
-    assert xs == [0, 15] and ys == pytest.approx([0.2, 0.4]) and hs[0] == pytest.approx(12.706205 * math.sqrt(0.02) / math.sqrt(2))
-    records = [run_record(fake_run(v, s, [0.1, 0.2 + 0.1 * s, 0.4], 32), 0.3, False) for v in ("GRPO", "adaGRPO") for s in (0, 1)]
-    merged = {**records[0], "seed": 2, "series": {"acc_vs_responses": [[0, 0.1], [32, 0.3]], "zero_signal": [], "length": []}}
-    plot([*records, merged], ["GRPO", "adaGRPO"], tmp_path / "curves.png", "test")  # a merged record without per-step panels
+    assert (
+        xs == [0, 15]
+        and ys == pytest.approx([0.2, 0.4])
+        and hs[0] == pytest.approx(12.706205 * math.sqrt(0.02) / math.sqrt(2))
+    )
+    records = [
+        run_record(fake_run(v, s, [0.1, 0.2 + 0.1 * s, 0.4], 32), 0.3, False)
+        for v in ("GRPO", "adaGRPO")
+        for s in (0, 1)
+    ]
+    merged = {
+        **records[0],
+        "seed": 2,
+        "series": {"acc_vs_responses": [[0, 0.1], [32, 0.3]], "zero_signal": [], "length": []},
+    }
+    plot(
+        [*records, merged], ["GRPO", "adaGRPO"], tmp_path / "curves.png", "test"
+    )  # a merged record without per-step panels
     assert (tmp_path / "curves.png").stat().st_size > 1000
 
 
 def test_records_keep_the_series_that_merging_needs():
     rec = run_record(fake_run("GRPO", 0, [0.1, 0.2, 0.4], 32), target=0.3, adora_on=False)
-    assert rec["series"]["acc_vs_responses"] == [[0.0, 0.1], [32, 0.2], [64, 0.4]] and rec["series"]["length"] == [[1, 11.0], [2, 12.0]]
+    assert rec["series"]["acc_vs_responses"] == [[0.0, 0.1], [32, 0.2], [64, 0.4]] and rec["series"]["length"] == [
+        [1, 11.0],
+        [2, 12.0],
+    ]
     assert rec["steps_to_target"] == 2 and rec["responses_to_target"] == 64
     lower = retarget(rec, 0.15)  # a lower target, as when merged seeds start lower
     assert lower["target"] == 0.15 and lower["steps_to_target"] == 1 and lower["responses_to_target"] == 32
@@ -179,28 +207,65 @@ def test_run_record_keeps_the_logged_token_curve():
 
 def test_responses_curve_from_totals_hand_case():
     # evaluations at steps 0, 20, 40; the target was first reached at step 20 after 2560 responses, 5120 in all
-    old = {"acc_curve": [[0, 0.2], [20, 0.4], [40, 0.6]], "responses": 5120, "steps_to_target": 20, "responses_to_target": 2560}
+    old = {
+        "acc_curve": [[0, 0.2], [20, 0.4], [40, 0.6]],
+        "responses": 5120,
+        "steps_to_target": 20,
+        "responses_to_target": 2560,
+    }
     assert responses_curve_from_totals(old) == [[0.0, 0.2], [2560.0, 0.4], [5120.0, 0.6]]
-    assert responses_curve_from_totals({**old, "steps_to_target": None, "responses_to_target": None}) is None  # step 20 unknown
-    assert responses_curve_from_totals({**old, "acc_curve": [[0, 0.2], [40, 0.6]], "steps_to_target": None}) == [[0.0, 0.2], [5120.0, 0.6]]
+    assert (
+        responses_curve_from_totals({**old, "steps_to_target": None, "responses_to_target": None}) is None
+    )  # step 20 unknown
+    assert responses_curve_from_totals({**old, "acc_curve": [[0, 0.2], [40, 0.6]], "steps_to_target": None}) == [
+        [0.0, 0.2],
+        [5120.0, 0.6],
+    ]
 
 
 def test_merge_pools_earlier_seeds_of_the_same_settings(tmp_path, capsys):
     import json
 
-    settings = {"recipe": "kk-tiny", "steps": 40, "overrides": {"save_every": 0}, "variants": {"GRPO": {}}, "target_margin": 0.05}
-    old = {"variant": "GRPO", "acc_step0": 0.2, "acc_final": 0.6, "acc_curve": [[0, 0.2], [20, 0.4], [40, 0.6]], "responses": 5120}
+    settings = {
+        "recipe": "kk-tiny",
+        "steps": 40,
+        "overrides": {"save_every": 0},
+        "variants": {"GRPO": {}},
+        "target_margin": 0.05,
+    }
+    old = {
+        "variant": "GRPO",
+        "acc_step0": 0.2,
+        "acc_final": 0.6,
+        "acc_curve": [[0, 0.2], [20, 0.4], [40, 0.6]],
+        "responses": 5120,
+    }
     old.update(steps_to_target=20, responses_to_target=2560)
     new = run_record(fake_run("GRPO", 3, [0.1, 0.2, 0.4], 32), target=0.3, adora_on=False)
     path = tmp_path / "results.json"
-    path.write_text(json.dumps({"settings": settings, "runs": [{**old, "seed": 0}, {**old, "seed": 1, "series": new["series"]}, {**new, "seed": 3}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "settings": settings,
+                "runs": [{**old, "seed": 0}, {**old, "seed": 1, "series": new["series"]}, {**new, "seed": 3}],
+            }
+        )
+    )
     got = earlier_records(path, settings, seeds_now=[3])
     assert [r["seed"] for r in got] == [0, 1]  # seed 3 is being run now: its old record is dropped
-    assert got[0]["series"] == {"acc_vs_responses": [[0.0, 0.2], [2560.0, 0.4], [5120.0, 0.6]], "zero_signal": [], "length": []}
+    assert got[0]["series"] == {
+        "acc_vs_responses": [[0.0, 0.2], [2560.0, 0.4], [5120.0, 0.6]],
+        "zero_signal": [],
+        "length": [],
+    }
     assert got[1]["series"] == new["series"]  # a record that kept its series is taken as it is
     with pytest.raises(ValueError, match="steps=40 but this run has 30"):
         earlier_records(path, {**settings, "steps": 30}, seeds_now=[3])
-    path.write_text(json.dumps({"settings": settings, "runs": [{**old, "seed": 0, "steps_to_target": None, "responses_to_target": None}]}))
+    path.write_text(
+        json.dumps(
+            {"settings": settings, "runs": [{**old, "seed": 0, "steps_to_target": None, "responses_to_target": None}]}
+        )
+    )
     with pytest.raises(ValueError, match="rerun that seed"):
         earlier_records(path, settings, seeds_now=[3])
     assert main(["--recipe", "kk-tiny", "--report-only", "--merge", str(tmp_path / "missing.json")]) == 2
@@ -239,7 +304,13 @@ def test_bad_input_is_one_error_line(capsys):
     assert main(["--recipe", "kk-tiny", "--target-margin", "0", "--report-only"]) == 2
     assert main(["--recipe", "kk-qwen2.5-7b-grpo", "--report-only"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and "train.lrr" not in err[0] and "lrr" in err[0] and "target-margin" in err[1] and "local recipe" in err[2]
+    assert (
+        len(err) == 3
+        and "train.lrr" not in err[0]
+        and "lrr" in err[0]
+        and "target-margin" in err[1]
+        and "local recipe" in err[2]
+    )
 
 
 def test_helpers():
@@ -250,7 +321,14 @@ def test_helpers():
 
 def test_component_fractions():
     metrics = [
-        {"time/step_s": 2.0, "time/generate_s": 1.0, "time/score_s": 0.1, "time/train_s": 0.8, "time/advantage_s": 0.02, "time/sampler_overhead_s": 0.04}
+        {
+            "time/step_s": 2.0,
+            "time/generate_s": 1.0,
+            "time/score_s": 0.1,
+            "time/train_s": 0.8,
+            "time/advantage_s": 0.02,
+            "time/sampler_overhead_s": 0.04,
+        }
     ] * 3
     rows, stats = component_table({"GRPO": metrics})
     assert stats["GRPO"]["step_s"] == 2.0 and rows[0][2] == "1.0000 (50.00%)" and rows[0][5] == "0.0200 (1.00%)"
@@ -290,7 +368,12 @@ def test_kv_cache_bench_writes_its_table(tmp_path):
 
     from bench import kv_cache
 
-    assert kv_cache.main(["--batch", "3", "--prompt-tokens", "12", "--new-tokens", "5", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    assert (
+        kv_cache.main(
+            ["--batch", "3", "--prompt-tokens", "12", "--new-tokens", "5", "--repeats", "1", "--out", str(tmp_path)]
+        )
+        == 0
+    )
     record = json.loads((tmp_path / "results.json").read_text())["runs"][0]
     assert record["new_tokens"] == 5 and record["identical_tokens"] is True and record["speedup"] > 0
     assert "| 5 |" in (tmp_path / "table.md").read_text()
@@ -304,17 +387,41 @@ def test_decoding_bench_times_the_three_loops_on_a_saved_policy(tmp_path):
     from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
     from bench import decoding
 
-    tokenizer = train_bpe_tokenizer(["Knights always tell the truth and knaves always lie. Alice says: Bob is a knave."] * 4, 300)
-    tiny = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    tokenizer = train_bpe_tokenizer(
+        ["Knights always tell the truth and knaves always lie. Alice says: Bob is a knave."] * 4, 300
+    )
+    tiny = TinyModelConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     model_dir = tmp_path / "policy"
     build_tiny_model(tiny, tokenizer, seed=0).save_pretrained(str(model_dir))
     tokenizer.save_pretrained(str(model_dir))
-    argv = ["--model", str(model_dir), "--recipe", "kk-tiny", "--prompts", "2", "--n", "2", "--repeats", "1", "--out", str(tmp_path / "out")]
+    argv = [
+        "--model",
+        str(model_dir),
+        "--recipe",
+        "kk-tiny",
+        "--prompts",
+        "2",
+        "--n",
+        "2",
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert decoding.main(argv) == 0
     records = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
     assert [(r["mode"], r["sequences"]) for r in records] == [("sampled", 4), ("greedy", 2)]
     assert records[1]["identical_tokens"] is True and all(r["speedup"] > 0 and r["length_max"] >= 1 for r in records)
-    assert all(r["step_identical_tokens"] is True and r["step_speedup"] > 0 and r["compact-forward_s"] > 0 for r in records)
+    assert all(
+        r["step_identical_tokens"] is True and r["step_speedup"] > 0 and r["compact-forward_s"] > 0 for r in records
+    )
     assert "| greedy | 2 |" in (tmp_path / "out" / "table.md").read_text()
 
 
@@ -329,17 +436,39 @@ def test_eval_speed_bench_times_the_three_ways_on_a_saved_policy(tmp_path):
 
     rows = generate_rows(3, [2], seed=4)
     tokenizer = train_bpe_tokenizer([m["content"] for r in rows for m in r["prompt"]] * 2, 300)
-    tiny = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    tiny = TinyModelConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     model_dir = tmp_path / "policy"
     build_tiny_model(tiny, tokenizer, seed=0).save_pretrained(str(model_dir))
     tokenizer.save_pretrained(str(model_dir))
     bench_file = tmp_path / "kk.jsonl"
     bench_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    argv = ["--model", str(model_dir), "--bench-file", str(bench_file), "--k", "2", "--max-new-tokens", "6", "--repeats", "2", "--out", str(tmp_path / "out")]
+    argv = [
+        "--model",
+        str(model_dir),
+        "--bench-file",
+        str(bench_file),
+        "--k",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--repeats",
+        "2",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert eval_speed.main(argv) == 0
     records = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
     assert [(r["mode"], r["problems"], r["k"]) for r in records] == [("sampled", 3, 2), ("greedy", 3, 1)]
     assert records[1]["batched-fast_identical_responses"] == records[1]["batched-exact_identical_responses"] == 3
     assert records[0]["batched-fast_identical_responses"] is None
-    assert all(r[f"{way}_speedup"] > 0 and r[f"{way}_wall_s"] > 0 for r in records for way in ("batched-exact", "batched-fast"))
+    assert all(
+        r[f"{way}_speedup"] > 0 and r[f"{way}_wall_s"] > 0 for r in records for way in ("batched-exact", "batched-fast")
+    )
     assert "| 1 | greedy | 3 x 1 |" in (tmp_path / "out" / "table.md").read_text()

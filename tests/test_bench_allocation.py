@@ -60,5 +60,7 @@ def test_run_record_reads_tokens_and_zero_signal_from_metrics():
         )
     metrics[-1].update({"eval/greedy_accuracy": 0.5, "time/eval_s": 1.5})
     rec = run_record({"variant": "GRPO", "seed": 0, "metrics": metrics})
-    assert rec["curve"] == [[0.0, 0.2], [400.0, 0.5]] and rec["tokens_total"] == 400.0 and rec["responses_total"] == 32.0
+    assert (
+        rec["curve"] == [[0.0, 0.2], [400.0, 0.5]] and rec["tokens_total"] == 400.0 and rec["responses_total"] == 32.0
+    )
     assert rec["zero_signal_second_half"] == pytest.approx(0.35) and rec["eval_s"] == 2.5 and rec["train_s"] == 8.0

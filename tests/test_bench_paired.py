@@ -8,7 +8,14 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from bench.budget import cost_to_reach, estimate_error, plot_against_reference, token_curve, tokens_from_lengths, with_tokens
+from bench.budget import (
+    cost_to_reach,
+    estimate_error,
+    plot_against_reference,
+    token_curve,
+    tokens_from_lengths,
+    with_tokens,
+)
 from bench.paired_analysis import differences_by_step, eval_noise_bound, paired_records, paired_table, power_rows
 from bench.paired_stats import holm, paired_t, paired_t_power, seeds_for_power, sign_flip_p, wins_ties_losses
 from bench.sample_efficiency import main
@@ -22,7 +29,9 @@ def test_paired_t_hand_computed():
     # half-width t(0.975, 2) / sqrt(3) = 4.302653 / 1.732051 = 2.484138
     r = paired_t([1.0, 2.0, 3.0])
     assert (r.n, r.mean, r.sd) == (3, 2.0, 1.0)
-    assert r.t == pytest.approx(3.464102, abs=1e-6) and r.p_value == pytest.approx(1 - 3.464102 / math.sqrt(14), abs=1e-6)
+    assert r.t == pytest.approx(3.464102, abs=1e-6) and r.p_value == pytest.approx(
+        1 - 3.464102 / math.sqrt(14), abs=1e-6
+    )
     assert (r.ci_low, r.ci_high) == (pytest.approx(2 - 2.484138, abs=1e-6), pytest.approx(2 + 2.484138, abs=1e-6))
     # [1, 3]: mean 2, s = sqrt(2), se = 1, t = 2; df = 1 (Cauchy): p = 1 - 2 atan(2) / pi = 0.295167
     r = paired_t([1.0, 3.0])
@@ -35,7 +44,12 @@ def test_paired_t_degenerate_cases():
     one = paired_t([0.3])
     assert (one.n, one.mean, one.ci_low, one.p_value) == (1, 0.3, None, None)
     same = paired_t([0.02, 0.02, 0.02])
-    assert (same.ci_low, same.ci_high, same.p_value, same.t) == (pytest.approx(0.02), pytest.approx(0.02), 0.0, math.inf)
+    assert (same.ci_low, same.ci_high, same.p_value, same.t) == (
+        pytest.approx(0.02),
+        pytest.approx(0.02),
+        0.0,
+        math.inf,
+    )
     zero = paired_t([0.0, 0.0])
     assert (zero.p_value, zero.t, zero.ci_low) == (1.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="level"):
@@ -82,7 +96,9 @@ def test_power_matches_the_tables():
         paired_t_power(5, 1.0, 0.0)
 
 
-diffs_strategy = st.lists(st.integers(-40, 40).map(lambda k: k / 200), min_size=2, max_size=10)  # accuracy steps of 1/200
+diffs_strategy = st.lists(
+    st.integers(-40, 40).map(lambda k: k / 200), min_size=2, max_size=10
+)  # accuracy steps of 1/200
 
 
 @settings(max_examples=80, deadline=None)
@@ -141,7 +157,9 @@ def test_tokens_from_lengths_hand_computed():
     length = [[1, 4.0], [2, 6.0], [3, 8.0], [4, 8.0]]
     assert tokens_from_lengths(acc, responses, length) == [[0.0, 0.1], [10 * 5.0, 0.3], [50.0 + 30 * 8.0, 0.5]]
     assert tokens_from_lengths(acc, responses, []) is None  # no lengths: no estimate
-    assert tokens_from_lengths(acc, [[5.0, 0.1], *responses[1:]], length) is None  # generation before the first evaluation
+    assert (
+        tokens_from_lengths(acc, [[5.0, 0.1], *responses[1:]], length) is None
+    )  # generation before the first evaluation
     assert tokens_from_lengths([], [], []) == []
     with pytest.raises(ValueError, match="evaluation steps"):
         tokens_from_lengths(acc, responses[:2], length)
@@ -183,11 +201,15 @@ def test_token_curve_sources_and_cost_to_reach():
     assert token_curve(logged, 4) == ([[0.0, 0.2], [66.0, 0.5], [216.0, 0.7]], "logged")
     assert with_tokens(logged, 4)["tokens"] == 216.0 and with_tokens(logged, 4)["tokens_source"] == "logged"
     assert with_tokens({**grpo, "series": {}}, 4)["tokens"] is None
-    assert cost_to_reach(curve, 0.5) == 40.0 and cost_to_reach(curve, 0.7) == 120.0 and cost_to_reach(curve, 0.71) is None
+    assert (
+        cost_to_reach(curve, 0.5) == 40.0 and cost_to_reach(curve, 0.7) == 120.0 and cost_to_reach(curve, 0.71) is None
+    )
     assert cost_to_reach([[0, 0.2], [10, 0.1 + 0.2]], 0.3) == 10  # 0.30000000000000004 vs 0.3: reached
     assert cost_to_reach(None, 0.1) is None
     # the estimate (60, 220) against the logged count (66, 216): 220 / 216 for the one run that has both
-    assert estimate_error([logged, grpo]) == {"Ada-pos": {"runs": 1, "mean_ratio": 220 / 216, "min_ratio": 220 / 216, "max_ratio": 220 / 216}}
+    assert estimate_error([logged, grpo]) == {
+        "Ada-pos": {"runs": 1, "mean_ratio": 220 / 216, "min_ratio": 220 / 216, "max_ratio": 220 / 216}
+    }
 
 
 # -- paired analysis -------------------------------------------------------------------------------------------
@@ -199,50 +221,94 @@ def _seeds(variant, finals, reach_index, responses_per_step=4, subsets=None):
     out = []
     for seed, (final, k) in enumerate(zip(finals, reach_index, strict=True)):
         accs = [0.2] + [0.6 if i >= k else 0.4 for i in (1, 2)] + [final]
-        out.append(_record(variant, seed, accs, [responses_per_step] * 3, [10.0] * 3, subsets=(subsets or [{}] * len(finals))[seed]))
+        out.append(
+            _record(
+                variant, seed, accs, [responses_per_step] * 3, [10.0] * 3, subsets=(subsets or [{}] * len(finals))[seed]
+            )
+        )
     return out
 
 
 def test_paired_records_hand_computed():
     grpo = _seeds("GRPO", [0.6, 0.6, 0.6], [3, 3, 3])  # reaches its final 0.6 at step 3 in every seed
-    ada = _seeds("Ada-pos", [0.65, 0.62, 0.6], [1, 1, 1], responses_per_step=8)  # 0.6 at step 1 with twice the responses
+    ada = _seeds(
+        "Ada-pos", [0.65, 0.62, 0.6], [1, 1, 1], responses_per_step=8
+    )  # 0.6 at step 1 with twice the responses
     flat = _seeds("GRPO+ADORA", [0.55, 0.5, 0.58], [9, 9, 9])  # never reaches 0.6
     paired = {(r["variant"], r["metric"]): r for r in paired_records(grpo + ada + flat, "GRPO", kept_per_step=4)}
     acc = paired[("Ada-pos", "acc_final")]
     assert acc["per_seed"] == {"0": pytest.approx(0.05), "1": pytest.approx(0.02), "2": 0.0}
     assert (acc["n"], acc["wins"], acc["ties"], acc["losses"]) == (3, 2, 1, 0)
-    assert acc["mean_diff"] == pytest.approx(0.07 / 3) and acc["p_sign_flip"] == 0.5  # [0.05, 0.02, 0]: (+, +, +-), (-, -, +-): 4 of 8
+    assert (
+        acc["mean_diff"] == pytest.approx(0.07 / 3) and acc["p_sign_flip"] == 0.5
+    )  # [0.05, 0.02, 0]: (+, +, +-), (-, -, +-): 4 of 8
     assert acc["p_value"] == pytest.approx(paired_t([0.05, 0.02, 0.0]).p_value)
     # responses to GRPO's final 0.6: GRPO 3 x 4 = 12, Ada-pos 1 x 8 = 8 in every seed -> ratio 2/3 exactly, no spread
     cost = paired[("Ada-pos", "responses_to_ref_final")]
-    assert cost["ratio"] == pytest.approx(2 / 3) and cost["ratio_ci_low"] == pytest.approx(2 / 3) and cost["p_value"] == 0.0
+    assert (
+        cost["ratio"] == pytest.approx(2 / 3)
+        and cost["ratio_ci_low"] == pytest.approx(2 / 3)
+        and cost["p_value"] == 0.0
+    )
     assert (cost["wins"], cost["losses"], cost["not_reached"]) == (3, 0, 0)
     tokens = paired[("Ada-pos", "tokens_to_ref_final")]  # 80 estimated tokens against GRPO's 120 exact ones
     assert tokens["ratio"] == pytest.approx(80 / 120)
     never = paired[("GRPO+ADORA", "responses_to_ref_final")]
-    assert (never["n"], never["not_reached"], never["mean_diff"], never["p_value"], never["p_sign_flip"]) == (0, 3, None, None, None)
+    assert (never["n"], never["not_reached"], never["mean_diff"], never["p_value"], never["p_sign_flip"]) == (
+        0,
+        3,
+        None,
+        None,
+        None,
+    )
     # Holm over the two variants of each metric
     for metric in ("acc_final", "auc"):
         block = [paired[(v, metric)] for v in ("Ada-pos", "GRPO+ADORA")]
         assert [r["p_holm"] for r in block] == pytest.approx(holm([r["p_value"] for r in block]))
         assert [r["p_sign_flip_holm"] for r in block] == pytest.approx(holm([r["p_sign_flip"] for r in block]))
-    required = {"variant", "metric", "n", "mean_diff", "ci_low", "ci_high", "wins", "ties", "losses", "p_value", "p_holm"}
+    required = {
+        "variant",
+        "metric",
+        "n",
+        "mean_diff",
+        "ci_low",
+        "ci_high",
+        "wins",
+        "ties",
+        "losses",
+        "p_value",
+        "p_holm",
+    }
     assert all(required <= set(r) for r in paired.values())
     table = paired_table(list(paired.values()))
-    assert "| acc_final | Ada-pos | 3 | +0.023 [" in table and "| responses_to_ref_final | Ada-pos | 3 | 0.67x [0.67, 0.67] |" in table
+    assert (
+        "| acc_final | Ada-pos | 3 | +0.023 [" in table
+        and "| responses_to_ref_final | Ada-pos | 3 | 0.67x [0.67, 0.67] |" in table
+    )
 
 
 def test_subset_metrics_and_differences_by_step():
     subsets = [{"ppl_2": 0.7, "ppl_3": 0.5}, {"ppl_2": 0.8, "ppl_3": 0.4}]
     grpo = _seeds("GRPO", [0.6, 0.6], [3, 3], subsets=subsets)
-    var = _seeds("DAPO-filter", [0.7, 0.5], [1, 3], subsets=[{"ppl_2": 0.75, "ppl_3": 0.55}, {"ppl_2": 0.8, "ppl_3": 0.3}])
+    var = _seeds(
+        "DAPO-filter", [0.7, 0.5], [1, 3], subsets=[{"ppl_2": 0.75, "ppl_3": 0.55}, {"ppl_2": 0.8, "ppl_3": 0.3}]
+    )
     paired = {(r["variant"], r["metric"]): r for r in paired_records(grpo + var)}
     assert paired[("DAPO-filter", "acc_final_ppl_2")]["per_seed"] == {"0": pytest.approx(0.05), "1": 0.0}
-    assert paired[("DAPO-filter", "acc_final_ppl_3")]["per_seed"] == {"0": pytest.approx(0.05), "1": pytest.approx(-0.1)}
-    assert paired[("DAPO-filter", "responses_to_ref_final")]["not_reached"] == 1  # seed 1 ends at 0.5 < 0.6 after 0.4, 0.4
+    assert paired[("DAPO-filter", "acc_final_ppl_3")]["per_seed"] == {
+        "0": pytest.approx(0.05),
+        "1": pytest.approx(-0.1),
+    }
+    assert (
+        paired[("DAPO-filter", "responses_to_ref_final")]["not_reached"] == 1
+    )  # seed 1 ends at 0.5 < 0.6 after 0.4, 0.4
     header, rows = differences_by_step(grpo + var)
     assert header == ["variant", "step 0", "step 1", "step 2", "step 3"]
-    assert rows[0][:3] == ["DAPO-filter", "+0.000 ± 0.000", "+0.100 ± 1.271"]  # step 1: [+0.2, 0] -> 0.1 ± 12.706 x 0.1414 / sqrt 2
+    assert rows[0][:3] == [
+        "DAPO-filter",
+        "+0.000 ± 0.000",
+        "+0.100 ± 1.271",
+    ]  # step 1: [+0.2, 0] -> 0.1 ± 12.706 x 0.1414 / sqrt 2
 
 
 def test_power_rows_and_eval_noise_bound():
@@ -253,7 +319,10 @@ def test_power_rows_and_eval_noise_bound():
         {"variant": "A", "metric": "auc", "n": 5, "mean_diff": 1.0, "sd_diff": 1.0},
     ]
     rows = power_rows(paired, ["acc_final"])
-    assert [(r["variant"], r["seeds_needed"]) for r in rows] == [("A", seeds_for_power(1.0, 1.0, 0.05 / 3)), ("B", None)]
+    assert [(r["variant"], r["seeds_needed"]) for r in rows] == [
+        ("A", seeds_for_power(1.0, 1.0, 0.05 / 3)),
+        ("B", None),
+    ]
     assert rows[0]["alpha"] == pytest.approx(0.05 / 3)  # three variants in the acc_final family
     assert eval_noise_bound(0.8, 200) == pytest.approx(2 * 0.8 * 0.2 / 200)
     with pytest.raises(ValueError, match="num_eval"):
@@ -261,7 +330,11 @@ def test_power_rows_and_eval_noise_bound():
 
 
 def test_plot_against_reference(tmp_path):
-    records = _seeds("GRPO", [0.6, 0.7], [3, 3]) + _seeds("Ada-pos", [0.65, 0.62], [1, 1], 8) + _seeds("DAPO-filter", [0.6, 0.6], [2, 2])
+    records = (
+        _seeds("GRPO", [0.6, 0.7], [3, 3])
+        + _seeds("Ada-pos", [0.65, 0.62], [1, 1], 8)
+        + _seeds("DAPO-filter", [0.6, 0.6], [2, 2])
+    )
     plot_against_reference(records, ["GRPO", "Ada-pos", "DAPO-filter"], "GRPO", 4, tmp_path / "tokens.png", "test")
     assert (tmp_path / "tokens.png").stat().st_size > 1000
 
@@ -286,26 +359,53 @@ def _fake_run_dir(path, accs, responses_per_step, tokens_per_step):
 
 def test_report_only_writes_the_paired_records(tmp_path):
     out = tmp_path / "bench"
-    for seed, (g, a) in enumerate([([0.1, 0.3, 0.5], [0.1, 0.5, 0.55]), ([0.2, 0.3, 0.4], [0.2, 0.4, 0.45]), ([0.1, 0.2, 0.5], [0.1, 0.4, 0.5])]):
+    for seed, (g, a) in enumerate(
+        [([0.1, 0.3, 0.5], [0.1, 0.5, 0.55]), ([0.2, 0.3, 0.4], [0.2, 0.4, 0.45]), ([0.1, 0.2, 0.5], [0.1, 0.4, 0.5])]
+    ):
         _fake_run_dir(out / "runs" / f"GRPO_seed{seed}", g, 4, 40)
         _fake_run_dir(out / "runs" / f"Ada-pos_seed{seed}", a, 8, 100)
-    argv = ["--recipe", "kk-tiny", "--variants", "GRPO", "Ada-pos", "--seeds", "0", "1", "2", "--report-only", "--out", str(out)]
+    argv = [
+        "--recipe",
+        "kk-tiny",
+        "--variants",
+        "GRPO",
+        "Ada-pos",
+        "--seeds",
+        "0",
+        "1",
+        "2",
+        "--report-only",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     results = json.loads((out / "results.json").read_text())
     acc = next(r for r in results["paired"] if r["metric"] == "acc_final")
-    assert acc["variant"] == "Ada-pos" and acc["per_seed"] == {"0": pytest.approx(0.05), "1": pytest.approx(0.05), "2": 0.0}
+    assert acc["variant"] == "Ada-pos" and acc["per_seed"] == {
+        "0": pytest.approx(0.05),
+        "1": pytest.approx(0.05),
+        "2": 0.0,
+    }
     assert acc["p_holm"] == acc["p_value"]  # one variant: Holm changes nothing
     tokens = next(r for r in results["paired"] if r["metric"] == "tokens_to_ref_final")
     # GRPO reaches its final accuracy at step 2 (80 tokens) in every seed; Ada-pos at step 1 (100 tokens) in seeds 0 and 1, step 2 (200) in seed 2
-    assert tokens["per_seed"] == {"0": pytest.approx(math.log(100 / 80)), "1": pytest.approx(math.log(100 / 80)), "2": pytest.approx(math.log(200 / 80))}
-    assert {r["tokens_source"] for r in results["runs"]} == {"logged"} and results["tokens_estimate_check"]["Ada-pos"]["runs"] == 3
+    assert tokens["per_seed"] == {
+        "0": pytest.approx(math.log(100 / 80)),
+        "1": pytest.approx(math.log(100 / 80)),
+        "2": pytest.approx(math.log(200 / 80)),
+    }
+    assert {r["tokens_source"] for r in results["runs"]} == {"logged"} and results["tokens_estimate_check"]["Ada-pos"][
+        "runs"
+    ] == 3
     assert results["power"]["rows"] and "Paired comparison with GRPO" in (out / "table.md").read_text()
     assert (out / "tokens.png").stat().st_size > 1000 and (out / "curves.png").exists()
 
 
 def test_report_of_a_merged_file_alone_reproduces_its_paired_records(tmp_path, capsys):
     out = tmp_path / "bench"
-    for seed, (g, a) in enumerate([([0.1, 0.3, 0.5], [0.1, 0.5, 0.55]), ([0.2, 0.3, 0.4], [0.2, 0.4, 0.45]), ([0.1, 0.2, 0.5], [0.1, 0.4, 0.5])]):
+    for seed, (g, a) in enumerate(
+        [([0.1, 0.3, 0.5], [0.1, 0.5, 0.55]), ([0.2, 0.3, 0.4], [0.2, 0.4, 0.45]), ([0.1, 0.2, 0.5], [0.1, 0.4, 0.5])]
+    ):
         _fake_run_dir(out / "runs" / f"GRPO_seed{seed}", g, 4, 40)
         _fake_run_dir(out / "runs" / f"Ada-pos_seed{seed}", a, 8, 100)
     common = ["--recipe", "kk-tiny", "--variants", "GRPO", "Ada-pos", "--report-only"]
@@ -319,5 +419,7 @@ def test_report_of_a_merged_file_alone_reproduces_its_paired_records(tmp_path, c
     assert rebuilt["settings"]["merged_from"]["seeds"] == [0, 1, 2] and rebuilt["settings"]["seeds"] == [0, 1, 2]
     assert rebuilt["paired"] == first["paired"] and (again / "tokens.png").exists()
     capsys.readouterr()
-    assert main([*common[:-1], "--seeds", "--out", str(again)]) == 2  # no seed without --report-only --merge: nothing to do
+    assert (
+        main([*common[:-1], "--seeds", "--out", str(again)]) == 2
+    )  # no seed without --report-only --merge: nothing to do
     assert "--seeds" in capsys.readouterr().err

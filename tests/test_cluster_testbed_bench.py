@@ -11,7 +11,16 @@ from bench.common import gain_cells
 
 
 def record(backend: str, variant: str, seed: int, acc0: float, acc: float) -> dict:
-    return {"backend": backend, "variant": variant, "seed": seed, "acc_step0": acc0, "acc_final": acc, "step_s": 2.0, "responses": 5120, "wall_s": 100.0}
+    return {
+        "backend": backend,
+        "variant": variant,
+        "seed": seed,
+        "acc_step0": acc0,
+        "acc_final": acc,
+        "step_s": 2.0,
+        "responses": 5120,
+        "wall_s": 100.0,
+    }
 
 
 def test_gain_cells_by_hand():
@@ -22,7 +31,11 @@ def test_gain_cells_by_hand():
 
 
 def test_table_has_a_row_per_backend_and_variant_local_first():
-    records = [record("openrlhf", "GRPO", 0, 0.17, 0.8), record("local", "GRPO", 0, 0.21, 0.88), record("openrlhf", "GRPO+ADORA", 0, 0.17, 0.85)]
+    records = [
+        record("openrlhf", "GRPO", 0, 0.17, 0.8),
+        record("local", "GRPO", 0, 0.21, 0.88),
+        record("openrlhf", "GRPO+ADORA", 0, 0.17, 0.85),
+    ]
     lines = table(records).splitlines()
     assert lines[0].startswith("| backend | variant | seeds |") and len(lines) == 5
     assert lines[2].startswith("| local | GRPO | 0 | 0.210 | 0.880 | +0.670 |")
@@ -48,8 +61,24 @@ def test_a_later_invocation_keeps_earlier_records_and_replaces_a_rerun(tmp_path,
     earlier = [record("openrlhf", "GRPO", 0, 0.17, 0.825), record("openrlhf", "GRPO", 1, 0.2, 0.5)]
     (results / "results.json").write_text(json.dumps({"records": earlier}))
     monkeypatch.setattr(bench, "prepare", lambda seed, out: {"model": f"m{seed}", "train": "t", "test": "e"})
-    monkeypatch.setattr(bench, "run_openrlhf", lambda variant, seed, inputs, out, rl_seed=None: record("openrlhf", variant, seed, 0.2, 0.9))
-    argv = ["--seeds", "1", "--variants", "GRPO", "--extra", "--backends", "openrlhf", "--out", str(tmp_path / "runs"), "--results", str(results)]
+    monkeypatch.setattr(
+        bench,
+        "run_openrlhf",
+        lambda variant, seed, inputs, out, rl_seed=None: record("openrlhf", variant, seed, 0.2, 0.9),
+    )
+    argv = [
+        "--seeds",
+        "1",
+        "--variants",
+        "GRPO",
+        "--extra",
+        "--backends",
+        "openrlhf",
+        "--out",
+        str(tmp_path / "runs"),
+        "--results",
+        str(results),
+    ]
     assert bench.main(argv) == 0
     kept = {(r["seed"], r["acc_final"]) for r in json.loads((results / "results.json").read_text())["records"]}
     assert kept == {(0, 0.825), (1, 0.9)}  # seed 0 kept, seed 1 replaced by the new run
@@ -100,5 +129,8 @@ def test_replicate_runs_get_their_run_seed_and_do_not_replace_the_main_run(tmp_p
     argv = ["--seeds", "--extra", "--backends", "local", "--replicates", "GRPO+ADORA:1:102"]  # replicates only
     assert bench.main([*argv, "--out", str(tmp_path / "runs"), "--results", str(results)]) == 0
     assert calls[2:] == [("GRPO+ADORA", 1, 102)]
-    kept = {(r["variant"], r.get("rl_seed"), r["acc_final"]) for r in json.loads((results / "results.json").read_text())["records"]}
+    kept = {
+        (r["variant"], r.get("rl_seed"), r["acc_final"])
+        for r in json.loads((results / "results.json").read_text())["records"]
+    }
     assert kept == {("GRPO+ADORA", None, 0.88), ("GRPO", None, 0.7), ("GRPO+ADORA", 101, 0.7), ("GRPO+ADORA", 102, 0.7)}

@@ -61,7 +61,10 @@ def test_parse_value_types():
 
 
 def test_cli_print_config(capsys):
-    assert main(["--recipe", "kk-tiny", "--print-config", "--estimator", "rloo", "--sampling.enabled", "true", "--n", "4"]) == 0
+    assert (
+        main(["--recipe", "kk-tiny", "--print-config", "--estimator", "rloo", "--sampling.enabled", "true", "--n", "4"])
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
     assert printed["advantage"]["estimator"] == "rloo" and printed["sampling"]["enabled"] is True
 
@@ -113,7 +116,16 @@ def test_config_range_checks_still_apply_to_help_fields():
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
 def test_print_config_round_trips_through_config_file(tmp_path, capsys, suffix):
     """--print-config output is a config file: loading it with --config resolves to the same config."""
-    argv = ["--recipe", "kk-tiny-adora", "--adora.lambda_att", "0.25", "--sampling.escalation", '[{"temperature": 1.3}]', "--steps", "7"]
+    argv = [
+        "--recipe",
+        "kk-tiny-adora",
+        "--adora.lambda_att",
+        "0.25",
+        "--sampling.escalation",
+        '[{"temperature": 1.3}]',
+        "--steps",
+        "7",
+    ]
     assert main(argv + ["--print-config"]) == 0
     printed = capsys.readouterr().out
     file = tmp_path / f"run{suffix}"
@@ -131,11 +143,15 @@ def test_print_config_round_trips_through_config_file(tmp_path, capsys, suffix):
 
 def test_config_file_sits_between_recipe_and_flags(tmp_path, capsys):
     file = tmp_path / "partial.yaml"
-    file.write_text("steps: 3\nadora:\n  enabled: true\n  lambda_att: 0.5\ntrain:\n  lr: 2e-3\n")  # YAML 1.1 reads 2e-3 as a string
+    file.write_text(
+        "steps: 3\nadora:\n  enabled: true\n  lambda_att: 0.5\ntrain:\n  lr: 2e-3\n"
+    )  # YAML 1.1 reads 2e-3 as a string
     assert main(["--recipe", "kk-tiny", "--config", str(file), "--train.lr", "0.004", "--print-config"]) == 0
     cfg = json.loads(capsys.readouterr().out)
     recipe = build_run_config("kk-tiny")
-    assert cfg["steps"] == 3 and cfg["adora"]["enabled"] is True and cfg["adora"]["lambda_att"] == 0.5  # file over recipe
+    assert (
+        cfg["steps"] == 3 and cfg["adora"]["enabled"] is True and cfg["adora"]["lambda_att"] == 0.5
+    )  # file over recipe
     assert cfg["train"]["lr"] == 0.004  # flag over file
     assert cfg["sampling"] == recipe.to_dict()["sampling"]  # recipe where the file says nothing
 
@@ -166,9 +182,16 @@ def test_config_file_missing(capsys):
 
 
 def test_list_of_names_flag_takes_comma_list_and_all_linear():
-    assert parse_value("model.lora_target_modules", LEAF_TYPES["model.lora_target_modules"], "q_proj,v_proj") == ["q_proj", "v_proj"]
-    assert parse_value("model.lora_target_modules", LEAF_TYPES["model.lora_target_modules"], "all-linear") == ["all-linear"]
-    assert build_run_config("kk-tiny", {"model.lora_target_modules": "all-linear"}).model.lora_target_modules == ["all-linear"]
+    assert parse_value("model.lora_target_modules", LEAF_TYPES["model.lora_target_modules"], "q_proj,v_proj") == [
+        "q_proj",
+        "v_proj",
+    ]
+    assert parse_value("model.lora_target_modules", LEAF_TYPES["model.lora_target_modules"], "all-linear") == [
+        "all-linear"
+    ]
+    assert build_run_config("kk-tiny", {"model.lora_target_modules": "all-linear"}).model.lora_target_modules == [
+        "all-linear"
+    ]
     with pytest.raises(ConfigError, match="all-linear"):
         build_run_config("kk-tiny", {"model.lora_target_modules": ["all-linear", "q_proj"]})
 
@@ -188,7 +211,14 @@ def test_init_kwargs_is_validated_as_a_json_object(value, message, capsys):
 
 
 def test_init_kwargs_parses():
-    cfg = build_run_config("kk-tiny", {"model.init_kwargs": parse_value("model.init_kwargs", LEAF_TYPES["model.init_kwargs"], '{"trust_remote_code": true}')})
+    cfg = build_run_config(
+        "kk-tiny",
+        {
+            "model.init_kwargs": parse_value(
+                "model.init_kwargs", LEAF_TYPES["model.init_kwargs"], '{"trust_remote_code": true}'
+            )
+        },
+    )
     assert cfg.model.init_kwargs == {"trust_remote_code": True}
 
 
@@ -197,7 +227,9 @@ def test_a_mapping_field_override_replaces_the_recipes_mapping_and_a_section_map
     whole new mixture; a mapping for a section (adora) changes only the keys it names."""
     recipe = build_run_config("kk-testbed")
     assert recipe.warmup.mix == {"thorough": 0.25, "restate": 0.75}
-    cfg = build_run_config("kk-testbed", {"warmup.mix": {"thorough": 1.0}, "warmup.style_shares": {"thorough": 0.5, "shortcut": 0.5}})
+    cfg = build_run_config(
+        "kk-testbed", {"warmup.mix": {"thorough": 1.0}, "warmup.style_shares": {"thorough": 0.5, "shortcut": 0.5}}
+    )
     assert cfg.warmup.mix == {"thorough": 1.0}
     assert cfg.warmup.style_shares == {"thorough": 0.5, "shortcut": 0.5}
     assert cfg.warmup.steps == recipe.warmup.steps  # the rest of the section is the recipe's

@@ -22,7 +22,9 @@ def test_max_grad_norm_must_be_positive(value):
 
 def test_escalation_entries_are_range_checked_at_parse_time():
     # used to fail only when the entry was first used: after the warm-up, evaluation and first checkpoint
-    with pytest.raises(ConfigError, match=r"^sampling.escalation\[1\].temperature: must be a finite number > 0, got -0.5"):
+    with pytest.raises(
+        ConfigError, match=r"^sampling.escalation\[1\].temperature: must be a finite number > 0, got -0.5"
+    ):
         AdaptiveSamplingConfig(escalation=[{"temperature": 1.2}, {"temperature": -0.5}])
     with pytest.raises(ConfigError, match=r"^sampling.escalation\[0\].top_k: must be an integer >= 1 or -1, got 2.5"):
         AdaptiveSamplingConfig(escalation=[{"top_k": 2.5}])
@@ -38,7 +40,11 @@ def test_list_elements_and_types_are_named():
         build_run_config("kk-tiny", {"steps": True})
 
 
-NUMERIC = sorted(name for name, hint in LEAF_TYPES.items() if (typing.get_args(hint) or (hint,))[0] in (int, float) and name not in ("recipe", "backend"))
+NUMERIC = sorted(
+    name
+    for name, hint in LEAF_TYPES.items()
+    if (typing.get_args(hint) or (hint,))[0] in (int, float) and name not in ("recipe", "backend")
+)
 ANY_VALUE = st.one_of(
     st.integers(-(10**12), 10**12),
     st.floats(allow_nan=True, allow_infinity=True),
@@ -64,7 +70,9 @@ def test_any_value_of_any_numeric_field_is_accepted_or_refused_by_name(name, val
     accepted = cfg.to_dict()
     for part in name.split("."):
         accepted = accepted[part]
-    values = accepted if isinstance(accepted, list) else [accepted]  # list fields (data.kk_num_people, ...): every element
+    values = (
+        accepted if isinstance(accepted, list) else [accepted]
+    )  # list fields (data.kk_num_people, ...): every element
     assert all(v is None or (not isinstance(v, bool) and math.isfinite(v)) for v in values), (name, value)
 
 

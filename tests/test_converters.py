@@ -99,7 +99,14 @@ def test_dapo_converter_reads_parquet(tmp_path):
 
 def test_math_eval_field_variants(tmp_path, capsys):
     rows = [
-        {"problem": "What is 1/2+1/2?", "solution": "...", "answer": "1", "subject": "Algebra", "level": 1, "unique_id": "u1"},
+        {
+            "problem": "What is 1/2+1/2?",
+            "solution": "...",
+            "answer": "1",
+            "subject": "Algebra",
+            "level": 1,
+            "unique_id": "u1",
+        },
         {"question": "AMC question", "answer": 27.0, "id": 3, "url": "https://x"},  # amc23-style float answer
         {"problem": "AIME style", "solution": "so the answer is \\boxed{204}.", "id": 60},  # answer only in solution
         {"problem": "no answer here", "solution": "none"},
@@ -160,7 +167,12 @@ def test_geometry3k_parquet_with_images(tmp_path, capsys):
     assert first["source"] == "geometry3k" and first["label"] == "3"
     assert first["prompt"][0]["content"].startswith("<image>Find x.")
     assert out[1]["prompt"][0]["content"].startswith("<image>Find the area.")  # tag added
-    assert first["meta"] == {"question_type": "free_form", "choices": ["1", "3", "5", "7"], "answer_letter": "B", "id": 10}
+    assert first["meta"] == {
+        "question_type": "free_form",
+        "choices": ["1", "3", "5", "7"],
+        "answer_letter": "B",
+        "id": 10,
+    }
     for row in out:
         assert len(row["images"]) == 1 and Path(row["images"][0]).is_file()
         assert Image.open(row["images"][0]).size == (8, 6)
@@ -227,8 +239,23 @@ def _mathvista_rows():
             "question_type": "multi_choice",
             "answer_type": "text",
         },
-        {"pid": "4", "question": "How many?", "image": "images/1.png", "answer": "2", "question_type": "free_form", "answer_type": "number"},
-        {"pid": "5", "question": "Float?", "image": "images/1.png", "answer": "2.5", "question_type": "free_form", "answer_type": "float", "precision": None},
+        {
+            "pid": "4",
+            "question": "How many?",
+            "image": "images/1.png",
+            "answer": "2",
+            "question_type": "free_form",
+            "answer_type": "number",
+        },
+        {
+            "pid": "5",
+            "question": "Float?",
+            "image": "images/1.png",
+            "answer": "2.5",
+            "question_type": "free_form",
+            "answer_type": "float",
+            "precision": None,
+        },
     ]
 
 

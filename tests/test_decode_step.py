@@ -49,13 +49,27 @@ def _steps_against_the_forward(model, padded: bool, caches, step, check) -> None
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
     with torch.no_grad(), attention_reads_cache(model, caches[0]):
         for cache in caches:
-            model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         generator = torch.Generator().manual_seed(2)
         pos = positions[:, -1:]
         for index in range(12):
             tokens = torch.randint(3, 97, (ids.shape[0], 1), generator=generator)
             mask, pos = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], -1), pos + 1
-            want = model(input_ids=tokens, attention_mask=mask, position_ids=pos, past_key_values=caches[0], use_cache=True, logits_to_keep=1).logits[:, -1]
+            want = model(
+                input_ids=tokens,
+                attention_mask=mask,
+                position_ids=pos,
+                past_key_values=caches[0],
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits[:, -1]
             check(step(tokens, pos, mask), want, index)
             if index == 5:
                 keep = torch.tensor([1, 3, 4])
@@ -95,7 +109,9 @@ def test_compact_decoding_gives_the_same_tokens_with_and_without_the_step():
         for greedy in (False, True):
             cache = growing_cache_for(model, ids.shape[0] * 40)
             with attention_reads_cache(model, cache):
-                runs[fast, greedy] = compact_decode(model, ids, mask, params, 96, 0, cache, greedy=greedy, uniforms=uniforms, fast_step=fast)
+                runs[fast, greedy] = compact_decode(
+                    model, ids, mask, params, 96, 0, cache, greedy=greedy, uniforms=uniforms, fast_step=fast
+                )
     assert runs[True, False] == runs[False, False] and runs[True, True] == runs[False, True]
     assert any(len(ids) > 1 for ids, _ in runs[True, False])
 
@@ -106,7 +122,9 @@ def test_models_the_step_does_not_cover_keep_their_forward():
     model = _qwen2()
     assert decode_step_for(model, None) is None  # no cache to write into
     assert decode_step_for(_qwen2(attn="eager"), growing_cache_for(model)) is None  # eager attention: other arithmetic
-    llama = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)).eval()
+    llama = LlamaForCausalLM(
+        LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    ).eval()
     assert decode_step_for(llama, growing_cache_for(llama)) is None
     hooked = _qwen2()
     hooked.model.register_forward_hook(lambda *args: None)
@@ -168,15 +186,31 @@ def test_fast_steps_rotary_table_grows_past_its_first_positions():
     """Positions beyond the rotary table's first 256 entries (a long prompt or response): still the forward's logits."""
     model = _qwen2(2)
     ids, mask = _prompts(False, batch=2)
-    positions = (mask.cumsum(-1) - 1) + 300  # positions 300.. (the model has 128 and extrapolates; the arithmetic is what is compared)
+    positions = (
+        mask.cumsum(-1) - 1
+    ) + 300  # positions 300.. (the model has 128 and extrapolates; the arithmetic is what is compared)
     caches = [growing_cache_for(model) for _ in range(2)]
     step = decode_step_for(model, caches[1], numerics="fast")
     with torch.no_grad():
         for cache in caches:
-            model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         tokens, pos = ids[:, -1:], positions[:, -1:] + 1
         mask = torch.cat([mask, mask.new_ones(2, 1)], -1)
-        want = model(input_ids=tokens, attention_mask=mask, position_ids=pos, past_key_values=caches[0], use_cache=True, logits_to_keep=1).logits[:, -1]
+        want = model(
+            input_ids=tokens,
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=caches[0],
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]
         assert torch.allclose(step(tokens, pos, mask), want, rtol=0, atol=1e-5)
 
 

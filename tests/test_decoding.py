@@ -14,9 +14,28 @@ from adora_openrlhf.engine.model import build_tiny_model
 from adora_openrlhf.engine.rollout import generate_responses
 from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
 
-TINY = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
-CORPUS = ["Knights always tell the truth. Alice says: Bob is a knave.", "<think>Alice knight.</think>\n<answer>(1) Alice is a knight</answer>"] * 5
-TEXTS = ["Alice says", "Knights always tell the truth. Alice", "Bob is a knave.", "<think>Alice", "Carol", "says: Bob", "truth", "knave. Bob says"]
+TINY = TinyModelConfig(
+    vocab_size=300,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+)
+CORPUS = [
+    "Knights always tell the truth. Alice says: Bob is a knave.",
+    "<think>Alice knight.</think>\n<answer>(1) Alice is a knight</answer>",
+] * 5
+TEXTS = [
+    "Alice says",
+    "Knights always tell the truth. Alice",
+    "Bob is a knave.",
+    "<think>Alice",
+    "Carol",
+    "says: Bob",
+    "truth",
+    "knave. Bob says",
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +55,9 @@ def model(tok):
 
     def favour_eos(module, args, logits):
         boost = (last_token["ids"] % 5 == 0).to(logits.dtype) * 30.0
-        return logits.index_add(-1, torch.tensor([tok.eos_token_id]), boost.view(-1, 1, 1).expand(*logits.shape[:-1], 1))
+        return logits.index_add(
+            -1, torch.tensor([tok.eos_token_id]), boost.view(-1, 1, 1).expand(*logits.shape[:-1], 1)
+        )
 
     model.register_forward_pre_hook(remember_input, with_kwargs=True)
     model.lm_head.register_forward_hook(favour_eos)
@@ -130,7 +151,9 @@ def test_inverse_cdf_sample_hand_case():
 
 
 @given(
-    weights=st.lists(st.sampled_from([0.0, 0.0, 1e-6, 0.1, 0.5, 1.0, 3.0]), min_size=1, max_size=12).filter(lambda w: sum(w) > 0),
+    weights=st.lists(st.sampled_from([0.0, 0.0, 1e-6, 0.1, 0.5, 1.0, 3.0]), min_size=1, max_size=12).filter(
+        lambda w: sum(w) > 0
+    ),
     u=st.floats(0.0, 1.0, exclude_max=True),
 )
 def test_inverse_cdf_sample_draws_inside_the_tokens_interval(weights, u):
@@ -157,7 +180,9 @@ def test_rows_with_their_own_streams_draw_the_same_tokens_in_any_batch(model, to
     uniforms = torch.rand(len(prompts), params.max_new_tokens, generator=torch.Generator().manual_seed(5))
     ended = []
     together = generate_responses(model, tok, prompts, params, 16, uniforms=uniforms, on_finish=ended.append)
-    alone = [generate_responses(model, tok, [p], params, 1, uniforms=uniforms[i : i + 1])[0] for i, p in enumerate(prompts)]
+    alone = [
+        generate_responses(model, tok, [p], params, 1, uniforms=uniforms[i : i + 1])[0] for i, p in enumerate(prompts)
+    ]
     reversed_batch = generate_responses(model, tok, prompts[::-1], params, 5, uniforms=uniforms.flip(0))[::-1]
     assert together == alone == reversed_batch
     assert sum(ended) == len(prompts)  # every row reported once, when it ended or hit the limit
@@ -197,7 +222,9 @@ def test_candidate_top_p_keeps_the_tokens_the_full_sort_keeps(seed, rows, vocab,
     scores = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(seed)) * sharpness
     want, got = _top_p_both(scores, top_p)
     assert got.shape == scores.shape
-    assert torch.equal(torch.isinf(got), torch.isinf(want)) and torch.equal(got[torch.isfinite(got)], want[torch.isfinite(want)])
+    assert torch.equal(torch.isinf(got), torch.isinf(want)) and torch.equal(
+        got[torch.isfinite(got)], want[torch.isfinite(want)]
+    )
     assert torch.isfinite(got).any(dim=-1).all()  # at least one token kept per row
 
 
@@ -209,7 +236,9 @@ def test_shared_prefill_runs_each_prompt_once_and_copies_it(model, tok):
     ids, mask = left_padded([p for p in prompts for _ in range(4)], tok.pad_token_id)  # 3 prompts x 4 samples
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
     batches = []
-    model.register_forward_pre_hook(lambda module, args, kwargs: batches.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: batches.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
     caches = [growing_cache_for(model), growing_cache_for(model)]
     with torch.no_grad():
         alone = decoding.prefill(model, ids, mask, positions, caches[0])
@@ -230,7 +259,10 @@ def test_fast_numerics_give_the_exact_tokens_on_a_tiny_model(model, tok):
     uniforms = torch.rand(len(prompts), params.max_new_tokens, generator=torch.Generator().manual_seed(7))
     for greedy in (True, False):
         streams = None if greedy else uniforms
-        runs = [generate_responses(model, tok, prompts, params, 16, greedy=greedy, uniforms=streams, numerics=how) for how in ("exact", "fast")]
+        runs = [
+            generate_responses(model, tok, prompts, params, 16, greedy=greedy, uniforms=streams, numerics=how)
+            for how in ("exact", "fast")
+        ]
         assert runs[0] == runs[1]
         assert len({len(ids) for ids, _ in runs[0]}) > 1  # rows left the batch at different steps
     with pytest.raises(ValueError, match="numerics: unknown 'quick'"):

@@ -14,7 +14,13 @@ def test_demo_prints_table(capsys):
 
 def test_adaptive_sampling_reduces_zero_signal_on_simulated_policy():
     plain = run_variant("grpo", AdaptiveSamplingConfig(enabled=False, n_keep=8), steps=10, prompts=64, seed=1)
-    ada = run_variant("pos", AdaptiveSamplingConfig(enabled=True, exit_rule="pos", n_keep=8, samples_per_round=8, max_rounds=4), steps=10, prompts=64, seed=1)
+    ada = run_variant(
+        "pos",
+        AdaptiveSamplingConfig(enabled=True, exit_rule="pos", n_keep=8, samples_per_round=8, max_rounds=4),
+        steps=10,
+        prompts=64,
+        seed=1,
+    )
     assert plain["sampling/responses_generated"] == pytest.approx(64 * 8)
     assert ada["sampling/responses_generated"] > plain["sampling/responses_generated"]
     assert ada["advantage/zero_signal_fraction"] < plain["advantage/zero_signal_fraction"]

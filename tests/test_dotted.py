@@ -14,7 +14,13 @@ from adora_openrlhf.dotted import dataclass_leaves, flatten, merge, nest, overla
 def test_flatten_walks_sections_and_keeps_empty_or_named_mappings_whole():
     values = {"adora": {"enabled": True, "mode": "amplify"}, "extra": {"a": 1}, "empty": {}, "steps": 3}
     assert flatten(values) == {"adora.enabled": True, "adora.mode": "amplify", "extra.a": 1, "empty": {}, "steps": 3}
-    assert flatten(values, is_leaf=lambda name: name == "extra") == {"adora.enabled": True, "adora.mode": "amplify", "extra": {"a": 1}, "empty": {}, "steps": 3}
+    assert flatten(values, is_leaf=lambda name: name == "extra") == {
+        "adora.enabled": True,
+        "adora.mode": "amplify",
+        "extra": {"a": 1},
+        "empty": {},
+        "steps": 3,
+    }
 
 
 def test_merge_is_recursive_and_copies():
@@ -26,8 +32,15 @@ def test_merge_is_recursive_and_copies():
 
 
 def test_overlay_merges_sections_and_replaces_mapping_fields_whole():
-    values = {"warmup": {"mix": {"direct": 0.5, "thorough": 0.5}, "steps": 4}, "adora": {"enabled": False, "mode": "amplify"}}
-    out = overlay(values, {"warmup.mix": {"thorough": 1.0}, "adora": {"enabled": True}}, is_field=lambda name: name == "warmup.mix")
+    values = {
+        "warmup": {"mix": {"direct": 0.5, "thorough": 0.5}, "steps": 4},
+        "adora": {"enabled": False, "mode": "amplify"},
+    }
+    out = overlay(
+        values,
+        {"warmup.mix": {"thorough": 1.0}, "adora": {"enabled": True}},
+        is_field=lambda name: name == "warmup.mix",
+    )
     assert out == {"warmup": {"mix": {"thorough": 1.0}, "steps": 4}, "adora": {"enabled": True, "mode": "amplify"}}
 
 
@@ -47,7 +60,11 @@ def test_dataclass_leaves_names_every_leaf_of_the_run_config():
 
 
 _keys = st.text(alphabet="abcxyz_", min_size=1, max_size=4)
-_nested = st.recursive(st.integers() | st.booleans() | st.text(max_size=3), lambda inner: st.dictionaries(_keys, inner, min_size=1, max_size=3), max_leaves=12)
+_nested = st.recursive(
+    st.integers() | st.booleans() | st.text(max_size=3),
+    lambda inner: st.dictionaries(_keys, inner, min_size=1, max_size=3),
+    max_leaves=12,
+)
 
 
 @given(st.dictionaries(_keys, _nested, max_size=4))

@@ -37,7 +37,12 @@ def stream(pattern: list[int], n: int = 4):
                 k = pattern[position % len(pattern)]
                 out.append(
                     [
-                        ScoredResponse(reward=2.0 if i < k else -1.0, positive=i < k, length=i + 1, payload=SimpleNamespace(correct=i < k, position=position))
+                        ScoredResponse(
+                            reward=2.0 if i < k else -1.0,
+                            positive=i < k,
+                            length=i + 1,
+                            payload=SimpleNamespace(correct=i < k, position=position),
+                        )
                         for i in range(req.num_samples)
                     ]
                 )
@@ -62,7 +67,12 @@ def test_keeps_group_hand_cases():
     assert not keeps_group([2.0, 3.0], 0, 1) and not keeps_group([-0.5, 0.25], 0, 1)
     with pytest.raises(ValueError, match="at least one score"):
         keeps_group([], 0, 1)
-    assert [classify_group(s, 0.25, 0.75) for s in ([1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [2.0, 3.0])] == ["low", "keep", "high", "high"]
+    assert [classify_group(s, 0.25, 0.75) for s in ([1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [2.0, 3.0])] == [
+        "low",
+        "keep",
+        "high",
+        "high",
+    ]
 
 
 # ---- the refill loop -------------------------------------------------------------------------------------
@@ -76,13 +86,22 @@ def test_refills_replace_exactly_the_dropped_prompts():
     groups = out.result.groups
     assert [g.prompt_index for g in groups] == [0, 1, 2, 3]  # re-numbered, unique
     assert out.stream_indices == [2, 3, 6, 7] == [g.kept[0].payload.position for g in groups]
-    assert out.result.pool_stats.mean.tolist() == pytest.approx([0.5, -0.25, 0.5, -0.25])  # rewards 2 / -1, aligned with groups
+    assert out.result.pool_stats.mean.tolist() == pytest.approx(
+        [0.5, -0.25, 0.5, -0.25]
+    )  # rewards 2 / -1, aligned with groups
     assert out.result.pool_stats.count.tolist() == [4, 4, 4, 4] and out.result.dropped == []
     m = out.result.metrics
     assert m["sampling/responses_generated"] == 32  # every batch, refills included
-    assert m["sampling/tokens_generated"] == 8 * (1 + 2 + 3 + 4)  # response i of a group has i + 1 tokens, every batch counted
+    assert m["sampling/tokens_generated"] == 8 * (
+        1 + 2 + 3 + 4
+    )  # response i of a group has i + 1 tokens, every batch counted
     assert (m["filter/prompts_consumed"], m["filter/kept_groups"], m["filter/pass_rate"]) == (8, 4, 0.5)
-    assert (m["filter/refills"], m["filter/short_groups"], m["filter/dropped_low"], m["filter/dropped_high"]) == (2, 0, 2, 2)
+    assert (m["filter/refills"], m["filter/short_groups"], m["filter/dropped_low"], m["filter/dropped_high"]) == (
+        2,
+        0,
+        2,
+        2,
+    )
     assert m["sampling/zero_signal_groups"] == 0 and m["sampling/uniform_kept_groups"] == 0
     assert m["sampling/pool_mean_reward"] == pytest.approx(0.125)
     every = [2.0 if i < k else -1.0 for k in [0, 4, 2, 1, 0, 4, 2, 1] for i in range(4)]  # the 8 prompts consumed
@@ -96,7 +115,9 @@ def test_stops_after_max_refills_with_fewer_groups():
     # batch 0..3 keeps prompt 3; refill 3 (4, 5, 6) keeps none; refill 3 (7, 8, 9) keeps prompt 9
     assert calls == [4, 3, 3] and out.refills == 2 and out.prompts_consumed == 10
     assert out.stream_indices == [3, 9] and len(out.result.pool_stats.mean) == 2
-    assert out.result.metrics["filter/short_groups"] == 2 and out.result.metrics["filter/pass_rate"] == pytest.approx(0.2)
+    assert out.result.metrics["filter/short_groups"] == 2 and out.result.metrics["filter/pass_rate"] == pytest.approx(
+        0.2
+    )
 
 
 def test_no_group_kept_and_no_refills():
@@ -105,7 +126,12 @@ def test_no_group_kept_and_no_refills():
     assert calls == [3] and out.result.groups == [] and out.prompts_consumed == 3
     assert out.result.pool_stats.mean.numel() == 0 and out.result.kept_rewards().numel() == 0
     m = out.result.metrics
-    assert (m["filter/kept_groups"], m["filter/short_groups"], m["filter/dropped_high"], m["sampling/responses_generated"]) == (0, 3, 3, 12)
+    assert (
+        m["filter/kept_groups"],
+        m["filter/short_groups"],
+        m["filter/dropped_high"],
+        m["sampling/responses_generated"],
+    ) == (0, 3, 3, 12)
     sample_batch, calls = stream([0])
     assert filter_and_refill(sample_batch, 2, score_of, max_refills=3).refills == 3 and calls == [2, 2, 2, 2]
 
@@ -115,7 +141,11 @@ def test_a_bad_sample_batch_is_an_error():
 
     def too_many(count):  # ignores count
         return sampler.sample(
-            count + 1, lambda reqs: [[ScoredResponse(1.0, True, payload=SimpleNamespace(correct=i == 0)) for i in range(r.num_samples)] for r in reqs]
+            count + 1,
+            lambda reqs: [
+                [ScoredResponse(1.0, True, payload=SimpleNamespace(correct=i == 0)) for i in range(r.num_samples)]
+                for r in reqs
+            ],
         )
 
     with pytest.raises(ValueError, match="asked for 2 prompts"):
@@ -156,7 +186,9 @@ def test_property_kept_groups_follow_the_rule(n, pattern, num_prompts, max_refil
 
 
 def test_config_checks():
-    assert DynamicFilteringConfig().score_range == [0.0, 1.0] and DynamicFilteringConfig(score_range=(0.1, 0.9)).score_range == [0.1, 0.9]
+    assert DynamicFilteringConfig().score_range == [0.0, 1.0] and DynamicFilteringConfig(
+        score_range=(0.1, 0.9)
+    ).score_range == [0.1, 0.9]
     with pytest.raises(ConfigError, match=r"^dynamic_filtering.score_range: low must be below high"):
         DynamicFilteringConfig(score_range=[0.8, 0.2])
     with pytest.raises(ConfigError, match=r"^dynamic_filtering.score_range: must be two numbers"):
@@ -167,7 +199,10 @@ def test_config_checks():
         DynamicFilteringConfig(score_range=[1.0, 2.0])
     with pytest.raises(ConfigError, match=r"^dynamic_filtering.max_refills: must be an integer >= 0"):
         DynamicFilteringConfig(max_refills=-1)
-    with pytest.raises(ConfigError, match=r"^dynamic_filtering.enabled: DAPO dynamic filtering and adaptive sampling .* are alternatives; use one"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^dynamic_filtering.enabled: DAPO dynamic filtering and adaptive sampling .* are alternatives; use one",
+    ):
         build_run_config("kk-tiny", {"dynamic_filtering.enabled": True, "sampling.enabled": True})
     with pytest.raises(ConfigError, match=r"^dynamic_filtering.enabled: needs groups of 2 or more responses"):
         build_run_config("kk-tiny", {"dynamic_filtering.enabled": True, "sampling.n_keep": 1})
@@ -176,7 +211,11 @@ def test_config_checks():
 
 def test_openrlhf_flags():
     flags = pytest.importorskip("adora_openrlhf.backends.openrlhf.flags")
-    on = flags.derived_flags(build_run_config("dapo-math-grpo", {"dynamic_filtering.enabled": True, "dynamic_filtering.score_range": [0.0, 0.75]}))
+    on = flags.derived_flags(
+        build_run_config(
+            "dapo-math-grpo", {"dynamic_filtering.enabled": True, "dynamic_filtering.score_range": [0.0, 0.75]}
+        )
+    )
     assert on["algo.dynamic_filtering_enable"] is True and on["algo.dynamic_filtering_range"] == (0.0, 0.75)
     argv = flags.build_argv(build_run_config("dapo-math-grpo", {"dynamic_filtering.enabled": True}))
     i = argv.index("--algo.dynamic_filtering_enable")
@@ -184,18 +223,27 @@ def test_openrlhf_flags():
     off = flags.derived_flags(build_run_config("dapo-math-grpo"))
     assert "algo.dynamic_filtering_enable" not in off and "algo.dynamic_filtering_range" not in off
     with pytest.raises(ConfigError, match=r"^dynamic_filtering.max_refills: not supported by the openrlhf backend"):
-        flags.derived_flags(build_run_config("dapo-math-grpo", {"dynamic_filtering.enabled": True, "dynamic_filtering.max_refills": 8}))
+        flags.derived_flags(
+            build_run_config("dapo-math-grpo", {"dynamic_filtering.enabled": True, "dynamic_filtering.max_refills": 8})
+        )
 
 
 def test_openrlhf_namespace_and_config_agree():
     pytest.importorskip("openrlhf")
     from adora_openrlhf.backends.openrlhf import launcher
 
-    _, args, cfg = launcher.prepare(build_run_config("dapo-math-grpo", {"dynamic_filtering.enabled": True, "dynamic_filtering.score_range": [0.1, 0.9]}))
+    _, args, cfg = launcher.prepare(
+        build_run_config(
+            "dapo-math-grpo", {"dynamic_filtering.enabled": True, "dynamic_filtering.score_range": [0.1, 0.9]}
+        )
+    )
     assert args.algo.dynamic_filtering_enable and list(args.algo.dynamic_filtering_range) == [0.1, 0.9]
     assert cfg.dynamic_filtering.enabled and cfg.dynamic_filtering.score_range == [0.1, 0.9]
     # OpenRLHF's own flags typed on the command line flow back into the config
-    _, args, cfg = launcher.prepare(build_run_config("dapo-math-grpo"), ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0.2", "0.8"])
+    _, args, cfg = launcher.prepare(
+        build_run_config("dapo-math-grpo"),
+        ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0.2", "0.8"],
+    )
     assert cfg.dynamic_filtering.enabled and cfg.dynamic_filtering.score_range == [0.2, 0.8]
 
 
@@ -214,7 +262,13 @@ def test_local_training_with_dynamic_filtering_and_resume(tmp_path):
 
     # warmed up on four puzzles, the tiny model answers them right about a third of the time (test_testbed_rl.py):
     # most groups of 4 are mixed, some all wrong
-    settings_ = {**TINY, "data.num_train": 4, "dynamic_filtering.enabled": True, "dynamic_filtering.max_refills": 2, "prompts_per_step": 3}
+    settings_ = {
+        **TINY,
+        "data.num_train": 4,
+        "dynamic_filtering.enabled": True,
+        "dynamic_filtering.max_refills": 2,
+        "prompts_per_step": 3,
+    }
     train(build_run_config("kk-tiny", {**settings_, "steps": 3, "output_dir": str(tmp_path / "full")}))
     steps = [r for r in _records(tmp_path / "full") if r["step"] > 0]
     assert [r["step"] for r in steps] == [1, 2, 3]
@@ -242,10 +296,17 @@ def test_local_training_with_dynamic_filtering_and_resume(tmp_path):
 
     train(build_run_config("kk-tiny", {**settings_, "steps": 2, "output_dir": str(tmp_path / "part")}))
     assert load_trainer_state(tmp_path / "part" / "checkpoints" / "step_000002").data_position == sum(consumed[:2])
-    summary = train(build_run_config("kk-tiny", {**settings_, "steps": 3, "output_dir": str(tmp_path / "part")}), resume=True)
+    summary = train(
+        build_run_config("kk-tiny", {**settings_, "steps": 3, "output_dir": str(tmp_path / "part")}), resume=True
+    )
     assert summary["resumed_from_step"] == 2
     full, part = steps[-1], _records(tmp_path / "part")[-1]
     assert part["step"] == 3
-    for key in ("filter/prompts_consumed", "filter/kept_groups", "sampling/first_round_mean_reward", "sampling/responses_generated"):
+    for key in (
+        "filter/prompts_consumed",
+        "filter/kept_groups",
+        "sampling/first_round_mean_reward",
+        "sampling/responses_generated",
+    ):
         assert part[key] == pytest.approx(full[key]), key  # the same prompts and samples after resume
     assert load_trainer_state(tmp_path / "part" / "checkpoints" / "step_000003").data_position == sum(consumed)

@@ -175,7 +175,10 @@ def test_read_jsonl_names_bad_line(tmp_path):
         (["--numerics", "quick"], "--numerics: unknown 'quick'; choose one of auto, exact, fast"),
         (["--workers", "0"], "--workers: expected a whole number >= 1 or auto, got '0'"),
         (["--workers", "two"], "--workers: expected a whole number >= 1 or auto"),
-        (["--engine", "hf", "--numerics", "exact", "--workers", "2"], "--workers 2: several decoding processes need --numerics fast"),
+        (
+            ["--engine", "hf", "--numerics", "exact", "--workers", "2"],
+            "--workers 2: several decoding processes need --numerics fast",
+        ),
     ],
 )
 def test_cli_errors(argv, message, tmp_path, capsys):
@@ -186,14 +189,19 @@ def test_cli_errors(argv, message, tmp_path, capsys):
 def test_numerics_auto_is_exact_only_where_the_run_is_repeated_greedily():
     from eval.run import resolve_decoding
 
-    assert resolve_decoding("auto", "auto", "hf", run=True, temperature=0.0) == ("exact", None)  # repeats the trainer's eval/greedy_accuracy
+    assert resolve_decoding("auto", "auto", "hf", run=True, temperature=0.0) == (
+        "exact",
+        None,
+    )  # repeats the trainer's eval/greedy_accuracy
     assert resolve_decoding("auto", "auto", "hf", run=True, temperature=0.6) == ("fast", None)
     assert resolve_decoding("auto", "3", "hf", run=False, temperature=0.0) == ("fast", 3)
     assert resolve_decoding("exact", "1", "hf", run=False, temperature=0.6) == ("exact", 1)
     assert resolve_decoding("exact", "01", "hf", run=False, temperature=0.6) == ("exact", 1)
     assert resolve_decoding("fast", "auto", "hf", run=True, temperature=0.0) == ("fast", None)
     assert resolve_decoding("auto", "auto", "vllm", run=False, temperature=0.6) == (None, None)
-    with pytest.raises(ValueError, match="--numerics fast: only used by the transformers engine, but the engine is 'vllm'"):
+    with pytest.raises(
+        ValueError, match="--numerics fast: only used by the transformers engine, but the engine is 'vllm'"
+    ):
         resolve_decoding("fast", "auto", "vllm", run=False, temperature=0.6)
     with pytest.raises(ValueError, match="--workers 2: only used by the transformers engine, but the engine is 'vllm'"):
         resolve_decoding("auto", "2", "vllm", run=False, temperature=0.6)
@@ -204,19 +212,18 @@ def test_numerics_auto_is_exact_only_where_the_run_is_repeated_greedily():
 def test_engine_args_and_dtype():
     from eval.generation import parse_engine_args, resolve_dtype
 
-    assert parse_engine_args(["max_model_len=4096", "enforce_eager=true", 'limit_mm_per_prompt={"image": 2}', "quantization=fp8"]) == {
-        "max_model_len": 4096,
-        "enforce_eager": True,
-        "limit_mm_per_prompt": {"image": 2},
-        "quantization": "fp8",
-    }
+    assert parse_engine_args(
+        ["max_model_len=4096", "enforce_eager=true", 'limit_mm_per_prompt={"image": 2}', "quantization=fp8"]
+    ) == {"max_model_len": 4096, "enforce_eager": True, "limit_mm_per_prompt": {"image": 2}, "quantization": "fp8"}
     assert parse_engine_args(None) == {}
     assert resolve_dtype("bfloat16") == "bfloat16"
     assert resolve_dtype("auto") == ("bfloat16" if torch.cuda.is_available() else "float32")
 
 
 @given(
-    key=st.from_regex(r"[a-z_][a-z0-9_]{0,20}", fullmatch=True).filter(lambda k: k not in ("model", "seed", "dtype", "trust_remote_code")),
+    key=st.from_regex(r"[a-z_][a-z0-9_]{0,20}", fullmatch=True).filter(
+        lambda k: k not in ("model", "seed", "dtype", "trust_remote_code")
+    ),
     value=st.recursive(
         st.none() | st.booleans() | st.integers() | st.text(max_size=5),
         lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
@@ -235,9 +242,18 @@ def test_vllm_sampling_follows_the_documented_defaults():
 
     args = build_parser().parse_args(["--model", "m", "--out", "o"])
     assert args.max_new_tokens is None  # DEFAULT_MAX_NEW_TOKENS, or the run's limit with --run
-    sampling = EvalSampling(temperature=args.temperature, top_p=args.top_p, max_new_tokens=DEFAULT_MAX_NEW_TOKENS, seed=args.seed)
+    sampling = EvalSampling(
+        temperature=args.temperature, top_p=args.top_p, max_new_tokens=DEFAULT_MAX_NEW_TOKENS, seed=args.seed
+    )
     assert sampling == EvalSampling()
-    assert vllm_sampling_kwargs(sampling, 8) == {"n": 8, "temperature": 0.6, "top_p": 0.95, "max_tokens": 1024, "seed": 0, "repetition_penalty": 1.0}
+    assert vllm_sampling_kwargs(sampling, 8) == {
+        "n": 8,
+        "temperature": 0.6,
+        "top_p": 0.95,
+        "max_tokens": 1024,
+        "seed": 0,
+        "repetition_penalty": 1.0,
+    }
 
 
 def test_cli_missing_model(tmp_path, capsys):
@@ -253,7 +269,11 @@ def test_score_records_ignores_incomplete_problems():
 def test_subsets_and_problem_ids():
     from eval.run import problem_id
 
-    vista = {"prompt": "q", "label": "A", "meta": {"pid": "17", "category": "general-vqa", "task": "figure question answering"}}
+    vista = {
+        "prompt": "q",
+        "label": "A",
+        "meta": {"pid": "17", "category": "general-vqa", "task": "figure question answering"},
+    }
     assert get_benchmark("mathvista").subsets(vista) == ["OOD", "task=figure question answering"]
     assert get_benchmark("math500").subsets({"meta": {"level": 3}}) == ["level=3"]
     assert get_benchmark("kk").subsets({"meta": {"num_people": 5}}) == ["ppl=5", "ID"]
@@ -271,7 +291,10 @@ def test_math_benchmark_from_data_dir_is_graded_by_math_verify(tmp_path):
 
     class Answers:
         def generate(self, rows, k, seeds=None, progress=None):
-            texts = [["The answer is \\boxed{2}."] * k if r["meta"]["id"] == "a" else ["\\boxed{0.5}", "\\boxed{3}"] for r in rows]
+            texts = [
+                ["The answer is \\boxed{2}."] * k if r["meta"]["id"] == "a" else ["\\boxed{0.5}", "\\boxed{3}"]
+                for r in rows
+            ]
             return [[completion(t) for t in row] for row in texts]
 
     from eval.benchmarks import load_benchmark_rows

@@ -18,7 +18,13 @@ def _ctx(records=(), prompts=None, origin=None, heldout=False, max_new_tokens=10
 
 
 def _record(extracted, label=LABEL, truncated=False, source="kk"):
-    return {"source": source, "label": label, "extracted": extracted, "response": f"<answer>{extracted}</answer>", "truncated": truncated}
+    return {
+        "source": source,
+        "label": label,
+        "extracted": extracted,
+        "response": f"<answer>{extracted}</answer>",
+        "truncated": truncated,
+    }
 
 
 def test_stated_people():
@@ -27,16 +33,29 @@ def test_stated_people():
 
 
 def test_foreign_names_speaks_when_half_the_answers_name_strangers():
-    stranger, own = _record("(1) Alice is a knight\n(2) Bob is a knave"), _record("(1) Yara is a knave\n(2) Henry is a knave")
+    stranger, own = (
+        _record("(1) Alice is a knight\n(2) Bob is a knave"),
+        _record("(1) Yara is a knave\n(2) Henry is a knave"),
+    )
     (note,) = fit_notes(_ctx([stranger, own, _record(None)]))  # one answerless response is not counted as answered
-    assert note.startswith("kk: 1 of 2 answered responses name people the puzzle does not contain (e.g. 'Alice' in a puzzle about Henry, Yara)")
+    assert note.startswith(
+        "kk: 1 of 2 answered responses name people the puzzle does not contain (e.g. 'Alice' in a puzzle about Henry, Yara)"
+    )
     assert [n for n in fit_notes(_ctx([stranger, own, own])) if "name people" in n] == []  # 1 of 3 < MISFIT_SHARE
     assert MISFIT_SHARE == 0.5
-    assert [n for n in fit_notes(_ctx([_record("Alice is a knight", source="math500", label="2")] * 2)) if "name people" in n] == []
+    assert [
+        n
+        for n in fit_notes(_ctx([_record("Alice is a knight", source="math500", label="2")] * 2))
+        if "name people" in n
+    ] == []
 
 
 def test_no_answer_and_truncation_notes():
-    records = [_record(None, truncated=True), _record("", truncated=True), _record("(1) Yara is a knight\n(2) Henry is a knave")]
+    records = [
+        _record(None, truncated=True),
+        _record("", truncated=True),
+        _record("(1) Yara is a knight\n(2) Henry is a knave"),
+    ]
     notes = fit_notes(_ctx(records, max_new_tokens=64))
     assert "kk: 2 of 3 responses give no answer the grader can read (e.g. '<answer>None</answer>')" in notes
     assert "kk: 2 of 3 responses reached --max-new-tokens 64 without ending" in notes
@@ -53,15 +72,21 @@ def test_prompt_level_notes():
     ]
     fits = PromptFit(prompts=10, max_tokens=300, unencodable=(), system_dropped=0)
     assert fit_notes(_ctx(prompts=fits, max_new_tokens=724, context=1024)) == []
-    assert [n for n in fit_notes(_ctx(prompts=fit, max_new_tokens=10, context=1024, heldout=True)) if "system message" in n] == []
+    assert [
+        n for n in fit_notes(_ctx(prompts=fit, max_new_tokens=10, context=1024, heldout=True)) if "system message" in n
+    ] == []
 
 
 def test_a_local_runs_model_on_another_distribution():
     generated = ModelOrigin("runs/kk-testbed", "kk-testbed", generated_data=True)
     (note,) = fit_notes(_ctx(origin=generated))
-    assert "trained by the local run runs/kk-testbed (recipe 'kk-testbed')" in note and note.endswith("python -m eval.run --run runs/kk-testbed)")
+    assert "trained by the local run runs/kk-testbed (recipe 'kk-testbed')" in note and note.endswith(
+        "python -m eval.run --run runs/kk-testbed)"
+    )
     assert fit_notes(_ctx(origin=generated, heldout=True)) == []
-    assert fit_notes(_ctx(origin=ModelOrigin("runs/x", None, generated_data=False))) == []  # trained on data files: maybe this very benchmark
+    assert (
+        fit_notes(_ctx(origin=ModelOrigin("runs/x", None, generated_data=False))) == []
+    )  # trained on data files: maybe this very benchmark
 
 
 class CharTokenizer:
@@ -93,7 +118,11 @@ def test_sampling_se_hand_case():
     assert sampling_se([(4, 1), (4, 4)]) == pytest.approx(0.125)
     assert sampling_se([(2, 1)]) == pytest.approx(0.5)  # 1 * 1 / (4 * 1) = 1/4 -> sqrt / 1
     assert sampling_se([(1, 1), (1, 0)]) is None  # k = 1: no within-problem variance to estimate
-    records = [{"benchmark": "b", "problem_id": str(p), "subsets": [], "sample_index": i, "correct": i < c} for p, c in enumerate((1, 4)) for i in range(4)]
+    records = [
+        {"benchmark": "b", "problem_id": str(p), "subsets": [], "sample_index": i, "correct": i < c}
+        for p, c in enumerate((1, 4))
+        for i in range(4)
+    ]
     (row,) = score_records(records, 4)
     assert row.avg_at_k == pytest.approx(0.625) and row.sampling_se == pytest.approx(0.125)
 
@@ -102,7 +131,9 @@ def test_sampling_se_hand_case():
 def test_sampling_se_invariants(counts):
     se = sampling_se(counts)
     assert se >= 0
-    assert (se == 0) == all(c in (0, n) for n, c in counts)  # no noise exactly when every problem is all right or all wrong
+    assert (se == 0) == all(
+        c in (0, n) for n, c in counts
+    )  # no noise exactly when every problem is all right or all wrong
     assert sampling_se(counts * 4) == pytest.approx(se / 2, abs=1e-12)  # 4x the problems: half the noise
     k = counts[0][0]
     assert se <= math.sqrt(k / (4 * (k - 1)) / k) / math.sqrt(len(counts)) + 1e-12  # p(1-p) <= 1/4 per problem

@@ -21,7 +21,14 @@ def tiny_model(tmp_path_factory):
     root = tmp_path_factory.mktemp("model")
     rows = generate_rows(20, [2], seed=5)
     tok = train_bpe_tokenizer([m["content"] for r in rows for m in r["prompt"]] + [r["label"] for r in rows], 300)
-    small = TinyModelConfig(vocab_size=300, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    small = TinyModelConfig(
+        vocab_size=300,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     build_tiny_model(small, tok, seed=0).save_pretrained(str(root / "m"))
     tok.save_pretrained(str(root / "m"))
     bench_file = root / "kk.jsonl"
@@ -88,7 +95,10 @@ def test_samples_without_a_recorded_config_are_refused(tiny_model, tmp_path, cap
 
 def test_repeated_problem_ids_are_refused_with_file_and_line(tiny_model, tmp_path, capsys):
     model, _ = tiny_model
-    rows = [{"prompt": f"q{i}: A says ...", "label": "(1) A is a knight", "meta": {"id": "p1" if i in (1, 3) else f"x{i}"}} for i in range(4)]
+    rows = [
+        {"prompt": f"q{i}: A says ...", "label": "(1) A is a knight", "meta": {"id": "p1" if i in (1, 3) else f"x{i}"}}
+        for i in range(4)
+    ]
     bench_file = tmp_path / "dup.jsonl"
     bench_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(_argv(model, bench_file, tmp_path / "eval")) == 2
@@ -118,7 +128,17 @@ def test_an_interrupted_batch_reproduces_the_uninterrupted_samples(tiny_model, t
 
 def test_problem_seed_depends_on_seed_benchmark_and_id_only():
     assert problem_seed(0, "kk", "1") == problem_seed(0, "kk", "1")
-    assert len({problem_seed(0, "kk", "1"), problem_seed(1, "kk", "1"), problem_seed(0, "aime24", "1"), problem_seed(0, "kk", "2")}) == 4
+    assert (
+        len(
+            {
+                problem_seed(0, "kk", "1"),
+                problem_seed(1, "kk", "1"),
+                problem_seed(0, "aime24", "1"),
+                problem_seed(0, "kk", "2"),
+            }
+        )
+        == 4
+    )
     assert 0 <= problem_seed(7, "kk", "x") < 2**63
 
 
@@ -139,13 +159,15 @@ def test_samples_of_changed_rows_are_not_reused(tiny_model, tmp_path, caplog):
     assert "ignoring 2 samples of problems whose prompt, label or images changed since" in caplog.text
     records = read_records(out / SAMPLES_FILE)
     assert len(records) == 4 * 2 + 2  # problem 1 generated again under its new content
-    assert {r["label"] for r in records if r["problem_id"] == "1"} == {json.loads(line)["label"] for line in bench_file.read_text().splitlines()[1:2]} | {
-        rows[1]["label"]
-    }
+    assert {r["label"] for r in records if r["problem_id"] == "1"} == {
+        json.loads(line)["label"] for line in bench_file.read_text().splitlines()[1:2]
+    } | {rows[1]["label"]}
     report = json.loads((out / "report.json").read_text())
     overall = next(r for r in report["rows"] if r["subset"] == "all")
     assert overall["problems"] == 3 and overall["samples"] == 6  # only the current three rows are scored
-    current = {(r["problem_id"], r["problem_hash"]) for r in records if r["prompt"] in [row["prompt"] for row in rows[:3]]}
+    current = {
+        (r["problem_id"], r["problem_hash"]) for r in records if r["prompt"] in [row["prompt"] for row in rows[:3]]
+    }
     assert len(current) == 3
 
 
@@ -171,7 +193,12 @@ def test_a_second_evaluation_into_the_same_out_is_refused(tiny_model, tmp_path, 
     with DirLock(out, "--out", "eval.run"):  # another evaluation holds --out
         assert main(_argv(model, bench_file, out)) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "--out:" in err and "in use by another process (pid" in err and "choose another --out" in err
+        assert (
+            err.count("\n") == 1
+            and "--out:" in err
+            and "in use by another process (pid" in err
+            and "choose another --out" in err
+        )
         assert not (out / SAMPLES_FILE).exists() and not (out / CONFIG_FILE).exists()
     assert main(_argv(model, bench_file, out)) == 0  # released when its holder ends
 
@@ -193,10 +220,7 @@ def test_the_lock_holds_across_processes(tiny_model, tmp_path, capsys):
         ]
     )
     holder = subprocess.Popen(
-        [sys.executable, "-c", script, str(out)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-c", script, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -223,17 +247,40 @@ def test_a_missing_or_broken_image_fails_before_generation_naming_its_line(tiny_
     _png(tmp_path / "img" / "ok.png")
     broken = _png(tmp_path / "img" / "broken.png", (64, 64))
     broken.write_bytes(broken.read_bytes()[:60])  # a truncated PNG
-    row = {"prompt": "<image>Which colour?", "label": "red", "source": "geo_synth", "meta": {"task": "colour", "difficulty": 1}}
+    row = {
+        "prompt": "<image>Which colour?",
+        "label": "red",
+        "source": "geo_synth",
+        "meta": {"task": "colour", "difficulty": 1},
+    }
     for images, message in (
-        (["img/missing.png"], f"field 'images[0]': no image file at {str(tmp_path / 'img' / 'missing.png')!r}"),  # read beside the file
+        (
+            ["img/missing.png"],
+            f"field 'images[0]': no image file at {str(tmp_path / 'img' / 'missing.png')!r}",
+        ),  # read beside the file
         (["img/ok.png", str(broken)], "field 'images[1]':"),
     ):
         bench_file = tmp_path / "geo.jsonl"
-        bench_file.write_text(json.dumps({**row, "images": ["img/ok.png"]}) + "\n\n" + json.dumps({**row, "images": images}) + "\n")
-        argv = ["--model", str(model), "--bench", "geo_synth", "--bench-file", f"geo_synth={bench_file}", "--k", "1", "--out", str(tmp_path / "e")]
+        bench_file.write_text(
+            json.dumps({**row, "images": ["img/ok.png"]}) + "\n\n" + json.dumps({**row, "images": images}) + "\n"
+        )
+        argv = [
+            "--model",
+            str(model),
+            "--bench",
+            "geo_synth",
+            "--bench-file",
+            f"geo_synth={bench_file}",
+            "--k",
+            "1",
+            "--out",
+            str(tmp_path / "e"),
+        ]
         assert main([*argv, "--engine", "hf"]) == 2
         err = capsys.readouterr().err
-        assert f"{bench_file}:3: {message}" in err and err.count("\n") == 1, err  # line 3: file lines, the blank line 2 counted
+        assert f"{bench_file}:3: {message}" in err and err.count("\n") == 1, (
+            err
+        )  # line 3: file lines, the blank line 2 counted
         assert not (tmp_path / "e").exists()
     assert "is not a readable image" in main_error(model, tmp_path, row, [str(broken)], capsys)
 
@@ -241,7 +288,21 @@ def test_a_missing_or_broken_image_fails_before_generation_naming_its_line(tiny_
 def main_error(model, tmp_path, row, images, capsys):
     bench_file = tmp_path / "one.jsonl"
     bench_file.write_text(json.dumps({**row, "images": images}) + "\n")
-    assert main(["--model", str(model), "--bench", "geo_synth", "--bench-file", f"geo_synth={bench_file}", "--out", str(tmp_path / "e1")]) == 2
+    assert (
+        main(
+            [
+                "--model",
+                str(model),
+                "--bench",
+                "geo_synth",
+                "--bench-file",
+                f"geo_synth={bench_file}",
+                "--out",
+                str(tmp_path / "e1"),
+            ]
+        )
+        == 2
+    )
     return capsys.readouterr().err
 
 
@@ -252,7 +313,10 @@ def test_relative_image_paths_resolve_against_the_files_folder(tmp_path, monkeyp
     _png(data / "img" / "a.png")
     _png(tmp_path / "cwd" / "img" / "b.png")  # beside the working directory, not beside the file
     monkeypatch.chdir(tmp_path / "cwd")
-    rows = [{"prompt": "<image>q", "label": "red", "images": ["img/a.png"]}, {"prompt": "<image>q", "label": "red", "images": ["img/b.png"]}]
+    rows = [
+        {"prompt": "<image>q", "label": "red", "images": ["img/a.png"]},
+        {"prompt": "<image>q", "label": "red", "images": ["img/b.png"]},
+    ]
     (data / "geo.jsonl").write_text(json.dumps(rows[0]) + "\n")
     located = load_located_rows(get_benchmark("geo_synth"), str(data / "geo.jsonl"), None, 0, None, tmp_path / "cache")
     assert [row["images"] for _, row in located] == [[str((data / "img" / "a.png").resolve())]]
@@ -268,8 +332,23 @@ def test_image_rows_for_a_text_model_and_a_foreign_tokenizer_fail_before_generat
     model, bench_file = tiny_model
     _png(tmp_path / "a.png")
     geo = tmp_path / "geo.jsonl"
-    geo.write_text(json.dumps({"prompt": "<image>Which colour?", "label": "red", "images": ["a.png"], "meta": {}}) + "\n")
-    argv = ["--model", str(model), "--bench", "geo_synth", "--bench-file", f"geo_synth={geo}", "--k", "1", "--engine", "hf", "--out", str(tmp_path / "e")]
+    geo.write_text(
+        json.dumps({"prompt": "<image>Which colour?", "label": "red", "images": ["a.png"], "meta": {}}) + "\n"
+    )
+    argv = [
+        "--model",
+        str(model),
+        "--bench",
+        "geo_synth",
+        "--bench-file",
+        f"geo_synth={geo}",
+        "--k",
+        "1",
+        "--engine",
+        "hf",
+        "--out",
+        str(tmp_path / "e"),
+    ]
     assert main(argv) == 2
     assert f"{geo}:1: field 'images': the model is text-only" in capsys.readouterr().err
     assert not (tmp_path / "e").exists()
@@ -313,4 +392,7 @@ def test_progress_is_reported_per_sample(tiny_model, tmp_path, monkeypatch):
     evaluate_benchmark(get_benchmark("kk"), rows, gen, k=2, out_path=tmp_path / "s.jsonl", batch_problems=4)
     (bar,) = bars
     assert bar.unit == "sample" and bar.total == 8 and bar.n == 8
-    assert [n for n in bar.updates if n] == [4, 4]  # one call of 8 samples in two decoding batches: reported as they end
+    assert [n for n in bar.updates if n] == [
+        4,
+        4,
+    ]  # one call of 8 samples in two decoding batches: reported as they end

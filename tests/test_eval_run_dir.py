@@ -50,7 +50,9 @@ def test_the_run_saves_its_heldout_rows_and_settings(tiny_run):
     cfg, out, _ = tiny_run
     _, held = load_run_rows(cfg.data, cfg.seed)
     saved = [json.loads(line) for line in (out / "heldout.jsonl").read_text().splitlines()]
-    assert [(r["prompt"], r["label"], r["source"], r["meta"]) for r in saved] == [(h.prompt, h.label, h.source, h.meta) for h in held]
+    assert [(r["prompt"], r["label"], r["source"], r["meta"]) for r in saved] == [
+        (h.prompt, h.label, h.source, h.meta) for h in held
+    ]
     assert all(r["meta"]["kk_parser"] == cfg.data.kk_parser for r in saved)  # graded with the run's parser
     settings = json.loads((out / "heldout.json").read_text())
     assert settings["count"] == 20 and settings["prompt_template"] == "auto" and settings["generation_batch_size"] == 8
@@ -69,7 +71,9 @@ def _greedy_numbers(records):
 def test_greedy_evaluation_of_the_run_repeats_the_trainers_heldout_numbers(tiny_run, capsys):
     _, out, summary = tiny_run
     assert main(["--run", str(out), "--temperature", "0", "--k", "1", "--engine", "hf"]) == 0
-    (eval_dir,) = (out / "eval").glob("final_model-*_hf_float32_t0_p0.95_n40_s0")  # the default --out: model and settings
+    (eval_dir,) = (out / "eval").glob(
+        "final_model-*_hf_float32_t0_p0.95_n40_s0"
+    )  # the default --out: model and settings
     records = read_records(eval_dir / SAMPLES_FILE)
     assert len(records) == 20 and len({r["response"] for r in records}) > 1
     final = summary["eval_final"]
@@ -77,10 +81,17 @@ def test_greedy_evaluation_of_the_run_repeats_the_trainers_heldout_numbers(tiny_
         assert value == pytest.approx(final[key], abs=1e-9), key
     report = json.loads((eval_dir / "report.json").read_text())
     assert report["settings"]["max_new_tokens"] == 40 and report["settings"]["run"] == str(out)
-    assert report["settings"]["numerics"] == "exact" and report["settings"]["batch_size"] == 8  # the trainer's arithmetic and batches
-    assert not [n for n in report["fit_notes"] if "local run" in n or "system message" in n]  # the run's own rows fit its model
+    assert (
+        report["settings"]["numerics"] == "exact" and report["settings"]["batch_size"] == 8
+    )  # the trainer's arithmetic and batches
+    assert not [
+        n for n in report["fit_notes"] if "local run" in n or "system message" in n
+    ]  # the run's own rows fit its model
     (line,) = report["comparison"]
-    assert f"eval/greedy_accuracy at step 2: {final['eval/greedy_accuracy']:.3f}" in line and "equal, as it must be" in line
+    assert (
+        f"eval/greedy_accuracy at step 2: {final['eval/greedy_accuracy']:.3f}" in line
+        and "equal, as it must be" in line
+    )
     assert line in capsys.readouterr().out
 
 
@@ -95,18 +106,39 @@ def test_the_default_out_names_the_model_files_and_the_settings(tmp_path):
     settings = {"engine": "hf", "dtype": "float32", "temperature": 0.0, "top_p": 0.95, "max_new_tokens": 40, "seed": 0}
     target = RunTarget(tmp_path / "run", tmp_path / "run" / "heldout.jsonl", {})
     first = default_out(target, model, {**model_identity(str(model)), **settings})
-    assert first.parent == tmp_path / "run" / "eval" and first.name.startswith("final_model-") and first.name.endswith("_hf_float32_t0_p0.95_n40_s0")
-    assert default_out(target, model, {**model_identity(str(model)), **settings}) == first  # the same files: the same folder
+    assert (
+        first.parent == tmp_path / "run" / "eval"
+        and first.name.startswith("final_model-")
+        and first.name.endswith("_hf_float32_t0_p0.95_n40_s0")
+    )
+    assert (
+        default_out(target, model, {**model_identity(str(model)), **settings}) == first
+    )  # the same files: the same folder
     (model / "model.safetensors").write_bytes(b"retrained")
     assert default_out(target, model, {**model_identity(str(model)), **settings}) != first
-    assert default_out(target, model, {"model": "owner/name", **settings}).name == "final_model_hf_float32_t0_p0.95_n40_s0"  # a hub name
+    assert (
+        default_out(target, model, {"model": "owner/name", **settings}).name == "final_model_hf_float32_t0_p0.95_n40_s0"
+    )  # a hub name
 
 
 def test_fast_numerics_repeat_the_trainers_greedy_answers_on_the_tiny_run(tiny_run, tmp_path):
     """--numerics fast (grouped attention, top-p without a full sort, shared prefill) at temperature 0: on the tiny
     run every held-out response is the trainer's (arithmetic within float rounding of it changes no argmax here)."""
     _, out, summary = tiny_run
-    argv = ["--run", str(out), "--temperature", "0", "--k", "1", "--engine", "hf", "--numerics", "fast", "--out", str(tmp_path / "e")]
+    argv = [
+        "--run",
+        str(out),
+        "--temperature",
+        "0",
+        "--k",
+        "1",
+        "--engine",
+        "hf",
+        "--numerics",
+        "fast",
+        "--out",
+        str(tmp_path / "e"),
+    ]
     assert main(argv) == 0
     records = read_records(tmp_path / "e" / SAMPLES_FILE)
     assert len(records) == 20
@@ -118,7 +150,20 @@ def test_fast_numerics_repeat_the_trainers_greedy_answers_on_the_tiny_run(tiny_r
 def test_a_checkpoint_of_the_run_is_compared_with_its_own_step(tiny_run, tmp_path):
     _, out, summary = tiny_run
     step0 = out / "checkpoints" / "step_000000"
-    argv = ["--run", str(out), "--model", str(step0), "--temperature", "0", "--k", "1", "--engine", "hf", "--out", str(tmp_path / "e")]
+    argv = [
+        "--run",
+        str(out),
+        "--model",
+        str(step0),
+        "--temperature",
+        "0",
+        "--k",
+        "1",
+        "--engine",
+        "hf",
+        "--out",
+        str(tmp_path / "e"),
+    ]
     assert main(argv) == 0
     records = read_records(tmp_path / "e" / SAMPLES_FILE)
     for key, value in _greedy_numbers(records).items():
@@ -128,7 +173,20 @@ def test_a_checkpoint_of_the_run_is_compared_with_its_own_step(tiny_run, tmp_pat
 
 def test_sampled_evaluation_states_its_noise_and_what_it_measures(tiny_run, tmp_path):
     _, out, _ = tiny_run
-    argv = ["--run", str(out), "--k", "3", "--temperature", "1.0", "--limit", "6", "--engine", "hf", "--out", str(tmp_path / "e")]
+    argv = [
+        "--run",
+        str(out),
+        "--k",
+        "3",
+        "--temperature",
+        "1.0",
+        "--limit",
+        "6",
+        "--engine",
+        "hf",
+        "--out",
+        str(tmp_path / "e"),
+    ]
     assert main(argv) == 0
     (line,) = json.loads((tmp_path / "e" / "report.json").read_text())["comparison"]
     assert "95% sampling noise ±" in line and "samples at temperature 1" in line and "--temperature 0 --k 1" in line
@@ -143,8 +201,21 @@ def test_the_runs_model_on_another_benchmark_says_so(tiny_run, tmp_path):
 
     _, out, _ = tiny_run
     bench_file = tmp_path / "kk.jsonl"
-    bench_file.write_text("".join(json.dumps(r) + "\n" for r in generate_rows(3, [4], seed=3)))  # Logic-RL format, 4 people, other names
-    argv = ["--model", str(out / "final_model"), "--bench", "kk", "--bench-file", f"kk={bench_file}", "--k", "1", "--temperature", "0"]
+    bench_file.write_text(
+        "".join(json.dumps(r) + "\n" for r in generate_rows(3, [4], seed=3))
+    )  # Logic-RL format, 4 people, other names
+    argv = [
+        "--model",
+        str(out / "final_model"),
+        "--bench",
+        "kk",
+        "--bench-file",
+        f"kk={bench_file}",
+        "--k",
+        "1",
+        "--temperature",
+        "0",
+    ]
     assert main([*argv, "--engine", "hf", "--out", str(tmp_path / "e")]) == 0
     notes = json.loads((tmp_path / "e" / "report.json").read_text())["fit_notes"]
     assert any(f"trained by the local run {out}" in n and f"python -m eval.run --run {out}" in n for n in notes), notes
@@ -175,12 +246,21 @@ def test_a_directory_without_a_saved_heldout_set_is_refused(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "field, value",
-    [("rollout.repetition_penalty", "high"), ("rollout.max_new_tokens", 0), ("generation_batch_size", "128"), ("prompt_template", 3)],
+    [
+        ("rollout.repetition_penalty", "high"),
+        ("rollout.max_new_tokens", 0),
+        ("generation_batch_size", "128"),
+        ("prompt_template", 3),
+    ],
 )
 def test_a_heldout_json_field_of_the_wrong_type_is_named_with_the_file(tmp_path, field, value, capsys):
     run = tmp_path / "run"
     run.mkdir()
-    settings = {"prompt_template": "auto", "rollout": {"max_new_tokens": 8, "repetition_penalty": 1.0}, "generation_batch_size": 4}
+    settings = {
+        "prompt_template": "auto",
+        "rollout": {"max_new_tokens": 8, "repetition_penalty": 1.0},
+        "generation_batch_size": 4,
+    }
     section, _, key = field.rpartition(".")
     (settings[section] if section else settings)[key] = value
     (run / "heldout.json").write_text(json.dumps(settings))
@@ -199,7 +279,10 @@ def test_rows_edited_after_training_are_not_set_against_the_trainers_number(tiny
     rows = [json.loads(line) for line in (copy / "heldout.jsonl").read_text().splitlines()]
     rows = rows[1:] + rows[:1]  # the same rows in another order: another file
     (copy / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert main(["--run", str(copy), "--temperature", "0", "--k", "1", "--engine", "hf", "--out", str(tmp_path / "ev")]) == 0
+    assert (
+        main(["--run", str(copy), "--temperature", "0", "--k", "1", "--engine", "hf", "--out", str(tmp_path / "ev")])
+        == 0
+    )
     printed = capsys.readouterr()
     text = printed.out + printed.err
     assert "not comparable: " in text and "changed after training" in text and "equal, as it must be" not in text

@@ -83,7 +83,14 @@ def test_the_transformers_engine_gives_the_same_samples_with_one_or_three_proces
 
     rows = generate_rows(5, [2, 3], seed=3)
     tokenizer = train_bpe_tokenizer([m["content"] for r in rows for m in r["prompt"]] * 2, 300)
-    tiny = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    tiny = TinyModelConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     build_tiny_model(tiny, tokenizer, seed=0).save_pretrained(str(tmp_path))
     tokenizer.save_pretrained(str(tmp_path))
     for temperature, k in ((1.0, 3), (0.0, 1)):

@@ -56,7 +56,14 @@ def plugin(tmp_path_factory, monkeypatch):
 
 
 def _toy_rows(path: Path, numbers: range) -> str:
-    rows = [{"prompt": [{"role": "user", "content": f"Is {n} odd or even?"}], "label": "odd" if n % 2 else "even", "source": "toy_parity"} for n in numbers]
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"Is {n} odd or even?"}],
+            "label": "odd" if n % 2 else "even",
+            "source": "toy_parity",
+        }
+        for n in numbers
+    ]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return str(path)
 
@@ -104,7 +111,11 @@ def test_the_openrlhf_backend_keeps_the_estimator_and_hands_the_plugins_to_every
 
     cfg = build_run_config("dapo-math-adora", {"plugins": [MODULE], "advantage.estimator": "toy_mean_baseline"})
     _, args, final = launcher.prepare(cfg, [])
-    assert (args.algo.advantage.estimator, final.advantage.estimator, final.plugins) == ("group_norm", "toy_mean_baseline", [MODULE])
+    assert (args.algo.advantage.estimator, final.advantage.estimator, final.plugins) == (
+        "group_norm",
+        "toy_mean_baseline",
+        [MODULE],
+    )
     env = launcher.ray_env_vars(final)
     assert plugins_from_env(env) == [MODULE]
 
@@ -122,7 +133,13 @@ def test_the_reward_worker_imports_the_plugins_and_scores_the_new_source(plugin)
         """
     )
     repo = Path(__file__).resolve().parents[1]
-    env = {**os.environ, PLUGINS_ENV: MODULE, "PYTHONPATH": os.pathsep.join([str(plugin), str(repo), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=plugin)
+    env = {
+        **os.environ,
+        PLUGINS_ENV: MODULE,
+        "PYTHONPATH": os.pathsep.join([str(plugin), str(repo), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=plugin
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [1.0, 0.0]

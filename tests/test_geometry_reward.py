@@ -100,7 +100,9 @@ def test_format_rules():
     assert not geometry_format_ok("\\boxed{1}", cfg)
     assert not geometry_format_ok("<think>a</think><think>b</think>\\boxed{1}", cfg)
     assert geometry_format_ok("a</think>\\boxed{1}", GeometryRewardConfig(think_opened_in_prompt=True))
-    assert geometry_reward("a</think>\\boxed{6}", "6", dict(MC, think_opened_in_prompt=True)).reward == pytest.approx(1.0)
+    assert geometry_reward("a</think>\\boxed{6}", "6", dict(MC, think_opened_in_prompt=True)).reward == pytest.approx(
+        1.0
+    )
 
 
 def test_extract_final_answer_order():
@@ -137,7 +139,11 @@ PID_302 = {  # MathVista testmini pid 302
     "answer_type": "text",
     "choices": ["a polynomial", "a trigonometric function", "an exponential function", "a logarithmic function"],
 }
-SUMS = {"question_type": "multi_choice", "answer_type": "text", "choices": ["d + e = f + j", "b + c = f", "a + d = e", "b + e = j"]}
+SUMS = {
+    "question_type": "multi_choice",
+    "answer_type": "text",
+    "choices": ["d + e = f + j", "b + c = f", "a + d = e", "b + e = j"],
+}
 
 
 @pytest.mark.parametrize(
@@ -218,7 +224,11 @@ def test_mathvista_numeric_normalisation(answer, label, answer_type, precision, 
 
 
 @settings(max_examples=200, deadline=None)
-@given(value=st.decimals(-1000, 1000, allow_nan=False, allow_infinity=False, places=3), precision=st.integers(0, 3), offset=st.integers(-9, 9))
+@given(
+    value=st.decimals(-1000, 1000, allow_nan=False, allow_infinity=False, places=3),
+    precision=st.integers(0, 3),
+    offset=st.integers(-9, 9),
+)
 def test_property_floats_are_compared_at_the_labels_decimals(value, precision, offset):
     """An answer that differs from the label in the label's last written decimal is never right."""
     label = str(value)
@@ -228,7 +238,11 @@ def test_property_floats_are_compared_at_the_labels_decimals(value, precision, o
 
 
 @settings(max_examples=200, deadline=None)
-@given(value=st.decimals(-1000, 1000, allow_nan=False, allow_infinity=False, places=3), zeros=st.integers(0, 3), offset=st.integers(-999, 999))
+@given(
+    value=st.decimals(-1000, 1000, allow_nan=False, allow_infinity=False, places=3),
+    zeros=st.integers(0, 3),
+    offset=st.integers(-999, 999),
+)
 def test_property_floats_without_precision_must_equal_the_label_as_written(value, zeros, offset):
     """Without meta.precision a float answer is right exactly when its value is the label's (trailing zeros aside)."""
     label = str(value)
@@ -293,4 +307,6 @@ def test_failure_reward_and_row_time_limit():
     start = time.monotonic()
     result = geometry_reward(think("9^{9^{9^{9}}}"), "\\frac{1}{2}", meta)
     assert time.monotonic() - start < 2.5
-    assert result.info["grader_timeout"] == 1.0 and result.reward == pytest.approx(geometry_reward(think("3"), "\\frac{1}{2}", meta).reward)
+    assert result.info["grader_timeout"] == 1.0 and result.reward == pytest.approx(
+        geometry_reward(think("3"), "\\frac{1}{2}", meta).reward
+    )

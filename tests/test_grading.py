@@ -126,7 +126,9 @@ def test_bad_grading_settings_are_refused_naming_the_field(section, field):
 
 def test_the_grading_section_reaches_ray_workers_through_the_environment():
     assert config_from_env({}) == GradingConfig()
-    assert config_from_env({"ADORA_GRADING_DEADLINE_S": "2.5", "ADORA_GRADING_WORKERS": "3"}) == GradingConfig(deadline_s=2.5, workers=3)
+    assert config_from_env({"ADORA_GRADING_DEADLINE_S": "2.5", "ADORA_GRADING_WORKERS": "3"}) == GradingConfig(
+        deadline_s=2.5, workers=3
+    )
     with pytest.raises(ValueError, match="ADORA_GRADING_WORKERS"):
         config_from_env({"ADORA_GRADING_WORKERS": "many"})
     with pytest.raises((ConfigError, ValueError), match="grading.deadline_s"):
@@ -166,7 +168,16 @@ def test_the_local_engine_scores_late_responses_with_the_failure_reward_and_logs
         time.sleep(2.0 if text == "9" else 0.0)
         return RewardResult(reward=1.0, correct=True)
 
-    engine = RolloutEngine(None, Decode(), [[1], [2]], rows, [slow_for_row_1] * 2, 0.5, settings=None, grader=StepGrader(GradingConfig(deadline_s=0.3)))
+    engine = RolloutEngine(
+        None,
+        Decode(),
+        [[1], [2]],
+        rows,
+        [slow_for_row_1] * 2,
+        0.5,
+        settings=None,
+        grader=StepGrader(GradingConfig(deadline_s=0.3)),
+    )
     engine.reset_timers()
     scored = engine.score([(0, [1], [5], False), (1, [2], [9], True)])
     assert [s.reward for s in scored] == [1.0, -3.0] and [s.positive for s in scored] == [True, False]
@@ -190,4 +201,6 @@ def test_the_openrlhf_hook_scores_a_row_past_the_deadline_with_the_failure_rewar
     result = hook.reward_func(["<answer>x</answer>"], [""], [label])
     assert time.monotonic() - started < 1.5
     assert result["rewards"].tolist() == [-3.0] and result["scores"].tolist() == [0.0]
-    assert result["extra_logs"]["grader_late"].tolist() == [1.0] and result["extra_logs"]["reward_error"].tolist() == [0.0]
+    assert result["extra_logs"]["grader_late"].tolist() == [1.0] and result["extra_logs"]["reward_error"].tolist() == [
+        0.0
+    ]

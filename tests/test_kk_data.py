@@ -35,7 +35,9 @@ def _to_python(statement) -> str:
 
 def _brute_force(statements, n):
     exprs = [compile(_to_python(s), "<stmt>", "eval") for s in statements]
-    return [x for x in itertools.product([False, True], repeat=n) if all(x[i] == eval(exprs[i], {"x": x}) for i in range(n))]
+    return [
+        x for x in itertools.product([False, True], repeat=n) if all(x[i] == eval(exprs[i], {"x": x}) for i in range(n))
+    ]
 
 
 @pytest.mark.parametrize("num_people", range(2, 9))
@@ -121,7 +123,9 @@ def _public_row(puzzle):
         "names": list(puzzle.names),
         "knight_knave": {"knight": "knight", "knave": "knave"},
         "solution": list(puzzle.solution),
-        "solution_text": ", ".join(f"{n} is a {'knight' if s else 'knave'}" for n, s in zip(puzzle.names, puzzle.solution, strict=True)),
+        "solution_text": ", ".join(
+            f"{n} is a {'knight' if s else 'knave'}" for n, s in zip(puzzle.names, puzzle.solution, strict=True)
+        ),
         "solution_text_format": puzzle.solution_text,
         "statements": repr(puzzle.statements),
         "index": 0,
@@ -168,7 +172,10 @@ def test_converter_reads_parquet_via_datasets(tmp_path):
 
 def test_cli_generate_and_convert(tmp_path, capsys):
     out = tmp_path / "gen"
-    assert kk_files.main(["--out", str(out), "--num-train", "30", "--num-eval", "10", "--people", "2-4", "--seed", "3"]) == 0
+    assert (
+        kk_files.main(["--out", str(out), "--num-train", "30", "--num-eval", "10", "--people", "2-4", "--seed", "3"])
+        == 0
+    )
     train = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
     test = [json.loads(line) for line in (out / "test.jsonl").read_text().splitlines()]
     assert len(train) == 30 and len(test) == 10
@@ -176,7 +183,9 @@ def test_cli_generate_and_convert(tmp_path, capsys):
     assert "wrote 30 train and 10 test rows" in capsys.readouterr().err  # log lines go to stderr
 
     src = tmp_path / "public.jsonl"
-    src.write_text("\n".join(json.dumps(_public_row(kk.generate_puzzle(3, random.Random(i)))) for i in range(4)) + "\n{}\n")
+    src.write_text(
+        "\n".join(json.dumps(_public_row(kk.generate_puzzle(3, random.Random(i)))) for i in range(4)) + "\n{}\n"
+    )
     out2 = tmp_path / "conv"
     assert kk_files.main(["--out", str(out2), "--from-jsonl", str(src)]) == 0
     captured = capsys.readouterr()

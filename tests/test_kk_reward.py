@@ -120,7 +120,9 @@ def test_parse_variants(text):
     assert parse_kk_answer(text, NAMES) == {"Alice": True, "Bob": False, "Carol": True}
 
 
-@pytest.mark.parametrize("text", ["", "Alice is a knight", "Alice is a knight, Bob is a knave, Carol is a knight or a knave", None])
+@pytest.mark.parametrize(
+    "text", ["", "Alice is a knight", "Alice is a knight, Bob is a knave, Carol is a knight or a knave", None]
+)
 def test_parse_rejects(text):
     assert parse_kk_answer(text, NAMES) is None
 
@@ -142,10 +144,7 @@ _PUNCT = st.sampled_from(["", ".", "!", ";", " ."])
 
 
 @settings(max_examples=80, deadline=None)
-@given(
-    roles=st.lists(st.booleans(), min_size=2, max_size=8),
-    data=st.data(),
-)
+@given(roles=st.lists(st.booleans(), min_size=2, max_size=8), data=st.data())
 def test_property_parse_roundtrip(roles, data):
     names = list(kk.NAMES[: len(roles)])
     order = data.draw(st.permutations(range(len(roles))))
@@ -264,7 +263,9 @@ def test_config_parser_reaches_local_rows_and_is_validated():
         DataConfig(kk_parser="strict")
 
 
-_HEDGES = st.sampled_from([" or a {other}", " (or maybe a {other})", " and a {other}", ", or possibly a {other}", " / {other}"])
+_HEDGES = st.sampled_from(
+    [" or a {other}", " (or maybe a {other})", " and a {other}", ", or possibly a {other}", " / {other}"]
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -314,7 +315,9 @@ def test_adversarial_answers_are_parsed_in_linear_time(answer, parser):
     assert result.reward <= -0.5 and not result.correct  # never above a well-formed wrong answer
 
 
-@pytest.mark.parametrize("text", ["<answer>" * 50_000, "<answer>x" * 30_000 + "</answer>", "</answer><answer>" * 30_000])
+@pytest.mark.parametrize(
+    "text", ["<answer>" * 50_000, "<answer>x" * 30_000 + "</answer>", "</answer><answer>" * 30_000]
+)
 def test_answer_block_scan_is_linear(text):
     import re
     import time
@@ -342,7 +345,27 @@ def test_label_lines_are_parsed_in_linear_time():
     assert time.monotonic() - start < 1.0
 
 
-_TOKENS = ["Alice", "Bob", " ", "  ", "\n", "*", "_", ":", "-", "is", "was", "not", "a", "an", "knight", "knave", "s", "x", "."]
+_TOKENS = [
+    "Alice",
+    "Bob",
+    " ",
+    "  ",
+    "\n",
+    "*",
+    "_",
+    ":",
+    "-",
+    "is",
+    "was",
+    "not",
+    "a",
+    "an",
+    "knight",
+    "knave",
+    "s",
+    "x",
+    ".",
+]
 
 
 @settings(max_examples=400, deadline=None)
@@ -354,13 +377,23 @@ def test_property_name_pattern_matches_as_the_old_one(tokens):
 
     text = "".join(tokens)
     for name in ("Alice", "Bob"):
-        old = [(m.span(), m.group("neg"), m.group("role")) for m in re.finditer(OLD_NAME_PATTERN.format(name=name), text, re.IGNORECASE)]
+        old = [
+            (m.span(), m.group("neg"), m.group("role"))
+            for m in re.finditer(OLD_NAME_PATTERN.format(name=name), text, re.IGNORECASE)
+        ]
         new = [(m.span(), m.group("neg"), m.group("role")) for m in _name_pattern(name).finditer(text)]
         assert old == new, text
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.sampled_from(["(", ")", "1", "2", ".", ":", " ", "  ", "Alice", "Bob", "Le", "is", "a", "an", "knight", "knave", "x"]), max_size=12))
+@given(
+    st.lists(
+        st.sampled_from(
+            ["(", ")", "1", "2", ".", ":", " ", "  ", "Alice", "Bob", "Le", "is", "a", "an", "knight", "knave", "x"]
+        ),
+        max_size=12,
+    )
+)
 def test_property_label_lines_parse_as_before(tokens):
     import re
 
@@ -368,7 +401,11 @@ def test_property_label_lines_parse_as_before(tokens):
 
     line = "".join(tokens).strip()
     old = re.match(OLD_LABEL_LINE, line, re.IGNORECASE)
-    old_roles = {old.group("name").strip(): old.group("role").lower() == "knight"} if old and old.group("name").strip() else None
+    old_roles = (
+        {old.group("name").strip(): old.group("role").lower() == "knight"}
+        if old and old.group("name").strip()
+        else None
+    )
     try:
         new_roles = parse_kk_label(line) if line else None
     except ValueError:

@@ -154,7 +154,10 @@ def test_trace_kind():
     assert kk.trace_kind("<think>guess.</think>\n<answer>x</answer>") == "shortcut"
     assert kk.trace_kind("<think>try 1: Alice knight.</think>") == "thorough"
     assert kk.trace_kind("<think>Alice knight.</think>") == "other"
-    assert kk.trace_kind('<think>You meet 2 inhabitants: Alice and Bob. Alice says: "Bob is a knight." guess.</think>') == "shortcut"
+    assert (
+        kk.trace_kind('<think>You meet 2 inhabitants: Alice and Bob. Alice says: "Bob is a knight." guess.</think>')
+        == "shortcut"
+    )
     assert kk.trace_kind("<think>Alice knight. guessing</think>") == "other"
     assert kk.trace_kind("") == "other"
 
@@ -163,7 +166,11 @@ def test_style_fractions_and_registry():
     assert set(DEMONSTRATIONS["kk"]) >= {"direct", "thorough", "shortcut"}
     texts = ["<think>guess.</think>", "<think>try 1: a</think>", "<think>try 1: b</think>", "junk"]
     out = style_fractions(["kk"] * 4, texts, "eval/greedy_")
-    assert out == {"eval/greedy_other_fraction": 0.25, "eval/greedy_shortcut_fraction": 0.25, "eval/greedy_thorough_fraction": 0.5}
+    assert out == {
+        "eval/greedy_other_fraction": 0.25,
+        "eval/greedy_shortcut_fraction": 0.25,
+        "eval/greedy_thorough_fraction": 0.5,
+    }
     assert style_fractions(["math"], ["x"], "p/") == {}
 
 
@@ -189,7 +196,12 @@ def test_warmup_config_phases_are_validated():
 
 
 def test_phase_one_style_shares_and_lr_ramp_are_validated():
-    cfg = WarmupConfig(steps=10, style_shares={"thorough": 0.85, "shortcut": 0.15}, mix_steps=5, mix={"thorough": 0.25, "shortcut": 0.75})
+    cfg = WarmupConfig(
+        steps=10,
+        style_shares={"thorough": 0.85, "shortcut": 0.15},
+        mix_steps=5,
+        mix={"thorough": 0.25, "shortcut": 0.75},
+    )
     assert warmup_styles(cfg) == ["thorough", "shortcut"]
     assert warmup_styles(WarmupConfig(steps=10, style_shares={"shortcut": 1.0})) == ["shortcut"]
     with pytest.raises(ConfigError, match=r"warmup.style_shares\['thorough'\]"):
@@ -210,7 +222,10 @@ def test_lr_factor_rises_then_decays():
 
 def test_lr_factor_when_the_rise_takes_every_step():
     # 1 step with any ramp -> r = 1: the one step at full rate; 2 steps, ramp 0.9 -> r = 2: 1/2, 1
-    assert [warmup_lr_factor(s, 1, 0.5) for s in range(2)] == [1.0, 0.0]  # LambdaLR also asks for the step after the last
+    assert [warmup_lr_factor(s, 1, 0.5) for s in range(2)] == [
+        1.0,
+        0.0,
+    ]  # LambdaLR also asks for the step after the last
     assert [warmup_lr_factor(s, 2, 0.9) for s in range(3)] == [0.5, 1.0, 0.0]
 
 
@@ -230,7 +245,9 @@ def test_name_pool_and_order():
         assert set(names) <= {"Alice", "Bob", "Carol"} and names == sorted(names, key=kk.NAMES.index)
         statements = kk.statements_from_json(row["meta"]["statements"])
         assert kk.solve(statements, len(names)) == [tuple(row["meta"]["solution"])]
-    assert any(r["meta"]["names"] != sorted(r["meta"]["names"], key=kk.NAMES.index) for r in kk.generate_rows(30, [3], seed=2))
+    assert any(
+        r["meta"]["names"] != sorted(r["meta"]["names"], key=kk.NAMES.index) for r in kk.generate_rows(30, [3], seed=2)
+    )
     with pytest.raises(ValueError, match="name_pool"):
         kk.generate_puzzle(3, random.Random(0), name_pool=2)
     with pytest.raises(ValueError, match="name_order"):

@@ -67,7 +67,14 @@ def _gqa_model():
     from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
 
     tok = train_bpe_tokenizer(["Knights always tell the truth. Alice says: Bob is a knave."] * 4, 300)
-    tiny = TinyModelConfig(vocab_size=300, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1)
+    tiny = TinyModelConfig(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+    )
     return build_tiny_model(tiny, tok, seed=0).eval()
 
 

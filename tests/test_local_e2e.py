@@ -107,7 +107,16 @@ def test_adaptive_sampling_end_to_end(tmp_path):
 
 
 def test_kl_and_multi_epoch_update(tmp_path):
-    cfg = _cfg(tmp_path, **{"train.kl_coef": 0.1, "train.ppo_epochs": 2, "train.micro_batch_size": 3, "steps": 2, "train.loss_agg": "seq_mean_token_sum_norm"})
+    cfg = _cfg(
+        tmp_path,
+        **{
+            "train.kl_coef": 0.1,
+            "train.ppo_epochs": 2,
+            "train.micro_batch_size": 3,
+            "steps": 2,
+            "train.loss_agg": "seq_mean_token_sum_norm",
+        },
+    )
     train(cfg)
     records = _records(tmp_path / "run")
     assert all(math.isfinite(r["train/kl"]) and r["train/kl"] >= 0 for r in records[1:])
@@ -135,12 +144,17 @@ def test_resume_errors(tmp_path):
     with pytest.raises(ConfigError, match="no checkpoint"):
         train(_cfg(tmp_path), resume=True)
     train(_cfg(tmp_path, steps=2))
-    with pytest.raises(ConfigError, match="holds a run with checkpoints .up to step 2.; continue it with --resume, replace it with --overwrite"):
+    with pytest.raises(
+        ConfigError,
+        match="holds a run with checkpoints .up to step 2.; continue it with --resume, replace it with --overwrite",
+    ):
         train(_cfg(tmp_path, steps=1))  # a new run never replaces a run with checkpoints unasked
     assert (tmp_path / "run" / "checkpoints" / "step_000002").exists()
     train(_cfg(tmp_path, steps=1), overwrite=True)  # --overwrite replaces the old run's checkpoints
     assert [p.name for p in sorted((tmp_path / "run" / "checkpoints").iterdir())] == ["step_000000", "step_000001"]
-    with pytest.raises(ConfigError, match="the config differs from the config saved in checkpoint step_000001 in train.lr"):
+    with pytest.raises(
+        ConfigError, match="the config differs from the config saved in checkpoint step_000001 in train.lr"
+    ):
         train(_cfg(tmp_path, steps=2, **{"train.lr": 0.5}), resume=True)
 
 
@@ -167,7 +181,9 @@ def test_cli_bad_flags_and_recipes(tmp_path, capsys):
 def test_local_refuses_gpu_only_settings(tmp_path):
     (tmp_path / "text_lm").mkdir()
     (tmp_path / "text_lm" / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-    with pytest.raises(ConfigError, match="geometry' needs a vision-language checkpoint"):  # geometry runs on the tiny VLM, not a text LM
+    with pytest.raises(
+        ConfigError, match="geometry' needs a vision-language checkpoint"
+    ):  # geometry runs on the tiny VLM, not a text LM
         train(_cfg(tmp_path, **{"data.task": "geometry", "model.path": str(tmp_path / "text_lm")}))
     with pytest.raises(ConfigError, match="model.path"):
         train(_cfg(tmp_path, **{"model.path": str(tmp_path / "missing")}))
@@ -184,12 +200,26 @@ def test_local_checkpoint_with_lora_and_chat_template(tmp_path):
     texts = [m["content"] for r in rows for m in r["prompt"]] + [r["label"] for r in rows]
     tok = train_bpe_tokenizer(texts, 400)
     tok.chat_template = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
-    small = TinyModelConfig(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+    small = TinyModelConfig(
+        vocab_size=400,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     build_tiny_model(small, tok, seed=0).save_pretrained(str(tmp_path / "ckpt"))
     tok.save_pretrained(str(tmp_path / "ckpt"))
     cfg = _cfg(
         tmp_path,
-        **{"model.path": str(tmp_path / "ckpt"), "model.lora_rank": 4, "warmup.steps": 0, "steps": 2, "train.kl_coef": 0.05, "data.max_prompt_tokens": 1024},
+        **{
+            "model.path": str(tmp_path / "ckpt"),
+            "model.lora_rank": 4,
+            "warmup.steps": 0,
+            "steps": 2,
+            "train.kl_coef": 0.05,
+            "data.max_prompt_tokens": 1024,
+        },
     )
     train(cfg)
     out = tmp_path / "run"

@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, GenerationRequest
 from adora_openrlhf.backends.local.sft import supervised_warmup
 from adora_openrlhf.backends.local.update import pack, token_log_probs
-from adora_openrlhf.config import AdaptiveSamplingConfig, ConfigError, DataConfig, ModelConfig, SamplingParams, TinyModelConfig, WarmupConfig
+from adora_openrlhf.config import (
+    AdaptiveSamplingConfig,
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    SamplingParams,
+    TinyModelConfig,
+    WarmupConfig,
+)
 from adora_openrlhf.engine.kv_cache import MIN_CAPACITY, growing_cache_for
 from adora_openrlhf.engine.model import apply_lora, build_tiny_model
 from adora_openrlhf.engine.rollout import GenerationSettings, RolloutEngine, generate_responses, make_reward_fns
@@ -22,8 +30,18 @@ from adora_openrlhf.rows import Row, batch_indices, load_run_rows, validate_rows
 from adora_openrlhf.rundir import checkpoints as ckpt
 from adora_openrlhf.tasks.kk import direct_demonstration
 
-TINY = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
-CORPUS = ["Knights always tell the truth. Alice says: Bob is a knave.", "<think>Alice knight.</think>\n<answer>(1) Alice is a knight</answer>"] * 5
+TINY = TinyModelConfig(
+    vocab_size=300,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+)
+CORPUS = [
+    "Knights always tell the truth. Alice says: Bob is a knave.",
+    "<think>Alice knight.</think>\n<answer>(1) Alice is a knight</answer>",
+] * 5
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +112,9 @@ def test_gradient_does_not_depend_on_micro_batch_size(tok, loss_agg):
         model = copy.deepcopy(base)
         cfg = PolicyLossConfig(lr=1.0, loss_agg=loss_agg, micro_batch_size=micro, max_grad_norm=1e9)
         policy_update(model, torch.optim.SGD(model.parameters(), lr=1.0), batch, advantages, cfg, norm_length=8)
-        deltas.append(torch.cat([(p - q).flatten() for p, q in zip(model.parameters(), base.parameters(), strict=True)]))
+        deltas.append(
+            torch.cat([(p - q).flatten() for p, q in zip(model.parameters(), base.parameters(), strict=True)])
+        )
     assert deltas[1].abs().max() > 0
     assert torch.allclose(deltas[0], deltas[1], rtol=1e-5, atol=1e-7)  # log-probs are computed in float32
 
@@ -126,14 +146,18 @@ def test_update_entropy_is_the_mean_over_response_tokens(tok, ppo_epochs):
     batch = pack([[5, 6, 7], [8, 9]], [[20], [21, 22, 23]], pad_id=0)
     model = build_tiny_model(TINY, tok, seed=0)
     with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(10.0)  # (tied embeddings) sharper, position-dependent distributions than at init
+        model.get_output_embeddings().weight.mul_(
+            10.0
+        )  # (tied embeddings) sharper, position-dependent distributions than at init
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
         per_token = torch.distributions.Categorical(logits=logits).entropy()
     expected = float((per_token * batch.action_mask).sum() / batch.action_mask.sum())
     unmasked = float(per_token[batch.attention_mask[:, 1:].bool()].mean())
     assert abs(expected - unmasked) > 1e-4  # the mask matters in this case
     cfg = PolicyLossConfig(lr=1e-2, micro_batch_size=1, ppo_epochs=ppo_epochs)
-    out = policy_update(model, torch.optim.SGD(model.parameters(), lr=1e-2), batch, torch.tensor([1.0, -1.0]), cfg, norm_length=8)
+    out = policy_update(
+        model, torch.optim.SGD(model.parameters(), lr=1e-2), batch, torch.tensor([1.0, -1.0]), cfg, norm_length=8
+    )
     assert out["train/entropy"] == pytest.approx(expected, rel=1e-5)
 
 
@@ -157,7 +181,13 @@ def test_rollout_log_probs_match_training_forward(tok, model):
         eos_token_id=None,
     )
     resp = out.sequences[:, width:]
-    gen_lp = torch.stack([torch.log_softmax(step_logits, -1).gather(-1, resp[:, i : i + 1]).squeeze(-1) for i, step_logits in enumerate(out.logits)], 1)
+    gen_lp = torch.stack(
+        [
+            torch.log_softmax(step_logits, -1).gather(-1, resp[:, i : i + 1]).squeeze(-1)
+            for i, step_logits in enumerate(out.logits)
+        ],
+        1,
+    )
     with torch.no_grad():
         lp = token_log_probs(model, pack(prompts, resp.tolist(), tok.pad_token_id))
     for i, p in enumerate(prompts):
@@ -167,14 +197,28 @@ def test_rollout_log_probs_match_training_forward(tok, model):
 def test_generation_honours_sampling_params(tok, model):
     prompts = [tok("Alice says").input_ids] * 3
     short = generate_responses(model, tok, prompts, SamplingParams(max_new_tokens=3), batch_size=2)
-    assert all(len(r) <= 3 for r, _ in short) and all(t == (len(r) == 3 and tok.eos_token_id not in r) for r, t in short)
+    assert all(len(r) <= 3 for r, _ in short) and all(
+        t == (len(r) == 3 and tok.eos_token_id not in r) for r, t in short
+    )
     greedy = generate_responses(model, tok, prompts, SamplingParams(max_new_tokens=6), batch_size=3, greedy=True)
     top1 = generate_responses(model, tok, prompts, SamplingParams(max_new_tokens=6, top_k=1), batch_size=2)
     assert greedy == top1  # top_k=1 sampling is greedy decoding
     torch.manual_seed(1)
-    a = generate_responses(model, tok, prompts, SamplingParams(max_new_tokens=6, temperature=1.5, top_p=0.9, min_p=0.05, repetition_penalty=1.2), 3)
+    a = generate_responses(
+        model,
+        tok,
+        prompts,
+        SamplingParams(max_new_tokens=6, temperature=1.5, top_p=0.9, min_p=0.05, repetition_penalty=1.2),
+        3,
+    )
     torch.manual_seed(1)
-    b = generate_responses(model, tok, prompts, SamplingParams(max_new_tokens=6, temperature=1.5, top_p=0.9, min_p=0.05, repetition_penalty=1.2), 3)
+    b = generate_responses(
+        model,
+        tok,
+        prompts,
+        SamplingParams(max_new_tokens=6, temperature=1.5, top_p=0.9, min_p=0.05, repetition_penalty=1.2),
+        3,
+    )
     assert a == b
 
 
@@ -188,7 +232,9 @@ def test_engine_batches_requests_by_params_and_scores(tok, model):
         )
     ] * 2
     ids = [tok(r.prompt).input_ids for r in rows]
-    engine = RolloutEngine(model, tok, ids, rows, make_reward_fns(rows), positive_threshold=1.0, settings=GenerationSettings(4))
+    engine = RolloutEngine(
+        model, tok, ids, rows, make_reward_fns(rows), positive_threshold=1.0, settings=GenerationSettings(4)
+    )
     hot = SamplingParams(max_new_tokens=4, temperature=1.3)
     calls = []
     import adora_openrlhf.engine.rollout as rollout
@@ -201,23 +247,38 @@ def test_engine_batches_requests_by_params_and_scores(tok, model):
 
     rollout.generate_responses = spy
     try:
-        reqs = [GenerationRequest(0, 2, SamplingParams(max_new_tokens=4), 0), GenerationRequest(1, 3, hot, 1), GenerationRequest(0, 1, hot, 1)]
+        reqs = [
+            GenerationRequest(0, 2, SamplingParams(max_new_tokens=4), 0),
+            GenerationRequest(1, 3, hot, 1),
+            GenerationRequest(0, 1, hot, 1),
+        ]
         out = engine.generate_fn([1, 0])(reqs)
     finally:
         rollout.generate_responses = original
     assert [len(o) for o in out] == [2, 3, 1]
     assert sorted(c[0] for c in calls) == [2, 4]  # one call per parameter set
     for resp in out[0]:
-        assert resp.payload.row_index == 1 and resp.reward == kk_reward(resp.payload.text, rows[1].label, rows[1].meta).reward
+        assert (
+            resp.payload.row_index == 1
+            and resp.reward == kk_reward(resp.payload.text, rows[1].label, rows[1].meta).reward
+        )
         assert resp.positive == (resp.reward > 1.0) and resp.length == len(resp.payload.response_ids)
 
 
 def test_sampler_drives_engine(tok, model):
-    rows = [Row(prompt="Alice says: Bob is a knave.", label="(1) Alice is a knight", source="kk", meta={"names": ["Alice"]})] * 3
+    rows = [
+        Row(prompt="Alice says: Bob is a knave.", label="(1) Alice is a knight", source="kk", meta={"names": ["Alice"]})
+    ] * 3
     ids = [tok(r.prompt).input_ids for r in rows]
-    engine = RolloutEngine(model, tok, ids, rows, make_reward_fns(rows), positive_threshold=1.0, settings=GenerationSettings(8))
-    cfg = AdaptiveSamplingConfig(enabled=True, n_keep=2, samples_per_round=2, max_rounds=2, escalation=[{"temperature": 1.5}])
-    result = AdaptiveSampler(cfg, SamplingParams(max_new_tokens=4), seed=0).sample(3, engine.generate_fn([0, 1, 2]), step=0)
+    engine = RolloutEngine(
+        model, tok, ids, rows, make_reward_fns(rows), positive_threshold=1.0, settings=GenerationSettings(8)
+    )
+    cfg = AdaptiveSamplingConfig(
+        enabled=True, n_keep=2, samples_per_round=2, max_rounds=2, escalation=[{"temperature": 1.5}]
+    )
+    result = AdaptiveSampler(cfg, SamplingParams(max_new_tokens=4), seed=0).sample(
+        3, engine.generate_fn([0, 1, 2]), step=0
+    )
     assert len(result.groups) == 3 and all(len(g.kept) == 2 for g in result.groups)
     assert result.metrics["sampling/responses_generated"] == 12  # nothing is positive for a random model: 2 rounds
 
@@ -232,7 +293,10 @@ def test_data_order_is_a_function_of_position(position, count, num_rows, seed):
 
 def test_jsonl_rows_load_and_bad_rows_are_named(tmp_path):
     good = tmp_path / "train.jsonl"
-    rows = [{"prompt": f"q{i}: is Alice a knight?", "label": "(1) Alice is a knight", "meta": {"names": ["Alice"]}} for i in range(6)]
+    rows = [
+        {"prompt": f"q{i}: is Alice a knight?", "label": "(1) Alice is a knight", "meta": {"names": ["Alice"]}}
+        for i in range(6)
+    ]
     good.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     train, held = load_run_rows(DataConfig(task="kk", train_path=str(good), num_eval=2), seed=0)
     assert len(train) == 4 and len(held) == 2 and train[0].source == "kk"
@@ -258,8 +322,12 @@ def test_demonstration_scores_full_reward():
 
 def test_warmup_lowers_loss(tok):
     m = build_tiny_model(TINY, tok, seed=0)
-    rows = [Row("Alice says: Bob is a knave.", "(1) Alice is a knight", "kk", {"names": ["Alice"], "solution": [True]})] * 4
-    losses = supervised_warmup(m, tok, [tok(r.prompt).input_ids for r in rows], rows, WarmupConfig(steps=30, lr=1e-2, batch_size=4), 0, 2)
+    rows = [
+        Row("Alice says: Bob is a knave.", "(1) Alice is a knight", "kk", {"names": ["Alice"], "solution": [True]})
+    ] * 4
+    losses = supervised_warmup(
+        m, tok, [tok(r.prompt).input_ids for r in rows], rows, WarmupConfig(steps=30, lr=1e-2, batch_size=4), 0, 2
+    )
     assert len(losses) == 30 and losses[-1] < losses[0] * 0.5
 
 
@@ -300,12 +368,20 @@ def test_duplicates_are_reported_and_held_out_prompts_never_train(tmp_path, capl
     train_file = tmp_path / "train.jsonl"
     train_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     train, held = load_run_rows(DataConfig(task="kk", train_path=str(train_file), num_eval=2), seed=0)
-    assert [r.prompt[0] for r in held] == ["D", "A"] and [r.prompt[0] for r in train] == ["B", "C"]  # "A" (line 1) is held out too
+    assert [r.prompt[0] for r in held] == ["D", "A"] and [r.prompt[0] for r in train] == [
+        "B",
+        "C",
+    ]  # "A" (line 1) is held out too
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "adora_openrlhf.rows"]
-    assert any(w.startswith(f"{train_file}:5: duplicate row (same prompt, images and label as {train_file}:1)") for w in warnings), warnings
+    assert any(
+        w.startswith(f"{train_file}:5: duplicate row (same prompt, images and label as {train_file}:1)")
+        for w in warnings
+    ), warnings
     caplog.clear()
     eval_file = tmp_path / "eval.jsonl"
-    eval_file.write_text("".join(json.dumps({"prompt": f"{p}: is Alice a knight?", "label": label}) + "\n" for p in ("B", "E")))
+    eval_file.write_text(
+        "".join(json.dumps({"prompt": f"{p}: is Alice a knight?", "label": label}) + "\n" for p in ("B", "E"))
+    )
     train, held = load_run_rows(DataConfig(task="kk", train_path=str(train_file), eval_path=str(eval_file)), seed=0)
     assert [r.prompt[0] for r in held] == ["E"] and len(train) == 5
     assert "data.eval_path: dropped 1 held-out rows that are also training rows (same prompt and images)" in caplog.text
@@ -321,18 +397,24 @@ def test_impossible_generation_request_names_the_option(monkeypatch):
         raise ValueError(f"num: only 12 distinct puzzles found for people counts {list(people)}; ask for fewer")
 
     monkeypatch.setattr(kk, "generate_splits", too_many)
-    with pytest.raises(ConfigError, match=r"^data.num_train: cannot generate 50 \+ 5 puzzles for kk_num_people \[2\] \(num: only 12"):
+    with pytest.raises(
+        ConfigError, match=r"^data.num_train: cannot generate 50 \+ 5 puzzles for kk_num_people \[2\] \(num: only 12"
+    ):
         load_run_rows(DataConfig(num_train=50, num_eval=5, kk_num_people=[2]), seed=0)
 
 
 @pytest.mark.parametrize("greedy", [True, False])
 def test_generate_gives_the_same_tokens_as_the_default_cache(tok, model, greedy):
-    prompts = [tok.encode(text) for text in ["Alice says", "Knights always tell the truth. Alice", "Bob is a knave."]] * 3
+    prompts = [
+        tok.encode(text) for text in ["Alice says", "Knights always tell the truth. Alice", "Bob is a knave."]
+    ] * 3
     params = SamplingParams(temperature=1.0, max_new_tokens=2 * MIN_CAPACITY + 5)  # the buffer grows twice
     outputs = {}
     for kv_cache in ("growing", "dynamic"):
         torch.manual_seed(7)
-        outputs[kv_cache] = generate_responses(model, tok, prompts, params, batch_size=4, greedy=greedy, kv_cache=kv_cache)
+        outputs[kv_cache] = generate_responses(
+            model, tok, prompts, params, batch_size=4, greedy=greedy, kv_cache=kv_cache
+        )
     assert outputs["growing"] == outputs["dynamic"]
     assert max(len(ids) for ids, _ in outputs["growing"]) > MIN_CAPACITY
 
@@ -360,12 +442,20 @@ def test_adora_correctness_follows_the_threshold_not_the_task_flag():
     from adora_openrlhf.engine.rollout import RolloutSample
 
     def response(reward, length, task_flag):
-        return ScoredResponse(reward, reward > 0.5, length, payload=RolloutSample(0, [1], [2] * length, "x", task_flag, {}))
+        return ScoredResponse(
+            reward, reward > 0.5, length, payload=RolloutSample(0, [1], [2] * length, "x", task_flag, {})
+        )
 
     # rewards 3, 1, 0 with lengths 4, 10, 6; the task flags the first two correct
-    group = PromptGroup(0, [response(3.0, 4, True), response(1.0, 10, True), response(0.0, 6, False)], [3.0, 1.0, 0.0], None)
+    group = PromptGroup(
+        0, [response(3.0, 4, True), response(1.0, 10, True), response(0.0, 6, False)], [3.0, 1.0, 0.0], None
+    )
     batch = group_batch([group])
-    assert batch.correct is None and batch.rewards.tolist() == [[3.0, 1.0, 0.0]] and batch.lengths.tolist() == [[4.0, 10.0, 6.0]]
+    assert (
+        batch.correct is None
+        and batch.rewards.tolist() == [[3.0, 1.0, 0.0]]
+        and batch.lengths.tolist() == [[4.0, 10.0, 6.0]]
+    )
 
     def weight(threshold):
         adora = AdoraConfig(enabled=True, correct_threshold=threshold, lambda_att=0.1)
@@ -405,12 +495,25 @@ def test_rollout_metrics_count_group_classes():
     from adora_openrlhf.engine.rollout import RolloutSample
 
     def group(flags):
-        kept = [ScoredResponse(3.0 if f else -0.5, f, 4, payload=RolloutSample(0, [1], [2] * 4, "<think>guess.</think>", f, {"format_ok": 1.0})) for f in flags]
+        kept = [
+            ScoredResponse(
+                3.0 if f else -0.5,
+                f,
+                4,
+                payload=RolloutSample(0, [1], [2] * 4, "<think>guess.</think>", f, {"format_ok": 1.0}),
+            )
+            for f in flags
+        ]
         return PromptGroup(0, kept, [r.reward for r in kept], None)
 
     rows = [Row(prompt="p", label="l", source="kk", meta={})]
     metrics = rollout_metrics([group([True, True]), group([False, False]), group([True, False])], rows)
-    assert metrics["groups/all_correct_fraction"] == metrics["groups/all_wrong_fraction"] == metrics["groups/mixed_fraction"] == pytest.approx(1 / 3)
+    assert (
+        metrics["groups/all_correct_fraction"]
+        == metrics["groups/all_wrong_fraction"]
+        == metrics["groups/mixed_fraction"]
+        == pytest.approx(1 / 3)
+    )
     assert metrics["reward/accuracy"] == 0.5 and metrics["response/shortcut_fraction"] == 1.0
 
 
@@ -422,7 +525,9 @@ def test_evaluation_reports_accuracy_per_people_count(monkeypatch):
     raw = generate_rows(3, [2], seed=0) + generate_rows(2, [3], seed=0)
     rows = validate_rows(raw, "eval", "kk")
     # hand-made responses: the right answer for the 2-person puzzles and the first 3-person one, a wrong one for the last
-    texts = [f"<think>x</think>\n<answer>{r.label}</answer>" for r in rows[:4]] + ["<think>x</think>\n<answer>none</answer>"]
+    texts = [f"<think>x</think>\n<answer>{r.label}</answer>" for r in rows[:4]] + [
+        "<think>x</think>\n<answer>none</answer>"
+    ]
 
     def decoded_indices(model, tok, prompts, *args, **kwargs):
         return [([i], False) for i in range(len(prompts))]
@@ -433,7 +538,16 @@ def test_evaluation_reports_accuracy_per_people_count(monkeypatch):
         def decode(self, ids, skip_special_tokens=True):
             return texts[ids[0]]
 
-    metrics = evaluate_module.evaluate(None, Decoder(), [[1]] * 5, rows, make_reward_fns(rows), SamplingParams(), samples=0, settings=GenerationSettings(8))
+    metrics = evaluate_module.evaluate(
+        None,
+        Decoder(),
+        [[1]] * 5,
+        rows,
+        make_reward_fns(rows),
+        SamplingParams(),
+        samples=0,
+        settings=GenerationSettings(8),
+    )
     assert metrics["eval/greedy_accuracy"] == pytest.approx(4 / 5)
     assert metrics["eval/greedy_accuracy/ppl_2"] == pytest.approx(1.0)
     assert metrics["eval/greedy_accuracy/ppl_3"] == pytest.approx(1 / 2)
@@ -448,7 +562,9 @@ def test_saved_tokenizer_loads_back_with_the_same_token_ids(tmp_path):
     from adora_openrlhf.tasks.kk import generate_rows, statements_from_json, thorough_response
 
     rows = generate_rows(20, [2, 3], seed=0)
-    texts = [r["prompt"][-1]["content"] for r in rows] + [thorough_response(r["meta"]["names"], statements_from_json(r["meta"]["statements"])) for r in rows]
+    texts = [r["prompt"][-1]["content"] for r in rows] + [
+        thorough_response(r["meta"]["names"], statements_from_json(r["meta"]["statements"])) for r in rows
+    ]
     trained = train_bpe_tokenizer(texts, 400)
     build_tiny_model(TINY, trained, seed=0).save_pretrained(str(tmp_path))
     trained.save_pretrained(str(tmp_path))

@@ -23,7 +23,13 @@ def transformers_factors(name: str, total: int, ratio: float, min_ratio: float) 
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([param], lr=1.0)
     kwargs = {"min_lr_rate": min_ratio} if name == "cosine_with_min_lr" else {}
-    scheduler = get_scheduler(name, optimizer, num_warmup_steps=math.ceil(total * ratio), num_training_steps=total, scheduler_specific_kwargs=kwargs)
+    scheduler = get_scheduler(
+        name,
+        optimizer,
+        num_warmup_steps=math.ceil(total * ratio),
+        num_training_steps=total,
+        scheduler_specific_kwargs=kwargs,
+    )
     factors = []
     for _ in range(total):
         factors.append(optimizer.param_groups[0]["lr"])
@@ -42,12 +48,19 @@ def test_factors_match_transformers(name, total, ratio, min_ratio):
 def test_hand_computed_cosine_with_min_lr():
     # K = 10, w = ceil(10 * 0.2) = 2: k=0 -> 0, k=1 -> 1/2, k=2 -> 1, k=6 -> p = 4/8 -> 0.1 + 0.9 * 0.5 = 0.55
     assert warmup_steps(10, 0.2) == 2
-    assert [lr_factor("cosine_with_min_lr", k, 10, 0.2, 0.1) for k in (0, 1, 2, 6)] == pytest.approx([0.0, 0.5, 1.0, 0.55])
+    assert [lr_factor("cosine_with_min_lr", k, 10, 0.2, 0.1) for k in (0, 1, 2, 6)] == pytest.approx(
+        [0.0, 0.5, 1.0, 0.55]
+    )
     assert lr_factor("constant", 0, 10, 0.2, 0.1) == 1.0  # constant has no warm-up
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(["constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr"]), st.integers(1, 200), st.floats(0, 0.5), st.floats(0, 1))
+@given(
+    st.sampled_from(["constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr"]),
+    st.integers(1, 200),
+    st.floats(0, 0.5),
+    st.floats(0, 1),
+)
 def test_factors_stay_in_range(name, total, ratio, min_ratio):
     factors = [lr_factor(name, k, total, ratio, min_ratio) for k in range(total)]
     assert all(0.0 <= f <= 1.0 and math.isfinite(f) for f in factors)
@@ -72,7 +85,14 @@ def test_policy_update_applies_the_rates():
     from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
 
     tok = train_bpe_tokenizer(["Alice says Bob is a knave.", "<think>x</think><answer>y</answer>"] * 4, 300)
-    tiny = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    tiny = TinyModelConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     model = build_tiny_model(tiny, tok, seed=0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1.0)
     batch = pack([[1, 2], [3]], [[4, 5, 6], [7, 8]], tok.pad_token_id)

@@ -185,7 +185,9 @@ def test_unit_word_pattern_is_linear(n):
     assert time.monotonic() - start < 0.5
 
 
-OLD_NUMBER_WITH_UNIT = r"\s*([+-]?\d+)(?:\.0+)?\s*(?:[A-Za-z]{2,}\.?\s*)+(?:\^\{?\d\}?)?\s*"  # the exponential one, as reference
+OLD_NUMBER_WITH_UNIT = (
+    r"\s*([+-]?\d+)(?:\.0+)?\s*(?:[A-Za-z]{2,}\.?\s*)+(?:\^\{?\d\}?)?\s*"  # the exponential one, as reference
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -203,7 +205,12 @@ def test_unit_word_pattern_matches_what_the_old_one_matched(text):
 
 @pytest.mark.parametrize(
     "meta, failure",
-    [({"reward_style": "dapo"}, -1.0), ({}, 0.0), ({"reward_style": "math_verify"}, 0.0), ({"reward_style": "nope"}, -1.0)],
+    [
+        ({"reward_style": "dapo"}, -1.0),
+        ({}, 0.0),
+        ({"reward_style": "math_verify"}, 0.0),
+        ({"reward_style": "nope"}, -1.0),
+    ],
 )
 def test_failure_reward_is_the_wrong_reward(meta, failure):
     from adora_openrlhf.rewards.base import failure_reward
@@ -272,17 +279,23 @@ def test_start_up_is_not_counted_against_the_limit():
     # a cold worker takes far longer than 0.5 s to import math-verify; the call still grades
     pool = grader_pool.ProcessGrader(max_processes=1, warm_up="adora_openrlhf.rewards.math:warm_up")
     try:
-        outcome = mr.safe_grade("\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", replace(MV, timeout_s=0.5), process_grader=pool)
+        outcome = mr.safe_grade(
+            "\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", replace(MV, timeout_s=0.5), process_grader=pool
+        )
     finally:
         pool.close()
     assert outcome[:2] == ("ok", True)
 
 
-@pytest.mark.parametrize("response, label", [("\\boxed{10^{10^{10}}}", "5"), ("\\boxed{9^{9^{9^{9}}}}", "1"), ("\\boxed{1}", "10^{10^{10}}")])
+@pytest.mark.parametrize(
+    "response, label", [("\\boxed{10^{10^{10}}}", "5"), ("\\boxed{9^{9^{9^{9}}}}", "1"), ("\\boxed{1}", "10^{10^{10}}")]
+)
 def test_huge_powers_time_out_in_the_main_thread(grader, response, label):
     """Before: these ran past 40 s in the main thread (the alarm was swallowed inside math-verify)."""
     mr.safe_grade("\\boxed{1}", "1", MV, process_grader=grader)  # start the worker first
-    (status, correct, *_), seconds = timed(mr.safe_grade, response, label, replace(MV, timeout_s=1.0), process_grader=grader)
+    (status, correct, *_), seconds = timed(
+        mr.safe_grade, response, label, replace(MV, timeout_s=1.0), process_grader=grader
+    )
     assert status == "timeout" and not correct and seconds < 1.5
     inline = replace(MV, timeout_s=1.0, mode="inline")
     (status, *_), seconds = timed(mr.safe_grade, response, label, inline)
@@ -316,7 +329,9 @@ def test_timeout_inside_math_verify_is_not_swallowed(monkeypatch):
         time.sleep(30)
 
     monkeypatch.setattr(math_verify.grader, "simplify", slow_simplify)
-    outcome, seconds = timed(grader_pool.run_with_alarm, mr.grade_response, ("\\boxed{x^2+2x+1}", "(x+1)^2", "math_verify"), 0.5)
+    outcome, seconds = timed(
+        grader_pool.run_with_alarm, mr.grade_response, ("\\boxed{x^2+2x+1}", "(x+1)^2", "math_verify"), 0.5
+    )
     assert outcome[0] == "timeout" and seconds < 3
 
 
@@ -390,7 +405,9 @@ def test_escaped_dollar_labels(response, label, correct):
     assert mr.math_reward(response, label, {}).reward == float(correct)
 
 
-@pytest.mark.parametrize("response, label", [("$12:00$", "$12:00$"), ("The time is $12:00$", "12:00"), ("\\boxed{12:00}", "12:00")])
+@pytest.mark.parametrize(
+    "response, label", [("$12:00$", "$12:00$"), ("The time is $12:00$", "12:00"), ("\\boxed{12:00}", "12:00")]
+)
 def test_identical_answer_whose_numeric_pair_raises(response, label):
     """``12:00`` parses to [zoo, "12:00"]: the zoo pair raises, the string pair is equal."""
     result = mr.score_math(response, label, MV)

@@ -20,7 +20,14 @@ from adora_openrlhf.rundir import checkpoints as ckpt
 from adora_openrlhf.tasks.kk import generate_rows
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+TINY = TinyModelConfig(
+    vocab_size=300,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+)
 TINY_FLAGS = {
     "model.tiny.vocab_size": 300,
     "model.tiny.hidden_size": 32,
@@ -85,7 +92,9 @@ print("loaded owner/tiny")
 """
     env = _env(HF_HOME=str(tmp_path / "home"))
     env.pop("HF_HUB_CACHE", None)
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "loaded owner/tiny" in done.stdout
 
@@ -122,7 +131,15 @@ def test_eval_run_takes_a_hub_name_and_train_names_a_missing_one(tok, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert len((tmp_path / "eval" / "samples.jsonl").read_text().splitlines()) == 2
     missing = subprocess.run(
-        [sys.executable, "-m", "adora_openrlhf.train", "--model", "owner/missing", "--output-dir", str(tmp_path / "run")],
+        [
+            sys.executable,
+            "-m",
+            "adora_openrlhf.train",
+            "--model",
+            "owner/missing",
+            "--output-dir",
+            str(tmp_path / "run"),
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -139,9 +156,15 @@ def test_eval_run_takes_a_hub_name_and_train_names_a_missing_one(tok, tmp_path):
 
 def test_missing_hub_name_offline_is_one_config_error():
     """The test session runs with HF_HUB_OFFLINE=1 (conftest) and an empty cache for this name."""
-    with pytest.raises(ConfigError, match=r"^model.path: 'nobody/no-such-model-xyz' is not a local directory and not in the Hugging Face hub cache"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^model.path: 'nobody/no-such-model-xyz' is not a local directory and not in the Hugging Face hub cache",
+    ):
         check_model_source("nobody/no-such-model-xyz")
-    with pytest.raises(ConfigError, match=r"^--model: 'not a name' does not exist; give a local model directory or a hub name owner/name$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--model: 'not a name' does not exist; give a local model directory or a hub name owner/name$",
+    ):
         check_model_source("not a name", "--model")
     with pytest.raises(ConfigError, match=r"^model.path: '/no/such/dir' does not exist"):
         check_model_source("/no/such/dir")
@@ -175,7 +198,9 @@ def test_step_dir_is_a_hugging_face_model_directory(tok, tmp_path):
     assert AutoTokenizer.from_pretrained(str(step)).encode("Alice is a knight") == tok.encode("Alice is a knight")
     opt2 = torch.optim.AdamW(loaded.parameters(), lr=1e-3)
     state = ckpt.load_trainer_state(step, opt2)
-    assert (state.step, state.data_position) == (3, 12) and opt2.state_dict()["state"].keys() == opt.state_dict()["state"].keys()
+    assert (state.step, state.data_position) == (3, 12) and opt2.state_dict()["state"].keys() == opt.state_dict()[
+        "state"
+    ].keys()
     bench = tmp_path / "kk.jsonl"
     bench.write_text("".join(json.dumps(r) + "\n" for r in generate_rows(2, [2], seed=5)))
     assert (
@@ -220,9 +245,14 @@ def test_lora_checkpoint_resumes_and_merged_save_is_plain(tok, tmp_path, merge):
     expected = _logits(policy)
     resumed = _build_model(cfg, tok, torch.device("cpu"), step)
     assert torch.allclose(_logits(resumed), expected, atol=1e-6)
-    assert [n for n, p in resumed.named_parameters() if p.requires_grad] == [n for n, p in policy.named_parameters() if p.requires_grad]
+    assert [n for n, p in resumed.named_parameters() if p.requires_grad] == [
+        n for n, p in policy.named_parameters() if p.requires_grad
+    ]
     if merge:
-        assert not (step / "adapter_config.json").exists() and (step / "trainer_state" / "adapter" / "adapter_config.json").exists()
+        assert (
+            not (step / "adapter_config.json").exists()
+            and (step / "trainer_state" / "adapter" / "adapter_config.json").exists()
+        )
         plain = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32)
         assert not any("lora_" in n for n, _ in plain.named_parameters())
         assert torch.allclose(_logits(plain), expected, rtol=1e-4, atol=1e-4)  # W + scale * B A rounds differently
@@ -232,8 +262,12 @@ def test_lora_checkpoint_resumes_and_merged_save_is_plain(tok, tmp_path, merge):
 
 
 def test_all_linear_lora_targets_every_linear_but_the_head(tok):
-    wrapped = apply_lora(build_tiny_model(TINY, tok, seed=0), ModelConfig(lora_rank=2, lora_target_modules=["all-linear"]))
-    adapted = {name.rsplit(".lora_A", 1)[0].rsplit(".", 1)[-1] for name, _ in wrapped.named_parameters() if ".lora_A." in name}
+    wrapped = apply_lora(
+        build_tiny_model(TINY, tok, seed=0), ModelConfig(lora_rank=2, lora_target_modules=["all-linear"])
+    )
+    adapted = {
+        name.rsplit(".lora_A", 1)[0].rsplit(".", 1)[-1] for name, _ in wrapped.named_parameters() if ".lora_A." in name
+    }
     assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     assert not any("lm_head" in name and "lora" in name for name, _ in wrapped.named_parameters())
 

@@ -16,7 +16,12 @@ from pathlib import Path
 import pytest
 
 from adora_openrlhf.backends.openrlhf.compat.audit import AUDITED, source_digest
-from adora_openrlhf.backends.openrlhf.compat.entry import TESTED_VERSIONS, UNTESTED_ENV, check_openrlhf_version, installed_openrlhf_version
+from adora_openrlhf.backends.openrlhf.compat.entry import (
+    TESTED_VERSIONS,
+    UNTESTED_ENV,
+    check_openrlhf_version,
+    installed_openrlhf_version,
+)
 from adora_openrlhf.config import ConfigError
 
 DIGESTS = Path(__file__).parent / "fixtures" / "openrlhf" / "openrlhf_audit.json"
@@ -30,17 +35,25 @@ def current_digests() -> dict[str, str]:
     return {key(module, name): source_digest(module, name) for module, name in AUDITED}
 
 
-needs_openrlhf = pytest.mark.skipif(installed_openrlhf_version() is None, reason="needs requirements/openrlhf-cpu-test.txt")
+needs_openrlhf = pytest.mark.skipif(
+    installed_openrlhf_version() is None, reason="needs requirements/openrlhf-cpu-test.txt"
+)
 
 
 @needs_openrlhf
 def test_audited_openrlhf_source_is_unchanged():
     recorded = json.loads(DIGESTS.read_text(encoding="utf-8"))
-    assert recorded["openrlhf"] == installed_openrlhf_version(), f"re-audit: the digests were recorded for openrlhf {recorded['openrlhf']}"
-    assert set(recorded["digests"]) == {key(m, n) for m, n in AUDITED}, "re-audit: AUDITED and the recorded digests list different pieces"
+    assert recorded["openrlhf"] == installed_openrlhf_version(), (
+        f"re-audit: the digests were recorded for openrlhf {recorded['openrlhf']}"
+    )
+    assert set(recorded["digests"]) == {key(m, n) for m, n in AUDITED}, (
+        "re-audit: AUDITED and the recorded digests list different pieces"
+    )
     changed = [name for name, digest in current_digests().items() if recorded["digests"][name] != digest]
     details = "; ".join(f"{name} ({AUDITED[tuple(name.split(':'))]})" for name in changed)
-    assert not changed, f"re-audit: openrlhf changed {details}. Read the change, fix the override, then run python tests/test_openrlhf_audit.py --update"
+    assert not changed, (
+        f"re-audit: openrlhf changed {details}. Read the change, fix the override, then run python tests/test_openrlhf_audit.py --update"
+    )
 
 
 def test_a_changed_source_is_reported(monkeypatch, tmp_path):
@@ -63,7 +76,10 @@ def test_version_check(monkeypatch):
     from adora_openrlhf.backends.openrlhf.compat import entry
 
     monkeypatch.setattr(entry, "installed_openrlhf_version", lambda: "0.11.0")
-    with pytest.raises(ConfigError, match=r"openrlhf 0\.11\.0 is installed.*pip install openrlhf==0\.11\.2.*ADORA_ALLOW_UNTESTED_OPENRLHF=1"):
+    with pytest.raises(
+        ConfigError,
+        match=r"openrlhf 0\.11\.0 is installed.*pip install openrlhf==0\.11\.2.*ADORA_ALLOW_UNTESTED_OPENRLHF=1",
+    ):
         check_openrlhf_version({})
     assert check_openrlhf_version({UNTESTED_ENV: "1"}) == "0.11.0"
     monkeypatch.setattr(entry, "installed_openrlhf_version", lambda: None)

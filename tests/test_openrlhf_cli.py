@@ -60,7 +60,11 @@ def test_recipe_builds_a_valid_openrlhf_namespace(capsys, name):
     assert args["rollout"]["batch_size"] == recipe_cfg.prompts_per_step
     assert args["algo"]["advantage"]["estimator"] == cfg["advantage"]["estimator"] == recipe_cfg.advantage.estimator
     assert args["reward"]["remote_url"] == [flags.reward_file_path()] and Path(flags.reward_file_path()).is_file()
-    assert args["data"]["label_key"] == "reward_label" and args["data"]["input_key"] == "prompt" and args["data"]["apply_chat_template"]
+    assert (
+        args["data"]["label_key"] == "reward_label"
+        and args["data"]["input_key"] == "prompt"
+        and args["data"]["apply_chat_template"]
+    )
     assert args["data"]["max_len"] == recipe_cfg.data.max_prompt_tokens + recipe_cfg.rollout.max_new_tokens
     assert args["actor"]["eps_clip_low_high"] == [recipe_cfg.train.clip_eps_low, recipe_cfg.train.clip_eps_high]
     assert args["algo"]["kl"]["use_loss"] == (recipe_cfg.train.kl_coef > 0)
@@ -69,7 +73,9 @@ def test_recipe_builds_a_valid_openrlhf_namespace(capsys, name):
         for part in key.split("."):
             node = node[part]
         assert node == value, key
-    assert cfg["adora"]["enabled"] == ("adora" in name) and report["command"].startswith("python -m openrlhf.cli.train_ppo_ray ")
+    assert cfg["adora"]["enabled"] == ("adora" in name) and report["command"].startswith(
+        "python -m openrlhf.cli.train_ppo_ray "
+    )
     if recipe_cfg.data.task == "geometry":
         assert args["data"]["max_images_per_prompt"] == 1
 
@@ -89,9 +95,17 @@ def test_dapo_baseline_and_ablations_differ_from_the_method_only_by_the_method()
 def test_recipes_carry_the_reference_optimiser_and_evaluation_settings(capsys):
     """Where OpenRLHF's defaults differ from the reference scripts (docs/openrlhf_backend.md lists each one)."""
     kk = dry_run(capsys, "--recipe", "kk-qwen2.5-7b-adora")["openrlhf_args"]
-    assert (kk["actor"]["lr_scheduler"], kk["actor"]["lr_warmup_ratio"], kk["actor"]["adam"]["betas"]) == ("constant", 0.0, [0.9, 0.999])
+    assert (kk["actor"]["lr_scheduler"], kk["actor"]["lr_warmup_ratio"], kk["actor"]["adam"]["betas"]) == (
+        "constant",
+        0.0,
+        [0.9, 0.999],
+    )
     dapo = dry_run(capsys, "--recipe", "dapo-math-grpo")["openrlhf_args"]
-    assert (dapo["actor"]["lr_scheduler"], dapo["actor"]["lr_warmup_ratio"], dapo["actor"]["adam"]["betas"]) == ("constant_with_warmup", 0.025, [0.9, 0.999])
+    assert (dapo["actor"]["lr_scheduler"], dapo["actor"]["lr_warmup_ratio"], dapo["actor"]["adam"]["betas"]) == (
+        "constant_with_warmup",
+        0.025,
+        [0.9, 0.999],
+    )
     assert (dapo["eval"]["temperature"], dapo["eval"]["n_samples_per_prompt"]) == (0.0, 1)
 
 
@@ -121,10 +135,22 @@ def test_openrlhf_flags_pass_through_and_win(capsys):
     "extra, needle",
     [
         (["--not.a.flag", "1"], "error: --not.a.flag: not a flag of this package or of OpenRLHF 0.11.2"),
-        (["--vllm.enforce_eagre"], "error: --vllm.enforce_eagre: not a flag of this package or of OpenRLHF 0.11.2; did you mean --vllm.enforce_eager"),
-        (["--vllm.enforce_eager", "true"], "error: --vllm.enforce_eager: an OpenRLHF switch takes no value, got 'true'; give --vllm.enforce_eager alone"),
-        (["--ds.packing_samples", "false"], "error: --ds.packing_samples: an OpenRLHF switch takes no value, got 'false'"),
-        (["--vllm.num_engines", "four"], "error: OpenRLHF's command line: argument --vllm.num_engines: invalid int value: 'four'"),
+        (
+            ["--vllm.enforce_eagre"],
+            "error: --vllm.enforce_eagre: not a flag of this package or of OpenRLHF 0.11.2; did you mean --vllm.enforce_eager",
+        ),
+        (
+            ["--vllm.enforce_eager", "true"],
+            "error: --vllm.enforce_eager: an OpenRLHF switch takes no value, got 'true'; give --vllm.enforce_eager alone",
+        ),
+        (
+            ["--ds.packing_samples", "false"],
+            "error: --ds.packing_samples: an OpenRLHF switch takes no value, got 'false'",
+        ),
+        (
+            ["--vllm.num_engines", "four"],
+            "error: OpenRLHF's command line: argument --vllm.num_engines: invalid int value: 'four'",
+        ),
     ],
 )
 def test_openrlhf_flags_it_refuses_are_one_line(capsys, extra, needle):
@@ -144,18 +170,46 @@ def test_openrlhf_flags_it_refuses_are_one_line(capsys, extra, needle):
             ["--algo.dynamic_filtering_enable"],
             "sampling.enabled: adaptive multi-round sampling and --algo.dynamic_filtering_enable are alternatives",
         ),
-        ("geo3k-qwen2.5vl-7b-adora", ["--train.async_enable"], "train.async_enable: the adora_openrlhf trainer runs OpenRLHF's synchronous PPOTrainer"),
-        ("dapo-math-adora", ["--train.async_enable"], "OpenRLHF rejected the arguments: Async RLHF is not supported with --vllm.enable_sleep"),
-        ("dapo-math-adora", ["--algo.advantage.estimator", "gae"], "algo.advantage.estimator: 'gae' is not a group estimator of this package"),
+        (
+            "geo3k-qwen2.5vl-7b-adora",
+            ["--train.async_enable"],
+            "train.async_enable: the adora_openrlhf trainer runs OpenRLHF's synchronous PPOTrainer",
+        ),
+        (
+            "dapo-math-adora",
+            ["--train.async_enable"],
+            "OpenRLHF rejected the arguments: Async RLHF is not supported with --vllm.enable_sleep",
+        ),
+        (
+            "dapo-math-adora",
+            ["--algo.advantage.estimator", "gae"],
+            "algo.advantage.estimator: 'gae' is not a group estimator of this package",
+        ),
         (
             "geo3k-qwen2.5vl-7b-adora",
             ["--sampling.enabled", "true", "--vllm.num_engines", "0"],
             "sampling.enabled: the sampler generates with vLLM; set --vllm.num_engines >= 1",
         ),
-        ("dapo-math-adora", ["--actor.num_gpus_per_node", "2048"], "OpenRLHF rejected the arguments: The number of sample batches"),
-        ("dapo-math-adora", ["--train.loss_agg", "seq_mean_token_sum_norm"], "train.loss_agg: 'seq_mean_token_sum_norm' has no OpenRLHF 0.11 equivalent"),
-        ("dapo-math-adora", ["--sampling.drop_unfinished", "true"], "sampling.drop_unfinished: the openrlhf backend needs rollout.batch_size groups per step"),
-        ("dapo-math-adora", ["--rollout.max_new_tokens", "512"], "reward.overlong_buffer_len: 1024 is longer than the response limit (512 tokens)"),
+        (
+            "dapo-math-adora",
+            ["--actor.num_gpus_per_node", "2048"],
+            "OpenRLHF rejected the arguments: The number of sample batches",
+        ),
+        (
+            "dapo-math-adora",
+            ["--train.loss_agg", "seq_mean_token_sum_norm"],
+            "train.loss_agg: 'seq_mean_token_sum_norm' has no OpenRLHF 0.11 equivalent",
+        ),
+        (
+            "dapo-math-adora",
+            ["--sampling.drop_unfinished", "true"],
+            "sampling.drop_unfinished: the openrlhf backend needs rollout.batch_size groups per step",
+        ),
+        (
+            "dapo-math-adora",
+            ["--rollout.max_new_tokens", "512"],
+            "reward.overlong_buffer_len: 1024 is longer than the response limit (512 tokens)",
+        ),
     ],
 )
 def test_unsupported_combinations_are_clear_errors(capsys, recipe, extra, message):
@@ -237,14 +291,31 @@ def test_openrlhf_train_imports_the_trainer_we_resolve():
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_recipe_script_dry_run(script, tmp_path):
-    env = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "DATA_DIR": str(tmp_path / "data"), "OUTPUT_DIR": str(tmp_path / "out")}
-    done = subprocess.run(["bash", str(REPO / "recipes" / script), "--ckpt.max_num", "2"], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    env = {
+        **os.environ,
+        "DRY_RUN": "1",
+        "PYTHON": sys.executable,
+        "DATA_DIR": str(tmp_path / "data"),
+        "OUTPUT_DIR": str(tmp_path / "out"),
+    }
+    done = subprocess.run(
+        ["bash", str(REPO / "recipes" / script), "--ckpt.max_num", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["run_config"]["recipe"] == SCRIPTS[script]
     assert report["openrlhf_args"]["data"]["prompt_dataset"].startswith(str(tmp_path / "data"))
     ckpt = report["openrlhf_args"]["ckpt"]
-    assert ckpt["output_dir"] == str(tmp_path / "out" / "final_model") and ckpt["path"] == str(tmp_path / "out" / "checkpoints") and ckpt["max_num"] == 2
+    assert (
+        ckpt["output_dir"] == str(tmp_path / "out" / "final_model")
+        and ckpt["path"] == str(tmp_path / "out" / "checkpoints")
+        and ckpt["max_num"] == 2
+    )
 
 
 def test_recipe_script_submits_a_ray_job(tmp_path):
@@ -254,25 +325,49 @@ def test_recipe_script_submits_a_ray_job(tmp_path):
     fake_bin.mkdir()
     (fake_bin / "ray").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
     (fake_bin / "ray").chmod(0o755)
-    env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "DATA_DIR": "/shared/data", "RAY_ADDRESS": "http://head:8265"}
+    env = {
+        **os.environ,
+        "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
+        "DATA_DIR": "/shared/data",
+        "RAY_ADDRESS": "http://head:8265",
+    }
     env.pop("DRY_RUN", None)
     done = subprocess.run(
-        ["bash", str(REPO / "recipes" / "dapo_math_adora.sh"), "--sampling.max_rounds", "3"], env=env, capture_output=True, text=True, timeout=60
+        ["bash", str(REPO / "recipes" / "dapo_math_adora.sh"), "--sampling.max_rounds", "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     argv = done.stdout.splitlines()
     assert argv[:4] == ["job", "submit", "--address", "http://head:8265"]
     runtime_env = json.loads(argv[argv.index("--runtime-env-json") + 1])
-    assert runtime_env["working_dir"] == str(REPO) and ".venv*" in runtime_env["excludes"] and "py_modules" not in runtime_env
+    assert (
+        runtime_env["working_dir"] == str(REPO)
+        and ".venv*" in runtime_env["excludes"]
+        and "py_modules" not in runtime_env
+    )
     entry_point = argv[argv.index("--") + 1 :]
     assert entry_point[:3] == ["python", "-m", "adora_openrlhf.train"]
     assert entry_point[entry_point.index("--recipe") + 1] == "dapo-math-adora"
     assert entry_point[entry_point.index("--data.train_path") + 1] == "/shared/data/dapo_math/train.jsonl"
     assert entry_point[-2:] == ["--sampling.max_rounds", "3"]
-    env.update(PY_MODULES=f"{tmp_path / 'my_plugins'},other_plugins", UPLOAD_REPO="0")  # plugin folders go as Ray py_modules
-    done = subprocess.run(["bash", str(REPO / "recipes" / "dapo_math_adora.sh")], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    env.update(
+        PY_MODULES=f"{tmp_path / 'my_plugins'},other_plugins", UPLOAD_REPO="0"
+    )  # plugin folders go as Ray py_modules
+    done = subprocess.run(
+        ["bash", str(REPO / "recipes" / "dapo_math_adora.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     argv = done.stdout.splitlines()
-    assert json.loads(argv[argv.index("--runtime-env-json") + 1]) == {"py_modules": [str(tmp_path / "my_plugins"), str(tmp_path / "other_plugins")]}
+    assert json.loads(argv[argv.index("--runtime-env-json") + 1]) == {
+        "py_modules": [str(tmp_path / "my_plugins"), str(tmp_path / "other_plugins")]
+    }
 
 
 def test_kk_parser_reaches_the_ray_reward_workers(capsys, monkeypatch):
@@ -282,7 +377,9 @@ def test_kk_parser_reaches_the_ray_reward_workers(capsys, monkeypatch):
     from adora_openrlhf.rewards.kk import KK_PARSER_ENV
 
     assert ray_env_vars(build_run_config("kk-qwen2.5-7b-adora"))[KK_PARSER_ENV] == "logic_rl"
-    assert ray_env_vars(build_run_config("kk-qwen2.5-7b-adora", {"data.kk_parser": "lenient"}))[KK_PARSER_ENV] == "lenient"
+    assert (
+        ray_env_vars(build_run_config("kk-qwen2.5-7b-adora", {"data.kk_parser": "lenient"}))[KK_PARSER_ENV] == "lenient"
+    )
     monkeypatch.setenv("NCCL_DEBUG", "INFO")  # OpenRLHF's own env_vars keep the user's values
     assert ray_env_vars(build_run_config("kk-qwen2.5-7b-grpo"))["NCCL_DEBUG"] == "INFO"
     assert main(["--recipe", "kk-qwen2.5-7b-adora", "--print-args"]) == 0
@@ -311,7 +408,9 @@ def fake_gpu_stack(monkeypatch):
         (actor / "latest").write_text("global_step1")
         (actor / "global_step1" / flags_module.CHECKPOINT_CONFIG).write_text(getattr(args, flags_module.ARGS_ATTR))
         marker = {"launch_id": getattr(args, flags_module.LAUNCH_ID_ATTR)}
-        (Path(json.loads(getattr(args, flags_module.ARGS_ATTR))["output_dir"]) / flags_module.MARKER_FILE).write_text(json.dumps(marker))
+        (Path(json.loads(getattr(args, flags_module.ARGS_ATTR))["output_dir"]) / flags_module.MARKER_FILE).write_text(
+            json.dumps(marker)
+        )
 
     monkeypatch.setattr(launcher, "run_openrlhf_train", fake_train)
     return launcher, calls
@@ -326,19 +425,34 @@ def test_cluster_launch_keeps_a_previous_run_unless_resumed_or_overwritten(fake_
 
     (out / "notes.txt").write_text("mine")
     assert launcher.launch(cfg, []) == 2 and calls == [False]  # refused: nothing touched
-    assert "holds a previous run (checkpoints, run_config.json, openrlhf_command.txt, adora_trainer.json)" in capsys.readouterr().err
+    assert (
+        "holds a previous run (checkpoints, run_config.json, openrlhf_command.txt, adora_trainer.json)"
+        in capsys.readouterr().err
+    )
     assert (out / "checkpoints" / "_actor").is_dir()
 
-    assert launcher.launch(cfg, [], resume=True) == 0 and calls == [False, True]  # --resume: OpenRLHF loads the checkpoint
+    assert launcher.launch(cfg, [], resume=True) == 0 and calls == [
+        False,
+        True,
+    ]  # --resume: OpenRLHF loads the checkpoint
     changed = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(out), "train.lr": 1e-5, "steps": 500})
     assert launcher.launch(changed, [], resume=True) == 2 and calls == [False, True]  # steps may change, lr may not
     err = capsys.readouterr().err
-    assert "differs from the checkpoint's (global_step1) in train.lr: 3e-07 -> 1e-05" in err and "steps" not in err.split("only")[0]
-    assert launcher.launch(cfg, [], resume=True, overwrite=True) == 2 and "cannot be combined" in capsys.readouterr().err
+    assert (
+        "differs from the checkpoint's (global_step1) in train.lr: 3e-07 -> 1e-05" in err
+        and "steps" not in err.split("only")[0]
+    )
+    assert (
+        launcher.launch(cfg, [], resume=True, overwrite=True) == 2 and "cannot be combined" in capsys.readouterr().err
+    )
     assert launcher.launch(cfg, [], overwrite=True) == 0 and calls == [False, True, False]
-    assert (out / "checkpoints" / "_actor" / "global_step1").is_dir() and (out / "notes.txt").read_text() == "mine"  # only the run's artefacts go
+    assert (out / "checkpoints" / "_actor" / "global_step1").is_dir() and (
+        out / "notes.txt"
+    ).read_text() == "mine"  # only the run's artefacts go
 
-    (out / "checkpoints" / "_actor" / "global_step1" / "adora_run_config.json").unlink()  # a checkpoint of OpenRLHF's own entry
+    (
+        out / "checkpoints" / "_actor" / "global_step1" / "adora_run_config.json"
+    ).unlink()  # a checkpoint of OpenRLHF's own entry
     assert launcher.launch(cfg, [], resume=True) == 2 and "cannot be compared" in capsys.readouterr().err
     fresh = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(tmp_path / "new")})
     assert launcher.launch(fresh, [], resume=True) == 2 and "no checkpoint under" in capsys.readouterr().err
@@ -351,8 +465,14 @@ def test_a_final_model_alone_counts_as_a_previous_run(fake_gpu_stack, tmp_path, 
     (out / "final_model").mkdir(parents=True)
     (out / "final_model" / "model.safetensors").write_text("weights")
     cfg = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(out)})
-    assert launcher.launch(cfg, []) == 2 and "holds a previous run (final_model)" in capsys.readouterr().err and calls == []
-    assert launcher.launch(cfg, [], overwrite=True) == 0 and not (out / "final_model").exists()  # the old model does not stay beside the new run
+    assert (
+        launcher.launch(cfg, []) == 2
+        and "holds a previous run (final_model)" in capsys.readouterr().err
+        and calls == []
+    )
+    assert (
+        launcher.launch(cfg, [], overwrite=True) == 0 and not (out / "final_model").exists()
+    )  # the old model does not stay beside the new run
 
 
 def test_a_run_without_our_trainer_fails(fake_gpu_stack, tmp_path, capsys, monkeypatch):
@@ -397,9 +517,27 @@ def test_cluster_recipes_carry_their_lr_schedule(capsys, name, schedule):
 
 
 def test_passed_through_lr_schedule_is_read_back(capsys):
-    report = dry_run(capsys, "--recipe", "kk-qwen2.5-7b-adora", "--actor.lr_scheduler", "cosine", "--actor.lr_warmup_ratio", "0.05")
-    assert report["run_config"]["train"]["lr_scheduler"] == "cosine" and report["run_config"]["train"]["lr_warmup_ratio"] == 0.05
-    assert main(["--backend", "openrlhf", "--recipe", "kk-qwen2.5-7b-adora", "--actor.lr_scheduler", "polynomial", "--print-args"]) == 2
+    report = dry_run(
+        capsys, "--recipe", "kk-qwen2.5-7b-adora", "--actor.lr_scheduler", "cosine", "--actor.lr_warmup_ratio", "0.05"
+    )
+    assert (
+        report["run_config"]["train"]["lr_scheduler"] == "cosine"
+        and report["run_config"]["train"]["lr_warmup_ratio"] == 0.05
+    )
+    assert (
+        main(
+            [
+                "--backend",
+                "openrlhf",
+                "--recipe",
+                "kk-qwen2.5-7b-adora",
+                "--actor.lr_scheduler",
+                "polynomial",
+                "--print-args",
+            ]
+        )
+        == 2
+    )
     assert "train.lr_scheduler" in capsys.readouterr().err
 
 
@@ -456,7 +594,9 @@ def test_cpu_runs_refuse_gpu_only_options(monkeypatch):
         with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
             check_cpu_args(args)
     # colocated: actor and engines share their logical GPUs; a KL reference adds its own
-    _, args, _ = prepare(build_run_config("kk-testbed-openrlhf", {"train.kl_coef": 0.01}), [], base_flags=CPU_DEFAULT_FLAGS)
+    _, args, _ = prepare(
+        build_run_config("kk-testbed-openrlhf", {"train.kl_coef": 0.01}), [], base_flags=CPU_DEFAULT_FLAGS
+    )
     assert logical_gpus(args) == 3
 
 
@@ -471,7 +611,10 @@ def test_an_actor_failure_is_summarised_in_one_line():
             self.function_name, self.cause = function_name, cause
 
     inner = RuntimeError("\x1b[31mEngineCore encountered an issue.\x1b[0m\nSee stack trace (above) for the root cause.")
-    assert run_failure(TaskError("AdoraPPOTrainer.fit", inner)) == "AdoraPPOTrainer.fit: RuntimeError: EngineCore encountered an issue."
+    assert (
+        run_failure(TaskError("AdoraPPOTrainer.fit", inner))
+        == "AdoraPPOTrainer.fit: RuntimeError: EngineCore encountered an issue."
+    )
     assert run_failure(ValueError("")) == "ValueError"
 
 
@@ -489,5 +632,8 @@ def test_a_submitted_job_asks_the_cluster_whether_its_gpus_are_real(monkeypatch)
         monkeypatch.setattr(cpu_launch, "cluster_sees_cuda", lambda timeout_s=180.0, answer=sees_cuda: answer)
         assert launcher.runs_on_cpu() is on_cpu
     monkeypatch.setattr(cpu_launch, "cluster_sees_cuda", lambda timeout_s=180.0: None)
-    with pytest.raises(ConfigError, match=r"^RAY_ADDRESS: the Ray cluster at 127.0.0.1:6379 offers no GPU .*ray start --head --num-gpus 2"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^RAY_ADDRESS: the Ray cluster at 127.0.0.1:6379 offers no GPU .*ray start --head --num-gpus 2",
+    ):
         launcher.runs_on_cpu()

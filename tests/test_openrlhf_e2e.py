@@ -50,7 +50,12 @@ def write_rows(path: Path, golds: list[str]) -> Path:
     from data_prep.common import write_jsonl
 
     rows = [
-        {"prompt": [{"role": "user", "content": PROMPT.format(tag=f"[p{i}]")}], "label": gold, "source": "dapo_math", "meta": {"reward_style": "dapo"}}
+        {
+            "prompt": [{"role": "user", "content": PROMPT.format(tag=f"[p{i}]")}],
+            "label": gold,
+            "source": "dapo_math",
+            "meta": {"reward_style": "dapo"},
+        }
         for i, gold in enumerate(golds)
     ]
     write_jsonl(rows, path)
@@ -115,7 +120,9 @@ def answer_logprob(model_dir: Path, gold: str = "7") -> float:
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    text = tokenizer.apply_chat_template([{"role": "user", "content": PROMPT.format(tag="[p0]")}], tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPT.format(tag="[p0]")}], tokenize=False, add_generation_prompt=True
+    )
     ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
     with torch.no_grad():
         logits = model(ids).logits[0, -1]
@@ -142,8 +149,14 @@ def test_two_steps_train_sync_and_checkpoint(setup, first_run):
     assert sorted(train) == [1, 2] and sorted(evals) == [0, 1, 2]
     for step in (1, 2):
         record = train[step]
-        assert {"adora/tas_fraction", "adora/weight", "sampling/rounds_used", "sampling/responses_generated"} <= set(record)
-        assert record["sampling/responses_generated"] >= 16 and record["actor_grad_norm"] > GRAD_NORM_FLOOR and math.isfinite(record["policy_loss"])
+        assert {"adora/tas_fraction", "adora/weight", "sampling/rounds_used", "sampling/responses_generated"} <= set(
+            record
+        )
+        assert (
+            record["sampling/responses_generated"] >= 16
+            and record["actor_grad_norm"] > GRAD_NORM_FLOOR
+            and math.isfinite(record["policy_loss"])
+        )
         # the engine generated with the trainer's weights of that step (bf16 rounding only)
         assert record["adora/engine_logprob_gap"] < 0.03, record["adora/engine_logprob_gap"]
     assert all("eval_default_pass1" in evals[step] for step in (0, 1, 2))
@@ -161,18 +174,25 @@ def test_two_steps_train_sync_and_checkpoint(setup, first_run):
 
     # DeepSpeed checkpoints with the sampler state and the run's config; the trainer's marker names our classes
     actor = ckpts / "_actor"
-    assert (actor / "latest").read_text().strip() in ("global_step2", "best_global_step2")  # a better evaluation saves a best copy last
+    assert (actor / "latest").read_text().strip() in (
+        "global_step2",
+        "best_global_step2",
+    )  # a better evaluation saves a best copy last
     for step in (1, 2):
         assert sampler_state(actor / f"global_step{step}")["sampling_step"] == step
         saved = json.loads((actor / f"global_step{step}" / "adora_run_config.json").read_text())
         assert saved["sampling"]["enabled"] and saved["adora"]["enabled"] and saved["train"]["lr"] == 0.005
     marker = json.loads((out / "adora_trainer.json").read_text())
-    assert marker["samples_generator"].endswith("AdoraSamplesGenerator") and marker["experience_maker"].endswith("AdoraExperienceMaker")
+    assert marker["samples_generator"].endswith("AdoraSamplesGenerator") and marker["experience_maker"].endswith(
+        "AdoraExperienceMaker"
+    )
 
 
 def test_resume_refuses_a_changed_config_and_a_plain_relaunch(setup, first_run):
     changed = run(command(setup, first_run, "--resume", "--train.lr", "0.01"))
-    assert changed.returncode == 2 and "differs from the checkpoint's" in changed.stderr and "train.lr" in changed.stderr
+    assert (
+        changed.returncode == 2 and "differs from the checkpoint's" in changed.stderr and "train.lr" in changed.stderr
+    )
     again = run(command(setup, first_run))
     assert again.returncode == 2 and "holds a previous run" in again.stderr
 
@@ -199,7 +219,10 @@ def test_overwrite_replaces_the_run_with_zero3_in_fp32(setup, first_run):
     train, evals = records(first_run)
     assert sorted(train) == [1] and sorted(evals) == [0, 1]
     assert train[1]["actor_grad_norm"] > 0 and train[1]["adora/engine_logprob_gap"] < 1e-3  # bf16 runs: about 0.01
-    assert {p.name for p in (first_run / "checkpoints" / "_actor").iterdir() if p.is_dir()} <= {"best_global_step1", "global_step1"}
+    assert {p.name for p in (first_run / "checkpoints" / "_actor").iterdir() if p.is_dir()} <= {
+        "best_global_step1",
+        "global_step1",
+    }
     assert (first_run / "checkpoints" / "_actor" / "global_step1" / "adora_run_config.json").exists()
     assert json.loads((first_run / "run_config.json").read_text())["steps"] == 1
 
@@ -238,6 +261,12 @@ def test_the_cpu_strategy_uses_torch_adamw():
 
     optim = {"type": "AdamW", "params": {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}}
     strategy = adora_get_strategy(parse_openrlhf_args(["--reward.remote_url", "r.py"]))
-    assert strategy.get_ds_train_config(dict(optim, params=dict(optim["params"])))["optimizer"]["params"]["torch_adam"] is True
+    assert (
+        strategy.get_ds_train_config(dict(optim, params=dict(optim["params"])))["optimizer"]["params"]["torch_adam"]
+        is True
+    )
     offload = adora_get_strategy(parse_openrlhf_args(["--reward.remote_url", "r.py", "--ds.adam_offload"]))
-    assert "torch_adam" not in offload.get_ds_train_config(dict(optim, params=dict(optim["params"])))["optimizer"]["params"]
+    assert (
+        "torch_adam"
+        not in offload.get_ds_train_config(dict(optim, params=dict(optim["params"])))["optimizer"]["params"]
+    )

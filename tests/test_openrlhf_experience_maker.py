@@ -71,13 +71,24 @@ def responses_for(groups):
     out = []
     for g, group in enumerate(groups):
         for length, reward, score, truncated in group:
-            out.append(response_dict(prompt_len=3 + g, response_len=length, reward=reward, score=score, truncated=truncated, prompt=f"prompt {g}"))
+            out.append(
+                response_dict(
+                    prompt_len=3 + g,
+                    response_len=length,
+                    reward=reward,
+                    score=score,
+                    truncated=truncated,
+                    prompt=f"prompt {g}",
+                )
+            )
     return out
 
 
 def test_hand_computed_group_norm_with_adora_length_rule():
     args = openrlhf_args(n=4, micro_batch=3)
-    cfg = run_config(**{"adora.enabled": True, "adora.rule": "length", "adora.mode": "attenuate", "adora.lambda_att": 0.1})
+    cfg = run_config(
+        **{"adora.enabled": True, "adora.rule": "length", "adora.mode": "attenuate", "adora.lambda_att": 0.1}
+    )
     maker = openrlhf_maker(args, ours.AdoraExperienceMaker, run_config=cfg)
     batches = ready_for_advantages(maker, rollout_experiences(args, responses_for(GROUPS)))
     maker.compute_advantages_and_returns(batches)
@@ -145,7 +156,9 @@ def both_paths(args, responses, cfg, seed=0):
 def test_equals_openrlhf_exactly_with_adora_off(estimator):
     args = openrlhf_args(n=4, estimator=estimator, micro_batch=3)
     cfg = run_config(**{"advantage.estimator": estimator})
-    responses = responses_for(GROUPS) + responses_for([[(5, 0.5, 0.0, False), (7, 2.0, 1.0, False), (2, -1.0, 0.0, True), (9, 0.25, 0.0, False)]])
+    responses = responses_for(GROUPS) + responses_for(
+        [[(5, 0.5, 0.0, False), (7, 2.0, 1.0, False), (2, -1.0, 0.0, True), (9, 0.25, 0.0, False)]]
+    )
     theirs, mine = both_paths(args, responses, cfg)
     for a, b in zip(theirs, mine, strict=True):
         assert torch.equal(a.advantages, b.advantages)
@@ -155,12 +168,7 @@ def test_equals_openrlhf_exactly_with_adora_off(estimator):
 
 
 @settings(max_examples=20, deadline=None)
-@given(
-    n=st.integers(2, 5),
-    groups=st.integers(1, 4),
-    micro=st.integers(1, 6),
-    data=st.data(),
-)
+@given(n=st.integers(2, 5), groups=st.integers(1, 4), micro=st.integers(1, 6), data=st.data())
 def test_group_norm_equals_openrlhf_for_any_rollout(n, groups, micro, data):
     """Property: ADORA off, any rewards (including uniform groups), any micro-batching -> identical tensors."""
     values = st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, -1.0, 3.0])
@@ -192,7 +200,9 @@ def test_dynamic_batching_order_is_respected():
     cfg = run_config(**{"adora.enabled": True})
     maker = openrlhf_maker(args, ours.AdoraExperienceMaker, run_config=cfg)
     batches = ready_for_advantages(maker, rollout_experiences(args, responses_for(GROUPS)))
-    assert len(batches) > 1 and any(b.index != sorted(b.index) or b.index[-1] - b.index[0] >= len(b.index) for b in batches)
+    assert len(batches) > 1 and any(
+        b.index != sorted(b.index) or b.index[-1] - b.index[0] >= len(b.index) for b in batches
+    )
     maker.compute_advantages_and_returns(batches)
     a0 = [1.5, -0.5, -0.5, -0.5]
     s1 = math.sqrt(1 / 3)
@@ -218,7 +228,11 @@ def test_rollout_that_does_not_form_groups_is_rejected():
 
 
 @settings(max_examples=15, deadline=None)
-@given(micro=st.integers(1, 12), rule=st.sampled_from(["length", "difficulty"]), mode=st.sampled_from(["attenuate", "amplify"]))
+@given(
+    micro=st.integers(1, 12),
+    rule=st.sampled_from(["length", "difficulty"]),
+    mode=st.sampled_from(["attenuate", "amplify"]),
+)
 def test_adora_advantages_do_not_depend_on_micro_batching(micro, rule, mode):
     """Property: the per-sample advantages are a function of the rollout, not of how it is split."""
     cfg = run_config(**{"adora.enabled": True, "adora.rule": rule, "adora.mode": mode})
@@ -233,8 +247,13 @@ def test_adora_advantages_do_not_depend_on_micro_batching(micro, rule, mode):
     reference = scalars(1)
     assert scalars(micro) == reference
     plain = scalar_by_sample(both_paths(openrlhf_args(n=4, micro_batch=micro), responses_for(GROUPS), run_config())[0])
-    assert all(abs(a) <= abs(p) * (cfg.adora.lambda_amp if mode == "amplify" else 1) + 1e-9 for a, p in zip(reference, plain, strict=True))
-    assert all((a > 0) == (p > 0) and (a < 0) == (p < 0) for a, p in zip(reference, plain, strict=True))  # weights never flip signs
+    assert all(
+        abs(a) <= abs(p) * (cfg.adora.lambda_amp if mode == "amplify" else 1) + 1e-9
+        for a, p in zip(reference, plain, strict=True)
+    )
+    assert all(
+        (a > 0) == (p > 0) and (a < 0) == (p < 0) for a, p in zip(reference, plain, strict=True)
+    )  # weights never flip signs
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -246,9 +265,13 @@ def test_adora_reads_the_configured_threshold_on_the_raw_reward():
     """K&K-scale rewards from a source without scores (OpenRLHF copies rewards into scores): 3.0 is correct, the
     well-formed wrong answers score 0.8 <= correct_threshold 1.0. max correct length 10 > mean wrong length 6 -> TAS."""
     group = [(10, 3.0, None, False), (4, 0.8, None, False), (6, 0.8, None, False), (8, 0.8, None, False)]
-    responses = [response_dict(prompt_len=3, response_len=n, reward=r, score=s, truncated=t, prompt="q") for n, r, s, t in group]
+    responses = [
+        response_dict(prompt_len=3, response_len=n, reward=r, score=s, truncated=t, prompt="q") for n, r, s, t in group
+    ]
     args = openrlhf_args(n=4, estimator="dr_grpo", micro_batch=4)
-    cfg = build_run_config("kk-tiny", {"adora.enabled": True, "adora.correct_threshold": 1.0, "advantage.estimator": "dr_grpo"})
+    cfg = build_run_config(
+        "kk-tiny", {"adora.enabled": True, "adora.correct_threshold": 1.0, "advantage.estimator": "dr_grpo"}
+    )
     maker = openrlhf_maker(args, ours.AdoraExperienceMaker, run_config=cfg)
     batches = maker.compute_advantages_and_returns(ready_for_advantages(maker, rollout_experiences(args, responses)))
     assert float(batches[0].info["adora/tas_fraction"][0]) == 1.0
@@ -256,9 +279,14 @@ def test_adora_reads_the_configured_threshold_on_the_raw_reward():
 
 
 def test_length_penalties_applied_by_the_generator_are_not_applied_again():
-    args = openrlhf_args("--rollout.max_new_tokens", "10", "--reward.overlong_buffer_len", "5", n=2, estimator="dr_grpo", micro_batch=2)
+    args = openrlhf_args(
+        "--rollout.max_new_tokens", "10", "--reward.overlong_buffer_len", "5", n=2, estimator="dr_grpo", micro_batch=2
+    )
     cfg = run_config(**{"advantage.estimator": "dr_grpo"})
-    responses = [response_dict(prompt_len=3, response_len=9, reward=1.0, prompt="q"), response_dict(prompt_len=3, response_len=4, reward=0.0, prompt="q")]
+    responses = [
+        response_dict(prompt_len=3, response_len=9, reward=1.0, prompt="q"),
+        response_dict(prompt_len=3, response_len=4, reward=0.0, prompt="q"),
+    ]
 
     fresh = openrlhf_maker(args, ours.AdoraExperienceMaker, run_config=cfg)  # no mark: penalised here, 9 tokens -> -4/5
     batches = fresh.compute_advantages_and_returns(ready_for_advantages(fresh, rollout_experiences(args, responses)))
@@ -277,6 +305,8 @@ def test_gamma_override_is_warned(caplog):
     args = openrlhf_args("--algo.advantage.gamma", "0.9", n=4, micro_batch=4)
     maker = openrlhf_maker(args, ours.AdoraExperienceMaker, run_config=run_config())
     with caplog.at_level("WARNING", logger=ours.__name__):
-        maker.compute_advantages_and_returns(ready_for_advantages(maker, rollout_experiences(args, responses_for(GROUPS[:1]))))
+        maker.compute_advantages_and_returns(
+            ready_for_advantages(maker, rollout_experiences(args, responses_for(GROUPS[:1])))
+        )
     assert args.algo.advantage.gamma == 1.0
     assert "algo.advantage.gamma=0.9 is set to 1.0" in caplog.text

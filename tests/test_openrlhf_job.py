@@ -66,26 +66,46 @@ def test_a_recipe_submitted_as_a_ray_job_runs_to_the_end(cluster, tmp_path):
     from data_prep.common import write_jsonl  # writes the reward_label column the reward hook dispatches on
 
     for name, count in (("train.jsonl", 16), ("test.jsonl", 4)):
-        rows = [{"prompt": [{"role": "user", "content": PROMPT.format(tag=f"[p{i}]")}], "label": "7", "source": "job_plugin"} for i in range(count)]
+        rows = [
+            {
+                "prompt": [{"role": "user", "content": PROMPT.format(tag=f"[p{i}]")}],
+                "label": "7",
+                "source": "job_plugin",
+            }
+            for i in range(count)
+        ]
         write_jsonl(rows, data / name)
     plugins = tmp_path / "adora_job_plugins"  # a user's own plugin folder, shipped to every node as Ray py_modules
     plugins.mkdir()
     shutil.copy(FIXTURES / "job_plugin.py", plugins / "job_plugin.py")
     out = tmp_path / "run"
     model = save_answer_model(tmp_path / "model")
-    env = {**os.environ, "RAY_ADDRESS": cluster, "MODEL": str(model), "DATA_DIR": str(tmp_path / "data"), "OUTPUT_DIR": str(out), "PY_MODULES": str(plugins)}
+    env = {
+        **os.environ,
+        "RAY_ADDRESS": cluster,
+        "MODEL": str(model),
+        "DATA_DIR": str(tmp_path / "data"),
+        "OUTPUT_DIR": str(out),
+        "PY_MODULES": str(plugins),
+    }
     env["PYTHON"] = sys.executable
     flags = ["--steps", "2", "--prompts_per_step", "4", "--sampling.n_keep", "4", "--rollout.max_new_tokens", "4", "--data.max_prompt_tokens", "64",
              "--train.micro_batch_size", "4", "--eval_samples", "0", "--save_every", "1", "--eval_every", "1",
              "--plugins", "adora_job_plugins.job_plugin"]  # fmt: skip
     script = str(REPO / "recipes" / "kk_testbed_openrlhf.sh")
-    submitted = subprocess.run(["bash", script, *flags], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    submitted = subprocess.run(
+        ["bash", script, *flags], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200
+    )
     log = submitted.stdout + submitted.stderr
     assert submitted.returncode == 0, log[-6000:]
     job = re.search(r"Job '(raysubmit_\w+)' succeeded", log)
     assert job, log[-3000:]
-    status = subprocess.run([RAY, "job", "status", "--address", cluster, job.group(1)], capture_output=True, text=True, timeout=120)
-    assert "succeeded" in (status.stdout + status.stderr).lower(), status.stdout + status.stderr  # ray job status: "Job '...' succeeded"
+    status = subprocess.run(
+        [RAY, "job", "status", "--address", cluster, job.group(1)], capture_output=True, text=True, timeout=120
+    )
+    assert "succeeded" in (status.stdout + status.stderr).lower(), (
+        status.stdout + status.stderr
+    )  # ray job status: "Job '...' succeeded"
 
     # the launcher set the CPU run's flags itself (a probe found the cluster's GPUs logical)
     command = (out / "openrlhf_command.txt").read_text()
@@ -95,7 +115,13 @@ def test_a_recipe_submitted_as_a_ray_job_runs_to_the_end(cluster, tmp_path):
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if not r.get("eval")]
     assert [r["step"] for r in train] == [1, 2]
-    assert all(r["rollout/reward_mean"] == pytest.approx(PLUGIN_REWARD) for r in train)  # the plugin's reward, in the reward worker
+    assert all(
+        r["rollout/reward_mean"] == pytest.approx(PLUGIN_REWARD) for r in train
+    )  # the plugin's reward, in the reward worker
     actor = out / "checkpoints" / "_actor"
-    assert (actor / "global_step2" / "adora_sampler_state.json").is_file() and (actor / "global_step2" / "adora_run_config.json").is_file()
-    assert (out / "final_model" / "config.json").is_file() and json.loads((out / "adora_trainer.json").read_text())["trainer"].endswith("AdoraPPOTrainer")
+    assert (actor / "global_step2" / "adora_sampler_state.json").is_file() and (
+        actor / "global_step2" / "adora_run_config.json"
+    ).is_file()
+    assert (out / "final_model" / "config.json").is_file() and json.loads((out / "adora_trainer.json").read_text())[
+        "trainer"
+    ].endswith("AdoraPPOTrainer")

@@ -17,7 +17,10 @@ from adora_openrlhf.recipes import build_run_config
 
 def test_param_dtypes_map_to_torch_dtypes():
     assert precision.convert_param_dtype("fp32") is torch.float32
-    assert precision.convert_param_dtype("bf16") is torch.bfloat16 and precision.convert_param_dtype("fp16") is torch.float16
+    assert (
+        precision.convert_param_dtype("bf16") is torch.bfloat16
+        and precision.convert_param_dtype("fp16") is torch.float16
+    )
 
 
 def test_install_answers_openrlhfs_converter_and_keeps_its_values():
@@ -27,14 +30,18 @@ def test_install_answers_openrlhfs_converter_and_keeps_its_values():
     precision.install()  # a second import of the actor module changes nothing
     assert utils.convert_to_torch_dtype is precision.convert_param_dtype
     assert utils._openrlhf_convert_to_torch_dtype is not precision.convert_param_dtype
-    assert utils.convert_to_torch_dtype("fp32") is torch.float32 and utils.convert_to_torch_dtype("bf16") is torch.bfloat16
+    assert (
+        utils.convert_to_torch_dtype("fp32") is torch.float32 and utils.convert_to_torch_dtype("bf16") is torch.bfloat16
+    )
 
 
 def test_the_parser_accepts_fp32_and_still_refuses_other_values(capsys):
     args = parse_openrlhf_args(["--reward.remote_url", "r.py", "--ds.param_dtype", "fp32"])
     assert args.ds.param_dtype == "fp32"
     assert parse_openrlhf_args(["--reward.remote_url", "r.py"]).ds.param_dtype == "bf16"  # OpenRLHF's default kept
-    with pytest.raises(ConfigError, match=r"argument --ds.param_dtype: invalid choice: 'fp8' \(choose from 'bf16', 'fp16', 'fp32'\)"):
+    with pytest.raises(
+        ConfigError, match=r"argument --ds.param_dtype: invalid choice: 'fp8' \(choose from 'bf16', 'fp16', 'fp32'\)"
+    ):
         parse_openrlhf_args(["--reward.remote_url", "r.py", "--ds.param_dtype", "fp8"])
 
 
@@ -52,12 +59,17 @@ def test_deepspeed_config_for_fp32_turns_half_precision_off():
     from adora_openrlhf.backends.openrlhf.compat.audit import module_path
 
     # the file itself: the package's __init__ imports flash-attn, absent from this venv
-    spec = importlib.util.spec_from_file_location("deepspeed_utils", module_path("openrlhf.utils.deepspeed.deepspeed_utils"))
+    spec = importlib.util.spec_from_file_location(
+        "deepspeed_utils", module_path("openrlhf.utils.deepspeed.deepspeed_utils")
+    )
     deepspeed_utils = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(deepspeed_utils)
     get_train_ds_config, get_eval_ds_config = deepspeed_utils.get_train_ds_config, deepspeed_utils.get_eval_ds_config
 
-    for config in (get_train_ds_config(offload=False, param_dtype="fp32"), get_eval_ds_config(offload=False, param_dtype="fp32")):
+    for config in (
+        get_train_ds_config(offload=False, param_dtype="fp32"),
+        get_eval_ds_config(offload=False, param_dtype="fp32"),
+    ):
         assert config["bf16"]["enabled"] is False and config["fp16"]["enabled"] is False
     assert get_train_ds_config(offload=False, param_dtype="bf16")["bf16"]["enabled"] is True
 

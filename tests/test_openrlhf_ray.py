@@ -27,7 +27,14 @@ FIXTURES = Path(__file__).parent / "fixtures" / "openrlhf"
 sys.path.insert(0, str(FIXTURES))
 
 from gpu_stubs import import_openrlhf  # noqa: E402
-from orl_testkit import openrlhf_args, openrlhf_maker, plain_generator, ready_for_advantages, response_dict, tiny_tokenizer  # noqa: E402
+from orl_testkit import (  # noqa: E402
+    openrlhf_args,
+    openrlhf_maker,
+    plain_generator,
+    ready_for_advantages,
+    response_dict,
+    tiny_tokenizer,
+)
 
 ray = pytest.importorskip("ray")
 (gen_mod, maker_mod, flags_mod) = import_openrlhf(
@@ -37,8 +44,14 @@ ray = pytest.importorskip("ray")
 )
 from adora_openrlhf.recipes import build_run_config  # noqa: E402
 
-KK_LABEL = json.dumps({"source": "kk", "label": "(1) Zoey is a knight\n(2) Oliver is a knave", "meta": {"names": ["Zoey", "Oliver"]}})
-PROMPTS = ["Puzzle [mixed]: Zoey says Oliver lies.", "Puzzle [hard]: Zoey says Oliver lies.", "Puzzle [solved]: Zoey says Oliver lies."]
+KK_LABEL = json.dumps(
+    {"source": "kk", "label": "(1) Zoey is a knight\n(2) Oliver is a knave", "meta": {"names": ["Zoey", "Oliver"]}}
+)
+PROMPTS = [
+    "Puzzle [mixed]: Zoey says Oliver lies.",
+    "Puzzle [hard]: Zoey says Oliver lies.",
+    "Puzzle [solved]: Zoey says Oliver lies.",
+]
 GENERATE_KWARGS = {"do_sample": True, "max_len": 256, "max_new_tokens": 128, "temperature": 1.0, "top_p": 1.0}
 
 
@@ -64,7 +77,11 @@ def ray_cluster():
 def make_engine(reward_file=None):
     from fake_engine import ScriptedRolloutEngine
 
-    return ray.remote(ScriptedRolloutEngine).options(num_cpus=0).remote(reward_file or flags_mod.reward_file_path(), tiny_tokenizer())
+    return (
+        ray.remote(ScriptedRolloutEngine)
+        .options(num_cpus=0)
+        .remote(reward_file or flags_mod.reward_file_path(), tiny_tokenizer())
+    )
 
 
 def prompt_batches(prompts):
@@ -109,7 +126,11 @@ def test_adaptive_rounds_escalation_and_balanced_down_sampling(ray_cluster):
     # rounds: only still-active prompts are asked again, with the escalated parameters
     requests = ray.get(engine.logged_requests.remote())
     by_round = [[r for r in requests if r["params"]["temperature"] == t] for t in (1.0, 1.3, 1.5)]
-    assert [sorted(r["prompt"] for r in rnd) for rnd in by_round] == [sorted(PROMPTS), sorted(PROMPTS[1:]), [PROMPTS[2]]]
+    assert [sorted(r["prompt"] for r in rnd) for rnd in by_round] == [
+        sorted(PROMPTS),
+        sorted(PROMPTS[1:]),
+        [PROMPTS[2]],
+    ]
     assert all(r["num_samples"] == 4 and r["label"] == KK_LABEL and r["max_length"] == 256 for r in requests)
     assert {r["params"]["min_p"] for r in by_round[1]} == {0.05}
     assert by_round[2][0]["params"]["repetition_penalty"] == 1.1 and by_round[2][0]["params"]["min_p"] == 0.0
@@ -131,7 +152,9 @@ def test_adaptive_rounds_escalation_and_balanced_down_sampling(ray_cluster):
     assert float(info["sampling/rounds_used"]) == 3
     assert float(info["sampling/retired_round_0"]) == 1 and float(info["sampling/retired_round_1"]) == 1
     assert float(info["sampling/unfinished_prompts"]) == 1
-    assert [float(e.info["sampling/response_round"]) for e in experiences[4:8]].count(1.0) >= 2  # hard: positives from round 1
+    assert [float(e.info["sampling/response_round"]) for e in experiences[4:8]].count(
+        1.0
+    ) >= 2  # hard: positives from round 1
     assert gen.sampling_step == 1
 
     # the experience maker takes the baseline from the pool: dr_grpo A = r - pool mean
@@ -171,7 +194,9 @@ def test_evaluation_uses_openrlhf_generation(ray_cluster):
     assert gen.sampling_step == 0 and not gen._evaluating
     # pass@k = accuracy: rewards are the 0/1 scores, the K&K reward (-3..3) stays in info
     raw = [e.info[gen_mod.RAW_REWARD].item() for e in samples]
-    assert [e.rewards.item() for e in samples] == [float(r > 1.0) for r in raw] and all(r in (-3.0, -1.0, -0.5, 3.0) for r in raw)
+    assert [e.rewards.item() for e in samples] == [float(r > 1.0) for r in raw] and all(
+        r in (-3.0, -1.0, -0.5, 3.0) for r in raw
+    )
     from openrlhf.trainer.ppo_trainer import compute_eval_metrics
 
     logs = compute_eval_metrics(gen.eval_dataloader, samples, 2)
@@ -194,7 +219,9 @@ def test_overlong_penalty_is_inside_the_pool_baseline(ray_cluster):
         micro_batch=4,
     )
     cfg = sampler_config(**{"sampling.samples_per_round": 4})
-    experiences, _, _ = generator(args, [engine], cfg)._generate_vllm(prompt_batches(PROMPTS[:1]), 1, False, **GENERATE_KWARGS)
+    experiences, _, _ = generator(args, [engine], cfg)._generate_vllm(
+        prompt_batches(PROMPTS[:1]), 1, False, **GENERATE_KWARGS
+    )
     assert len(experiences) == 4 and float(experiences[0].info["adora/pool_count"]) == 4
     # responses of 52 (correct) and 53 (wrong) tokens exceed 128 - 100 = 28 by 24 and 25: penalty -24/100, -25/100
     raw = sorted(float(e.info["adora/raw_reward"]) for e in experiences)
@@ -204,7 +231,9 @@ def test_overlong_penalty_is_inside_the_pool_baseline(ray_cluster):
 
     maker = openrlhf_maker(args, maker_mod.AdoraExperienceMaker, run_config=cfg)
     batches = maker.compute_advantages_and_returns(ready_for_advantages(maker, experiences))
-    advantages = [float(b.advantages[row][b.action_mask[row].bool()][0]) for b in batches for row in range(len(b.index))]
+    advantages = [
+        float(b.advantages[row][b.action_mask[row].bool()][0]) for b in batches for row in range(len(b.index))
+    ]
     assert sum(advantages) == pytest.approx(0.0, abs=1e-6)  # not penalised twice, baseline centred
     assert sorted(advantages) == pytest.approx([-1.755, -1.755, 1.755, 1.755])
     assert sorted(float(r) for b in batches for r in b.info["reward"]) == pytest.approx([-0.75, -0.75, 2.76, 2.76])
@@ -224,7 +253,10 @@ def test_rollouts_without_reward_are_counted_and_fail_past_the_limit(ray_cluster
     assert [float(e.info["reward_missing"]) for e in experiences] == [1.0] * 4
 
     gen = generator(args, [engine], build_run_config("kk-tiny", {"max_missing_reward_fraction": 0.5}))
-    with pytest.raises(RuntimeError, match=r"rewards: 4 of 4 rollouts of this batch came back without a reward .* max_missing_reward_fraction=0.5"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"rewards: 4 of 4 rollouts of this batch came back without a reward .* max_missing_reward_fraction=0.5",
+    ):
         gen._generate_vllm(prompt_batches(PROMPTS[:1]), 1, False, **GENERATE_KWARGS)
 
 
@@ -233,19 +265,32 @@ def test_rewarded_and_unrewarded_samples_share_info_keys():
     gen = generator(args, [], build_run_config("kk-tiny", {}))
     scored = gen._process_response_into_experience(response_dict(3, 4, 1.0, extra_logs={"correct": 1.0}))
     missing = gen._process_response_into_experience(response_dict(3, 4, None))
-    assert float(missing.rewards) == 0.0 and float(missing.info["reward_missing"]) == 1.0 and float(scored.info["reward_missing"]) == 0.0
+    assert (
+        float(missing.rewards) == 0.0
+        and float(missing.info["reward_missing"]) == 1.0
+        and float(scored.info["reward_missing"]) == 0.0
+    )
     gen_mod.align_info_keys([scored, missing])
     assert set(scored.info) == set(missing.info) and float(missing.info["correct"]) == 0.0
 
 
-@pytest.mark.parametrize("source, label, meta, failure", [("kk", "(1) Alice is a knight", {}, -3.0), ("dapo_math", "42", {"reward_style": "dapo"}, -1.0)])
+@pytest.mark.parametrize(
+    "source, label, meta, failure",
+    [("kk", "(1) Alice is a knight", {}, -3.0), ("dapo_math", "42", {"reward_style": "dapo"}, -1.0)],
+)
 def test_unrewarded_samples_get_their_tasks_failure_reward(source, label, meta, failure):
     """A rollout whose reward call failed never scores above a wrong answer of its task."""
     from adora_openrlhf.rewards.openrlhf_reward import encode_reward_label
 
     gen = generator(openrlhf_args(n=2), [], build_run_config("kk-tiny", {}))
-    missing = gen._process_response_into_experience(response_dict(3, 4, None, label=encode_reward_label(source, label, meta)))
-    assert float(missing.rewards) == failure and float(missing.info["reward_missing"]) == 1.0 and float(missing.scores) == 0.0
+    missing = gen._process_response_into_experience(
+        response_dict(3, 4, None, label=encode_reward_label(source, label, meta))
+    )
+    assert (
+        float(missing.rewards) == failure
+        and float(missing.info["reward_missing"]) == 1.0
+        and float(missing.scores) == 0.0
+    )
 
 
 def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_cluster, tmp_path):
@@ -285,7 +330,9 @@ def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_clus
     first.actor_model_group = MemoryActorGroup()
     first.samples_generator.sampling_step = 7
     first.samples_generator.sampler.load_state_dict({"history": {"'q'": ("q", 3, 2.0, 2.0)}})
-    first.save_logs_and_checkpoints(7, {}, {"episode": 0, "global_step": 7, "total_consumed_prompts": 28, "data_loader_state_dict": {}})
+    first.save_logs_and_checkpoints(
+        7, {}, {"episode": 0, "global_step": 7, "total_consumed_prompts": 28, "data_loader_state_dict": {}}
+    )
 
     saved_file = tmp_path / "_actor" / "global_step7" / trainer_mod.SAMPLER_STATE_FILE
     assert json.loads(saved_file.read_text()) == first.samples_generator.state_dict()
@@ -295,13 +342,19 @@ def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_clus
     states = resumed.init_checkpoint_states()
     assert states["global_step"] == 7 and resumed.samples_generator.sampling_step == 7
     assert resumed.samples_generator.state_dict() == first.samples_generator.state_dict()
-    assert resumed.last_step == 7 and resumed.metrics_log.path == tmp_path / "metrics.jsonl"  # metrics.jsonl reopened at the resumed step
+    assert (
+        resumed.last_step == 7 and resumed.metrics_log.path == tmp_path / "metrics.jsonl"
+    )  # metrics.jsonl reopened at the resumed step
 
     class Payload:
         def __reduce__(self):
             return (exec, (f"open({str(tmp_path / 'ran')!r}, 'w').write('ran')",))
 
-    for crafted in (pickle.dumps({"sampling_step": 7, "payload": Payload()}), b'{"sampling_step": "7", "sampler": {}}', b"[1, 2]"):
+    for crafted in (
+        pickle.dumps({"sampling_step": 7, "payload": Payload()}),
+        b'{"sampling_step": "7", "sampler": {}}',
+        b"[1, 2]",
+    ):
         saved_file.write_bytes(crafted)
         with pytest.raises(ValueError, match=f"^{saved_file}: "):
             trainer().saved_sampler_state(7)
@@ -330,7 +383,7 @@ def test_missing_reward_is_a_clear_error():
             "reward": None,
             "scores": None,
             "extra_logs": {},
-        },
+        }
     )
     assert args.reward.remote_url
     with pytest.raises(ValueError, match="without a reward; adaptive sampling needs the reward at rollout time"):
@@ -341,10 +394,23 @@ def test_vllm_params_carry_every_escalated_field():
     from adora_openrlhf.config import SamplingParams
 
     params = gen_mod.vllm_sampling_params(
-        SamplingParams(temperature=1.4, top_p=0.9, top_k=50, min_p=0.1, repetition_penalty=1.2), {"max_new_tokens": 64}, logprobs=True
+        SamplingParams(temperature=1.4, top_p=0.9, top_k=50, min_p=0.1, repetition_penalty=1.2),
+        {"max_new_tokens": 64},
+        logprobs=True,
     )
-    assert (params.temperature, params.top_p, params.top_k, params.min_p, params.repetition_penalty) == (1.4, 0.9, 50, 0.1, 1.2)
-    assert params.max_tokens == 64 and params.min_tokens == 1 and params.logprobs == 1 and params.skip_special_tokens is False
+    assert (params.temperature, params.top_p, params.top_k, params.min_p, params.repetition_penalty) == (
+        1.4,
+        0.9,
+        50,
+        0.1,
+        1.2,
+    )
+    assert (
+        params.max_tokens == 64
+        and params.min_tokens == 1
+        and params.logprobs == 1
+        and params.skip_special_tokens is False
+    )
 
 
 def test_trainer_actor_builds_our_classes_in_its_own_process(ray_cluster, tmp_path):
@@ -357,9 +423,14 @@ def test_trainer_actor_builds_our_classes_in_its_own_process(ray_cluster, tmp_pa
     tokenizer = tiny_tokenizer()
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
     tokenizer.save_pretrained(model_dir)
-    Qwen2Config(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1).save_pretrained(
-        model_dir
-    )
+    Qwen2Config(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    ).save_pretrained(model_dir)
     data = tmp_path / "train.jsonl"
     with data.open("w") as handle:
         for prompt in PROMPTS:
@@ -416,11 +487,20 @@ def test_trainer_actor_builds_our_classes_in_its_own_process(ray_cluster, tmp_pa
         "samples_generator": "adora_openrlhf.backends.openrlhf.samples_generator.AdoraSamplesGenerator",
         "experience_maker": "adora_openrlhf.backends.openrlhf.experience_maker.AdoraExperienceMaker",
     }
-    assert ray.get(actor.get_max_steps.remote()) == 3 * 4 // 12 * args.train.num_episodes  # OpenRLHF's prepare_datasets ran
+    assert (
+        ray.get(actor.get_max_steps.remote()) == 3 * 4 // 12 * args.train.num_episodes
+    )  # OpenRLHF's prepare_datasets ran
 
     def one_batch(trainer):  # runs inside the trainer actor's process
         samples, _, consumed, _ = trainer.samples_generator.generate_samples(**trainer.generate_kwargs)
-        return consumed, [(s.prompts[0].strip(), float(s.scores.reshape(-1)[0]), float(s.info["adora/pool_count"])) for s in samples], os.getpid()
+        return (
+            consumed,
+            [
+                (s.prompts[0].strip(), float(s.scores.reshape(-1)[0]), float(s.info["adora/pool_count"]))
+                for s in samples
+            ],
+            os.getpid(),
+        )
 
     consumed, samples, actor_pid = ray.get(actor.__ray_call__.remote(one_batch))
     assert actor_pid != os.getpid() and consumed == 3 and len(samples) == 12

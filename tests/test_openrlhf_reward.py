@@ -44,7 +44,12 @@ def _as_openrlhf_would(reward_func, queries, prompts, labels):
     openrlhf.trainer.ppo_utils.samples_generator._process_response_into_experience."""
 
     async def run():
-        return await asyncio.gather(*[asyncio.to_thread(reward_func, [q], [p], [label]) for q, p, label in zip(queries, prompts, labels, strict=True)])
+        return await asyncio.gather(
+            *[
+                asyncio.to_thread(reward_func, [q], [p], [label])
+                for q, p, label in zip(queries, prompts, labels, strict=True)
+            ]
+        )
 
     infos = []
     for result in asyncio.run(run()):
@@ -90,7 +95,12 @@ def test_mixed_sources_batch_shapes():
         hook.encode_reward_label("math500", "\\frac{1}{2}", {"reward_style": "math_verify"}),
         hook.encode_reward_label("mathvista", "6", {"question_type": "multi_choice", "choices": ["3", "6"]}),
     ]
-    responses = ["<think>t</think><answer>(1) Alice is a knight\n(2) Bob is a knave</answer>", "work\nAnswer: 41", "\\boxed{0.5}", "<think>t</think>\\boxed{B}"]
+    responses = [
+        "<think>t</think><answer>(1) Alice is a knight\n(2) Bob is a knave</answer>",
+        "work\nAnswer: 41",
+        "\\boxed{0.5}",
+        "<think>t</think>\\boxed{B}",
+    ]
     prompts = ["<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"] * 4
     result = hook.reward_func([p + r for p, r in zip(prompts, responses, strict=True)], prompts, labels)
     assert result["rewards"].dtype == torch.float32 and result["rewards"].shape == (4,)
@@ -166,11 +176,20 @@ def test_math_rows_from_worker_threads(tmp_path):
     from data_prep.math_eval import convert_math_row
 
     rows = _rows_through_jsonl(
-        tmp_path, [convert_math_row({"problem": "p", "answer": "\\frac{1}{2}"}, 1, "math500"), convert_math_row({"problem": "q", "answer": "3"}, 2, "amc23")]
+        tmp_path,
+        [
+            convert_math_row({"problem": "p", "answer": "\\frac{1}{2}"}, 1, "math500"),
+            convert_math_row({"problem": "q", "answer": "3"}, 2, "amc23"),
+        ],
     )
     prompts = [_chat(r["prompt"]) for r in rows]
     responses = ["<think>t</think> so \\boxed{0.5}<|im_end|>", "<think>t</think> so \\boxed{4}<|im_end|>"]
-    infos = _as_openrlhf_would(_load_like_openrlhf(), [p + r for p, r in zip(prompts, responses, strict=True)], prompts, [r["reward_label"] for r in rows])
+    infos = _as_openrlhf_would(
+        _load_like_openrlhf(),
+        [p + r for p, r in zip(prompts, responses, strict=True)],
+        prompts,
+        [r["reward_label"] for r in rows],
+    )
     assert [i["reward"].item() for i in infos] == [1.0, 0.0]
     assert [i["grader_timeout"].item() + i["grader_error"].item() for i in infos] == [0.0, 0.0]
 

@@ -34,7 +34,14 @@ actor_module, vlm_utils, prompts_dataset, orl_utils = import_openrlhf(
     "openrlhf.models.actor", "openrlhf.utils.vlm_utils", "openrlhf.datasets.prompts_dataset", "openrlhf.utils.utils"
 )
 
-TEXT = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+TEXT = TinyModelConfig(
+    vocab_size=300,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+)
 VISION = TinyVisionConfig(image_size=32, patch_size=8, depth=1, hidden_size=16, intermediate_size=32, num_heads=2)
 
 
@@ -43,7 +50,9 @@ def checkpoint(tmp_path_factory):
     """A saved tiny Qwen2.5-VL + processor and three geo_synth rows as OpenRLHF reads them (JSONL, PNG paths)."""
     root = tmp_path_factory.mktemp("orl_vlm")
     rows = geo_synth.generate_rows(3, 0)
-    tokenizer = train_bpe_tokenizer([r["prompt"] for r in rows] + [r["meta"]["solution_text"] for r in rows], TEXT.vocab_size)
+    tokenizer = train_bpe_tokenizer(
+        [r["prompt"] for r in rows] + [r["meta"]["solution_text"] for r in rows], TEXT.vocab_size
+    )
     processor = vlm.build_tiny_processor(tokenizer, VISION)
     vlm.build_tiny_vlm(TEXT, VISION, tokenizer, seed=0).save_pretrained(str(root / "model"))
     processor.save_pretrained(str(root / "model"))
@@ -56,7 +65,9 @@ def test_openrlhf_prompt_and_image_processing_match_the_local_path(checkpoint):
     assert orl_utils.is_vlm_model(str(path))  # OpenRLHF would load it with AutoModelForImageTextToText and a processor
     processor = vlm.load_processor(str(path))
     for row in rows:
-        prompt, label = prompts_dataset.preprocess_data(row, None, "prompt", "reward_label", apply_chat_template=processor.apply_chat_template)
+        prompt, label = prompts_dataset.preprocess_data(
+            row, None, "prompt", "reward_label", apply_chat_template=processor.apply_chat_template
+        )
         assert prompt == vlm.render_vlm_prompt(row["prompt"], processor, "auto")
         assert json.loads(label)["source"] == "geo_synth"
         ids, mm, images = vlm_utils.process_prompt_with_images(processor, prompt, row["images"])
@@ -65,7 +76,9 @@ def test_openrlhf_prompt_and_image_processing_match_the_local_path(checkpoint):
         assert set(mm) == set(vlm.EXTRA_INPUT_KEYS)  # OpenRLHF drops mm_token_type_ids and rebuilds it in Actor.forward
         assert all(torch.equal(mm[k], ours_mm[0][k]) for k in vlm.EXTRA_INPUT_KEYS) and len(images) == 1
         image_id = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
-        assert ids.count(image_id) == 4 and vlm_utils.dedup_media_tokens(ids, {image_id}).count(image_id) == 1  # what vLLM receives
+        assert (
+            ids.count(image_id) == 4 and vlm_utils.dedup_media_tokens(ids, {image_id}).count(image_id) == 1
+        )  # what vLLM receives
 
 
 def test_openrlhf_actor_log_probs_equal_the_local_update(checkpoint):
@@ -78,7 +91,9 @@ def test_openrlhf_actor_log_probs_equal_the_local_update(checkpoint):
     actor.model.float().eval()  # OpenRLHF loads bf16; compare in float32
     prompts, per_sample = [], []
     for row in rows:
-        prompt, _ = prompts_dataset.preprocess_data(row, None, "prompt", apply_chat_template=processor.apply_chat_template)
+        prompt, _ = prompts_dataset.preprocess_data(
+            row, None, "prompt", apply_chat_template=processor.apply_chat_template
+        )
         ids, mm, _ = vlm_utils.process_prompt_with_images(processor, prompt, row["images"])
         prompts.append(ids)
         per_sample.append(mm)
@@ -86,8 +101,18 @@ def test_openrlhf_actor_log_probs_equal_the_local_update(checkpoint):
     responses = [[40, 41, 42, 43], [44, 45], [46, 47, 48]]
     pad = processor.tokenizer.pad_token_id
     p_width, r_width = max(map(len, prompts)), max(map(len, responses))
-    sequences = torch.tensor([[pad] * (p_width - len(p)) + p + r + [pad] * (r_width - len(r)) for p, r in zip(prompts, responses, strict=True)])
-    attention = torch.tensor([[0] * (p_width - len(p)) + [1] * (len(p) + len(r)) + [0] * (r_width - len(r)) for p, r in zip(prompts, responses, strict=True)])
+    sequences = torch.tensor(
+        [
+            [pad] * (p_width - len(p)) + p + r + [pad] * (r_width - len(r))
+            for p, r in zip(prompts, responses, strict=True)
+        ]
+    )
+    attention = torch.tensor(
+        [
+            [0] * (p_width - len(p)) + [1] * (len(p) + len(r)) + [0] * (r_width - len(r))
+            for p, r in zip(prompts, responses, strict=True)
+        ]
+    )
     action_mask = torch.tensor([[1] * len(r) + [0] * (r_width - len(r)) for r in responses])
     mm = vlm_utils.merge_mm_train_inputs([per_sample], "cpu")
     with torch.no_grad():

@@ -7,13 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adora_openrlhf.algorithms.policy_loss import (
-    LOSS_AGGREGATIONS,
-    aggregate,
-    k3_kl,
-    policy_loss,
-    ppo_clip_token_loss,
-)
+from adora_openrlhf.algorithms.policy_loss import LOSS_AGGREGATIONS, aggregate, k3_kl, policy_loss, ppo_clip_token_loss
 
 
 def test_ppo_clip_hand_case():
@@ -48,7 +42,9 @@ def test_aggregations_hand_case():
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
     assert aggregate(values, mask, "token_mean").item() == pytest.approx((1 + 2 + 3 + 4) / 4)
     assert aggregate(values, mask, "seq_mean_token_mean").item() == pytest.approx((2.0 + 4.0) / 2)
-    assert aggregate(values, mask, "seq_mean_token_sum_norm", norm_length=10).item() == pytest.approx((6 / 10 + 4 / 10) / 2)
+    assert aggregate(values, mask, "seq_mean_token_sum_norm", norm_length=10).item() == pytest.approx(
+        (6 / 10 + 4 / 10) / 2
+    )
     assert aggregate(values, mask, "seq_mean_token_sum_norm").item() == pytest.approx((6 / 3 + 4 / 3) / 2)
 
 

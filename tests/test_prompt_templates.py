@@ -35,7 +35,9 @@ def test_hand_cases():
         {"role": "assistant", "content": "ok"},
         {"role": "user", "content": " second "},
     ]
-    assert chat(messages) == compact_template(messages) == "second\n"  # the last user message; the system one is dropped
+    assert (
+        chat(messages) == compact_template(messages) == "second\n"
+    )  # the last user message; the system one is dropped
     with pytest.raises(Exception, match="no user message"):
         chat([{"role": "system", "content": "only a system message"}])
 

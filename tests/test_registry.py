@@ -22,7 +22,9 @@ def test_error_names_the_field_and_lists_the_choices():
         reg.get("green")
     assert str(info.value) == "paint.colour: unknown colour 'green'; choose one of ['blue', 'navy', 'red']"
     # one error type that every caller already handles: a ConfigError (one line at the CLI) and a KeyError (dict lookups)
-    assert isinstance(info.value, ConfigError) and isinstance(info.value, KeyError) and isinstance(info.value, ValueError)
+    assert (
+        isinstance(info.value, ConfigError) and isinstance(info.value, KeyError) and isinstance(info.value, ValueError)
+    )
     with pytest.raises(UnknownNameError, match=r"unknown colour \['x'\]"):  # an unhashable value from a config file
         reg.get(["x"])  # type: ignore[arg-type]
 
@@ -118,19 +120,30 @@ def test_demonstration_styles_are_a_registry_per_source():
 
     styles = DEMONSTRATIONS.get("kk")
     assert isinstance(styles, Registry) and {"direct", "thorough", "shortcut"} <= set(styles)
-    with pytest.raises(ConfigError, match=r"^warmup.style \(rows of source 'kk'\): unknown style 'deep'; choose one of \["):
+    with pytest.raises(
+        ConfigError, match=r"^warmup.style \(rows of source 'kk'\): unknown style 'deep'; choose one of \["
+    ):
         styles.get("deep")
 
 
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"advantage": {"estimator": "gae"}}, "advantage.estimator: unknown advantage estimator 'gae'; choose one of ["),
+        (
+            {"advantage": {"estimator": "gae"}},
+            "advantage.estimator: unknown advantage estimator 'gae'; choose one of [",
+        ),
         ({"adora": {"rule": "x"}}, "adora.rule: unknown ADORA rule 'x'; choose one of ['difficulty', 'length']"),
         ({"adora": {"edge_policy": "x"}}, "adora.edge_policy: unknown edge policy 'x'; choose one of ['llm', 'vlm']"),
-        ({"sampling": {"exit_rule": "x"}}, "sampling.exit_rule: unknown exit rule 'x'; choose one of ['balance', 'pos']"),
+        (
+            {"sampling": {"exit_rule": "x"}},
+            "sampling.exit_rule: unknown exit rule 'x'; choose one of ['balance', 'pos']",
+        ),
         ({"train": {"loss_agg": "sum"}}, "train.loss_agg: unknown loss aggregation 'sum'; choose one of ["),
-        ({"data": {"prompt_template": "x"}}, "data.prompt_template: unknown prompt template 'x'; choose one of ['auto', 'chat', 'compact']"),
+        (
+            {"data": {"prompt_template": "x"}},
+            "data.prompt_template: unknown prompt template 'x'; choose one of ['auto', 'chat', 'compact']",
+        ),
     ],
 )
 def test_config_validates_names_through_the_registries(overrides, message):

@@ -70,16 +70,26 @@ def test_checkpoint_records_config_data_and_checksums(finished):
     assert record["config"] == _cfg(finished).to_dict()
     assert set(record["data"]) == {"train", "eval"} and record["data"]["eval"]["rows"] == 2
     manifest = json.loads((step / "trainer_state" / "manifest.json").read_text())["files"]
-    assert {"model.safetensors", "config.json", "tokenizer.json", "trainer_state/state.pt", "trainer_state/run.json"} <= set(manifest)
+    assert {
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "trainer_state/state.pt",
+        "trainer_state/run.json",
+    } <= set(manifest)
     assert manifest["model.safetensors"]["bytes"] == (step / "model.safetensors").stat().st_size
     assert ckpt.checkpoint_problem(step) is None
 
 
-@pytest.mark.parametrize("change", [{"train.lr": 0.5}, {"seed": 7}, {"rollout.temperature": 0.5}, {"adora.enabled": True}])
+@pytest.mark.parametrize(
+    "change", [{"train.lr": 0.5}, {"seed": 7}, {"rollout.temperature": 0.5}, {"adora.enabled": True}]
+)
 def test_resume_without_the_runs_config_json_still_compares_the_config(run, change):
     (run / "config.json").unlink()  # e.g. only checkpoints/ was copied
     name = next(iter(change))
-    message = _refused(run, f"--resume: the config differs from the config saved in checkpoint step_000002 in {name}", cfg=change)
+    message = _refused(
+        run, f"--resume: the config differs from the config saved in checkpoint step_000002 in {name}", cfg=change
+    )
     assert "only ['eval_every', 'output_dir', 'report_to', 'save_every', 'steps'] may change" in message
 
 
@@ -94,12 +104,18 @@ def test_a_checkpoint_of_an_earlier_version_without_any_config_is_refused(run):
         (path / "run.json").unlink()
         (path / "manifest.json").unlink()
     (run / "config.json").unlink()
-    _refused(run, "records no config, and .*config.json' is missing, so the options cannot be compared with the run's; restore the run's config.json")
+    _refused(
+        run,
+        "records no config, and .*config.json' is missing, so the options cannot be compared with the run's; restore the run's config.json",
+    )
 
 
 def test_an_earlier_versions_checkpoint_falls_back_to_config_json(run):
     (run / "checkpoints" / "step_000002" / "trainer_state" / "run.json").unlink()  # listed in the manifest: broken
-    _refused(run, "step_000002' is broken: trainer_state/run.json is missing; resume from step_000001 with --resume-from step_000001")
+    _refused(
+        run,
+        "step_000002' is broken: trainer_state/run.json is missing; resume from step_000001 with --resume-from step_000001",
+    )
     for path in (run / "checkpoints").glob("*/trainer_state"):
         (path / "run.json").unlink(missing_ok=True)
         (path / "manifest.json").unlink()
@@ -139,7 +155,11 @@ def test_edited_held_out_rows_are_refused_on_resume(tmp_path):
     paths = {"data.train_path": str(train_file), "data.eval_path": str(eval_file)}
     train(_cfg(out, steps=1, **paths))
     eval_file.write_text("".join(json.dumps(r) + "\n" for r in held[::-1]))
-    _refused(out, f"--resume: the held-out rows differ .*data.eval_path '{eval_file}' changed after the run started", cfg=paths)
+    _refused(
+        out,
+        f"--resume: the held-out rows differ .*data.eval_path '{eval_file}' changed after the run started",
+        cfg=paths,
+    )
 
 
 def test_reformatting_the_data_file_is_not_a_change(tmp_path):
@@ -150,7 +170,9 @@ def test_reformatting_the_data_file_is_not_a_change(tmp_path):
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "run"
     train(_cfg(out, steps=1, **{"data.train_path": str(data)}))
-    data.write_text("\n".join(json.dumps(dict(reversed(list(r.items()))), indent=None) for r in rows) + "\n\n")  # key order, blank line
+    data.write_text(
+        "\n".join(json.dumps(dict(reversed(list(r.items()))), indent=None) for r in rows) + "\n\n"
+    )  # key order, blank line
     assert train(_cfg(out, steps=2, **{"data.train_path": str(data)}), resume=True)["resumed_from_step"] == 1
 
 
@@ -173,15 +195,29 @@ DAMAGE = {
         lambda s: (s / "model.safetensors").write_bytes((s / "model.safetensors").read_bytes()[:100]),
         r"model.safetensors is truncated \(100 of",
     ),
-    "finite weight change": (lambda s: _finite_weight_edit(s / "model.safetensors"), "model.safetensors does not match the checksum saved with it"),
+    "finite weight change": (
+        lambda s: _finite_weight_edit(s / "model.safetensors"),
+        "model.safetensors does not match the checksum saved with it",
+    ),
     "garbage state": (
-        lambda s: (s / "trainer_state" / "state.pt").write_bytes(b"g" * (s / "trainer_state" / "state.pt").stat().st_size),
+        lambda s: (s / "trainer_state" / "state.pt").write_bytes(
+            b"g" * (s / "trainer_state" / "state.pt").stat().st_size
+        ),
         "trainer_state/state.pt does not match the checksum",
     ),
     "no tokenizer": (lambda s: (s / "tokenizer.json").unlink(), "tokenizer.json is missing"),
-    "no optimizer": (lambda s: (s / "trainer_state" / "optimizer.pt").unlink(), "trainer_state/optimizer.pt is missing"),
-    "edited config": (lambda s: (s / "config.json").write_text((s / "config.json").read_text().replace('"silu"', '"gelu"')), "config.json does not match"),
-    "torn manifest": (lambda s: (s / "trainer_state" / "manifest.json").write_text("{"), "trainer_state/manifest.json is unreadable"),
+    "no optimizer": (
+        lambda s: (s / "trainer_state" / "optimizer.pt").unlink(),
+        "trainer_state/optimizer.pt is missing",
+    ),
+    "edited config": (
+        lambda s: (s / "config.json").write_text((s / "config.json").read_text().replace('"silu"', '"gelu"')),
+        "config.json does not match",
+    ),
+    "torn manifest": (
+        lambda s: (s / "trainer_state" / "manifest.json").write_text("{"),
+        "trainer_state/manifest.json is unreadable",
+    ),
 }
 
 
@@ -210,7 +246,10 @@ def test_checkpoints_of_an_earlier_version_name_damaged_files_when_loaded(run):
     step = run / "checkpoints" / "step_000002"
     full = (step / "model.safetensors").read_bytes()
     (step / "model.safetensors").write_bytes(full[:1000])
-    _refused(run, r"step_000002' is broken: model.safetensors is truncated .*; resume from step_000001 with --resume-from step_000001")
+    _refused(
+        run,
+        r"step_000002' is broken: model.safetensors is truncated .*; resume from step_000001 with --resume-from step_000001",
+    )
     (step / "model.safetensors").write_bytes(full)
     (step / "trainer_state" / "state.pt").write_bytes(b"\x80\x04garbage")
     _refused(run, r"step_000002' is broken: trainer_state/state.pt cannot be read \(UnpicklingError")
@@ -226,7 +265,11 @@ def test_a_broken_kl_reference_is_refused_before_anything_is_written(tmp_path):
     out = tmp_path / "run"
     train(_cfg(out, **{"train.kl_coef": 0.01}))
     (out / "checkpoints" / "step_000000" / "model.safetensors").write_bytes(b"x" * 8)
-    _refused(out, r"step_000000', the KL reference policy \(train.kl_coef > 0\), is broken: model.safetensors is truncated", cfg={"train.kl_coef": 0.01})
+    _refused(
+        out,
+        r"step_000000', the KL reference policy \(train.kl_coef > 0\), is broken: model.safetensors is truncated",
+        cfg={"train.kl_coef": 0.01},
+    )
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -241,7 +284,10 @@ def test_property_any_changed_byte_of_any_file_is_found(finished, tmp_path_facto
     offset = data.draw(st.integers(0, len(raw) - 1))
     raw[offset] ^= data.draw(st.integers(1, 255))
     (step / name).write_bytes(bytes(raw))
-    assert ckpt.checkpoint_problem(step) == f"{name} does not match the checksum saved with it (its content changed after the save)"
+    assert (
+        ckpt.checkpoint_problem(step)
+        == f"{name} does not match the checksum saved with it (its content changed after the save)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -250,7 +296,11 @@ def test_property_any_changed_byte_of_any_file_is_found(finished, tmp_path_facto
 
 
 def test_steps_below_the_checkpoints_step_is_refused(run):
-    _refused(run, r"steps: 1 is below step 2 of checkpoint '.*step_000002', where --resume continues; give --steps 2 or more", cfg={"steps": 1})
+    _refused(
+        run,
+        r"steps: 1 is below step 2 of checkpoint '.*step_000002', where --resume continues; give --steps 2 or more",
+        cfg={"steps": 1},
+    )
     assert train(_cfg(run, steps=1), resume_from="1")["resumed_from_step"] == 1  # an earlier checkpoint may end there
 
 
@@ -275,7 +325,11 @@ def test_resume_from_an_earlier_checkpoint_sets_the_later_ones_aside(run, monkey
 
 
 def test_resume_from_names_what_exists(run):
-    _refused(run, r"--resume-from: no checkpoint 'step_000007' in .*; it holds \['step_000000', 'step_000001', 'step_000002'\]", resume_from="step_000007")
+    _refused(
+        run,
+        r"--resume-from: no checkpoint 'step_000007' in .*; it holds \['step_000000', 'step_000001', 'step_000002'\]",
+        resume_from="step_000007",
+    )
     other = run.parent / "other" / "checkpoints" / "step_000001"
     other.mkdir(parents=True)
     _refused(run, "--resume-from: no checkpoint", resume_from=str(other))
@@ -285,14 +339,20 @@ def test_resume_from_names_what_exists(run):
 
 def test_resume_from_a_broken_earlier_checkpoint_offers_the_one_before(run):
     (run / "checkpoints" / "step_000001" / "model.safetensors").write_bytes(b"\0" * 10)
-    _refused(run, r"step_000001' is broken: model.safetensors is truncated .*resume from step_000000 with --resume-from step_000000", resume_from="1")
+    _refused(
+        run,
+        r"step_000001' is broken: model.safetensors is truncated .*resume from step_000000 with --resume-from step_000000",
+        resume_from="1",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
 # full disk during a save
 # ---------------------------------------------------------------------------------------------------------
 
-SAFETENSORS_FULL = 'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+SAFETENSORS_FULL = (
+    'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+)
 
 
 class FillingFile:
@@ -401,11 +461,17 @@ def test_safetensors_size_is_header_plus_data(tmp_path):
     assert len(raw) == 8 + header_len + 28
     assert safetensors_problem(tmp_path / "m.safetensors") is None
     (tmp_path / "m.safetensors").write_bytes(raw + b"\0")
-    assert safetensors_problem(tmp_path / "m.safetensors") == "m.safetensors has 1 bytes more than its header describes (damaged)"
+    assert (
+        safetensors_problem(tmp_path / "m.safetensors")
+        == "m.safetensors has 1 bytes more than its header describes (damaged)"
+    )
     (tmp_path / "m.safetensors").write_bytes(raw[:4])
     assert safetensors_problem(tmp_path / "m.safetensors") == "m.safetensors is truncated (4 bytes, not even a header)"
     (tmp_path / "m.safetensors").write_bytes(raw[:8] + b"{not json" + raw[17:])
-    assert safetensors_problem(tmp_path / "m.safetensors") == "m.safetensors is not a readable safetensors file (its header is damaged)"
+    assert (
+        safetensors_problem(tmp_path / "m.safetensors")
+        == "m.safetensors is not a readable safetensors file (its header is damaged)"
+    )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -425,7 +491,10 @@ def test_sharded_weights_with_a_missing_shard(tmp_path):
     (tmp_path / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})
     )
-    assert weight_files_problem(tmp_path) == "model-00002-of-00002.safetensors (a shard model.safetensors.index.json names) is missing"
+    assert (
+        weight_files_problem(tmp_path)
+        == "model-00002-of-00002.safetensors (a shard model.safetensors.index.json names) is missing"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -458,7 +527,10 @@ def _wider(c):
 @pytest.mark.parametrize(
     "edit, needle",
     [
-        (_as_llama, "do not fit the LlamaForCausalLM its config.json describes: 3 weights the model has no parameter for"),
+        (
+            _as_llama,
+            "do not fit the LlamaForCausalLM its config.json describes: 3 weights the model has no parameter for",
+        ),
         (_as_gpt2, "do not fit the GPT2LMHeadModel its config.json describes: 17 parameters missing from the weights"),
         (_wider, "have other shapes than its config.json describes"),
     ],
@@ -482,11 +554,17 @@ def test_model_without_tokenizer_or_with_a_larger_tokenizer_is_refused(finished,
     tokenizer = AutoTokenizer.from_pretrained(str(big))
     tokenizer.add_tokens([f"<extra_{i}>" for i in range(20)])
     tokenizer.save_pretrained(str(big))
-    with pytest.raises(ConfigError, match=f"model.path: '{big}': the tokenizer has token ids up to 319, but the model's embedding has 300 rows"):
+    with pytest.raises(
+        ConfigError,
+        match=f"model.path: '{big}': the tokenizer has token ids up to 319, but the model's embedding has 300 rows",
+    ):
         train(_cfg(tmp_path / "out", **{"model.path": str(big)}))
     truncated = _model_copy(finished, tmp_path, "truncated")
     (truncated / "model.safetensors").write_bytes((truncated / "model.safetensors").read_bytes()[:500])
-    with pytest.raises(ConfigError, match=f"model.path: '{truncated}' cannot be loaded: model.safetensors is truncated .*; re-download or re-export"):
+    with pytest.raises(
+        ConfigError,
+        match=f"model.path: '{truncated}' cannot be loaded: model.safetensors is truncated .*; re-download or re-export",
+    ):
         train(_cfg(tmp_path / "out", **{"model.path": str(truncated)}))
     assert not (tmp_path / "out").exists()
 
@@ -505,7 +583,9 @@ def test_torch_save_on_a_full_disk_raises_the_os_error_naming_the_file(tmp_path,
     import errno
 
     real_open = open
-    monkeypatch.setattr("builtins.open", lambda path, mode="r", *a, **k: FillingFile(real_open(path, mode, *a, **k), 1000))
+    monkeypatch.setattr(
+        "builtins.open", lambda path, mode="r", *a, **k: FillingFile(real_open(path, mode, *a, **k), 1000)
+    )
     target = tmp_path / "state.pt"
     with pytest.raises(OSError) as err:
         ckpt._torch_save({"x": torch.zeros(10_000)}, target)
@@ -521,7 +601,10 @@ def test_torch_save_on_a_real_full_file_system(tmp_path):
 
     mount = tmp_path / "small"
     mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True).returncode != 0:
+    if (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a tmpfs here")
     try:
         with pytest.raises(OSError) as err:

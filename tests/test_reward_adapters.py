@@ -24,7 +24,13 @@ def kk_response(answer: str) -> str:
 
 def trl_call(fn, completions, **columns):
     """How TRL's GRPOTrainer calls a custom reward function: keywords only, extra columns as lists."""
-    return fn(prompts=["p"] * len(completions), completions=completions, completion_ids=[[1, 2]] * len(completions), trainer_state=object(), **columns)
+    return fn(
+        prompts=["p"] * len(completions),
+        completions=completions,
+        completion_ids=[[1, 2]] * len(completions),
+        trainer_state=object(),
+        **columns,
+    )
 
 
 def test_trl_kk_plain_and_conversational_completions():
@@ -34,7 +40,10 @@ def test_trl_kk_plain_and_conversational_completions():
     assert trl_call(fn, plain, label=[KK_LABEL, KK_LABEL], meta=[KK_META, KK_META]) == [3.0, -0.5]
     chat = [[{"role": "assistant", "content": text}] for text in plain]
     assert trl_call(fn, chat, label=[KK_LABEL, KK_LABEL], meta=[KK_META, KK_META]) == [3.0, -0.5]
-    assert trl_call(as_trl_reward_func("kk", value="correct"), chat, label=[KK_LABEL] * 2, meta=[KK_META] * 2) == [1.0, 0.0]
+    assert trl_call(as_trl_reward_func("kk", value="correct"), chat, label=[KK_LABEL] * 2, meta=[KK_META] * 2) == [
+        1.0,
+        0.0,
+    ]
     assert fn.__name__ == "adora_kk_reward"
 
 
@@ -43,14 +52,25 @@ def test_trl_math_with_a_renamed_label_column_and_per_row_sources():
     dapo = {"reward_style": "dapo"}
     assert trl_call(fn, ["Answer: 7", "Answer: 8"], answer=["7", "7"], meta=[dapo, dapo]) == [1.0, -1.0]
     mixed = as_trl_reward_func()  # the reward of each row's source column
-    got = trl_call(mixed, [kk_response(KK_LABEL), "Answer: 8"], label=[KK_LABEL, "7"], meta=[KK_META, dapo], source=["kk", "dapo_math"])
+    got = trl_call(
+        mixed,
+        [kk_response(KK_LABEL), "Answer: 8"],
+        label=[KK_LABEL, "7"],
+        meta=[KK_META, dapo],
+        source=["kk", "dapo_math"],
+    )
     assert got == [3.0, -1.0]
 
 
 def test_trl_geometry_matches_the_grader():
     fn = as_trl_reward_func("geometry3k")
     texts = ["<think>reasoning</think> The answer is \\boxed{7}.", "<think>reasoning</think> The answer is \\boxed{8}."]
-    got = trl_call(fn, [[{"role": "assistant", "content": [{"type": "text", "text": t}]}] for t in texts], label=["7", "7"], meta=[GEO_INT] * 2)
+    got = trl_call(
+        fn,
+        [[{"role": "assistant", "content": [{"type": "text", "text": t}]}] for t in texts],
+        label=["7", "7"],
+        meta=[GEO_INT] * 2,
+    )
     assert got == [geometry_reward(t, "7", GEO_INT).reward for t in texts]
     assert geometry_reward(texts[0], "7", GEO_INT).correct and not geometry_reward(texts[1], "7", GEO_INT).correct
     assert got[0] > got[1]
@@ -61,20 +81,35 @@ def test_trl_errors_name_the_column_or_source():
         trl_call(as_trl_reward_func("kk"), ["x"], answer=["y"])
     with pytest.raises(ConfigError, match=r"^source: unknown reward source 'nope'; choose one of \["):
         as_trl_reward_func("nope")
-    with pytest.raises(ConfigError, match=r"^value: unknown reward value 'score'; choose one of \['correct', 'reward'\]"):
+    with pytest.raises(
+        ConfigError, match=r"^value: unknown reward value 'score'; choose one of \['correct', 'reward'\]"
+    ):
         as_trl_reward_func("kk", value="score")
 
 
 def test_verl_compute_score_signature_and_results():
     compute_score = as_verl_compute_score()
-    assert list(inspect.signature(compute_score).parameters)[:4] == ["data_source", "solution_str", "ground_truth", "extra_info"]
+    assert list(inspect.signature(compute_score).parameters)[:4] == [
+        "data_source",
+        "solution_str",
+        "ground_truth",
+        "extra_info",
+    ]
     # how verl's reward managers call it: keywords, extra_info = the row's extra_info
-    right = compute_score(data_source="kk", solution_str=kk_response(KK_LABEL), ground_truth=KK_LABEL, extra_info={"meta": KK_META, "index": 0})
+    right = compute_score(
+        data_source="kk",
+        solution_str=kk_response(KK_LABEL),
+        ground_truth=KK_LABEL,
+        extra_info={"meta": KK_META, "index": 0},
+    )
     assert right == {"score": 3.0, "acc": 1.0, "pred": KK_LABEL}
     wrong = compute_score("dapo_math", "Answer: 8", "7", {"reward_style": "dapo"})  # meta given as extra_info itself
     assert (wrong["score"], wrong["acc"]) == (-1.0, 0.0) and isinstance(wrong["pred"], str)
     geo = compute_score("geometry3k", "<think>r</think> The answer is \\boxed{7}.", "7", {"meta": GEO_INT})
-    assert geo["acc"] == 1.0 and geo["score"] == geometry_reward("<think>r</think> The answer is \\boxed{7}.", "7", GEO_INT).reward
+    assert (
+        geo["acc"] == 1.0
+        and geo["score"] == geometry_reward("<think>r</think> The answer is \\boxed{7}.", "7", GEO_INT).reward
+    )
     assert set(compute_score("kk", "no answer", KK_LABEL)) == {"score", "acc", "pred"}  # the same keys for every row
     with pytest.raises(ConfigError, match="^source: unknown reward source 'gsm8k'"):
         compute_score("gsm8k", "x", "1")

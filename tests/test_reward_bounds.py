@@ -35,13 +35,25 @@ LIMIT = {"grader_timeout_s": TIME_LIMIT_S}
 GRADERS = {
     "kk lenient": ("kk", KK_LABEL, {"names": ["Alice", "Bob"], "kk_parser": "lenient"}, KK_WRONG, False),
     "kk logic_rl": ("kk", KK_LABEL, {"names": ["Alice", "Bob"], "kk_parser": "logic_rl"}, KK_WRONG, False),
-    "kk think opened": ("kk", KK_LABEL, {"names": ["Alice", "Bob"], "think_opened_in_prompt": True}, KK_WRONG[7:], False),
+    "kk think opened": (
+        "kk",
+        KK_LABEL,
+        {"names": ["Alice", "Bob"], "think_opened_in_prompt": True},
+        KK_WRONG[7:],
+        False,
+    ),
     "dapo integer": ("dapo_math", "42", {"reward_style": "dapo", **LIMIT}, "work\nAnswer: 41", True),
     "dapo expression": ("dapo_math", "\\frac{1}{2}", {"reward_style": "dapo", **LIMIT}, "work\nAnswer: 3", True),
     "math_verify": ("math500", "\\frac{1}{2}", dict(LIMIT), "so \\boxed{3}", True),
     "math_verify whole": ("aime24", "42", {"answer_scope": "whole", **LIMIT}, "so \\boxed{41}", True),
     "mathvista choice": ("mathvista", "6", MC, "<think>t</think><answer>C</answer>", False),
-    "mathvista integer": ("mathvista", "6", {"question_type": "free_form", "answer_type": "integer"}, "<think>t</think><answer>7</answer>", False),
+    "mathvista integer": (
+        "mathvista",
+        "6",
+        {"question_type": "free_form", "answer_type": "integer"},
+        "<think>t</think><answer>7</answer>",
+        False,
+    ),
     "mathvista float": (
         "mathvista",
         "6.5",
@@ -56,7 +68,13 @@ GRADERS = {
         "<think>t</think>\\boxed{4}",
         True,
     ),
-    "geo_synth count": ("geo_synth", "6", {"question_type": "free_form", "answer_type": "integer"}, "<think>t</think><answer>7</answer>", False),
+    "geo_synth count": (
+        "geo_synth",
+        "6",
+        {"question_type": "free_form", "answer_type": "integer"},
+        "<think>t</think><answer>7</answer>",
+        False,
+    ),
 }
 MATH_GRADERS = [name for name, spec in GRADERS.items() if spec[4]]
 PARSE_GRADERS = [name for name, spec in GRADERS.items() if not spec[4]]

@@ -39,7 +39,9 @@ def test_bad_data_path_leaves_a_resumable_run_untouched(finished_run):
 
 def test_new_run_refuses_a_directory_with_checkpoints(finished_run):
     before = snapshot(finished_run)
-    with pytest.raises(ConfigError, match=f"output_dir: '{finished_run}' holds a run with checkpoints .up to step 1.; .*--overwrite"):
+    with pytest.raises(
+        ConfigError, match=f"output_dir: '{finished_run}' holds a run with checkpoints .up to step 1.; .*--overwrite"
+    ):
         train(_cfg(finished_run, seed=3))
     assert snapshot(finished_run) == before
 
@@ -62,7 +64,10 @@ def test_overwrite_replaces_every_artefact_of_the_previous_run(tmp_path):
 def test_second_training_into_a_locked_directory_is_refused(tmp_path):
     out = tmp_path / "run"
     # a first training holds the directory
-    with rundir.RunDirLock(out), pytest.raises(ConfigError, match=r"is in use by another process \(pid \d+, a training run\)"):
+    with (
+        rundir.RunDirLock(out),
+        pytest.raises(ConfigError, match=r"is in use by another process \(pid \d+, a training run\)"),
+    ):
         train(_cfg(out))
     assert sorted(p.name for p in out.iterdir()) == [".lock"]  # the refused run wrote nothing
     train(_cfg(out))  # once released, the directory is usable again
@@ -78,7 +83,12 @@ def test_lock_is_exclusive_across_processes(tmp_path):
         "import sys, time; from pathlib import Path; from adora_openrlhf.rundir.checks import RunDirLock\n"
         "with RunDirLock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(30)"
     )
-    holder = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(out)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(ConfigError, match=f"pid {holder.pid}"):
@@ -121,12 +131,19 @@ def test_resume_compares_data_files_by_content(tmp_path, monkeypatch):
     out = tmp_path / "run"
     train(_cfg(out, **{"data.train_path": str(data)}))
     monkeypatch.chdir(tmp_path)
-    assert rundir.config_differences(json.loads((out / "config.json").read_text()), _cfg(out, **{"data.train_path": "a/train.jsonl"}).to_dict()) == []
+    assert (
+        rundir.config_differences(
+            json.loads((out / "config.json").read_text()), _cfg(out, **{"data.train_path": "a/train.jsonl"}).to_dict()
+        )
+        == []
+    )
     copy = tmp_path / "b.jsonl"
     copy.write_bytes(data.read_bytes())
     train(_cfg(out, steps=2, **{"data.train_path": str(copy)}), resume=True)  # a moved copy of the same file
     data.write_text(data.read_text().replace("knight", "knave", 1))  # another file: different bytes
-    with pytest.raises(ConfigError, match="the config differs from the config saved in checkpoint step_000002 in data.train_path"):
+    with pytest.raises(
+        ConfigError, match="the config differs from the config saved in checkpoint step_000002 in data.train_path"
+    ):
         train(_cfg(out, steps=3, **{"data.train_path": str(data)}), resume=True)
 
 
@@ -134,4 +151,8 @@ def test_metrics_logger_drops_a_torn_last_line_on_resume(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 0, "a": 1.0}\n{"step": 1, "a": 2.0}\n{"step": 2, "a"')
     logger = MetricsLogger(tmp_path, resume_step=1, report_to=["none"])
     logger.log(2, {"a": 3.0})
-    assert read_metrics(tmp_path / "metrics.jsonl") == [{"step": 0, "a": 1.0}, {"step": 1, "a": 2.0}, {"step": 2, "a": 3.0}]
+    assert read_metrics(tmp_path / "metrics.jsonl") == [
+        {"step": 0, "a": 1.0},
+        {"step": 1, "a": 2.0},
+        {"step": 2, "a": 3.0},
+    ]

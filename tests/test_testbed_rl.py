@@ -16,7 +16,15 @@ from adora_openrlhf.recipes import build_run_config
 def test_rl_on_a_fixed_subset_raises_the_training_reward(tmp_path):
     cfg = build_run_config(
         "kk-tiny",
-        {**TINY, "data.num_train": 4, "prompts_per_step": 4, "sampling.n_keep": 8, "steps": 20, "train.lr": 5e-4, "output_dir": str(tmp_path / "run")},
+        {
+            **TINY,
+            "data.num_train": 4,
+            "prompts_per_step": 4,
+            "sampling.n_keep": 8,
+            "steps": 20,
+            "train.lr": 5e-4,
+            "output_dir": str(tmp_path / "run"),
+        },
     )
     train(cfg)
     steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()][1:]

@@ -23,8 +23,19 @@ def _tb_events(folder):
 
 
 def test_flat_hparams_hand_case():
-    config = {"seed": 3, "model": {"path": None, "tiny": {"hidden_size": 32}}, "data": {"kk_num_people": [2, 3]}, "extra": {}}
-    assert flat_hparams(config) == {"seed": 3, "model.path": "null", "model.tiny.hidden_size": 32, "data.kk_num_people": "[2, 3]", "extra": "{}"}
+    config = {
+        "seed": 3,
+        "model": {"path": None, "tiny": {"hidden_size": 32}},
+        "data": {"kk_num_people": [2, 3]},
+        "extra": {},
+    }
+    assert flat_hparams(config) == {
+        "seed": 3,
+        "model.path": "null",
+        "model.tiny.hidden_size": 32,
+        "data.kk_num_people": "[2, 3]",
+        "extra": "{}",
+    }
 
 
 def test_tensorboard_events_hold_the_config_as_hparams_and_text(tmp_path):
@@ -37,7 +48,9 @@ def test_tensorboard_events_hold_the_config_as_hparams_and_text(tmp_path):
     values = _tb_events(tmp_path / "tb")
     start = [v for _, v in values if v.tag == "_hparams_/session_start_info"]
     assert len(start) == 1
-    hparams = plugin_data_pb2.HParamsPluginData.FromString(start[0].metadata.plugin_data.content).session_start_info.hparams
+    hparams = plugin_data_pb2.HParamsPluginData.FromString(
+        start[0].metadata.plugin_data.content
+    ).session_start_info.hparams
     assert hparams["seed"].number_value == 7 and hparams["train.lr"].number_value == pytest.approx(1e-5)
     assert hparams["data.kk_num_people"].string_value == "[2, 3]" and hparams["model.path"].string_value == "null"
     assert hparams["report_to"].string_value == '["tensorboard"]'
@@ -57,12 +70,7 @@ def test_report_none_writes_jsonl_only(tmp_path):
 
 @pytest.mark.parametrize(
     "value, parsed",
-    [
-        ("tensorboard", ["tensorboard"]),
-        ("tensorboard, wandb", ["tensorboard", "wandb"]),
-        ("none", ["none"]),
-        ([], []),
-    ],
+    [("tensorboard", ["tensorboard"]), ("tensorboard, wandb", ["tensorboard", "wandb"]), ("none", ["none"]), ([], [])],
 )
 def test_report_to_accepts_lists_and_comma_lists(value, parsed, monkeypatch):
     real = importlib.util.find_spec
@@ -92,14 +100,20 @@ def test_report_to_bad_values_name_the_field(value, needle):
 def test_missing_wandb_is_one_error_at_parse_time(tmp_path, monkeypatch, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
-    with pytest.raises(ConfigError, match=r"report_to: 'wandb' needs the wandb package.*pip install 'adora_openrlhf\[wandb\]'"):
+    with pytest.raises(
+        ConfigError, match=r"report_to: 'wandb' needs the wandb package.*pip install 'adora_openrlhf\[wandb\]'"
+    ):
         RunConfig(report_to="tensorboard,wandb")
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as exit_:
         main(["--report_to", "wandb", "--output-dir", str(out), "--steps", "1"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: report_to: 'wandb' needs the wandb package") and "pip install" in err[0]
+    assert (
+        len(err) == 1
+        and err[0].startswith("error: report_to: 'wandb' needs the wandb package")
+        and "pip install" in err[0]
+    )
     assert not out.exists()  # refused before anything was built or written
 
 
@@ -117,7 +131,9 @@ def test_wandb_offline_writes_a_run_with_the_config(tmp_path, monkeypatch):
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     run_id = (tmp_path / "wandb" / "run_id").read_text().strip()
     assert len(runs) == 1 and runs[0].name.endswith(run_id) and list(runs[0].glob("*.wandb"))
-    resumed = MetricsLogger(tmp_path, resume_step=1, report_to=["wandb"], config=cfg)  # a resumed training: the same run
+    resumed = MetricsLogger(
+        tmp_path, resume_step=1, report_to=["wandb"], config=cfg
+    )  # a resumed training: the same run
     resumed.log(2, {"reward/mean": 0.5})
     resumed.close()
     assert (tmp_path / "wandb" / "run_id").read_text().strip() == run_id

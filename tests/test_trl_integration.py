@@ -33,7 +33,14 @@ def _tokenizer():
 
 
 def _model():
-    tiny = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    tiny = TinyModelConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     return build_tiny_model(tiny, _tokenizer(), 0)
 
 
@@ -55,7 +62,9 @@ class RecordingReward:
         return rewards
 
 
-def _trainer(tmp_path, reward=None, steps: int = 2, prompts_per_step: int = 2, n: int = 4, **fields) -> tuple[AdoraGRPOTrainer, RecordingReward]:
+def _trainer(
+    tmp_path, reward=None, steps: int = 2, prompts_per_step: int = 2, n: int = 4, **fields
+) -> tuple[AdoraGRPOTrainer, RecordingReward]:
     reward = reward or RecordingReward()
     args = AdoraGRPOConfig(
         output_dir=str(tmp_path / "out"),
@@ -73,7 +82,9 @@ def _trainer(tmp_path, reward=None, steps: int = 2, prompts_per_step: int = 2, n
         seed=0,
         **fields,
     )
-    trainer = AdoraGRPOTrainer(model=_model(), reward_funcs=reward, args=args, train_dataset=_data(), processing_class=_tokenizer())
+    trainer = AdoraGRPOTrainer(
+        model=_model(), reward_funcs=reward, args=args, train_dataset=_data(), processing_class=_tokenizer()
+    )
     return trainer, reward
 
 
@@ -88,7 +99,9 @@ def _capture(trainer):
         return out
 
     def loss_spy(model, inputs):
-        received.append({k: inputs[k].clone() for k in ("prompt_ids", "completion_ids", "completion_mask", "advantages")})
+        received.append(
+            {k: inputs[k].clone() for k in ("prompt_ids", "completion_ids", "completion_mask", "advantages")}
+        )
         return loss(model, inputs)
 
     trainer._generate_and_score_completions, trainer._compute_loss = make_spy, loss_spy
@@ -115,7 +128,11 @@ def test_the_loss_receives_the_cores_advantages_on_the_same_rewards_and_lengths(
         assert lengths.tolist() == [len(x) for x in ids]
         truncated = torch.tensor([x[-1] not in eos for x in ids])
         expected = compute_step_advantages(
-            GroupBatch(rewards=torch.tensor(rewards).view(-1, 4), lengths=lengths.float().view(-1, 4), truncated=truncated.view(-1, 4)),
+            GroupBatch(
+                rewards=torch.tensor(rewards).view(-1, 4),
+                lengths=lengths.float().view(-1, 4),
+                truncated=truncated.view(-1, 4),
+            ),
             AdvantageConfig(estimator="group_norm", eps=1e-4),
             AdoraConfig(enabled=True, edge_policy="llm", correct_threshold=0.5),
         ).advantages.reshape(-1)
@@ -146,12 +163,22 @@ def test_core_advantages_by_hand_with_weighted_reward_functions(tmp_path):
     group 1: rewards [2, 0, 0, 0], lengths [40, 90, 100, 80]: 40 < 90 -> TDS, weight 0.1; mean 0.5, std 1,
     A = 0.1 * [1.5, -0.5, -0.5, -0.5] / (1 + 1e-4).
     """
-    trainer, _ = _trainer(tmp_path, reward=[RecordingReward(), RecordingReward()], reward_weights=[1.0, 0.5], adora_enabled=True, correct_threshold=1.0)
-    per_func = torch.tensor([[2.0, 2.0], [-1.0, 1.0], [3.0, 0.0], [0.0, -1.0], [1.0, 2.0], [0.0, 0.0], [-1.0, 2.0], [0.0, 0.0]])
+    trainer, _ = _trainer(
+        tmp_path,
+        reward=[RecordingReward(), RecordingReward()],
+        reward_weights=[1.0, 0.5],
+        adora_enabled=True,
+        correct_threshold=1.0,
+    )
+    per_func = torch.tensor(
+        [[2.0, 2.0], [-1.0, 1.0], [3.0, 0.0], [0.0, -1.0], [1.0, 2.0], [0.0, 0.0], [-1.0, 2.0], [0.0, 0.0]]
+    )
     lengths = torch.tensor([100, 50, 80, 60, 40, 90, 100, 80])
     out = trainer.core_advantages(per_func, lengths, torch.zeros(8, dtype=torch.bool), group_size=4)
     std0 = math.sqrt(4 * 1.75**2 / 3)
-    expected = [1.75 / (std0 + 1e-4), -1.75 / (std0 + 1e-4)] * 2 + [0.1 * a / (1 + 1e-4) for a in (1.5, -0.5, -0.5, -0.5)]
+    expected = [1.75 / (std0 + 1e-4), -1.75 / (std0 + 1e-4)] * 2 + [
+        0.1 * a / (1 + 1e-4) for a in (1.5, -0.5, -0.5, -0.5)
+    ]
     assert out.advantages.reshape(-1).tolist() == pytest.approx(expected, rel=1e-6)
     assert out.adora.group_class.tolist() == [1, -1]
     assert out.metrics["adora/tas_fraction"] == 0.5
@@ -200,11 +227,19 @@ def test_ten_steps_of_adora_with_adaptive_sampling_change_the_weights_and_log_th
     steps = [h for h in trainer.state.log_history if "loss" in h]
     assert len(steps) == 10
     for h in steps:
-        for key in ("adora/tas_fraction", "adora/mean_weight", "advantage/zero_signal_fraction", "sampling/responses_generated", "sampling/rounds_used"):
+        for key in (
+            "adora/tas_fraction",
+            "adora/mean_weight",
+            "advantage/zero_signal_fraction",
+            "sampling/responses_generated",
+            "sampling/rounds_used",
+        ):
             assert key in h and math.isfinite(h[key])
 
 
-def test_generation_count_per_step_matches_the_samplers_bookkeeping_and_later_rounds_are_escalated(tmp_path, monkeypatch):
+def test_generation_count_per_step_matches_the_samplers_bookkeeping_and_later_rounds_are_escalated(
+    tmp_path, monkeypatch
+):
     trainer, reward = _trainer(
         tmp_path,
         steps=4,
@@ -228,7 +263,9 @@ def test_generation_count_per_step_matches_the_samplers_bookkeeping_and_later_ro
     scored: dict[int, int] = {}
     for step, ids, _ in reward.calls:
         scored[step] = scored.get(step, 0) + len(ids)
-    logged = [int(h["sampling/responses_generated"]) for h in trainer.state.log_history if "sampling/responses_generated" in h]
+    logged = [
+        int(h["sampling/responses_generated"]) for h in trainer.state.log_history if "sampling/responses_generated" in h
+    ]
     assert [generated[s] for s in range(4)] == [scored[s] for s in range(4)] == logged
     assert all(n >= 2 * 4 for n in logged)  # at least n_keep per prompt
     rounds = [h["sampling/rounds_used"] for h in trainer.state.log_history if "sampling/rounds_used" in h]
@@ -238,7 +275,14 @@ def test_generation_count_per_step_matches_the_samplers_bookkeeping_and_later_ro
 
 
 def test_dynamic_filtering_trains_only_on_mixed_groups_and_refills_from_the_dataset(tmp_path):
-    trainer, _ = _trainer(tmp_path, steps=4, prompts_per_step=2, dynamic_filtering_enabled=True, correct_threshold=0.5, dynamic_filtering_max_refills=6)
+    trainer, _ = _trainer(
+        tmp_path,
+        steps=4,
+        prompts_per_step=2,
+        dynamic_filtering_enabled=True,
+        correct_threshold=0.5,
+        dynamic_filtering_max_refills=6,
+    )
     seen = []
     original = trainer.core_advantages
 
@@ -261,7 +305,11 @@ def test_dynamic_filtering_trains_only_on_mixed_groups_and_refills_from_the_data
 def test_config_fields_carry_help_and_bad_values_name_the_field(tmp_path):
     import dataclasses
 
-    new = [f for f in dataclasses.fields(AdoraGRPOConfig) if f.name not in {g.name for g in dataclasses.fields(trl.GRPOConfig)}]
+    new = [
+        f
+        for f in dataclasses.fields(AdoraGRPOConfig)
+        if f.name not in {g.name for g in dataclasses.fields(trl.GRPOConfig)}
+    ]
     assert len(new) >= 25 and all(f.metadata.get("help") for f in new)
     base = dict(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, use_cpu=True, report_to=[])
     cases = {
@@ -270,28 +318,56 @@ def test_config_fields_carry_help_and_bad_values_name_the_field(tmp_path):
         "sampling_exit_rule": dict(sampling_exit_rule="nope"),
         "sampling_escalation[0]": dict(sampling_escalation=[{"temperature": -1}]),
         "sampling_escalation: not valid JSON": dict(sampling_escalation="[{"),
-        "sampling_max_responses_per_prompt": dict(sampling_enabled=True, sampling_max_rounds=1, sampling_samples_per_round=2),
+        "sampling_max_responses_per_prompt": dict(
+            sampling_enabled=True, sampling_max_rounds=1, sampling_samples_per_round=2
+        ),
         "dynamic_filtering_score_range": dict(dynamic_filtering_score_range=[1.0, 0.0]),
         "dynamic_filtering_enabled": dict(dynamic_filtering_enabled=True, sampling_enabled=True),
         "scale_rewards": dict(scale_rewards="batch"),
         "advantage_estimator": dict(advantage_estimator="nope"),
         "top_p": dict(sampling_enabled=True, top_p=0.0),
-        "correct_threshold": dict(correct_threshold="0.5"),  # passed into the ADORA config, named as this config's field
+        "correct_threshold": dict(
+            correct_threshold="0.5"
+        ),  # passed into the ADORA config, named as this config's field
         "sampling_positive_threshold": dict(sampling_positive_threshold="high"),
     }
     for name, fields in cases.items():
         with pytest.raises(ConfigError, match=f"^{name.replace('[', '.').replace(']', '.')}"):
             AdoraGRPOConfig(**base, **fields)
     with pytest.raises(ConfigError, match="^args: AdoraGRPOTrainer needs an AdoraGRPOConfig"):
-        AdoraGRPOTrainer(model=_model(), reward_funcs=RecordingReward(), args=trl.GRPOConfig(**base), train_dataset=_data(), processing_class=_tokenizer())
+        AdoraGRPOTrainer(
+            model=_model(),
+            reward_funcs=RecordingReward(),
+            args=trl.GRPOConfig(**base),
+            train_dataset=_data(),
+            processing_class=_tokenizer(),
+        )
 
 
 def test_the_config_parses_from_the_command_line(tmp_path):
     from transformers import HfArgumentParser
 
     (args,) = HfArgumentParser(AdoraGRPOConfig).parse_args_into_dataclasses(
-        ["--output_dir", str(tmp_path), "--per_device_train_batch_size", "8", "--num_generations", "4", "--use_cpu", "true"]
-        + ["--adora_enabled", "true", "--adora_mode", "amplify", "--sampling_enabled", "true", "--sampling_escalation", '[{"temperature": 1.2}]']
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--per_device_train_batch_size",
+            "8",
+            "--num_generations",
+            "4",
+            "--use_cpu",
+            "true",
+        ]
+        + [
+            "--adora_enabled",
+            "true",
+            "--adora_mode",
+            "amplify",
+            "--sampling_enabled",
+            "true",
+            "--sampling_escalation",
+            '[{"temperature": 1.2}]',
+        ]
         + ["--dynamic_filtering_score_range", "0.1", "0.9", "--correct_threshold", "1.0"]
     )
     assert args.adora_config().mode == "amplify" and args.adora_config().correct_threshold == 1.0

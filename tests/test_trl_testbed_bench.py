@@ -6,13 +6,26 @@ from bench.trl_testbed import PLAN, adora_fields, main, table
 
 
 def _record(trainer, variant, seed, acc0, acc40, step_s=2.0, responses=5120):
-    return {"trainer": trainer, "variant": variant, "seed": seed, "acc_step0": acc0, "acc_final": acc40, "step_s": step_s, "responses": responses}
+    return {
+        "trainer": trainer,
+        "variant": variant,
+        "seed": seed,
+        "acc_step0": acc0,
+        "acc_final": acc40,
+        "step_s": step_s,
+        "responses": responses,
+    }
 
 
 def test_variants_become_the_drop_ins_prefixed_fields():
     assert adora_fields("GRPO") == {}
     assert adora_fields("GRPO+ADORA") == {"adora_enabled": True, "adora_mode": "attenuate", "adora_edge_policy": "llm"}
-    assert adora_fields("Ada-balance") == {"sampling_enabled": True, "sampling_samples_per_round": 8, "sampling_max_rounds": 2, "sampling_exit_rule": "balance"}
+    assert adora_fields("Ada-balance") == {
+        "sampling_enabled": True,
+        "sampling_samples_per_round": 8,
+        "sampling_max_rounds": 2,
+        "sampling_exit_rule": "balance",
+    }
 
 
 def test_every_planned_drop_in_variant_builds_an_adora_grpo_config(tmp_path):
@@ -21,7 +34,13 @@ def test_every_planned_drop_in_variant_builds_an_adora_grpo_config(tmp_path):
 
     for trainer_kind, variant in PLAN:
         if trainer_kind == "adora-trl":
-            args = AdoraGRPOConfig(output_dir=str(tmp_path), use_cpu=True, num_generations=8, correct_threshold=1.0, **adora_fields(variant))
+            args = AdoraGRPOConfig(
+                output_dir=str(tmp_path),
+                use_cpu=True,
+                num_generations=8,
+                correct_threshold=1.0,
+                **adora_fields(variant),
+            )
             assert args.adora_config().enabled == (variant == "GRPO+ADORA")
             assert args.sampling_config().enabled == (variant == "Ada-balance")
 
@@ -51,7 +70,14 @@ def test_compact_generate_returns_what_model_generate_returns_greedy_and_sampled
     from bench.trl_testbed import use_compact_decoding
 
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    config = Qwen2Config(
+        vocab_size=40,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     model = Qwen2ForCausalLM(config).eval()
     ids = torch.tensor([[0, 0, 5, 6, 7], [8, 9, 10, 11, 12], [0, 13, 14, 15, 16]])
     mask = (torch.arange(5)[None] >= torch.tensor([[2], [0], [1]])).long()
@@ -63,7 +89,9 @@ def test_compact_generate_returns_what_model_generate_returns_greedy_and_sampled
     got = compact.generate(input_ids=ids, attention_mask=mask, generation_config=greedy)
     assert torch.equal(got, want[:, : got.shape[1]]) and bool((want[:, got.shape[1] :] == 0).all())
     assert compact.training is False
-    sampled = GenerationConfig(do_sample=True, temperature=0.7, top_p=0.9, top_k=0, max_new_tokens=9, eos_token_id=[3], pad_token_id=0)
+    sampled = GenerationConfig(
+        do_sample=True, temperature=0.7, top_p=0.9, top_k=0, max_new_tokens=9, eos_token_id=[3], pad_token_id=0
+    )
     compact.train()
     out = compact.generate(input_ids=ids, attention_mask=mask, generation_config=sampled)
     assert compact.training is True  # restored

@@ -43,7 +43,16 @@ def test_hand_computed_groups_of_three_sizes():
     rewards, mask = _batch(scores, lengths)
     adv, returns = adora_grpo_advantage(rewards, mask, index, adora=ATTENUATE)
     s = math.sqrt(1 / 3) + 1e-6
-    per_response = [0.5 / s, 0.1 * (2 / 3) / s, -0.5 / s, 0.0, 0.1 * (-1 / 3) / s, 0.5 / s, 0.1 * (-1 / 3) / s, -0.5 / s]
+    per_response = [
+        0.5 / s,
+        0.1 * (2 / 3) / s,
+        -0.5 / s,
+        0.0,
+        0.1 * (-1 / 3) / s,
+        0.5 / s,
+        0.1 * (-1 / 3) / s,
+        -0.5 / s,
+    ]
     assert torch.equal(adv, returns)
     assert adv.sum(-1).div(mask.sum(-1)).tolist() == pytest.approx(per_response, rel=1e-6, abs=1e-9)
     assert bool((adv[mask == 0] == 0).all())  # padding gets no advantage
@@ -52,10 +61,14 @@ def test_hand_computed_groups_of_three_sizes():
 def test_dr_grpo_through_the_config_and_amplify():
     rewards, mask = _batch([2, 0, 0, 0], [3, 5, 6, 7])  # 3 < 6 -> TDS: amplify leaves it; TAS groups get 2x
     config = {"norm_adv_by_std_in_grpo": False}
-    adv, _ = adora_grpo_advantage(rewards, mask, [0, 0, 0, 0], config=config, adora=AdoraConfig(enabled=True, mode="amplify", edge_policy="llm"))
+    adv, _ = adora_grpo_advantage(
+        rewards, mask, [0, 0, 0, 0], config=config, adora=AdoraConfig(enabled=True, mode="amplify", edge_policy="llm")
+    )
     assert adv.sum(-1).div(mask.sum(-1)).tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5])
     rewards, mask = _batch([2, 0, 0, 0], [9, 5, 6, 7])  # 9 > 6 -> TAS: x 2
-    adv, _ = adora_grpo_advantage(rewards, mask, [0, 0, 0, 0], config=config, adora=AdoraConfig(enabled=True, mode="amplify", edge_policy="llm"))
+    adv, _ = adora_grpo_advantage(
+        rewards, mask, [0, 0, 0, 0], config=config, adora=AdoraConfig(enabled=True, mode="amplify", edge_policy="llm")
+    )
     assert adv.sum(-1).div(mask.sum(-1)).tolist() == pytest.approx([3.0, -1.0, -1.0, -1.0])
 
 
@@ -79,7 +92,9 @@ def test_weights_keep_signs_and_attenuate_whole_groups(scores, lengths, groups):
 
 
 def test_estimators_from_the_environment():
-    found = estimators_from_env({"ADORA_VERL_ESTIMATORS": '{"adora_grpo": {"correct_threshold": 1.0}, "mine": {"lambda_att": 0.3}}'})
+    found = estimators_from_env(
+        {"ADORA_VERL_ESTIMATORS": '{"adora_grpo": {"correct_threshold": 1.0}, "mine": {"lambda_att": 0.3}}'}
+    )
     assert set(found) == {*DEFAULT_ESTIMATORS, "mine"}
     assert found["adora_grpo"].correct_threshold == 1.0 and found["adora_grpo"].edge_policy == "llm"
     assert found["mine"].lambda_att == 0.3 and found["mine"].mode == "attenuate"
@@ -117,12 +132,18 @@ def test_verls_compute_advantage_on_a_dataproto_uses_the_registered_estimator():
     register_adora_estimators({"adora_grpo_test": ATTENUATE})
     index = np.array(["a", "b", "a", "c", "b", "a", "b", "a"], dtype=object)
     rewards, mask = _batch([1, 1, 0, 1, 0, 1, 0, 0], [10, 3, 4, 5, 9, 6, 7, 8])
-    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": index})
-    out = ray_trainer.compute_advantage(data, adv_estimator="adora_grpo_test", config=AlgoConfig(adv_estimator="adora_grpo_test"))
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": index}
+    )
+    out = ray_trainer.compute_advantage(
+        data, adv_estimator="adora_grpo_test", config=AlgoConfig(adv_estimator="adora_grpo_test")
+    )
     expected, _ = adora_grpo_advantage(rewards, mask, index, adora=ATTENUATE)
     assert torch.equal(out.batch["advantages"], expected) and torch.equal(out.batch["returns"], expected)
     # the same data through verl's own GRPO: ADORA multiplied group b (TDS) by 0.1 and left group a (TAS)
-    again = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": index})
+    again = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": index}
+    )
     grpo = ray_trainer.compute_advantage(again, "grpo")
     a, b = [0, 2, 5, 7], [1, 4, 6]
     assert torch.allclose(expected[a], grpo.batch["advantages"][a], atol=1e-6)

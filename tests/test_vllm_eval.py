@@ -118,7 +118,13 @@ def test_vllm_sampling_params_follow_the_command_line(model_dir):
     assert any(o.finish_reason == "length" for o in out.outputs)
     # the command line's defaults are valid vLLM sampling parameters (vLLM checks them when they are built)
     defaults = SamplingParams(**vllm_sampling_kwargs(EvalSampling(), 8))
-    assert (defaults.n, defaults.temperature, defaults.top_p, defaults.max_tokens, defaults.seed) == (8, 0.6, 0.95, 1024, 0)
+    assert (defaults.n, defaults.temperature, defaults.top_p, defaults.max_tokens, defaults.seed) == (
+        8,
+        0.6,
+        0.95,
+        1024,
+        0,
+    )
 
 
 GREEDY_TOKENS = 24
@@ -144,12 +150,23 @@ def test_greedy_answers_agree_with_transformers(model_dir):
 
     bench_rows = generate_rows(8, [2, 3], seed=11)
     sampling = EvalSampling(temperature=0.0, max_new_tokens=GREEDY_TOKENS)
-    hf = HFGenerator(str(model_dir), sampling, batch_size=len(bench_rows), workers=1)  # no fork beside a running vLLM engine
+    hf = HFGenerator(
+        str(model_dir), sampling, batch_size=len(bench_rows), workers=1
+    )  # no fork beside a running vLLM engine
     vl = VLLMGenerator(str(model_dir), sampling, enforce_eager=True, max_model_len=512)
     tok = hf.tokenizer
     prompts = [tok(render_prompt(tok, row["prompt"]), add_special_tokens=False)["input_ids"] for row in bench_rows]
-    hf_ids = [ids for ids, _ in generate_responses(hf.model, tok, prompts, LocalParams(max_new_tokens=GREEDY_TOKENS), len(prompts), greedy=True)]
-    outs = vl.llm.generate([{"prompt_token_ids": p} for p in prompts], SamplingParams(temperature=0.0, max_tokens=GREEDY_TOKENS, logprobs=0), use_tqdm=False)
+    hf_ids = [
+        ids
+        for ids, _ in generate_responses(
+            hf.model, tok, prompts, LocalParams(max_new_tokens=GREEDY_TOKENS), len(prompts), greedy=True
+        )
+    ]
+    outs = vl.llm.generate(
+        [{"prompt_token_ids": p} for p in prompts],
+        SamplingParams(temperature=0.0, max_tokens=GREEDY_TOKENS, logprobs=0),
+        use_tqdm=False,
+    )
     vl_ids = [list(o.outputs[0].token_ids) for o in outs]
 
     same = 0

@@ -124,7 +124,15 @@ def test_adaptive_sampler_over_a_real_engine(engine, model_dir):
     from adora_openrlhf.engine.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(str(model_dir))
-    args = openrlhf_args("--vllm.num_engines", "1", "--algo.advantage.is_correction_level", "token", n=4, estimator="dr_grpo", micro_batch=4)
+    args = openrlhf_args(
+        "--vllm.num_engines",
+        "1",
+        "--algo.advantage.is_correction_level",
+        "token",
+        n=4,
+        estimator="dr_grpo",
+        micro_batch=4,
+    )
     cfg = build_run_config(
         "kk-tiny",
         {
@@ -202,7 +210,9 @@ def test_openrlhf_generation_marks_truncated_responses(engine, model_dir):
     tokenizer = load_tokenizer(str(model_dir))
     args = openrlhf_args("--vllm.num_engines", "1", n=4, micro_batch=4)
     gen = generator(args, [engine], build_run_config("kk-tiny", {}), tokenizer)
-    experiences, consumed, _ = gen._generate_vllm(prompt_batches(PROMPTS[:1], LABELS[:1]), 1, False, **{**GENERATE_KWARGS, "max_new_tokens": 1})
+    experiences, consumed, _ = gen._generate_vllm(
+        prompt_batches(PROMPTS[:1], LABELS[:1]), 1, False, **{**GENERATE_KWARGS, "max_new_tokens": 1}
+    )
     assert consumed == 1 and len(experiences) == 4
     for e in experiences:
         (answer,) = action_tokens(e)
@@ -231,7 +241,9 @@ def first_step(actor, prompt):
     """Greedy first token and the engine's log-probabilities of its two most likely tokens."""
     from vllm import SamplingParams
 
-    out = ray.get(actor.generate.remote(prompt, SamplingParams(temperature=1.0, max_tokens=1, logprobs=2, top_k=1))).outputs[0]
+    out = ray.get(
+        actor.generate.remote(prompt, SamplingParams(temperature=1.0, max_tokens=1, logprobs=2, top_k=1))
+    ).outputs[0]
     return out.token_ids[0], {t: lp.logprob for t, lp in out.logprobs[0].items()}
 
 
@@ -283,7 +295,9 @@ def test_gloo_weight_sync_and_reload_from_a_saved_policy(ray_cluster, model_dir,
         ray.get(actor.update_weight.remote("lm_head.weight", dtype=torch.float32, shape=(1,), empty_cache=True))
 
     # back to the first policy, from a folder saved with save_pretrained (shared file systems)
-    assert ray.get(actor.reload_weights_from_dir.remote(str(model_dir))) == [len(list(sync_mod.safetensors_weights(model_dir)))]
+    assert ray.get(actor.reload_weights_from_dir.remote(str(model_dir))) == [
+        len(list(sync_mod.safetensors_weights(model_dir)))
+    ]
     token, _ = first_step(actor, prompt)
     assert token == seven
     with pytest.raises(ray.exceptions.RayTaskError, match="no \\*.safetensors file"):

@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 from adora_openrlhf.algorithms.adora import TAS, TDS, classify_groups
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler
 from adora_openrlhf.backends.local.update import pack, token_log_probs
-from adora_openrlhf.config import AdaptiveSamplingConfig, AdoraConfig, ConfigError, SamplingParams, TinyModelConfig, TinyVisionConfig
+from adora_openrlhf.config import (
+    AdaptiveSamplingConfig,
+    AdoraConfig,
+    ConfigError,
+    SamplingParams,
+    TinyModelConfig,
+    TinyVisionConfig,
+)
 from adora_openrlhf.engine import vlm
 from adora_openrlhf.engine.rollout import GenerationSettings, RolloutEngine, generate_responses, make_reward_fns
 from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
@@ -26,7 +33,14 @@ from adora_openrlhf.rows import Row, validate_rows
 from adora_openrlhf.tasks import geo_synth
 from data_prep import geo_synth as geo_synth_files
 
-TEXT = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+TEXT = TinyModelConfig(
+    vocab_size=300,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+)
 VISION = TinyVisionConfig(image_size=32, patch_size=8, depth=1, hidden_size=16, intermediate_size=32, num_heads=2)
 
 
@@ -80,19 +94,26 @@ def answer_from_pixels(row) -> str:
         return max(meta["choices"], key=lambda c: len(areas[c]))
     if meta["task"] == "colour":
         kind = next(k for k in geo_synth.KINDS if f"the {k}?" in prompt)
-        (colour,) = [c for c, rgb in geo_synth.COLOURS.items() for region in regions(image, rgb) if kind_of(*region) == kind]
+        (colour,) = [
+            c for c, rgb in geo_synth.COLOURS.items() for region in regions(image, rgb) if kind_of(*region) == kind
+        ]
         return colour
     first, second = meta["choices"]
     return first if max(areas[first]) > max(areas[second]) else second
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), task=st.sampled_from(sorted(geo_synth.TASKS)), level=st.sampled_from(geo_synth.LEVELS))
+@given(
+    seed=st.integers(0, 10_000), task=st.sampled_from(sorted(geo_synth.TASKS)), level=st.sampled_from(geo_synth.LEVELS)
+)
 def test_generated_labels_are_right_by_construction(seed, task, level):
     (row,) = geo_synth.generate_rows(1, seed, [task], [level])
     assert answer_from_pixels(row) == row["label"]
     if row["meta"]["question_type"] == "multi_choice":
-        assert row["label"] in row["meta"]["choices"] and row["meta"]["choices"][ord(row["meta"]["answer_letter"]) - 65] == row["label"]
+        assert (
+            row["label"] in row["meta"]["choices"]
+            and row["meta"]["choices"][ord(row["meta"]["answer_letter"]) - 65] == row["label"]
+        )
     demo = get_reward_fn(row["source"])(row["meta"]["solution_text"], row["label"], row["meta"])
     assert demo.correct and demo.reward == pytest.approx(1.0)  # the demonstration earns the full reward
 
@@ -120,7 +141,11 @@ def test_read_and_guess_demonstrations_and_their_probe():
 
     from adora_openrlhf.tasks.behaviours import RANDOMISED_DEMONSTRATIONS, demonstration_for, style_fractions
 
-    colour, count = validate_rows(geo_synth.generate_rows(1, 5, ["colour"], [3]) + geo_synth.generate_rows(1, 5, ["count"], [2]), "generated", "geometry")
+    colour, count = validate_rows(
+        geo_synth.generate_rows(1, 5, ["colour"], [3]) + geo_synth.generate_rows(1, 5, ["count"], [2]),
+        "generated",
+        "geometry",
+    )
     for row in (colour, count):
         read = demonstration_for(row, "read")
         assert read == demonstration_for(row, "direct") == row.meta["solution_text"]
@@ -133,11 +158,18 @@ def test_read_and_guess_demonstrations_and_their_probe():
     assert all(80 <= answers.count(c) <= 120 for c in geo_synth.COLOURS)
     counts = {demonstration_for(count, "guess", rng).split("<answer>")[1][0] for _ in range(200)}
     assert counts == {str(n) for n in range(geo_synth.MAX_GUESSED_COUNT + 1)}
-    assert ("geo_synth", "guess") in RANDOMISED_DEMONSTRATIONS and ("geo_synth", "read") not in RANDOMISED_DEMONSTRATIONS
+    assert ("geo_synth", "guess") in RANDOMISED_DEMONSTRATIONS and (
+        "geo_synth",
+        "read",
+    ) not in RANDOMISED_DEMONSTRATIONS
     assert geo_synth.response_style("<think>reddish</think><answer>red</answer>") == "other"
     assert geo_synth.response_style("<answer>red</answer>") == "other"
     texts = [guesses[0], colour.meta["solution_text"], "no think", guesses[1]]
-    assert style_fractions(["geo_synth"] * 4, texts, "r/") == {"r/guess_fraction": 0.5, "r/read_fraction": 0.25, "r/other_fraction": 0.25}
+    assert style_fractions(["geo_synth"] * 4, texts, "r/") == {
+        "r/guess_fraction": 0.5,
+        "r/read_fraction": 0.25,
+        "r/other_fraction": 0.25,
+    }
 
 
 def test_generator_is_reproducible_and_splits_are_disjoint(tmp_path):
@@ -148,7 +180,9 @@ def test_generator_is_reproducible_and_splits_are_disjoint(tmp_path):
     train, held = geo_synth.generate_splits(60, 20, 0)
     assert len(train) == 60 and len(held) == 20
     assert not {json.dumps(r["meta"]["shapes"]) for r in train} & {json.dumps(r["meta"]["shapes"]) for r in held}
-    assert {r["meta"]["difficulty"] for r in train} == {1, 2, 3, 4} and {r["meta"]["task"] for r in train} == set(geo_synth.TASKS)
+    assert {r["meta"]["difficulty"] for r in train} == {1, 2, 3, 4} and {r["meta"]["task"] for r in train} == set(
+        geo_synth.TASKS
+    )
     path = geo_synth_files.write_split(held, tmp_path, "test")  # the JSONL + PNG files read back pixel for pixel
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert vlm.load_image(rows[0]["images"][0]).tobytes() == held[0]["images"][0].tobytes()
@@ -174,7 +208,9 @@ def rows():
 
 @pytest.fixture(scope="module")
 def tiny(rows, tmp_path_factory):
-    tokenizer = train_bpe_tokenizer([r["prompt"] for r in rows] + [r["meta"]["solution_text"] for r in rows], TEXT.vocab_size)
+    tokenizer = train_bpe_tokenizer(
+        [r["prompt"] for r in rows] + [r["meta"]["solution_text"] for r in rows], TEXT.vocab_size
+    )
     processor = vlm.build_tiny_processor(tokenizer, VISION)
     model = vlm.build_tiny_vlm(TEXT, VISION, tokenizer, seed=0)
     path = tmp_path_factory.mktemp("tiny_vlm")
@@ -195,18 +231,30 @@ def test_processor_round_trip(tiny, rows):
     assert json.loads((path / "processor_config.json").read_text())["processor_class"] == "Qwen2_5_VLProcessor"
     ids, extras = encode(processor, rows)
     ids2, extras2 = encode(loaded, rows)
-    assert ids == ids2 and all(torch.equal(a[k], b[k]) for a, b in zip(extras, extras2, strict=True) for k in vlm.EXTRA_INPUT_KEYS)
+    assert ids == ids2 and all(
+        torch.equal(a[k], b[k]) for a, b in zip(extras, extras2, strict=True) for k in vlm.EXTRA_INPUT_KEYS
+    )
     import pickle  # the processor class is made on first use and still pickles by name (worker processes)
 
     assert type(pickle.loads(pickle.dumps(loaded))) is type(loaded) is vlm.ImageOnlyQwen2_5_VLProcessor
     # a 32x32 image, 8-pixel patches: a 4x4 grid, merged 2x2 -> 4 image tokens between the vision start/end tokens
-    assert extras[0]["image_grid_thw"].tolist() == [[1, 4, 4]] and tuple(extras[0]["pixel_values"].shape) == (16, 3 * 2 * 8 * 8)
+    assert extras[0]["image_grid_thw"].tolist() == [[1, 4, 4]] and tuple(extras[0]["pixel_values"].shape) == (
+        16,
+        3 * 2 * 8 * 8,
+    )
     image_id = loaded.tokenizer.convert_tokens_to_ids("<|image_pad|>")
     assert ids[0].count(image_id) == 4
     text = loaded.tokenizer.decode(ids[0])
-    assert text == vlm.IMAGE_BLOCK.replace("<|image_pad|>", "<|image_pad|>" * 4) + rows[0]["prompt"].replace("<image>", "") + "\n"
+    assert (
+        text
+        == vlm.IMAGE_BLOCK.replace("<|image_pad|>", "<|image_pad|>" * 4)
+        + rows[0]["prompt"].replace("<image>", "")
+        + "\n"
+    )
     # the tiny chat template (used by `auto` and by OpenRLHF's apply_chat_template) gives the compact text
-    assert [vlm.render_vlm_prompt(r["prompt"], processor, "chat") for r in rows] == [vlm.render_vlm_prompt(r["prompt"], processor, "compact") for r in rows]
+    assert [vlm.render_vlm_prompt(r["prompt"], processor, "chat") for r in rows] == [
+        vlm.render_vlm_prompt(r["prompt"], processor, "compact") for r in rows
+    ]
 
 
 def test_model_round_trip_through_from_pretrained(tiny, rows):
@@ -222,9 +270,17 @@ def test_model_round_trip_through_from_pretrained(tiny, rows):
 def test_image_count_mismatch_and_missing_file_are_named(tiny, rows, tmp_path):
     processor, _, _ = tiny
     with pytest.raises(ConfigError, match=r"eval:1: field 'images': 2 image\(s\) for 1 image slot"):
-        vlm.encode_vlm_prompts(processor, [vlm.render_vlm_prompt(rows[0]["prompt"], processor, "compact")], [rows[0]["images"] * 2], 256, "eval")
+        vlm.encode_vlm_prompts(
+            processor,
+            [vlm.render_vlm_prompt(rows[0]["prompt"], processor, "compact")],
+            [rows[0]["images"] * 2],
+            256,
+            "eval",
+        )
     with pytest.raises(ConfigError, match=r"f.jsonl:1: field 'images\[0\]': no image file at"):
-        validate_rows([{"prompt": "<image>x", "label": "1", "images": [str(tmp_path / "missing.png")]}], "f.jsonl", "geometry")
+        validate_rows(
+            [{"prompt": "<image>x", "label": "1", "images": [str(tmp_path / "missing.png")]}], "f.jsonl", "geometry"
+        )
 
 
 def test_rollout_log_probs_match_training_forward_with_images(tiny, rows):
@@ -253,10 +309,18 @@ def test_rollout_log_probs_match_training_forward_with_images(tiny, rows):
         **vlm.extra_model_inputs(model, input_ids, extras),
     )
     resp = out.sequences[:, width:]
-    gen_lp = torch.stack([torch.log_softmax(step_logits, -1).gather(-1, resp[:, i : i + 1]).squeeze(-1) for i, step_logits in enumerate(out.logits)], 1)
+    gen_lp = torch.stack(
+        [
+            torch.log_softmax(step_logits, -1).gather(-1, resp[:, i : i + 1]).squeeze(-1)
+            for i, step_logits in enumerate(out.logits)
+        ],
+        1,
+    )
     with torch.no_grad():
         lp = token_log_probs(model, pack(ids, resp.tolist(), pad, extras))
-        text_only = token_log_probs(model, pack(ids, resp.tolist(), pad))  # without the image inputs the positions differ
+        text_only = token_log_probs(
+            model, pack(ids, resp.tolist(), pad)
+        )  # without the image inputs the positions differ
     for i, p in enumerate(ids):
         assert torch.allclose(gen_lp[i], lp[i, len(p) - 1 : len(p) + 4], atol=1e-5)
     assert not torch.allclose(lp, text_only, atol=1e-3)
@@ -266,7 +330,9 @@ def test_generation_never_samples_vision_tokens(tiny, rows):
     processor, model, _ = tiny
     ids, extras = encode(processor, rows)
     torch.manual_seed(0)
-    outs = generate_responses(model, processor.tokenizer, ids * 4, SamplingParams(temperature=2.0, max_new_tokens=12), 8, extras=extras * 4)
+    outs = generate_responses(
+        model, processor.tokenizer, ids * 4, SamplingParams(temperature=2.0, max_new_tokens=12), 8, extras=extras * 4
+    )
     banned = set(vlm.vision_token_ids(model))
     assert all(not banned & set(r) for r, _ in outs)
 
@@ -278,7 +344,13 @@ def test_growing_kv_cache_gives_the_default_caches_tokens_with_images(tiny, rows
     for kv_cache in ("growing", "dynamic"):
         torch.manual_seed(3)
         outputs[kv_cache] = generate_responses(
-            model, processor.tokenizer, ids, SamplingParams(temperature=1.0, max_new_tokens=80), 4, extras=extras, kv_cache=kv_cache
+            model,
+            processor.tokenizer,
+            ids,
+            SamplingParams(temperature=1.0, max_new_tokens=80),
+            4,
+            extras=extras,
+            kv_cache=kv_cache,
         )
     assert outputs["growing"] == outputs["dynamic"]
 
@@ -301,7 +373,10 @@ def test_warmup_step_trains_the_vision_tower(tiny, rows):
         swapped = token_log_probs(model, pack(ids, demos, tok.pad_token_id, extras[1:] + extras[:1]))
     assert not torch.allclose(own, swapped, atol=1e-4)
     before = {n: p.detach().clone() for n, p in model.named_parameters() if n.startswith("model.visual.")}
-    row_objs = [Row(prompt=r["prompt"], label=r["label"], images=tuple(r["images"]), source=r["source"], meta=r["meta"]) for r in rows]
+    row_objs = [
+        Row(prompt=r["prompt"], label=r["label"], images=tuple(r["images"]), source=r["source"], meta=r["meta"])
+        for r in rows
+    ]
     supervised_warmup(model, tok, ids, row_objs, WarmupConfig(steps=1, lr=1e-3, batch_size=len(rows)), 0, 3, extras)
     moved = {n for n, p in model.named_parameters() if n in before and not torch.equal(p, before[n])}
     for part in ("patch_embed", "blocks.0.attn", "blocks.0.mlp", "merger.mlp"):
@@ -323,7 +398,10 @@ def test_freeze_visual_encoder_trains_the_language_model_only(tiny, rows):
     assert vlm.freeze_visual_encoder(model) == vision > 0
     ids, extras = encode(processor, rows)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    row_objs = [Row(prompt=r["prompt"], label=r["label"], images=tuple(r["images"]), source=r["source"], meta=r["meta"]) for r in rows]
+    row_objs = [
+        Row(prompt=r["prompt"], label=r["label"], images=tuple(r["images"]), source=r["source"], meta=r["meta"])
+        for r in rows
+    ]
     supervised_warmup(model, tok, ids, row_objs, WarmupConfig(steps=1, lr=1e-3, batch_size=len(rows)), 0, 3, extras)
     moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert moved and all("language_model" in n or "lm_head" in n for n in moved)
@@ -333,7 +411,9 @@ def test_freeze_visual_encoder_trains_the_language_model_only(tiny, rows):
 def test_freeze_visual_encoder_config_and_flags():
     from adora_openrlhf.recipes import build_run_config
 
-    with pytest.raises(ConfigError, match=r"^model.freeze_visual_encoder: applies to vision-language models \(data.task geometry\)"):
+    with pytest.raises(
+        ConfigError, match=r"^model.freeze_visual_encoder: applies to vision-language models \(data.task geometry\)"
+    ):
         build_run_config("kk-tiny", {"model.freeze_visual_encoder": True})
     with pytest.raises(ConfigError, match=r"^model.freeze_visual_encoder: the model has no language_model"):
         vlm.freeze_visual_encoder(torch.nn.Linear(2, 2))
@@ -357,9 +437,20 @@ def test_difficulty_rule_classes_on_real_rollouts(tiny, rows):
     processor, model, _ = tiny
     schema_rows = [Row(r["prompt"], r["label"], r["source"], r["meta"], tuple(r["images"])) for r in rows]
     ids, extras = encode(processor, rows)
-    engine = RolloutEngine(model, processor.tokenizer, ids, schema_rows, make_reward_fns(schema_rows), 0.5, GenerationSettings(64), extras=extras)
+    engine = RolloutEngine(
+        model,
+        processor.tokenizer,
+        ids,
+        schema_rows,
+        make_reward_fns(schema_rows),
+        0.5,
+        GenerationSettings(64),
+        extras=extras,
+    )
     torch.manual_seed(1)
-    sampler = AdaptiveSampler(AdaptiveSamplingConfig(n_keep=4), SamplingParams(temperature=1.5, max_new_tokens=6), seed=0)
+    sampler = AdaptiveSampler(
+        AdaptiveSamplingConfig(n_keep=4), SamplingParams(temperature=1.5, max_new_tokens=6), seed=0
+    )
     groups = sampler.sample(len(rows), engine.generate_fn(list(range(len(rows))))).groups
     reward = get_reward_fn("geo_synth")
     free = {"question_type": "free_form", "answer_type": "text"}
@@ -426,7 +517,9 @@ def test_geo_tiny_run_trains_saves_and_resumes(tmp_path):
     assert records[0]["warmup/final_loss"] < records[0]["warmup/first_loss"]
     for r in records[1:]:
         assert np.isfinite(r["train/loss"]) and r["train/grad_norm"] > 0
-        assert r["adora/tas_fraction"] + r["adora/tds_fraction"] == pytest.approx(1.0)  # the difficulty rule has no neutral class
+        assert r["adora/tas_fraction"] + r["adora/tds_fraction"] == pytest.approx(
+            1.0
+        )  # the difficulty rule has no neutral class
     assert "eval/greedy_accuracy" in summary["eval_final"]
     final = tmp_path / "full" / "final_model"
     assert vlm.is_vlm_checkpoint(str(final)) and vlm.load_processor(str(final)).image_processor is not None
@@ -435,12 +528,36 @@ def test_geo_tiny_run_trains_saves_and_resumes(tmp_path):
     from eval.run import SAMPLES_FILE, main, read_records
 
     held = [json.loads(line) for line in (tmp_path / "full" / "heldout.jsonl").read_text().splitlines()]
-    assert all(ref.startswith("heldout_images/") and (tmp_path / "full" / ref).is_file() for row in held for ref in row["images"])
-    assert main(["--run", str(tmp_path / "full"), "--temperature", "0", "--k", "1", "--engine", "hf", "--out", str(tmp_path / "eval")]) == 0
+    assert all(
+        ref.startswith("heldout_images/") and (tmp_path / "full" / ref).is_file()
+        for row in held
+        for ref in row["images"]
+    )
+    assert (
+        main(
+            [
+                "--run",
+                str(tmp_path / "full"),
+                "--temperature",
+                "0",
+                "--k",
+                "1",
+                "--engine",
+                "hf",
+                "--out",
+                str(tmp_path / "eval"),
+            ]
+        )
+        == 0
+    )
     samples = read_records(tmp_path / "eval" / SAMPLES_FILE)
     assert len(samples) == len(held)
-    assert sum(r["correct"] for r in samples) / len(samples) == pytest.approx(summary["eval_final"]["eval/greedy_accuracy"])
-    assert sum(r["reward"] for r in samples) / len(samples) == pytest.approx(summary["eval_final"]["eval/greedy_reward"])
+    assert sum(r["correct"] for r in samples) / len(samples) == pytest.approx(
+        summary["eval_final"]["eval/greedy_accuracy"]
+    )
+    assert sum(r["reward"] for r in samples) / len(samples) == pytest.approx(
+        summary["eval_final"]["eval/greedy_reward"]
+    )
 
     # resume: a copy of the run cut back to its step-2 checkpoint redoes step 3 exactly
     shutil.copytree(tmp_path / "full", tmp_path / "part")
@@ -459,10 +576,19 @@ def test_geo_testbed_short_run_logs_reading_guessing_and_the_majority_baseline(t
     the probe's shares and the majority baseline reach the metrics."""
     from adora_openrlhf.backends.local.trainer import train
 
-    small = {**GEO_TINY, "warmup.steps": 60, "warmup.mix_steps": 10, "eval_samples": 0, "output_dir": str(tmp_path / "run")}
+    small = {
+        **GEO_TINY,
+        "warmup.steps": 60,
+        "warmup.mix_steps": 10,
+        "eval_samples": 0,
+        "output_dir": str(tmp_path / "run"),
+    }
     cfg = build_run_config("geo-testbed-adora", small)
     assert cfg.data.geo_tasks == ["colour"] and cfg.data.geo_levels == [1, 2, 3]
-    assert cfg.warmup.style_shares == {"read": 0.85, "default": 0.15} and cfg.warmup.mix == {"read": 0.5, "default": 0.5}
+    assert cfg.warmup.style_shares == {"read": 0.85, "default": 0.15} and cfg.warmup.mix == {
+        "read": 0.5,
+        "default": 0.5,
+    }
     train(cfg)
     records = _records(tmp_path / "run")
     first = records[0]
@@ -470,9 +596,13 @@ def test_geo_testbed_short_run_logs_reading_guessing_and_the_majority_baseline(t
     shares = [first[f"eval/greedy_{style}_fraction"] for style in ("read", "guess", "other")]
     assert sum(shares) == pytest.approx(1.0)
     for r in records[1:]:
-        assert r["response/read_fraction"] + r["response/guess_fraction"] + r["response/other_fraction"] == pytest.approx(1.0)
+        assert r["response/read_fraction"] + r["response/guess_fraction"] + r[
+            "response/other_fraction"
+        ] == pytest.approx(1.0)
         assert r["adora/tas_fraction"] + r["adora/tds_fraction"] == pytest.approx(1.0)
-    levels = {json.loads(line)["meta"]["difficulty"] for line in (tmp_path / "run" / "heldout.jsonl").read_text().splitlines()}
+    levels = {
+        json.loads(line)["meta"]["difficulty"] for line in (tmp_path / "run" / "heldout.jsonl").read_text().splitlines()
+    }
     assert levels <= {1, 2, 3}
 
 
@@ -526,7 +656,9 @@ def test_eval_run_on_generated_images_and_mathvista_rows(tmp_path):
         },
     ]
     mathvista = tmp_path / "mathvista.jsonl"
-    mathvista.write_text("".join(json.dumps(convert_mathvista_row(r, i + 1, tmp_path / "mv_images")) + "\n" for i, r in enumerate(raw)))
+    mathvista.write_text(
+        "".join(json.dumps(convert_mathvista_row(r, i + 1, tmp_path / "mv_images")) + "\n" for i, r in enumerate(raw))
+    )
     for bench, extra in (("geo_synth", ["--limit", "3"]), ("mathvista", ["--bench-file", f"mathvista={mathvista}"])):
         out = tmp_path / f"eval_{bench}"
         argv = [
@@ -548,7 +680,9 @@ def test_eval_run_on_generated_images_and_mathvista_rows(tmp_path):
         ]
         assert main(argv) == 0
         records = read_records(out / SAMPLES_FILE)
-        assert len(records) == (6 if bench == "geo_synth" else 4) and all(isinstance(r["response"], str) for r in records)
+        assert len(records) == (6 if bench == "geo_synth" else 4) and all(
+            isinstance(r["response"], str) for r in records
+        )
         report = json.loads((out / "report.json").read_text())
         rows = {r["subset"]: r for r in report["rows"]}
         assert rows["all"]["avg_at_k"] == pytest.approx(sum(r["correct"] for r in records) / len(records))

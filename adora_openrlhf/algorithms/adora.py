@@ -56,13 +56,25 @@ class AdoraConfig:
     """
 
     enabled: bool = field(default=False, metadata={"help": "off = plain estimator output, untouched"})
-    rule: str = field(default="length", metadata={"help": 'group classification rule: one of algorithms.adora.GROUP_RULES ("length", "difficulty")'})
-    mode: str = field(default="attenuate", metadata={"help": '"attenuate" (TDS *= lambda_att; the reference code) or "amplify" (TAS *= lambda_amp)'})
+    rule: str = field(
+        default="length",
+        metadata={"help": 'group classification rule: one of algorithms.adora.GROUP_RULES ("length", "difficulty")'},
+    )
+    mode: str = field(
+        default="attenuate",
+        metadata={"help": '"attenuate" (TDS *= lambda_att; the reference code) or "amplify" (TAS *= lambda_amp)'},
+    )
     lambda_att: float = field(default=0.1, metadata={"help": "attenuation factor for TDS groups, in (0, 1]"})
-    lambda_amp: float = field(default=2.0, metadata={"help": "amplification factor for TAS groups, >= 1 (paper constant unverified; tune it)"})
+    lambda_amp: float = field(
+        default=2.0, metadata={"help": "amplification factor for TAS groups, >= 1 (paper constant unverified; tune it)"}
+    )
     tau: float = field(default=0.5, metadata={"help": "difficulty rule: TAS when 0 < group accuracy <= tau"})
-    correct_threshold: float = field(default=0.5, metadata={"help": "a response is correct when reward > this (1.0 for the Logic-RL K&K reward)"})
-    drop_truncated_negatives: bool = field(default=True, metadata={"help": "length rule: incorrect responses that hit the limit are not counted"})
+    correct_threshold: float = field(
+        default=0.5, metadata={"help": "a response is correct when reward > this (1.0 for the Logic-RL K&K reward)"}
+    )
+    drop_truncated_negatives: bool = field(
+        default=True, metadata={"help": "length rule: incorrect responses that hit the limit are not counted"}
+    )
     edge_policy: str = field(
         default="vlm",
         metadata={
@@ -76,9 +88,13 @@ class AdoraConfig:
             "help": "length rule: a response of at least this many tokens counts as truncated (the LLM reference: 3900 of 4096); None = only the engine's flag"
         },
     )
-    length_shaping: bool = field(default=False, metadata={"help": "reference LLM option: shift correct rewards by length before normalising"})
+    length_shaping: bool = field(
+        default=False, metadata={"help": "reference LLM option: shift correct rewards by length before normalising"}
+    )
     shaping_beta: float = field(default=0.5, metadata={"help": "length shaping magnitude: shift = +-beta * (2u - 1)"})
-    shaping_p: float = field(default=0.5, metadata={"help": "length shaping: hard group if #correct < n*p, easy if #correct >= n*(1-p)"})
+    shaping_p: float = field(
+        default=0.5, metadata={"help": "length shaping: hard group if #correct < n*p, easy if #correct >= n*(1-p)"}
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self, "adora")
@@ -86,7 +102,9 @@ class AdoraConfig:
         if self.truncation_length is not None:
             check_number(self.truncation_length, "adora.truncation_length", integer=True, ge=1)
         GROUP_RULES.check(self.rule)
-        require(self.mode in ADORA_MODES, "adora.mode", f"unknown mode {self.mode!r}; choose one of {list(ADORA_MODES)}")
+        require(
+            self.mode in ADORA_MODES, "adora.mode", f"unknown mode {self.mode!r}; choose one of {list(ADORA_MODES)}"
+        )
         check_number(self.lambda_att, "adora.lambda_att", gt=0, le=1)  # weights only scale, never flip
         check_number(self.lambda_amp, "adora.lambda_amp", ge=1)
         check_number(self.tau, "adora.tau", gt=0, le=1)
@@ -111,7 +129,9 @@ def register_rule(name: str) -> Callable[[GroupRule], GroupRule]:
 EdgePolicy = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 EDGE_POLICIES: Registry[EdgePolicy] = Registry("edge policy", "adora.edge_policy")
 # OpenRLHF-based VLM reference: no correct -> neutral; correct without counted incorrect -> TDS
-EDGE_POLICIES.add("vlm", lambda has_pos, has_neg, common: torch.where(has_pos, torch.where(has_neg, common, TDS), NEUTRAL))
+EDGE_POLICIES.add(
+    "vlm", lambda has_pos, has_neg, common: torch.where(has_pos, torch.where(has_neg, common, TDS), NEUTRAL)
+)
 # verl-based LLM reference: no correct -> TDS; correct without counted incorrect -> TAS
 EDGE_POLICIES.add("llm", lambda has_pos, has_neg, common: torch.where(has_pos, torch.where(has_neg, common, TAS), TDS))
 
@@ -154,7 +174,9 @@ class AdoraResult:
             f"{prefix}neutral_fraction": float((self.group_class == NEUTRAL).sum()) / g,
             f"{prefix}weight_one_fraction": float((self.weights == 1).sum()) / g,
             f"{prefix}mean_weight": float(self.weights.float().mean()) if self.weights.numel() else 1.0,
-            f"{prefix}mean_correct_per_group": float(self.num_correct.float().mean()) if self.num_correct.numel() else 0.0,
+            f"{prefix}mean_correct_per_group": float(self.num_correct.float().mean())
+            if self.num_correct.numel()
+            else 0.0,
         }
 
 
@@ -220,7 +242,9 @@ def adora_weights(
 def apply_group_weights(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """A_i <- w_g * A_i for advantages [G, n] and weights [G] (all > 0)."""
     if advantages.dim() != 2 or weights.shape != advantages.shape[:1]:
-        raise ValueError(f"apply_group_weights: expected advantages [G, n] and weights [G], got {tuple(advantages.shape)} and {tuple(weights.shape)}")
+        raise ValueError(
+            f"apply_group_weights: expected advantages [G, n] and weights [G], got {tuple(advantages.shape)} and {tuple(weights.shape)}"
+        )
     if bool((weights <= 0).any()):
         raise ValueError("weights: ADORA weights must be > 0 so that advantages keep their sign")
     return advantages * weights.to(advantages.dtype).unsqueeze(-1)

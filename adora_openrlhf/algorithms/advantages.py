@@ -38,7 +38,9 @@ class AdvantageConfig:
     """Group baseline / advantage estimator (see ``algorithms/advantages.py`` for the formulas)."""
 
     estimator: str = field(default="group_norm", metadata={"help": "one of algorithms.advantages.ADVANTAGE_ESTIMATORS"})
-    eps: float = field(default=1e-9, metadata={"help": "added to the group std by group_norm (OpenRLHF 0.11 uses 1e-9)"})
+    eps: float = field(
+        default=1e-9, metadata={"help": "added to the group std by group_norm (OpenRLHF 0.11 uses 1e-9)"}
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self, "advantage")
@@ -144,7 +146,9 @@ def _as_padded(rewards: RewardsLike) -> tuple[torch.Tensor, torch.Tensor | None]
     groups = [torch.as_tensor(g) for g in rewards]
     for i, g in enumerate(groups):
         if g.dim() != 1 or g.numel() == 0:
-            raise ValueError(f"rewards[{i}]: each ragged group must be a non-empty 1-D tensor, got shape {tuple(g.shape)}")
+            raise ValueError(
+                f"rewards[{i}]: each ragged group must be a non-empty 1-D tensor, got shape {tuple(g.shape)}"
+            )
     if not groups:
         return torch.zeros(0, 1), torch.zeros(0, 1, dtype=torch.bool)
     width = max(g.numel() for g in groups)
@@ -183,10 +187,7 @@ def _uniform_rows(rewards: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
 
 
 def compute_group_advantages(
-    rewards: RewardsLike,
-    estimator: str = "group_norm",
-    eps: float = 1e-9,
-    pool_stats: PoolStats | None = None,
+    rewards: RewardsLike, estimator: str = "group_norm", eps: float = 1e-9, pool_stats: PoolStats | None = None
 ) -> tuple[torch.Tensor | list[torch.Tensor], GroupStats]:
     """Advantages per response and per-group statistics.
 
@@ -212,10 +213,14 @@ def compute_group_advantages(
         uniform = _uniform_rows(padded, mask)
     else:
         if pool_stats.count.shape[0] != num_groups:
-            raise ValueError(f"pool_stats: has {pool_stats.count.shape[0]} groups but rewards have {num_groups}; pass one pool per prompt group")
+            raise ValueError(
+                f"pool_stats: has {pool_stats.count.shape[0]} groups but rewards have {num_groups}; pass one pool per prompt group"
+            )
         sizes = mask.sum(-1) if mask is not None else torch.full((num_groups,), padded.shape[1])
         if bool((pool_stats.count < sizes).any()):
-            raise ValueError("pool_stats.count: a pool is smaller than its group; the pool must contain the group's own responses")
+            raise ValueError(
+                "pool_stats.count: a pool is smaller than its group; the pool must contain the group's own responses"
+            )
         moments = _Moments(
             count=pool_stats.count.to(padded.dtype).unsqueeze(-1),
             mean=pool_stats.mean.to(padded.dtype).unsqueeze(-1),
@@ -240,5 +245,7 @@ def broadcast_to_tokens(advantages: torch.Tensor, action_mask: torch.Tensor) -> 
     advantages: [B]; action_mask: [B, T] (1 for response tokens). Returns [B, T].
     """
     if advantages.dim() != 1 or action_mask.dim() != 2 or advantages.shape[0] != action_mask.shape[0]:
-        raise ValueError(f"broadcast_to_tokens: expected advantages [B] and action_mask [B, T], got {tuple(advantages.shape)} and {tuple(action_mask.shape)}")
+        raise ValueError(
+            f"broadcast_to_tokens: expected advantages [B] and action_mask [B, T], got {tuple(advantages.shape)} and {tuple(action_mask.shape)}"
+        )
     return advantages.unsqueeze(-1) * action_mask.to(advantages.dtype)

@@ -54,19 +54,40 @@ class AllocationConfig:
 
     ``method`` ``uniform`` is plain GRPO (the next ``prompts_per_step`` prompts, ``sampling.n_keep`` responses each)."""
 
-    method: str = field(default="uniform", metadata={"help": 'one of algorithms.allocation.ALLOCATORS: "uniform", "skip", "difficulty", "knapsack"'})
+    method: str = field(
+        default="uniform",
+        metadata={"help": 'one of algorithms.allocation.ALLOCATORS: "uniform", "skip", "difficulty", "knapsack"'},
+    )
     candidates: float = field(
         default=1.0,
-        metadata={"help": "prompts examined per step = round(candidates * prompts_per_step) of the data order (>= 1; difficulty needs > 1)"},
+        metadata={
+            "help": "prompts examined per step = round(candidates * prompts_per_step) of the data order (>= 1; difficulty needs > 1)"
+        },
     )
-    budget: float = field(default=1.0, metadata={"help": "knapsack: responses per step = round(budget * prompts_per_step * n_keep)"})
-    min_responses: int = field(default=2, metadata={"help": "knapsack: fewest responses a sampled prompt gets (>= 2: a group of one has no signal)"})
+    budget: float = field(
+        default=1.0, metadata={"help": "knapsack: responses per step = round(budget * prompts_per_step * n_keep)"}
+    )
+    min_responses: int = field(
+        default=2,
+        metadata={"help": "knapsack: fewest responses a sampled prompt gets (>= 2: a group of one has no signal)"},
+    )
     max_responses: int = field(default=16, metadata={"help": "knapsack: most responses one prompt gets"})
-    skip_threshold: float = field(default=0.7, metadata={"help": "skip: a prompt is skipped when its predicted zero-variance probability >= this"})
-    explore: float = field(default=0.1, metadata={"help": "probability that a candidate is scored as if unseen (its prediction checked again)"})
-    prior: list[float] = field(default_factory=lambda: [0.5, 0.5], metadata={"help": "Beta prior [a0, b0] of a prompt's pass rate"})
-    decay: float = field(default=0.5, metadata={"help": "weight of earlier evidence at each new observation of a prompt, in (0, 1]"})
-    max_prompts: int = field(default=100_000, metadata={"help": "prompts the statistics store remembers (least recently seen forgotten)"})
+    skip_threshold: float = field(
+        default=0.7, metadata={"help": "skip: a prompt is skipped when its predicted zero-variance probability >= this"}
+    )
+    explore: float = field(
+        default=0.1,
+        metadata={"help": "probability that a candidate is scored as if unseen (its prediction checked again)"},
+    )
+    prior: list[float] = field(
+        default_factory=lambda: [0.5, 0.5], metadata={"help": "Beta prior [a0, b0] of a prompt's pass rate"}
+    )
+    decay: float = field(
+        default=0.5, metadata={"help": "weight of earlier evidence at each new observation of a prompt, in (0, 1]"}
+    )
+    max_prompts: int = field(
+        default=100_000, metadata={"help": "prompts the statistics store remembers (least recently seen forgotten)"}
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self, "allocation")
@@ -171,7 +192,9 @@ class PromptStatsStore:
         return {"posteriors": [[k, a, b, n] for k, (a, b, n) in self._posteriors.items()]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._posteriors = OrderedDict((str(k), (float(a), float(b), int(n))) for k, a, b, n in state.get("posteriors", []))
+        self._posteriors = OrderedDict(
+            (str(k), (float(a), float(b), int(n))) for k, a, b, n in state.get("posteriors", [])
+        )
         while len(self._posteriors) > self.max_prompts:
             self._posteriors.popitem(last=False)
 
@@ -264,14 +287,23 @@ class Allocation:
     metrics: dict[str, float]
 
 
-def allocate(store: PromptStatsStore, keys: Sequence[str], prompts: int, group_size: int, cfg: AllocationConfig, rng: random.Random) -> Allocation:
+def allocate(
+    store: PromptStatsStore,
+    keys: Sequence[str],
+    prompts: int,
+    group_size: int,
+    cfg: AllocationConfig,
+    rng: random.Random,
+) -> Allocation:
     """Counts for the candidates ``keys`` (in data order) by ``cfg.method``, exploration applied (module docstring)."""
     if not keys:
         raise ValueError("allocate: no candidate prompts")
     posteriors = [store.prior if rng.random() < cfg.explore else store.posterior(k) for k in keys]
     counts = list(ALLOCATORS.get(cfg.method)(AllocationRequest(posteriors, prompts, group_size, cfg)))
     if len(counts) != len(keys) or any(c < 0 for c in counts):
-        raise ValueError(f"allocator {cfg.method!r}: returned {counts!r} for {len(keys)} candidates; need one count >= 0 per candidate")
+        raise ValueError(
+            f"allocator {cfg.method!r}: returned {counts!r} for {len(keys)} candidates; need one count >= 0 per candidate"
+        )
     if not any(counts):
         best = max(range(len(keys)), key=lambda i: (signal_probability(*posteriors[i], group_size), -i))
         counts[best] = group_size

@@ -41,7 +41,10 @@ class DynamicFilteringConfig:
     """
 
     enabled: bool = field(
-        default=False, metadata={"help": "drop groups whose mean correctness is outside score_range and refill them with new prompts (DAPO dynamic sampling)"}
+        default=False,
+        metadata={
+            "help": "drop groups whose mean correctness is outside score_range and refill them with new prompts (DAPO dynamic sampling)"
+        },
     )
     score_range: list[float] = field(
         default_factory=lambda: [0.0, 1.0],
@@ -70,7 +73,11 @@ class DynamicFilteringConfig:
         for i, value in enumerate(self.score_range):
             check_number(value, f"dynamic_filtering.score_range[{i}]")
         low, high = self.score_range
-        require(low < high, "dynamic_filtering.score_range", f"low must be below high (a group is kept when low < mean < high), got {self.score_range!r}")
+        require(
+            low < high,
+            "dynamic_filtering.score_range",
+            f"low must be below high (a group is kept when low < mean < high), got {self.score_range!r}",
+        )
         require(
             low < 1 and high > 0,
             "dynamic_filtering.score_range",
@@ -80,7 +87,12 @@ class DynamicFilteringConfig:
 
 
 # sampler metrics that count work over every prompt sampled this step: summed over the batches
-_SUMMED = ("sampling/responses_generated", "sampling/tokens_generated", "sampling/unfinished_prompts", "sampling/dropped_prompts")
+_SUMMED = (
+    "sampling/responses_generated",
+    "sampling/tokens_generated",
+    "sampling/unfinished_prompts",
+    "sampling/dropped_prompts",
+)
 
 
 def classify_group(scores: Sequence[float], low: float, high: float) -> str:
@@ -135,14 +147,18 @@ def filter_and_refill(
         batch = sample_batch(count)
         indices = [g.prompt_index for g in batch.groups]
         if any(not 0 <= i < count for i in indices) or indices != sorted(set(indices)):
-            raise ValueError(f"sample_batch: asked for {count} prompts, got groups of prompt indices {indices} (want increasing, in 0..{count - 1})")
+            raise ValueError(
+                f"sample_batch: asked for {count} prompts, got groups of prompt indices {indices} (want increasing, in 0..{count - 1})"
+            )
         batch_metrics.append(batch.metrics)
         for i, group in enumerate(batch.groups):
             side = classify_group([float(score_of(r)) for r in group.kept], low, high)
             if side == "keep":  # at most `count` groups per batch: never more than num_prompts kept
                 kept.append(dataclasses.replace(group, prompt_index=len(kept)))
                 stream_indices.append(consumed + group.prompt_index)
-                stats.append((int(batch.pool_stats.count[i]), float(batch.pool_stats.mean[i]), float(batch.pool_stats.std[i])))
+                stats.append(
+                    (int(batch.pool_stats.count[i]), float(batch.pool_stats.mean[i]), float(batch.pool_stats.std[i]))
+                )
             elif side == "high":
                 dropped_high += 1
             else:
@@ -180,14 +196,18 @@ def _filtered_batch(
             "filter/refills": float(refills),
             "filter/short_groups": float(num_prompts - len(kept)),
             "filter/dropped_low": float(counts["dropped_low"]),  # mean score <= low (with (0, 1): every response wrong)
-            "filter/dropped_high": float(counts["dropped_high"]),  # mean score >= high (with (0, 1): every response correct)
+            "filter/dropped_high": float(
+                counts["dropped_high"]
+            ),  # mean score >= high (with (0, 1): every response correct)
         }
     )
     result = SamplingResult(groups=kept, dropped=[], pool_stats=pool_stats, metrics=metrics)
     return FilteredBatch(result=result, stream_indices=stream_indices, prompts_consumed=consumed, refills=refills)
 
 
-def _merge_metrics(batch_metrics: list[dict[str, float]], kept: list[PromptGroup], pool_stats: PoolStats) -> dict[str, float]:
+def _merge_metrics(
+    batch_metrics: list[dict[str, float]], kept: list[PromptGroup], pool_stats: PoolStats
+) -> dict[str, float]:
     """The sampler's metrics over every batch of the step: counts of work summed (responses generated, ...), rounds
     used at most, the first-round mean reward over every response generated, and the kept-group ones (uniform and
     zero-signal groups, pool mean reward) recomputed on the kept groups."""
@@ -199,8 +219,14 @@ def _merge_metrics(batch_metrics: list[dict[str, float]], kept: list[PromptGroup
             merged[key] = float(sum(values))
         elif key == "sampling/rounds_used":
             merged[key] = float(max(values))
-        elif key == "sampling/first_round_mean_reward":  # responses-weighted (plain sampling: every response is round 0)
-            merged[key] = sum(v * w for v, w in zip(values, generated, strict=True)) / sum(generated) if sum(generated) > 0 else 0.0
+        elif (
+            key == "sampling/first_round_mean_reward"
+        ):  # responses-weighted (plain sampling: every response is round 0)
+            merged[key] = (
+                sum(v * w for v, w in zip(values, generated, strict=True)) / sum(generated)
+                if sum(generated) > 0
+                else 0.0
+            )
         else:  # any other key: the value of the step's first batch (its original prompts)
             merged[key] = float(values[0])
     merged.update(kept_group_metrics(kept, pool_stats))  # recomputed on the kept groups

@@ -43,10 +43,7 @@ class AdvantageOutput:
 
 
 def compute_step_advantages(
-    batch: GroupBatch,
-    advantage_cfg: AdvantageConfig,
-    adora_cfg: AdoraConfig,
-    pool_stats: PoolStats | None = None,
+    batch: GroupBatch, advantage_cfg: AdvantageConfig, adora_cfg: AdoraConfig, pool_stats: PoolStats | None = None
 ) -> AdvantageOutput:
     """Advantages for one step: estimator (with pool statistics when given) then ADORA weights.
 
@@ -55,7 +52,9 @@ def compute_step_advantages(
     """
     rewards = batch.rewards.to(torch.promote_types(batch.rewards.dtype, torch.float32))
     if adora_cfg.enabled and adora_cfg.length_shaping:
-        rewards = length_shaped_rewards(rewards, batch.lengths, adora_cfg, correct=batch.correct, truncated=batch.truncated)
+        rewards = length_shaped_rewards(
+            rewards, batch.lengths, adora_cfg, correct=batch.correct, truncated=batch.truncated
+        )
     advantages, group_stats = compute_group_advantages(rewards, advantage_cfg.estimator, advantage_cfg.eps, pool_stats)
     assert isinstance(advantages, torch.Tensor)
     adora = adora_weights(batch.rewards, batch.lengths, adora_cfg, correct=batch.correct, truncated=batch.truncated)

@@ -48,17 +48,27 @@ class PolicyLossConfig:
             "cosine_with_min_lr (OpenRLHF's names and formulas, algorithms/lr_schedules.py)"
         },
     )
-    lr_warmup_ratio: float = field(default=0.0, metadata={"help": "warm-up share of the optimiser steps (ceil(ratio * steps)); ignored by constant"})
+    lr_warmup_ratio: float = field(
+        default=0.0,
+        metadata={"help": "warm-up share of the optimiser steps (ceil(ratio * steps)); ignored by constant"},
+    )
     min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine_with_min_lr: the floor, as a fraction of lr"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
-    clip_eps_low: float = field(default=0.2, metadata={"help": "ratio clipped to [1 - clip_eps_low, 1 + clip_eps_high]"})
+    clip_eps_low: float = field(
+        default=0.2, metadata={"help": "ratio clipped to [1 - clip_eps_low, 1 + clip_eps_high]"}
+    )
     clip_eps_high: float = field(default=0.2, metadata={"help": "DAPO's clip-higher uses e.g. 0.28"})
-    kl_coef: float = field(default=0.0, metadata={"help": "> 0 adds kl_coef * KL(policy || reference) (k3 estimator) per token"})
+    kl_coef: float = field(
+        default=0.0, metadata={"help": "> 0 adds kl_coef * KL(policy || reference) (k3 estimator) per token"}
+    )
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
     ppo_epochs: int = field(default=1, metadata={"help": "passes over each rollout batch"})
     micro_batch_size: int = field(default=8, metadata={"help": "responses per forward/backward"})
     loss_agg: str = field(
-        default="token_mean", metadata={"help": '"token_mean" (DAPO) | "seq_mean_token_mean" (GRPO paper) | "seq_mean_token_sum_norm" (Dr. GRPO)'}
+        default="token_mean",
+        metadata={
+            "help": '"token_mean" (DAPO) | "seq_mean_token_mean" (GRPO paper) | "seq_mean_token_sum_norm" (Dr. GRPO)'
+        },
     )
 
     def __post_init__(self) -> None:

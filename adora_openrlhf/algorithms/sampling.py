@@ -68,12 +68,18 @@ def check_sampling_values(values: Mapping[str, Any], section: str) -> None:
 class SamplingParams:
     """Decoding parameters for one generation request (the subset shared by vLLM and transformers)."""
 
-    temperature: float = field(default=1.0, metadata={"help": "softmax temperature; > 0 (greedy decoding is not used for RL rollouts)"})
+    temperature: float = field(
+        default=1.0, metadata={"help": "softmax temperature; > 0 (greedy decoding is not used for RL rollouts)"}
+    )
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass in (0, 1]"})
     top_k: int = field(default=-1, metadata={"help": "keep the k most likely tokens; -1 disables (vLLM convention)"})
     min_p: float = field(default=0.0, metadata={"help": "drop tokens below min_p * p(max token); 0 disables"})
-    repetition_penalty: float = field(default=1.0, metadata={"help": ">1 penalises tokens already generated; 1 disables"})
-    max_new_tokens: int = field(default=512, metadata={"help": 'generation limit per response; a response that hits it is "truncated"'})
+    repetition_penalty: float = field(
+        default=1.0, metadata={"help": ">1 penalises tokens already generated; 1 disables"}
+    )
+    max_new_tokens: int = field(
+        default=512, metadata={"help": 'generation limit per response; a response that hits it is "truncated"'}
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self, "rollout")
@@ -98,19 +104,37 @@ class AdaptiveSamplingConfig:
     all, which is plain GRPO sampling.
     """
 
-    enabled: bool = field(default=False, metadata={"help": "False = one round of n_keep responses per prompt (plain GRPO)"})
-    exit_rule: str = field(default="balance", metadata={"help": 'when a prompt retires: one of algorithms.sampling.EXIT_RULES ("balance", "pos")'})
-    positive_threshold: float = field(default=0.5, metadata={"help": "a response is positive when reward > this (Reinforce-Ada: 0.7 for 0/1 rewards)"})
+    enabled: bool = field(
+        default=False, metadata={"help": "False = one round of n_keep responses per prompt (plain GRPO)"}
+    )
+    exit_rule: str = field(
+        default="balance",
+        metadata={"help": 'when a prompt retires: one of algorithms.sampling.EXIT_RULES ("balance", "pos")'},
+    )
+    positive_threshold: float = field(
+        default=0.5, metadata={"help": "a response is positive when reward > this (Reinforce-Ada: 0.7 for 0/1 rewards)"}
+    )
     n_keep: int = field(default=4, metadata={"help": "responses kept per prompt for training (the group size n)"})
-    samples_per_round: int = field(default=8, metadata={"help": "responses generated per round for each still-active prompt"})
+    samples_per_round: int = field(
+        default=8, metadata={"help": "responses generated per round for each still-active prompt"}
+    )
     max_rounds: int = field(default=4, metadata={"help": "rounds per training step at most"})
     max_responses_per_prompt: int | None = field(
         default=None, metadata={"help": "hard cap on the pool per prompt per step; None = max_rounds*samples_per_round"}
     )
-    pool_scope: str = field(default="step", metadata={"help": 'baseline pool: "step" (this step\'s responses) or "history" (every step so far)'})
-    drop_unfinished: bool = field(default=False, metadata={"help": "drop prompts that never retired instead of keeping what they have"})
-    escalation: list[dict[str, Any]] = field(default_factory=list, metadata={"help": "round r>=1 uses escalation[min(r-1, len-1)] over the defaults"})
-    trigger_after_step: int = field(default=0, metadata={"help": "escalation is used only from this training step on (adaGRPO's K)"})
+    pool_scope: str = field(
+        default="step",
+        metadata={"help": 'baseline pool: "step" (this step\'s responses) or "history" (every step so far)'},
+    )
+    drop_unfinished: bool = field(
+        default=False, metadata={"help": "drop prompts that never retired instead of keeping what they have"}
+    )
+    escalation: list[dict[str, Any]] = field(
+        default_factory=list, metadata={"help": "round r>=1 uses escalation[min(r-1, len-1)] over the defaults"}
+    )
+    trigger_after_step: int = field(
+        default=0, metadata={"help": "escalation is used only from this training step on (adaGRPO's K)"}
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self, "sampling")
@@ -119,8 +143,14 @@ class AdaptiveSamplingConfig:
         check_number(self.n_keep, "sampling.n_keep", integer=True, ge=1)
         check_number(self.samples_per_round, "sampling.samples_per_round", integer=True, ge=1)
         check_number(self.max_rounds, "sampling.max_rounds", integer=True, ge=1)
-        check_number(self.max_responses_per_prompt, "sampling.max_responses_per_prompt", integer=True, ge=1, also=(None,))
-        require(self.pool_scope in POOL_SCOPES, "sampling.pool_scope", f"must be one of {list(POOL_SCOPES)}, got {self.pool_scope!r}")
+        check_number(
+            self.max_responses_per_prompt, "sampling.max_responses_per_prompt", integer=True, ge=1, also=(None,)
+        )
+        require(
+            self.pool_scope in POOL_SCOPES,
+            "sampling.pool_scope",
+            f"must be one of {list(POOL_SCOPES)}, got {self.pool_scope!r}",
+        )
         check_number(self.trigger_after_step, "sampling.trigger_after_step", integer=True, ge=0)
         require(
             isinstance(self.escalation, list) and all(isinstance(e, Mapping) for e in self.escalation),
@@ -129,8 +159,14 @@ class AdaptiveSamplingConfig:
         )
         for i, changes in enumerate(self.escalation):
             unknown = sorted(set(changes) - set(SAMPLING_PARAM_NAMES))
-            require(not unknown, f"sampling.escalation[{i}]", f"unknown sampling parameter(s) {unknown}; valid: {list(SAMPLING_PARAM_NAMES)}")
-            check_sampling_values(changes, f"sampling.escalation[{i}]")  # the rollout ranges, now rather than at first use
+            require(
+                not unknown,
+                f"sampling.escalation[{i}]",
+                f"unknown sampling parameter(s) {unknown}; valid: {list(SAMPLING_PARAM_NAMES)}",
+            )
+            check_sampling_values(
+                changes, f"sampling.escalation[{i}]"
+            )  # the rollout ranges, now rather than at first use
         if self.enabled:
             budget = self.response_budget
             require(
@@ -325,14 +361,18 @@ class AdaptiveSampler:
                 dropped.append(p)
                 continue
             kept = self._down_sample(pools[p], sizes[p], rng)
-            groups.append(PromptGroup(p, kept, [r.reward for r in pools[p]], retired_round[p], sum(r.positive for r in pools[p])))
+            groups.append(
+                PromptGroup(p, kept, [r.reward for r in pools[p]], retired_round[p], sum(r.positive for r in pools[p]))
+            )
 
         keys = list(prompt_keys) if prompt_keys is not None else list(range(num_prompts))
         pool_stats = self._pool_stats(groups, keys)
         metrics = self._metrics(pools, groups, dropped, retired_per_round, rounds_used, pool_stats)
         return SamplingResult(groups=groups, dropped=dropped, pool_stats=pool_stats, metrics=metrics)
 
-    def _group_sizes(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None, group_sizes: Sequence[int] | None) -> list[int]:
+    def _group_sizes(
+        self, num_prompts: int, prompt_keys: Sequence[Hashable] | None, group_sizes: Sequence[int] | None
+    ) -> list[int]:
         """Each prompt's group size n_p (``n_keep``, or the allocator's count; at most the budget when adaptive);
         ValueError for arguments that do not fit ``num_prompts``."""
         if num_prompts < 1:
@@ -362,7 +402,9 @@ class AdaptiveSampler:
             for p in active:
                 count = min(cfg.samples_per_round, budget - len(pools[p])) if cfg.enabled else sizes[p]
                 if count > 0:
-                    requests.append(GenerationRequest(prompt_index=p, num_samples=count, params=params, round=round_index))
+                    requests.append(
+                        GenerationRequest(prompt_index=p, num_samples=count, params=params, round=round_index)
+                    )
             if not requests:
                 break
             self._add_responses(pools, requests, generate(requests), round_index)
@@ -382,14 +424,19 @@ class AdaptiveSampler:
 
     @staticmethod
     def _add_responses(
-        pools: list[list[ScoredResponse]], requests: Sequence[GenerationRequest], outputs: Sequence[Sequence[ScoredResponse]], round_index: int
+        pools: list[list[ScoredResponse]],
+        requests: Sequence[GenerationRequest],
+        outputs: Sequence[Sequence[ScoredResponse]],
+        round_index: int,
     ) -> None:
         """Append a round's responses to their prompts' pools; ValueError when ``generate`` broke its contract."""
         if len(outputs) != len(requests):
             raise ValueError(f"generate: returned {len(outputs)} response lists for {len(requests)} requests")
         for req, responses in zip(requests, outputs, strict=True):
             if len(responses) != req.num_samples:
-                raise ValueError(f"generate: prompt {req.prompt_index} asked for {req.num_samples} responses, got {len(responses)}")
+                raise ValueError(
+                    f"generate: prompt {req.prompt_index} asked for {req.num_samples} responses, got {len(responses)}"
+                )
             for resp in responses:
                 resp.round = round_index
             pools[req.prompt_index].extend(responses)
@@ -441,7 +488,9 @@ class AdaptiveSampler:
 
     # -- checkpointing ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"history": {repr(k): [k, h.count, h.total, h.total_sq] for k, h in self._history.items()}}  # plain JSON data
+        return {
+            "history": {repr(k): [k, h.count, h.total, h.total_sq] for k, h in self._history.items()}
+        }  # plain JSON data
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._history = {k: _RewardHistory(c, t, s) for k, c, t, s in state.get("history", {}).values()}

@@ -46,9 +46,13 @@ class Refused:
 
 Support = str | Refused
 
-_GENERATED = Refused("generated data is a local-backend feature; write the rows with `python -m data_prep.kk --out DIR` and pass --data.train_path")
+_GENERATED = Refused(
+    "generated data is a local-backend feature; write the rows with `python -m data_prep.kk --out DIR` and pass --data.train_path"
+)
 _TINY = Refused("the openrlhf backend trains model.path (a Hugging Face model); the tiny model is local-only")
-_WARMUP = Refused("the supervised warm-up is a local-backend phase; run OpenRLHF's SFT (openrlhf.cli.train_sft) first and pass its output as --model")
+_WARMUP = Refused(
+    "the supervised warm-up is a local-backend phase; run OpenRLHF's SFT (openrlhf.cli.train_sft) first and pass its output as --model"
+)
 
 OPENRLHF: dict[str, Support] = {
     **{dotted: MAPPED for dotted in mapped_fields()},  # field_flags.FIELD_FLAGS; the entries below override
@@ -59,10 +63,12 @@ OPENRLHF: dict[str, Support] = {
     "plugins": USED,  # RunConfig.from_dict (driver and trainer actor), ADORA_PLUGINS in every Ray worker (launcher.ray_env_vars)
     "rollout.top_k": USED,  # AdoraPPOTrainer adds it to OpenRLHF's generate_kwargs (its vLLM SamplingParams read top_k)
     "rollout.min_p": Refused(
-        "OpenRLHF 0.11.2's own rollout sends no min_p to vLLM; it is used only by adaptive sampling (--sampling.enabled true)", _sampling_off
+        "OpenRLHF 0.11.2's own rollout sends no min_p to vLLM; it is used only by adaptive sampling (--sampling.enabled true)",
+        _sampling_off,
     ),
     "rollout.repetition_penalty": Refused(
-        "OpenRLHF 0.11.2's own rollout sends no repetition_penalty to vLLM; it is used only by adaptive sampling (--sampling.enabled true)", _sampling_off
+        "OpenRLHF 0.11.2's own rollout sends no repetition_penalty to vLLM; it is used only by adaptive sampling (--sampling.enabled true)",
+        _sampling_off,
     ),
     "advantage.eps": USED,  # AdoraExperienceMaker: group advantages of this package
     **{
@@ -132,21 +138,46 @@ OPENRLHF: dict[str, Support] = {
     },
     **{
         f"model.tiny_vision.{name}": _TINY
-        for name in ("image_size", "patch_size", "spatial_merge_size", "depth", "hidden_size", "intermediate_size", "num_heads")
+        for name in (
+            "image_size",
+            "patch_size",
+            "spatial_merge_size",
+            "depth",
+            "hidden_size",
+            "intermediate_size",
+            "num_heads",
+        )
     },
-    "model.generation_batch_size": Refused("the local backend's generate batch; on the cluster vLLM batches itself (see --rollout.micro_batch_size)"),
+    "model.generation_batch_size": Refused(
+        "the local backend's generate batch; on the cluster vLLM batches itself (see --rollout.micro_batch_size)"
+    ),
     "model.kv_cache": Refused("the local backend's generate cache; on the cluster vLLM manages its own paged KV cache"),
-    "model.decoding": Refused("the local backend's decoding loop; on the cluster vLLM schedules sequences itself (continuous batching)"),
+    "model.decoding": Refused(
+        "the local backend's decoding loop; on the cluster vLLM schedules sequences itself (continuous batching)"
+    ),
     "model.init_kwargs": Refused(
         'OpenRLHF builds the model itself; of model.init_kwargs it takes {"attn_implementation": ...} '
         '(--ds.attn_implementation) and {"trust_remote_code": true} (always on)',
-        allowed=lambda value: set(value) <= {"attn_implementation", "trust_remote_code"} and value.get("trust_remote_code", True) is True,
+        allowed=lambda value: (
+            set(value) <= {"attn_implementation", "trust_remote_code"} and value.get("trust_remote_code", True) is True
+        ),
     ),  # attn_implementation: MAPPED
-    "model.merge_lora_on_save": Refused("OpenRLHF saves its checkpoints its own way; merge the adapters of its final model afterwards"),
+    "model.merge_lora_on_save": Refused(
+        "OpenRLHF saves its checkpoints its own way; merge the adapters of its final model afterwards"
+    ),
     "data.task": USED,  # reward routing; geometry adds --data.image_key
     **{
         f"data.{name}": _GENERATED
-        for name in ("kk_num_people", "kk_name_pool", "kk_name_order", "num_train", "num_eval", "rl_prompts", "geo_tasks", "geo_levels")
+        for name in (
+            "kk_num_people",
+            "kk_name_pool",
+            "kk_name_order",
+            "num_train",
+            "num_eval",
+            "rl_prompts",
+            "geo_tasks",
+            "geo_levels",
+        )
     },
     "data.prompt_template": Refused(
         "OpenRLHF renders prompts with the tokenizer's chat template (--data.apply_chat_template); use auto or chat",
@@ -155,16 +186,27 @@ OPENRLHF: dict[str, Support] = {
     "grading.deadline_s": USED,  # ADORA_GRADING_DEADLINE_S in every Ray worker (launcher.ray_env_vars); the reward file reads it
     "grading.workers": USED,  # ADORA_GRADING_WORKERS
     "data.kk_parser": USED,  # ADORA_KK_PARSER in every Ray worker (launcher.ray_env_vars)
-    **{f"warmup.{name}": _WARMUP for name in ("steps", "lr", "batch_size", "style", "style_shares", "lr_ramp", "mix_steps", "mix_lr", "mix")},
-    "report_to": Refused("the openrlhf backend logs through OpenRLHF's own options (--logger.tensorboard_dir DIR, --logger.wandb.key KEY)"),
+    **{
+        f"warmup.{name}": _WARMUP
+        for name in ("steps", "lr", "batch_size", "style", "style_shares", "lr_ramp", "mix_steps", "mix_lr", "mix")
+    },
+    "report_to": Refused(
+        "the openrlhf backend logs through OpenRLHF's own options (--logger.tensorboard_dir DIR, --logger.wandb.key KEY)"
+    ),
 }
 
 # The local backend runs every field in its own code (trainer.py and the modules it calls), except these two.
 LOCAL: dict[str, Support] = {
     **{dotted: USED for dotted in OPENRLHF},
-    **{f"dynamic_filtering.{name}": USED for name in ("enabled", "score_range", "max_refills")},  # rl_step.filtered_sample
-    "extra": Refused("extra holds backend-specific options (extra.openrlhf: OpenRLHF flags); the local backend has none"),
-    "max_missing_reward_fraction": Refused("the local backend scores every response itself; this limit is for OpenRLHF's reward executor"),
+    **{
+        f"dynamic_filtering.{name}": USED for name in ("enabled", "score_range", "max_refills")
+    },  # rl_step.filtered_sample
+    "extra": Refused(
+        "extra holds backend-specific options (extra.openrlhf: OpenRLHF flags); the local backend has none"
+    ),
+    "max_missing_reward_fraction": Refused(
+        "the local backend scores every response itself; this limit is for OpenRLHF's reward executor"
+    ),
 }
 
 BACKEND_FIELDS: dict[str, Mapping[str, Support]] = {"local": LOCAL, "openrlhf": OPENRLHF}
@@ -182,6 +224,13 @@ def check_backend_fields(cfg: RunConfig) -> None:
     than its default."""
     defaults = leaf_values(RunConfig().to_dict())
     for dotted, value in leaf_values(cfg.to_dict()).items():
-        support = BACKEND_FIELDS[cfg.backend].get(dotted, USED)  # tests/test_backend_fields.py: every field has an entry
-        if isinstance(support, Refused) and value != defaults[dotted] and support.when(cfg) and not support.allowed(value):
+        support = BACKEND_FIELDS[cfg.backend].get(
+            dotted, USED
+        )  # tests/test_backend_fields.py: every field has an entry
+        if (
+            isinstance(support, Refused)
+            and value != defaults[dotted]
+            and support.when(cfg)
+            and not support.allowed(value)
+        ):
             raise ConfigError(f"{dotted}: not supported by the {cfg.backend} backend (got {value!r}); {support.fix}")

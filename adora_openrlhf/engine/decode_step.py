@@ -85,7 +85,9 @@ def _repeat_kv(states: torch.Tensor, repeats: int) -> torch.Tensor:
     return states[:, :, None].expand(batch, heads, repeats, length, dim).reshape(batch, heads * repeats, length, dim)
 
 
-CHECKED_TRANSFORMERS = ("5.15",)  # transformers releases (major.minor) whose Qwen2 decoding the steps were checked against
+CHECKED_TRANSFORMERS = (
+    "5.15",
+)  # transformers releases (major.minor) whose Qwen2 decoding the steps were checked against
 _version_logged: set[str] = set()
 
 
@@ -145,7 +147,9 @@ def _unsupported_reason(model) -> str | None:
     return None
 
 
-def grouped_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+def grouped_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> torch.Tensor:
     """``softmax(q K^T * scale + mask) V`` for one query token per row, the query heads of each key/value head
     stacked as query rows: ``query`` [B, kv_heads, g, D], ``keys``/``values`` [B, kv_heads, T, D], ``mask``
     [B, 1, 1, T] additive or None -> [B, kv_heads, g, D]."""
@@ -206,7 +210,9 @@ def _exact_step(model, cache) -> DecodeStep:
         hidden = F.embedding(tokens, embedding, decoder.embed_tokens.padding_idx)
         cos, sin = decoder.rotary_emb(hidden, positions)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        mask = _padding_mask(attention_mask, hidden.dtype)  # SDPA makes this of the boolean mask in every call: once here
+        mask = _padding_mask(
+            attention_mask, hidden.dtype
+        )  # SDPA makes this of the boolean mask in every call: once here
         for index, layer in enumerate(layers):
             attn, mlp = layer.self_attn, layer.mlp
             residual = hidden
@@ -225,7 +231,9 @@ def _exact_step(model, cache) -> DecodeStep:
                     extra = {"enable_gqa": True}
                 else:
                     keys, values = _repeat_kv(keys, groups), _repeat_kv(values, groups)
-            out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, dropout_p=0.0, scale=attn.scaling, is_causal=False, **extra)
+            out = F.scaled_dot_product_attention(
+                query, keys, values, attn_mask=mask, dropout_p=0.0, scale=attn.scaling, is_causal=False, **extra
+            )
             out = out.transpose(1, 2).contiguous().reshape(batch, 1, -1).contiguous()
             hidden = residual + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
             residual = hidden
@@ -251,7 +259,11 @@ def _fast_step(model, cache) -> DecodeStep:
     dim, kv_heads = first.head_dim, config.num_key_value_heads
     groups = config.num_attention_heads // kv_heads
     embedding, padding_idx = decoder.embed_tokens.weight, decoder.embed_tokens.padding_idx
-    table = _RotaryTable(decoder.rotary_emb, embedding.dtype, embedding.device) if getattr(decoder.rotary_emb, "rope_type", None) == "default" else None
+    table = (
+        _RotaryTable(decoder.rotary_emb, embedding.dtype, embedding.device)
+        if getattr(decoder.rotary_emb, "rope_type", None) == "default"
+        else None
+    )
 
     def weights(layer):
         attn, mlp = layer.self_attn, layer.mlp
@@ -273,7 +285,11 @@ def _fast_step(model, cache) -> DecodeStep:
         hidden = F.embedding(tokens.view(batch), embedding, padding_idx)
         cos, sin = rotary(positions, hidden)
         mask = _padding_mask(attention_mask, hidden.dtype)
-        for index, (((wq, bq), (wk, bk), (wv, bv), (wo, bo), (wg, bg), (wu, bu), (wd, bd)), ((w1, eps1), (w2, eps2)), scale) in enumerate(layers):
+        for index, (
+            ((wq, bq), (wk, bk), (wv, bv), (wo, bo), (wg, bg), (wu, bu), (wd, bd)),
+            ((w1, eps1), (w2, eps2)),
+            scale,
+        ) in enumerate(layers):
             x = F.rms_norm(hidden, (hidden_size,), w1, eps1)
             query = F.linear(x, wq, bq).view(batch, kv_heads, groups, dim)
             key = F.linear(x, wk, bk).view(batch, kv_heads, 1, dim)

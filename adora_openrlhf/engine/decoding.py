@@ -149,7 +149,9 @@ def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Ten
     return tokens.clamp_(max=probs.shape[-1] - 1)
 
 
-def _next_tokens(processors, seqs: torch.Tensor, logits: torch.Tensor, greedy: bool, uniforms: torch.Tensor | None) -> torch.Tensor:
+def _next_tokens(
+    processors, seqs: torch.Tensor, logits: torch.Tensor, greedy: bool, uniforms: torch.Tensor | None
+) -> torch.Tensor:
     """Each row's next token [B]: ``processors`` applied to ``logits`` [B, V] (``seqs``: the rows' tokens so far), then
     argmax (greedy), inverse-CDF sampling with each row's uniform [B], or ``torch.multinomial`` (no uniforms)."""
     scores = logits
@@ -168,7 +170,14 @@ def _select_rows(cache, keep: torch.Tensor) -> None:
         layer.batch_select_indices(keep)
 
 
-def prefill(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor, cache, share_prompts: bool = False) -> torch.Tensor:
+def prefill(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    positions: torch.Tensor,
+    cache,
+    share_prompts: bool = False,
+) -> torch.Tensor:
     """The last position's logits [B, V] (float32) of each row of the left-padded prompts, their keys and values
     written into the empty ``cache``. ``share_prompts``: rows with the same ids and mask (the k samples of one
     problem) are run through the model once, then their logits and cache entries are copied to every such row."""
@@ -179,9 +188,18 @@ def prefill(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, positi
             owner = None
         else:
             first = torch.full((unique.shape[0],), input_ids.shape[0], dtype=torch.long, device=input_ids.device)
-            first = first.scatter_reduce_(0, owner, torch.arange(input_ids.shape[0], device=input_ids.device), reduce="amin")
+            first = first.scatter_reduce_(
+                0, owner, torch.arange(input_ids.shape[0], device=input_ids.device), reduce="amin"
+            )
             input_ids, attention_mask, positions = input_ids[first], attention_mask[first], positions[first]
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
     logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
     if owner is None:
         return logits
@@ -189,12 +207,21 @@ def prefill(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, positi
     return logits[owner]
 
 
-def _next_logits(model, one_token_step, step_ids: torch.Tensor, step_positions: torch.Tensor, mask: torch.Tensor, cache) -> torch.Tensor:
+def _next_logits(
+    model, one_token_step, step_ids: torch.Tensor, step_positions: torch.Tensor, mask: torch.Tensor, cache
+) -> torch.Tensor:
     """Float32 logits of the next token of every row after the first step: the one-token step where the model has
     one (``decode_step.py``), else the model's forward with the cache."""
     if one_token_step is not None:
         return one_token_step(step_ids, step_positions, mask).to(copy=True, dtype=torch.float32)
-    out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=step_ids,
+        attention_mask=mask,
+        position_ids=step_positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
     return out.logits[:, -1].to(copy=True, dtype=torch.float32)
 
 
@@ -221,6 +248,13 @@ def _record_tokens(
 
 
 @torch.no_grad()
+def _still_sampling(cache, unfinished: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The rows of ``tensors``, then of ``unfinished``, whose sequences are unfinished; ``cache`` keeps those rows."""
+    keep = unfinished.nonzero().squeeze(1)
+    _select_rows(cache, keep)
+    return tuple(t[keep] for t in (*tensors, unfinished))
+
+
 def compact_decode(
     model,
     input_ids: torch.Tensor,
@@ -248,36 +282,34 @@ def compact_decode(
     ``numerics``: a key of :data:`NUMERICS`: ``exact`` (the model's logits bitwise, transformers' processors) or
     ``fast`` (grouped-query attention, which needs a cache with one entry per key/value head, top-p without a full
     sort, identical prompts prefilled once: the same rules within float rounding)."""
-    how = numerics_of(numerics)
-    compact_ratio = COMPACT_RATIO if compact_ratio is None else compact_ratio
+    how, ratio = numerics_of(numerics), (COMPACT_RATIO if compact_ratio is None else compact_ratio)
     processors = logits_processors(params, greedy, how.top_p)
-    batch = input_ids.shape[0]
-    seqs, mask = input_ids, attention_mask  # prompt + generated tokens of the rows in the batch (the repetition penalty reads them)
+    batch, device = input_ids.shape[0], input_ids.device
+    seqs, mask = input_ids, attention_mask  # prompt + generated tokens of the rows (the repetition penalty reads them)
     positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
-    rows = torch.arange(batch, device=input_ids.device)  # original index of each row still in the batch
-    unfinished = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
+    # each row's index in the input, and whether it is still sampling
+    rows, unfinished = torch.arange(batch, device=device), torch.ones(batch, dtype=torch.bool, device=device)
     generated, ended = [[] for _ in range(batch)], [False] * batch  # each row's tokens; whether it drew eos
-    step_ids, step_positions = input_ids, positions
+    step_ids = input_ids  # the tokens of the next forward pass (the prompts, then each row's last token)
     one_token_step = decode_step_for(model, cache, how.step) if fast_step else None
     for step in range(params.max_new_tokens):
         if step == 0:
-            logits = prefill(model, step_ids, mask, step_positions, cache, how.share_prompts)
+            logits = prefill(model, step_ids, mask, positions, cache, how.share_prompts)
         else:
-            logits = _next_logits(model, one_token_step, step_ids, step_positions, mask, cache)
+            logits = _next_logits(model, one_token_step, step_ids, positions, mask, cache)
         tokens = _next_tokens(processors, seqs, logits, greedy, None if uniforms is None else uniforms[rows, step])
         tokens = torch.where(unfinished, tokens, torch.full_like(tokens, pad_token_id))
         unfinished = _record_tokens(rows, tokens, unfinished, generated, ended, eos_token_id, on_finish)
-        seqs, mask = torch.cat([seqs, tokens[:, None]], dim=-1), torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
-        step_ids, step_positions = tokens[:, None], positions[:, -1:] + 1
-        positions = step_positions
+        seqs = torch.cat([seqs, tokens[:, None]], dim=-1)
+        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+        step_ids, positions = tokens[:, None], positions[:, -1:] + 1
         live = int(unfinished.sum())
         if live == 0:
             break
         if step == params.max_new_tokens - 1 and on_finish is not None:
             on_finish(live)  # truncated at the token limit
-        if live <= compact_ratio * unfinished.shape[0]:  # drop the finished rows from the batch and the cache
-            keep = unfinished.nonzero().squeeze(1)
-            _select_rows(cache, keep)
-            kept = (t[keep] for t in (seqs, mask, positions, rows, step_ids, step_positions, unfinished))
-            seqs, mask, positions, rows, step_ids, step_positions, unfinished = kept
+        if live <= ratio * unfinished.shape[0]:  # drop the finished rows from the batch and the cache
+            seqs, mask, positions, rows, step_ids, unfinished = _still_sampling(
+                cache, unfinished, seqs, mask, positions, rows, step_ids
+            )
     return [(ids, not done) for ids, done in zip(generated, ended, strict=True)]

@@ -37,7 +37,12 @@ def evaluate(
     for name, k, greedy in views:
         index = [i for i in range(len(rows)) for _ in range(k)]
         outputs = settings.generate(
-            model, tokenizer, [prompt_ids[i] for i in index], params, greedy=greedy, extras=[extras[i] for i in index] if extras is not None else None
+            model,
+            tokenizer,
+            [prompt_ids[i] for i in index],
+            params,
+            greedy=greedy,
+            extras=[extras[i] for i in index] if extras is not None else None,
         )
         correct = rewards = well_formed = length = 0.0
         texts = []

@@ -63,7 +63,9 @@ def _growing_layer_class():
                 and self.keys.shape[:-2] == self._key_buffer.shape[:-2]
             )
 
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        def update(
+            self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+        ) -> tuple[torch.Tensor, torch.Tensor]:
             if self.repeats > 1:
                 key_states = key_states.repeat_interleave(self.repeats, dim=1)
                 value_states = value_states.repeat_interleave(self.repeats, dim=1)
@@ -104,7 +106,9 @@ def _growing_cache_class():
         """A :class:`DynamicCache` of :class:`GrowingLayer`, one per decoder layer (replicated on first use)."""
 
         def __init__(self, repeats: int = 1):
-            layer = GrowingLayer if repeats == 1 else type("RepeatingGrowingLayer", (GrowingLayer,), {"repeats": repeats})
+            layer = (
+                GrowingLayer if repeats == 1 else type("RepeatingGrowingLayer", (GrowingLayer,), {"repeats": repeats})
+            )
             Cache.__init__(self, layer_class_to_replicate=layer)
             self.kv_repeats = repeats
 
@@ -114,7 +118,11 @@ def _growing_cache_class():
 def kv_head_repeats(model) -> int:
     """Query heads per key/value head of ``model``'s attention modules (their ``num_key_value_groups``); 1 when
     they have none or do not all agree."""
-    groups = {module.num_key_value_groups for module in model.modules() if isinstance(getattr(module, "num_key_value_groups", None), int)}
+    groups = {
+        module.num_key_value_groups
+        for module in model.modules()
+        if isinstance(getattr(module, "num_key_value_groups", None), int)
+    }
     return groups.pop() if len(groups) == 1 else 1
 
 

@@ -121,11 +121,15 @@ def apply_lora(model, cfg: ModelConfig):
         return model
     from peft import LoraConfig, get_peft_model
 
-    targets: str | list[str] = "all-linear" if cfg.lora_target_modules == ["all-linear"] else list(cfg.lora_target_modules)
+    targets: str | list[str] = (
+        "all-linear" if cfg.lora_target_modules == ["all-linear"] else list(cfg.lora_target_modules)
+    )
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     missing = [m for m in cfg.lora_target_modules if m not in names and targets != "all-linear"]
     if missing:
-        raise ConfigError(f"model.lora_target_modules: {missing} are not modules of this model; some of its modules: {sorted(names)[:20]}")
+        raise ConfigError(
+            f"model.lora_target_modules: {missing} are not modules of this model; some of its modules: {sorted(names)[:20]}"
+        )
     lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=targets, task_type="CAUSAL_LM")
     return get_peft_model(model, lora)
 

@@ -37,7 +37,9 @@ def hub_offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE)
 
 
-def model_file(source: str, filename: str, option: str = "model.path", init_kwargs: Mapping[str, Any] | None = None) -> Path:
+def model_file(
+    source: str, filename: str, option: str = "model.path", init_kwargs: Mapping[str, Any] | None = None
+) -> Path:
     """The local path of ``filename`` of model ``source`` (a directory, or a hub name resolved through the hub
     cache and, unless offline, the hub); :class:`ConfigError` naming ``option`` when it cannot be found."""
     from transformers.utils import cached_file
@@ -47,7 +49,9 @@ def model_file(source: str, filename: str, option: str = "model.path", init_kwar
     if source.startswith(("/", "./", "../", "~")) or source.count("/") != 1:  # a path, not a hub name owner/name
         raise ConfigError(f"{option}: {source!r} does not exist; give a local model directory or a hub name owner/name")
     try:
-        found = cached_file(source, filename, **{k: v for k, v in loader_kwargs(init_kwargs).items() if k != "trust_remote_code"})
+        found = cached_file(
+            source, filename, **{k: v for k, v in loader_kwargs(init_kwargs).items() if k != "trust_remote_code"}
+        )
     except (OSError, ValueError) as err:
         found, reason = None, " ".join(str(err).split())[:160]
     else:
@@ -79,7 +83,9 @@ def model_config_dict(source: str, init_kwargs: Mapping[str, Any] | None = None)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: not valid JSON ({type(err).__name__}: {err}); restore the model's config.json") from None
+        raise ConfigError(
+            f"{path}: not valid JSON ({type(err).__name__}: {err}); restore the model's config.json"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object (the model's config), got {type(data).__name__}")
     return data

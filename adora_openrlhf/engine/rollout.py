@@ -73,10 +73,26 @@ class GenerationSettings:
     def of(cls, model_cfg: ModelConfig) -> GenerationSettings:
         return cls(model_cfg.generation_batch_size, model_cfg.kv_cache, model_cfg.decoding)
 
-    def generate(self, model, tokenizer, prompts: Sequence[Sequence[int]], params: SamplingParams, greedy: bool = False, extras=None):
+    def generate(
+        self,
+        model,
+        tokenizer,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        greedy: bool = False,
+        extras=None,
+    ):
         """:func:`generate_responses` with these settings."""
         return generate_responses(
-            model, tokenizer, prompts, params, self.batch_size, greedy=greedy, extras=extras, kv_cache=self.kv_cache, decoding=self.decoding
+            model,
+            tokenizer,
+            prompts,
+            params,
+            self.batch_size,
+            greedy=greedy,
+            extras=extras,
+            kv_cache=self.kv_cache,
+            decoding=self.decoding,
         )
 
 
@@ -92,7 +108,17 @@ def left_padded(prompts: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tenso
 
 
 def compact_decode_batch(
-    model, ids, mask, params, eos_pad, kv_cache="growing", greedy=False, uniforms=None, on_finish=None, fast_step=True, numerics="exact"
+    model,
+    ids,
+    mask,
+    params,
+    eos_pad,
+    kv_cache="growing",
+    greedy=False,
+    uniforms=None,
+    on_finish=None,
+    fast_step=True,
+    numerics="exact",
 ) -> list[tuple[list[int], bool]]:
     """Compact decoding (``decoding.py``) of one left-padded batch (``ids``, ``mask`` [B, W]; ``eos_pad`` = (eos id,
     pad id)) with a fresh cache of kind ``kv_cache`` ("growing", else transformers' ``DynamicCache``, which is
@@ -121,6 +147,25 @@ def compact_decode_batch(
 
 
 @torch.no_grad()
+def _decoding_plan(
+    model, tokenizer, params: SamplingParams, greedy: bool, extras, decoding: str, uniforms, numerics: str
+):
+    """(``generate``'s config, whether compact decoding runs) of :func:`generate_responses`; bad choices refused first."""
+    numerics_of(numerics)  # an unknown name is refused before anything runs
+    config = generation_config(params, tokenizer, greedy)
+    with_images = extras is not None and any(extras)
+    if with_images:
+        from adora_openrlhf.engine.vlm import vision_token_ids
+
+        config.suppress_tokens = vision_token_ids(model)
+    compact = decoding == "compact" and not with_images and full_attention_only(model)
+    if uniforms is not None and not compact:
+        raise ValueError(
+            "uniforms: per-row random streams need compact decoding (text prompts of a full-attention model)"
+        )
+    return config, compact
+
+
 def generate_responses(
     model,
     tokenizer,
@@ -150,31 +195,27 @@ def generate_responses(
     (bitwise the same logits); False calls the model's forward for every step. ``numerics`` (compact
     decoding only): ``exact`` or ``fast`` (``decoding.NUMERICS``).
     """
-    numerics_of(numerics)  # an unknown name is refused before anything runs
+    config, compact = _decoding_plan(model, tokenizer, params, greedy, extras, decoding, uniforms, numerics)
     device = next(model.parameters()).device
-    config = generation_config(params, tokenizer, greedy)
-    if extras is not None and any(extras):
-        from adora_openrlhf.engine.vlm import vision_token_ids
-
-        config.suppress_tokens = vision_token_ids(model)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    compact = decoding == "compact" and not (extras is not None and any(extras)) and full_attention_only(model)
-    if uniforms is not None and not compact:
-        raise ValueError("uniforms: per-row random streams need compact decoding (text prompts of a full-attention model)")
     was_training = model.training
     model.eval()
     out: list[tuple[list[int], bool]] = []
     try:
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start : start + batch_size]
-            ids, mask = left_padded(chunk, pad)
+            ids, mask = (t.to(device) for t in left_padded(chunk, pad))
             if compact:
                 rows_uniforms = uniforms[start : start + batch_size].to(device) if uniforms is not None else None
-                options = {"kv_cache": kv_cache, "greedy": greedy, "on_finish": on_finish, "fast_step": fast_step, "numerics": numerics}
-                out.extend(compact_decode_batch(model, ids.to(device), mask.to(device), params, (eos, pad), uniforms=rows_uniforms, **options))
+                options = dict(kv_cache=kv_cache, greedy=greedy, on_finish=on_finish, fast_step=fast_step)
+                out.extend(
+                    compact_decode_batch(
+                        model, ids, mask, params, (eos, pad), uniforms=rows_uniforms, numerics=numerics, **options
+                    )
+                )
                 continue
             chunk_extras = extras[start : start + batch_size] if extras is not None else None
-            out.extend(_generate_batch(model, ids.to(device), mask.to(device), chunk_extras, config, params.max_new_tokens, kv_cache, eos))
+            out.extend(_generate_batch(model, ids, mask, chunk_extras, config, params.max_new_tokens, kv_cache, eos))
             if on_finish is not None:
                 on_finish(len(chunk))
     finally:
@@ -182,7 +223,9 @@ def generate_responses(
     return out
 
 
-def _generate_batch(model, ids: torch.Tensor, mask: torch.Tensor, extras, config, max_new_tokens: int, kv_cache: str, eos: int) -> list[tuple[list[int], bool]]:
+def _generate_batch(
+    model, ids: torch.Tensor, mask: torch.Tensor, extras, config, max_new_tokens: int, kv_cache: str, eos: int
+) -> list[tuple[list[int], bool]]:
     """One left-padded batch through ``model.generate`` (vision inputs ``extras`` when given; the growing KV cache
     with ``kv_cache="growing"``): ``(response ids up to and including the first eos, truncated)`` per row."""
     more = {}
@@ -239,7 +282,13 @@ class RolloutEngine:
 
         texts = [self.tokenizer.decode(response, skip_special_tokens=True) for _, _, response, _ in items]
         jobs = [
-            GradingJob(self.reward_fns[row], text, self.rows[row].label, self.rows[row].meta, failure_reward(self.rows[row].source, self.rows[row].meta))
+            GradingJob(
+                self.reward_fns[row],
+                text,
+                self.rows[row].label,
+                self.rows[row].meta,
+                failure_reward(self.rows[row].source, self.rows[row].meta),
+            )
             for (row, _, _, _), text in zip(items, texts, strict=True)
         ]
         scored = []
@@ -262,7 +311,9 @@ class RolloutEngine:
         def generate(requests: Sequence[GenerationRequest]) -> list[list[ScoredResponse]]:
             by_params: dict[SamplingParams, list[tuple[int, int]]] = {}
             for r_index, req in enumerate(requests):
-                by_params.setdefault(req.params, []).extend((r_index, batch_rows[req.prompt_index]) for _ in range(req.num_samples))
+                by_params.setdefault(req.params, []).extend(
+                    (r_index, batch_rows[req.prompt_index]) for _ in range(req.num_samples)
+                )
             outputs: list[list[ScoredResponse]] = [[] for _ in requests]
             for params, items in by_params.items():
                 t0 = time.perf_counter()
@@ -270,7 +321,10 @@ class RolloutEngine:
                 more = {"extras": [self.extras[row] for _, row in items]} if self.extras is not None else {}
                 responses = self.settings.generate(self.model, self.tokenizer, prompts, params, **more)
                 t1 = time.perf_counter()
-                done = [(row, prompt, response, truncated) for (_, row), prompt, (response, truncated) in zip(items, prompts, responses, strict=True)]
+                done = [
+                    (row, prompt, response, truncated)
+                    for (_, row), prompt, (response, truncated) in zip(items, prompts, responses, strict=True)
+                ]
                 graded = self.score(done)
                 for (r_index, _), scored in zip(items, graded, strict=True):
                     outputs[r_index].append(scored)
@@ -291,7 +345,9 @@ def encode_prompts(tokenizer, texts: Sequence[str], max_tokens: int, where: str 
         at = where if isinstance(where, str) and where else None
         at = f"{at}:{i + 1}" if at is not None else where[i]
         if len(p) > max_tokens:
-            raise ConfigError(f"{at}: field 'prompt': {len(p)} tokens, more than data.max_prompt_tokens={max_tokens}; raise it or shorten the prompt")
+            raise ConfigError(
+                f"{at}: field 'prompt': {len(p)} tokens, more than data.max_prompt_tokens={max_tokens}; raise it or shorten the prompt"
+            )
         if not p:
             raise ConfigError(f"{at}: field 'prompt': encodes to no tokens")
     return ids

@@ -44,11 +44,16 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int):
     reserved = 1 + len(TAG_TOKENS)
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     if vocab_size < len(alphabet) + reserved:
-        raise ValueError(f"model.tiny.vocab_size: must be >= {len(alphabet) + reserved} (bytes + special tokens), got {vocab_size}")
+        raise ValueError(
+            f"model.tiny.vocab_size: must be >= {len(alphabet) + reserved} (bytes + special tokens), got {vocab_size}"
+        )
     core = Tokenizer(models.BPE())
     core.normalizer = normalizers.NFC()
     core.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
     )
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
@@ -81,7 +86,9 @@ def load_tokenizer(path: str, init_kwargs=None):
     tokenizer = AutoTokenizer.from_pretrained(path, **loader_kwargs(init_kwargs))
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
-            raise ValueError(f"model.path: the tokenizer at {path!r} has neither a pad nor an eos token; add one to its tokenizer_config.json")
+            raise ValueError(
+                f"model.path: the tokenizer at {path!r} has neither a pad nor an eos token; add one to its tokenizer_config.json"
+            )
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 

@@ -43,7 +43,9 @@ EXTRA_INPUT_KEYS = ("pixel_values", "image_grid_thw")  # per-prompt processor ou
 # (the same text as the compact template, so OpenRLHF's --data.apply_chat_template works with the tiny model).
 TINY_CHAT_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'user' %}{% if m['content'] is string %}{{ m['content'] }}"
-    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}" + IMAGE_BLOCK + "{% elif c['type'] == 'text' %}"
+    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
+    + IMAGE_BLOCK
+    + "{% elif c['type'] == 'text' %}"
     "{{ c['text'] }}{% endif %}{% endfor %}{% endif %}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '\\n' }}{% endif %}"
 )
 
@@ -87,9 +89,15 @@ def build_tiny_processor(tokenizer, vision_cfg):
     tokenizer.add_special_tokens({"additional_special_tokens": list(VISION_TOKENS)})
     pixels = vision_cfg.image_size**2
     image_processor = Qwen2VLImageProcessorPil(
-        patch_size=vision_cfg.patch_size, merge_size=vision_cfg.spatial_merge_size, temporal_patch_size=2, min_pixels=pixels, max_pixels=pixels
+        patch_size=vision_cfg.patch_size,
+        merge_size=vision_cfg.spatial_merge_size,
+        temporal_patch_size=2,
+        min_pixels=pixels,
+        max_pixels=pixels,
     )
-    return image_only_processor_class()(image_processor=image_processor, tokenizer=tokenizer, chat_template=TINY_CHAT_TEMPLATE)
+    return image_only_processor_class()(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=TINY_CHAT_TEMPLATE
+    )
 
 
 def build_tiny_vlm(text_cfg, vision_cfg, tokenizer, seed: int):
@@ -164,7 +172,9 @@ def load_vlm(path: str, dtype: str = "float32", init_kwargs: dict | None = None,
 
     from adora_openrlhf.engine.model import DTYPES, from_pretrained_checked
 
-    return from_pretrained_checked(AutoModelForImageTextToText, path, option, dtype=DTYPES[dtype], **(init_kwargs or {}))
+    return from_pretrained_checked(
+        AutoModelForImageTextToText, path, option, dtype=DTYPES[dtype], **(init_kwargs or {})
+    )
 
 
 def load_processor(path: str, init_kwargs: dict | None = None):
@@ -182,7 +192,9 @@ def load_processor(path: str, init_kwargs: dict | None = None):
         except Exception:  # noqa: BLE001 - whatever the fallback's failure, the first error is the one to report
             raise err from None
     if not hasattr(processor, "image_processor"):
-        raise ConfigError(f"model.path: {path!r} has no image processor; data.task 'geometry' needs a vision-language checkpoint")
+        raise ConfigError(
+            f"model.path: {path!r} has no image processor; data.task 'geometry' needs a vision-language checkpoint"
+        )
     tok = processor.tokenizer
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -223,7 +235,9 @@ def render_vlm_prompt(prompt: Any, processor, template: str) -> str:
     use_chat = template == "chat" or (template == "auto" and getattr(processor, "chat_template", None))
     if use_chat:
         if not getattr(processor, "chat_template", None):
-            raise ValueError("data.prompt_template: 'chat' needs a processor with a chat template; use 'compact' for this model")
+            raise ValueError(
+                "data.prompt_template: 'chat' needs a processor with a chat template; use 'compact' for this model"
+            )
         for m in messages:
             if isinstance(m.get("content"), str):
                 m["content"] = content_list(m["content"])
@@ -234,7 +248,9 @@ def render_vlm_prompt(prompt: Any, processor, template: str) -> str:
     return users[-1].strip().replace(IMAGE_TAG, IMAGE_BLOCK) + "\n"
 
 
-def encode_vlm_prompts(processor, texts: Sequence[str], images: Sequence[Sequence[Any]], max_tokens: int, where: str | Sequence[str]):
+def encode_vlm_prompts(
+    processor, texts: Sequence[str], images: Sequence[Sequence[Any]], max_tokens: int, where: str | Sequence[str]
+):
     """(prompt token ids, extra model inputs) per prompt. Each text must hold one vision block per image; a
     mismatch, an image that cannot be decoded or a prompt over ``max_tokens`` (image tokens included) raises
     naming the row (``where``: one location such as ``train.jsonl:7`` per prompt, or a name for all, then rows
@@ -245,7 +261,9 @@ def encode_vlm_prompts(processor, texts: Sequence[str], images: Sequence[Sequenc
         at = f"{where}:{i + 1}" if isinstance(where, str) else where[i]
         blocks = text.count("<|image_pad|>")
         if blocks != len(refs):
-            raise ConfigError(f"{at}: field 'images': {len(refs)} image(s) for {blocks} image slot(s) (<image> tags) in the prompt")
+            raise ConfigError(
+                f"{at}: field 'images': {len(refs)} image(s) for {blocks} image slot(s) (<image> tags) in the prompt"
+            )
         if refs:
             decoded = [_decoded(r, f"{at}: field 'images[{k}]'") for k, r in enumerate(refs)]
             out = processor(text=[text], images=decoded, add_special_tokens=False, return_tensors="pt")
@@ -269,18 +287,24 @@ def _decoded(ref: Any, at: str):
         return load_image(ref)
     except Exception as err:  # noqa: BLE001 - PIL: OSError (truncated), UnidentifiedImageError, DecompressionBombError, ...
         reason = " ".join(str(err).split())[:160] or type(err).__name__
-        raise ConfigError(f"{at}: the image file {ref!r} cannot be decoded ({reason}); it is damaged or not an image: replace it") from None
+        raise ConfigError(
+            f"{at}: the image file {ref!r} cannot be decoded ({reason}); it is damaged or not an image: replace it"
+        ) from None
 
 
 def vision_token_ids(model) -> list[int]:
     """Ids of the vision special tokens of ``model`` (never sampled: a generated ``<|image_pad|>`` would have no pixels)."""
     config = model.config
     return [
-        getattr(config, k) for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id") if getattr(config, k, None) is not None
+        getattr(config, k)
+        for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+        if getattr(config, k, None) is not None
     ]
 
 
-def extra_model_inputs(model, input_ids: torch.Tensor, extras: Sequence[dict[str, torch.Tensor] | None]) -> dict[str, torch.Tensor]:
+def extra_model_inputs(
+    model, input_ids: torch.Tensor, extras: Sequence[dict[str, torch.Tensor] | None]
+) -> dict[str, torch.Tensor]:
     """Model keyword inputs for a batch whose sequence ``b`` belongs to a prompt with extra inputs ``extras[b]``:
     each key concatenated over the batch (dim 0, batch order), and ``mm_token_type_ids`` (1 at ``<|image_pad|>``).
     Empty when no sequence has extra inputs (text-only models and rows)."""

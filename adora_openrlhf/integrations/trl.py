@@ -50,7 +50,9 @@ try:
     import trl
     from trl import GRPOTrainer
 except ImportError as err:  # pragma: no cover - the extra is missing
-    raise ImportError("adora_openrlhf.integrations.trl needs TRL: pip install 'adora_openrlhf[trl]' (tested with trl==1.16.0)") from err
+    raise ImportError(
+        "adora_openrlhf.integrations.trl needs TRL: pip install 'adora_openrlhf[trl]' (tested with trl==1.16.0)"
+    ) from err
 
 from adora_openrlhf.algorithms.advantages import PoolStats
 from adora_openrlhf.algorithms.dynamic_filtering import filter_and_refill
@@ -63,7 +65,9 @@ from adora_openrlhf.integrations.trl_config import AdoraGRPOConfig
 __all__ = ["AdoraGRPOConfig", "AdoraGRPOTrainer"]
 
 TESTED_TRL_VERSION = "1.16.0"
-SAMPLER_STATE_FILE = "adora_sampler_state.json"  # the sampler's reward history (pool_scope="history") in each checkpoint
+SAMPLER_STATE_FILE = (
+    "adora_sampler_state.json"  # the sampler's reward history (pool_scope="history") in each checkpoint
+)
 
 if trl.__version__ != TESTED_TRL_VERSION:
     warnings.warn(
@@ -103,7 +107,9 @@ class AdoraGRPOTrainer(GRPOTrainer):
             name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model") or "model"
             args = AdoraGRPOConfig(f"{str(name).split('/')[-1]}-AdoraGRPO")
         if not isinstance(args, AdoraGRPOConfig):
-            raise ConfigError(f"args: AdoraGRPOTrainer needs an AdoraGRPOConfig (GRPOConfig plus the ADORA fields), got {type(args).__name__}")
+            raise ConfigError(
+                f"args: AdoraGRPOTrainer needs an AdoraGRPOConfig (GRPOConfig plus the ADORA fields), got {type(args).__name__}"
+            )
         super().__init__(model, reward_funcs, args, *more, **kwargs)
         self._advantage_cfg = args.advantage_config()
         self._adora_cfg = args.adora_config()
@@ -122,13 +128,23 @@ class AdoraGRPOTrainer(GRPOTrainer):
     def _check_multi_round_support(self) -> None:
         which = "sampling_enabled" if self._sampling_cfg.enabled else "dynamic_filtering_enabled"
         if self.accelerator.num_processes > 1:
-            raise ConfigError(f"{which}: the multi-round modes of AdoraGRPOTrainer run on one process, got {self.accelerator.num_processes}")
-        unsupported = {"tools": self.tools, "rollout_func": self.rollout_func, "environment_factory": self.environment_factories}
+            raise ConfigError(
+                f"{which}: the multi-round modes of AdoraGRPOTrainer run on one process, got {self.accelerator.num_processes}"
+            )
+        unsupported = {
+            "tools": self.tools,
+            "rollout_func": self.rollout_func,
+            "environment_factory": self.environment_factories,
+        }
         for name, value in unsupported.items():
             if value:
-                raise ConfigError(f"{which}: AdoraGRPOTrainer's multi-round modes do not support {name}; use ADORA alone (adora_enabled) with it")
+                raise ConfigError(
+                    f"{which}: AdoraGRPOTrainer's multi-round modes do not support {name}; use ADORA alone (adora_enabled) with it"
+                )
         if self._filter_cfg.enabled and not hasattr(self.train_dataset, "__getitem__"):
-            raise ConfigError("dynamic_filtering_enabled: refills draw new prompts by index; pass a map-style train_dataset (datasets.Dataset)")
+            raise ConfigError(
+                "dynamic_filtering_enabled: refills draw new prompts by index; pass a map-style train_dataset (datasets.Dataset)"
+            )
 
     # ---------------------------------------------------------------------------------------------------
     # TRL's hooks
@@ -161,7 +177,12 @@ class AdoraGRPOTrainer(GRPOTrainer):
             rewards_per_func = torch.stack([c.rewards_per_func for c in step.completions])
             lengths = torch.tensor([len(c.completion_ids) for c in step.completions])
             truncated = torch.tensor([self._is_truncated(c.completion_ids) for c in step.completions])
-            group_size, pool_stats, metrics, zero = self.num_generations, step.pool_stats, step.metrics, step.zero_advantages
+            group_size, pool_stats, metrics, zero = (
+                self.num_generations,
+                step.pool_stats,
+                step.metrics,
+                step.zero_advantages,
+            )
         else:
             self._captured = {}
             try:
@@ -183,7 +204,12 @@ class AdoraGRPOTrainer(GRPOTrainer):
     # Advantages
     # ---------------------------------------------------------------------------------------------------
     def core_advantages(
-        self, rewards_per_func: torch.Tensor, lengths: torch.Tensor, truncated: torch.Tensor, group_size: int, pool_stats: PoolStats | None = None
+        self,
+        rewards_per_func: torch.Tensor,
+        lengths: torch.Tensor,
+        truncated: torch.Tensor,
+        group_size: int,
+        pool_stats: PoolStats | None = None,
     ) -> AdvantageOutput:
         """The core's advantages of one batch (every process's completions, prompt-major, ``group_size`` per prompt).
 
@@ -194,7 +220,9 @@ class AdoraGRPOTrainer(GRPOTrainer):
         unscorable = torch.isnan(rewards_per_func).all(dim=1)
         if bool(unscorable.any()):
             index = int(unscorable.nonzero()[0, 0])
-            raise ValueError(f"reward_funcs: every reward function returned None for completion {index}; AdoraGRPOTrainer needs a reward for each completion")
+            raise ValueError(
+                f"reward_funcs: every reward function returned None for completion {index}; AdoraGRPOTrainer needs a reward for each completion"
+            )
         rewards = (rewards_per_func * self.reward_weights.cpu().unsqueeze(0)).nansum(dim=1)
         batch = GroupBatch(
             rewards=rewards.view(-1, group_size),
@@ -207,7 +235,9 @@ class AdoraGRPOTrainer(GRPOTrainer):
         """Put this process's slice of ``advantages`` (every process's, prompt-major) into TRL's batch and its log."""
         local = output["completion_ids"].shape[0]
         start = self.accelerator.process_index * local
-        output["advantages"] = advantages[start : start + local].to(device=output["advantages"].device, dtype=output["advantages"].dtype)
+        output["advantages"] = advantages[start : start + local].to(
+            device=output["advantages"].device, dtype=output["advantages"].dtype
+        )
         logged = self._logs["advantages"]  # the completions table: TRL's advantages of this batch were just appended
         for _ in range(min(advantages.numel(), len(logged))):
             logged.pop()
@@ -217,12 +247,16 @@ class AdoraGRPOTrainer(GRPOTrainer):
         """TRL's rule: a completion is truncated when its last token is neither an eos nor the pad token."""
         return bool(completion_ids) and completion_ids[-1] not in {*self.eos_token_ids, self._tokenizer.pad_token_id}
 
-    def _gathered_lengths(self, completion_ids: list[list[int]], tool_mask: list[list[int]] | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _gathered_lengths(
+        self, completion_ids: list[list[int]], tool_mask: list[list[int]] | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Lengths (model tokens, as TRL counts them) and truncation flags of every process's completions."""
         device = self.accelerator.device
         counts = [sum(m) for m in tool_mask] if tool_mask is not None else [len(ids) for ids in completion_ids]
         lengths = self.accelerator.gather(torch.tensor(counts, device=device))
-        truncated = self.accelerator.gather(torch.tensor([self._is_truncated(ids) for ids in completion_ids], device=device))
+        truncated = self.accelerator.gather(
+            torch.tensor([self._is_truncated(ids) for ids in completion_ids], device=device)
+        )
         return lengths, truncated
 
     # ---------------------------------------------------------------------------------------------------
@@ -232,7 +266,9 @@ class AdoraGRPOTrainer(GRPOTrainer):
         """The completions this generation batch trains on (adaptive sampler, or DAPO filter and refills)."""
         n = self.num_generations
         if len(inputs) % n != 0 or any(inputs[i]["prompt"] != inputs[i - i % n]["prompt"] for i in range(len(inputs))):
-            raise ValueError(f"inputs: expected each prompt repeated num_generations={n} times in a row (TRL's RepeatSampler)")
+            raise ValueError(
+                f"inputs: expected each prompt repeated num_generations={n} times in a row (TRL's RepeatSampler)"
+            )
         rows = [inputs[i] for i in range(0, len(inputs), n)]
         step = self.state.global_step
         first_pools: list[list[ScoredResponse]] = []  # every completion generated for the first batch's prompts
@@ -242,7 +278,9 @@ class AdoraGRPOTrainer(GRPOTrainer):
             if not first_pools:
                 first_pools.extend(pools)
             keys = [_prompt_key(r["prompt"]) for r in batch_rows]
-            return self._sampler.sample(len(batch_rows), self._generate_fn(batch_rows, pools), step=step, prompt_keys=keys)
+            return self._sampler.sample(
+                len(batch_rows), self._generate_fn(batch_rows, pools), step=step, prompt_keys=keys
+            )
 
         if self._filter_cfg.enabled:
             low, high = self._filter_cfg.score_range
@@ -268,13 +306,19 @@ class AdoraGRPOTrainer(GRPOTrainer):
         keep = len(groups)
         while keep > 0 and (keep * n) % chunks != 0:
             keep -= 1
-        metrics = {**result.metrics, "sampling/trimmed_groups": float(len(groups) - keep), "sampling/empty_step": float(keep == 0)}
+        metrics = {
+            **result.metrics,
+            "sampling/trimmed_groups": float(len(groups) - keep),
+            "sampling/empty_step": float(keep == 0),
+        }
         if keep == 0:
             completions = [r.payload for pool in first_pools for r in pool[:n]]
             return _Step(completions=completions, pool_stats=None, metrics=metrics, zero_advantages=True)
         stats = result.pool_stats
         pool_stats = PoolStats(count=stats.count[:keep], mean=stats.mean[:keep], std=stats.std[:keep])
-        return _Step(completions=[r.payload for g in groups[:keep] for r in g.kept], pool_stats=pool_stats, metrics=metrics)
+        return _Step(
+            completions=[r.payload for g in groups[:keep] for r in g.kept], pool_stats=pool_stats, metrics=metrics
+        )
 
     def _generate_fn(self, rows: list[dict[str, Any]], pools: list[list[ScoredResponse]]):
         """The sampler's ``generate(requests)`` over ``rows``: one TRL generation call per (parameters, count) set;
@@ -300,17 +344,36 @@ class AdoraGRPOTrainer(GRPOTrainer):
         prompts = [r["prompt"] for r in rows]
         with self._sampling_params(params), self._group_size(count):
             prompt_ids, completion_ids, _, completions, logprobs, *_ = GRPOTrainer._generate(self, prompts)
-        rewards_per_func = GRPOTrainer._calculate_rewards(self, rows, prompts, completions, completion_ids).detach().cpu()
+        rewards_per_func = (
+            GRPOTrainer._calculate_rewards(self, rows, prompts, completions, completion_ids).detach().cpu()
+        )
         rewards = (rewards_per_func * self.reward_weights.cpu().unsqueeze(0)).nansum(dim=1)
         threshold = self.args.positive_threshold()
         responses = []
         for i, row in enumerate(rows):
             if bool(torch.isnan(rewards_per_func[i]).all()):
-                raise ValueError(f"reward_funcs: every reward function returned None for a completion of prompt {prompts[i]!r}; a reward is needed for each")
-            completion = _Completion(row, list(prompt_ids[i]), list(completion_ids[i]), completions[i], logprobs[i] if logprobs else None, rewards_per_func[i])
+                raise ValueError(
+                    f"reward_funcs: every reward function returned None for a completion of prompt {prompts[i]!r}; a reward is needed for each"
+                )
+            completion = _Completion(
+                row,
+                list(prompt_ids[i]),
+                list(completion_ids[i]),
+                completions[i],
+                logprobs[i] if logprobs else None,
+                rewards_per_func[i],
+            )
             reward = float(rewards[i])
             ids = completion_ids[i]
-            responses.append(ScoredResponse(reward=reward, positive=reward > threshold, length=len(ids), truncated=self._is_truncated(ids), payload=completion))
+            responses.append(
+                ScoredResponse(
+                    reward=reward,
+                    positive=reward > threshold,
+                    length=len(ids),
+                    truncated=self._is_truncated(ids),
+                    payload=completion,
+                )
+            )
         self._pending_extra_logs.clear()  # per-completion columns of reward functions would not line up with the kept batch
         return responses
 
@@ -396,7 +459,9 @@ class AdoraGRPOTrainer(GRPOTrainer):
         if self._sampling_cfg.enabled and self._sampling_cfg.pool_scope == "history" and self.args.should_save:
             from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
             with open(os.path.join(folder, SAMPLER_STATE_FILE), "w") as f:
                 json.dump(self._sampler.state_dict(), f)
 
@@ -410,7 +475,9 @@ class AdoraGRPOTrainer(GRPOTrainer):
                 self._sampler.load_state_dict(state)
             except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError, ValueError) as err:
                 why = f"{type(err).__name__}: {err}"
-                raise ValueError(f"{path}: not the sampler state this trainer writes ({why}); delete it to resume with an empty history") from None
+                raise ValueError(
+                    f"{path}: not the sampler state this trainer writes ({why}); delete it to resume with an empty history"
+                ) from None
 
 
 def _prompt_key(prompt: Any) -> str:

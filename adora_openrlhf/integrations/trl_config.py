@@ -21,7 +21,13 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from adora_openrlhf.config import AdaptiveSamplingConfig, AdoraConfig, AdvantageConfig, DynamicFilteringConfig, SamplingParams
+from adora_openrlhf.config import (
+    AdaptiveSamplingConfig,
+    AdoraConfig,
+    AdvantageConfig,
+    DynamicFilteringConfig,
+    SamplingParams,
+)
 from adora_openrlhf.errors import ConfigError
 
 # TRL's scale_rewards -> the core's estimator with the same formula ("batch" scaling has no core estimator)
@@ -65,41 +71,73 @@ class AdoraGRPOConfig(GRPOConfig):
     )
     advantage_estimator: str | None = field(
         default=None,
-        metadata={"help": "group baseline, one of algorithms.advantages.ADVANTAGE_ESTIMATORS; None = from scale_rewards (group_norm or dr_grpo)"},
+        metadata={
+            "help": "group baseline, one of algorithms.advantages.ADVANTAGE_ESTIMATORS; None = from scale_rewards (group_norm or dr_grpo)"
+        },
     )
     advantage_eps: float = field(default=1e-4, metadata={"help": "added to the group std by group_norm (TRL's 1e-4)"})
 
     adora_enabled: bool = field(default=False, metadata=_core_help(AdoraConfig, "enabled"))
     adora_rule: str = field(default=_default(AdoraConfig, "rule"), metadata=_core_help(AdoraConfig, "rule"))
     adora_mode: str = field(default=_default(AdoraConfig, "mode"), metadata=_core_help(AdoraConfig, "mode"))
-    adora_lambda_att: float = field(default=_default(AdoraConfig, "lambda_att"), metadata=_core_help(AdoraConfig, "lambda_att"))
-    adora_lambda_amp: float = field(default=_default(AdoraConfig, "lambda_amp"), metadata=_core_help(AdoraConfig, "lambda_amp"))
+    adora_lambda_att: float = field(
+        default=_default(AdoraConfig, "lambda_att"), metadata=_core_help(AdoraConfig, "lambda_att")
+    )
+    adora_lambda_amp: float = field(
+        default=_default(AdoraConfig, "lambda_amp"), metadata=_core_help(AdoraConfig, "lambda_amp")
+    )
     adora_tau: float = field(default=_default(AdoraConfig, "tau"), metadata=_core_help(AdoraConfig, "tau"))
-    adora_edge_policy: str = field(default=_default(AdoraConfig, "edge_policy"), metadata=_core_help(AdoraConfig, "edge_policy"))
+    adora_edge_policy: str = field(
+        default=_default(AdoraConfig, "edge_policy"), metadata=_core_help(AdoraConfig, "edge_policy")
+    )
     adora_drop_truncated_negatives: bool = field(
         default=_default(AdoraConfig, "drop_truncated_negatives"),
-        metadata=_core_help(AdoraConfig, "drop_truncated_negatives", " (truncated: the completion ended without an eos token)"),
+        metadata=_core_help(
+            AdoraConfig, "drop_truncated_negatives", " (truncated: the completion ended without an eos token)"
+        ),
     )
     adora_truncation_length: int | None = field(default=None, metadata=_core_help(AdoraConfig, "truncation_length"))
     adora_length_shaping: bool = field(default=False, metadata=_core_help(AdoraConfig, "length_shaping"))
-    adora_shaping_beta: float = field(default=_default(AdoraConfig, "shaping_beta"), metadata=_core_help(AdoraConfig, "shaping_beta"))
-    adora_shaping_p: float = field(default=_default(AdoraConfig, "shaping_p"), metadata=_core_help(AdoraConfig, "shaping_p"))
+    adora_shaping_beta: float = field(
+        default=_default(AdoraConfig, "shaping_beta"), metadata=_core_help(AdoraConfig, "shaping_beta")
+    )
+    adora_shaping_p: float = field(
+        default=_default(AdoraConfig, "shaping_p"), metadata=_core_help(AdoraConfig, "shaping_p")
+    )
 
     sampling_enabled: bool = field(
         default=False,
-        metadata={"help": "adaptive multi-round sampling: rounds of sampling_samples_per_round completions per active prompt, kept num_generations"},
+        metadata={
+            "help": "adaptive multi-round sampling: rounds of sampling_samples_per_round completions per active prompt, kept num_generations"
+        },
     )
-    sampling_exit_rule: str = field(default=_default(AdaptiveSamplingConfig, "exit_rule"), metadata=_core_help(AdaptiveSamplingConfig, "exit_rule"))
+    sampling_exit_rule: str = field(
+        default=_default(AdaptiveSamplingConfig, "exit_rule"), metadata=_core_help(AdaptiveSamplingConfig, "exit_rule")
+    )
     sampling_positive_threshold: float | None = field(
-        default=None, metadata={"help": "a completion is positive for the exit rule when its reward > this; None = correct_threshold"}
+        default=None,
+        metadata={
+            "help": "a completion is positive for the exit rule when its reward > this; None = correct_threshold"
+        },
     )
     sampling_samples_per_round: int = field(
-        default=_default(AdaptiveSamplingConfig, "samples_per_round"), metadata=_core_help(AdaptiveSamplingConfig, "samples_per_round")
+        default=_default(AdaptiveSamplingConfig, "samples_per_round"),
+        metadata=_core_help(AdaptiveSamplingConfig, "samples_per_round"),
     )
-    sampling_max_rounds: int = field(default=_default(AdaptiveSamplingConfig, "max_rounds"), metadata=_core_help(AdaptiveSamplingConfig, "max_rounds"))
-    sampling_max_responses_per_prompt: int | None = field(default=None, metadata=_core_help(AdaptiveSamplingConfig, "max_responses_per_prompt"))
-    sampling_pool_scope: str = field(default=_default(AdaptiveSamplingConfig, "pool_scope"), metadata=_core_help(AdaptiveSamplingConfig, "pool_scope"))
-    sampling_drop_unfinished: bool = field(default=False, metadata=_core_help(AdaptiveSamplingConfig, "drop_unfinished"))
+    sampling_max_rounds: int = field(
+        default=_default(AdaptiveSamplingConfig, "max_rounds"),
+        metadata=_core_help(AdaptiveSamplingConfig, "max_rounds"),
+    )
+    sampling_max_responses_per_prompt: int | None = field(
+        default=None, metadata=_core_help(AdaptiveSamplingConfig, "max_responses_per_prompt")
+    )
+    sampling_pool_scope: str = field(
+        default=_default(AdaptiveSamplingConfig, "pool_scope"),
+        metadata=_core_help(AdaptiveSamplingConfig, "pool_scope"),
+    )
+    sampling_drop_unfinished: bool = field(
+        default=False, metadata=_core_help(AdaptiveSamplingConfig, "drop_unfinished")
+    )
     sampling_escalation: list[dict[str, float]] | str | None = field(
         default=None,
         metadata={
@@ -107,7 +145,9 @@ class AdoraGRPOConfig(GRPOConfig):
             "entry min(r-1, len-1) over the defaults; keys temperature, top_p, top_k, min_p, repetition_penalty"
         },
     )
-    sampling_trigger_after_step: int = field(default=0, metadata=_core_help(AdaptiveSamplingConfig, "trigger_after_step"))
+    sampling_trigger_after_step: int = field(
+        default=0, metadata=_core_help(AdaptiveSamplingConfig, "trigger_after_step")
+    )
 
     dynamic_filtering_enabled: bool = field(
         default=False,
@@ -116,9 +156,12 @@ class AdoraGRPOConfig(GRPOConfig):
             "sample as many new prompts of train_dataset in their place (an alternative to sampling_enabled)"
         },
     )
-    dynamic_filtering_score_range: list[float] = field(default_factory=lambda: [0.0, 1.0], metadata=_core_help(DynamicFilteringConfig, "score_range"))
+    dynamic_filtering_score_range: list[float] = field(
+        default_factory=lambda: [0.0, 1.0], metadata=_core_help(DynamicFilteringConfig, "score_range")
+    )
     dynamic_filtering_max_refills: int = field(
-        default=_default(DynamicFilteringConfig, "max_refills"), metadata=_core_help(DynamicFilteringConfig, "max_refills")
+        default=_default(DynamicFilteringConfig, "max_refills"),
+        metadata=_core_help(DynamicFilteringConfig, "max_refills"),
     )
 
     def __post_init__(self):
@@ -127,7 +170,9 @@ class AdoraGRPOConfig(GRPOConfig):
             try:
                 self.sampling_escalation = json.loads(self.sampling_escalation)
             except json.JSONDecodeError as err:
-                raise ConfigError(f"sampling_escalation: not valid JSON ({err.msg}); write a list such as '[{{\"temperature\": 1.2}}]'") from None
+                raise ConfigError(
+                    f"sampling_escalation: not valid JSON ({err.msg}); write a list such as '[{{\"temperature\": 1.2}}]'"
+                ) from None
         if self.scale_rewards not in ESTIMATOR_FOR_SCALE_REWARDS and self.advantage_estimator is None:
             raise ConfigError(
                 f"scale_rewards: {self.scale_rewards!r} has no group estimator in adora_openrlhf; use 'group' or 'none', or name one with advantage_estimator"
@@ -138,9 +183,17 @@ class AdoraGRPOConfig(GRPOConfig):
                 f"got {self.multi_objective_aggregation!r}"
             )
         if self.sampling_enabled and self.dynamic_filtering_enabled:
-            raise ConfigError("dynamic_filtering_enabled: DAPO filtering and adaptive sampling (sampling_enabled) are alternatives; enable one of them")
+            raise ConfigError(
+                "dynamic_filtering_enabled: DAPO filtering and adaptive sampling (sampling_enabled) are alternatives; enable one of them"
+            )
         # build every core config once: their checks run now, before a model is loaded
-        self.advantage_config(), self.adora_config(), self.sampling_config(), self.filtering_config(), self.base_sampling_params()
+        (
+            self.advantage_config(),
+            self.adora_config(),
+            self.sampling_config(),
+            self.filtering_config(),
+            self.base_sampling_params(),
+        )
 
     # -- the core's configs ---------------------------------------------------------------------------------
     def _build(self, cls: type, prefix: str, sources: Mapping[str, str] | None = None, **values: Any) -> Any:
@@ -163,7 +216,9 @@ class AdoraGRPOConfig(GRPOConfig):
         return self._build(AdvantageConfig, "advantage", {"estimator": source}, estimator=estimator)
 
     def adora_config(self) -> AdoraConfig:
-        return self._build(AdoraConfig, "adora", {"correct_threshold": "correct_threshold"}, correct_threshold=self.correct_threshold)
+        return self._build(
+            AdoraConfig, "adora", {"correct_threshold": "correct_threshold"}, correct_threshold=self.correct_threshold
+        )
 
     def positive_threshold(self) -> float:
         return self.correct_threshold if self.sampling_positive_threshold is None else self.sampling_positive_threshold
@@ -180,7 +235,9 @@ class AdoraGRPOConfig(GRPOConfig):
         )
 
     def filtering_config(self) -> DynamicFilteringConfig:
-        return self._build(DynamicFilteringConfig, "dynamic_filtering", score_range=list(self.dynamic_filtering_score_range))
+        return self._build(
+            DynamicFilteringConfig, "dynamic_filtering", score_range=list(self.dynamic_filtering_score_range)
+        )
 
     def base_sampling_params(self) -> SamplingParams:
         """Round 0's sampling parameters: TRL's (top_k 0 = off is the core's -1; min_p None is 0)."""
@@ -194,4 +251,6 @@ class AdoraGRPOConfig(GRPOConfig):
                 max_new_tokens=self.max_completion_length,
             )
         except ConfigError as err:  # rollout.top_p -> top_p: TRL's own field names
-            raise ConfigError(str(err).replace("rollout.max_new_tokens", "max_completion_length").replace("rollout.", "", 1)) from None
+            raise ConfigError(
+                str(err).replace("rollout.max_new_tokens", "max_completion_length").replace("rollout.", "", 1)
+            ) from None

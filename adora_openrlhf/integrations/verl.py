@@ -102,10 +102,22 @@ def adora_grpo_advantage(
 def make_estimator(adora: AdoraConfig) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """An estimator with verl's signature bound to ``adora``'s settings."""
 
-    def estimator(token_level_rewards, response_mask, index=None, epsilon=VERL_GRPO_EPSILON, norm_adv_by_std_in_grpo=True, config=None, **kwargs):
+    def estimator(
+        token_level_rewards,
+        response_mask,
+        index=None,
+        epsilon=VERL_GRPO_EPSILON,
+        norm_adv_by_std_in_grpo=True,
+        config=None,
+        **kwargs,
+    ):
         if index is None:
-            raise ValueError("index: ADORA's estimators group responses by uid; verl passes data.non_tensor_batch['uid'] as index")
-        return adora_grpo_advantage(token_level_rewards, response_mask, index, epsilon, norm_adv_by_std_in_grpo, config, adora=adora, **kwargs)
+            raise ValueError(
+                "index: ADORA's estimators group responses by uid; verl passes data.non_tensor_batch['uid'] as index"
+            )
+        return adora_grpo_advantage(
+            token_level_rewards, response_mask, index, epsilon, norm_adv_by_std_in_grpo, config, adora=adora, **kwargs
+        )
 
     estimator.adora = adora  # type: ignore[attr-defined]
     return estimator
@@ -120,13 +132,17 @@ def adora_config(fields: Mapping[str, Any], name: str = "adora_grpo") -> AdoraCo
     return AdoraConfig(**dict(fields))
 
 
-def register_adora_estimators(estimators: Mapping[str, AdoraConfig | Mapping[str, Any]] | None = None) -> dict[str, Callable[..., Any]]:
+def register_adora_estimators(
+    estimators: Mapping[str, AdoraConfig | Mapping[str, Any]] | None = None,
+) -> dict[str, Callable[..., Any]]:
     """Register each ``name -> ADORA settings`` with verl's ``register_adv_est`` (default :data:`DEFAULT_ESTIMATORS`);
     returns the registered functions. Registering a name again replaces the earlier settings."""
     try:
         from verl.trainer.ppo import core_algos
     except ImportError as err:
-        raise ImportError("adora_openrlhf.integrations.verl: verl is not installed (pip install verl==0.9.1; see docs/integrations.md)") from err
+        raise ImportError(
+            "adora_openrlhf.integrations.verl: verl is not installed (pip install verl==0.9.1; see docs/integrations.md)"
+        ) from err
     registered = {}
     for name, settings in (estimators if estimators is not None else DEFAULT_ESTIMATORS).items():
         cfg = settings if isinstance(settings, AdoraConfig) else adora_config(settings, name)
@@ -143,11 +159,20 @@ def estimators_from_env(environ: Mapping[str, str] | None = None) -> dict[str, A
     try:
         given = json.loads(text) if text else {}
     except json.JSONDecodeError as err:
-        raise ConfigError(f'{ENV_VAR}: not valid JSON ({err.msg}); write e.g. \'{{"adora_grpo": {{"correct_threshold": 1.0}}}}\'') from None
+        raise ConfigError(
+            f'{ENV_VAR}: not valid JSON ({err.msg}); write e.g. \'{{"adora_grpo": {{"correct_threshold": 1.0}}}}\''
+        ) from None
     if not isinstance(given, dict) or not all(isinstance(v, dict) for v in given.values()):
-        raise ConfigError(f'{ENV_VAR}: must map estimator names to ADORA fields, e.g. \'{{"adora_grpo": {{"correct_threshold": 1.0}}}}\'')
+        raise ConfigError(
+            f'{ENV_VAR}: must map estimator names to ADORA fields, e.g. \'{{"adora_grpo": {{"correct_threshold": 1.0}}}}\''
+        )
     names = {**DEFAULT_ESTIMATORS, **{k: {} for k in given if k not in DEFAULT_ESTIMATORS}}
-    return {name: adora_config({**DEFAULT_ESTIMATORS.get(name, DEFAULT_ESTIMATORS["adora_grpo"]), **given.get(name, {})}, name) for name in names}
+    return {
+        name: adora_config(
+            {**DEFAULT_ESTIMATORS.get(name, DEFAULT_ESTIMATORS["adora_grpo"]), **given.get(name, {})}, name
+        )
+        for name in names
+    }
 
 
 def setup_hook() -> None:

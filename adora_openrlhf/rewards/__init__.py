@@ -9,4 +9,12 @@ rewards into TRL reward functions (:func:`as_trl_reward_func`) and verl's ``comp
 from adora_openrlhf.rewards.adapters import as_trl_reward_func, as_verl_compute_score
 from adora_openrlhf.rewards.base import REWARD_FUNCTIONS, RewardFn, RewardResult, get_reward_fn, register_reward
 
-__all__ = ["REWARD_FUNCTIONS", "RewardFn", "RewardResult", "as_trl_reward_func", "as_verl_compute_score", "get_reward_fn", "register_reward"]
+__all__ = [
+    "REWARD_FUNCTIONS",
+    "RewardFn",
+    "RewardResult",
+    "as_trl_reward_func",
+    "as_verl_compute_score",
+    "get_reward_fn",
+    "register_reward",
+]

@@ -52,7 +52,11 @@ def completion_text(completion: Any) -> str:
         if isinstance(content, str):
             return content
         if isinstance(content, Sequence):
-            return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping) and part.get("type", "text") == "text")
+            return "".join(
+                str(part.get("text", ""))
+                for part in content
+                if isinstance(part, Mapping) and part.get("type", "text") == "text"
+            )
     raise TypeError(f"completions: expected a string or a list of chat messages, got {type(completion).__name__}")
 
 
@@ -61,7 +65,12 @@ def _meta(value: Any) -> Mapping[str, Any]:
 
 
 def as_trl_reward_func(
-    source: str | None = None, *, label_key: str = "label", meta_key: str = "meta", source_key: str = "source", value: str = "reward"
+    source: str | None = None,
+    *,
+    label_key: str = "label",
+    meta_key: str = "meta",
+    source_key: str = "source",
+    value: str = "reward",
 ) -> Callable[..., list[float]]:
     """TRL reward function scoring each completion with the reward of ``source`` (or, with ``source=None``, of
     each row's ``source_key`` column) against the row's ``label_key`` column.
@@ -73,7 +82,9 @@ def as_trl_reward_func(
         REWARD_FUNCTIONS.check(source)
     pick = VALUES.get(value)
 
-    def reward_func(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **columns: Any) -> list[float]:
+    def reward_func(
+        prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **columns: Any
+    ) -> list[float]:
         if label_key not in columns:
             known = sorted(k for k in columns if k not in ("completion_ids", "trainer_state"))
             raise ValueError(
@@ -103,7 +114,13 @@ def as_verl_compute_score(value: str = "reward") -> Callable[..., dict[str, Any]
     """
     pick = VALUES.get(value)
 
-    def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+    def compute_score(
+        data_source: str,
+        solution_str: str,
+        ground_truth: Any,
+        extra_info: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
         info = _meta(extra_info)
         meta = info["meta"] if isinstance(info.get("meta"), Mapping) else info
         result = REWARD_FUNCTIONS.get(str(data_source))(str(solution_str), str(ground_truth), meta)

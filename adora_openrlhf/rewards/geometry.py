@@ -85,7 +85,9 @@ def extract_final_answer(response: str) -> str | None:
 def geometry_format_ok(response: str, config: GeometryRewardConfig) -> bool:
     """One <think>...</think> block (when required) followed by \\boxed{} or <answer>...</answer>."""
     text = "<think>" + response if config.think_opened_in_prompt else response
-    if config.require_think and (text.count("<think>") != 1 or text.count("</think>") != 1 or text.find("<think>") > text.find("</think>")):
+    if config.require_think and (
+        text.count("<think>") != 1 or text.count("</think>") != 1 or text.find("<think>") > text.find("</think>")
+    ):
         return False
     tail = final_segment(text)
     return _last_boxed(tail) is not None or has_nonempty_tagged_block(tail, "<answer>", "</answer>")
@@ -210,7 +212,9 @@ def score_geometry(response: str, label: str, meta: Mapping[str, Any], config: G
 
 
 @register_reward("geometry3k", "mathvista", "geo_synth", failure=0.0)
-def geometry_reward(response: str, label: str, meta: Mapping[str, Any], config: GeometryRewardConfig = DEFAULT_GEOMETRY_CONFIG) -> RewardResult:
+def geometry_reward(
+    response: str, label: str, meta: Mapping[str, Any], config: GeometryRewardConfig = DEFAULT_GEOMETRY_CONFIG
+) -> RewardResult:
     """Geometry3K / MathVista reward; ``meta["think_opened_in_prompt"]`` overrides the config flag."""
     if isinstance(meta, Mapping) and "think_opened_in_prompt" in meta:
         config = replace(config, think_opened_in_prompt=meta_flag(meta, "think_opened_in_prompt"))

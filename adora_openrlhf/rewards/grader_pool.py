@@ -221,12 +221,21 @@ class ProcessGrader:
     def run(self, fn: GradeFn, args: tuple, timeout_s: float) -> tuple[str, bool, str | None, str]:
         worker, start, remaining = self._acquire(timeout_s)
         if worker is None and not start:
-            return "timeout", False, None, f"no grading worker became free within {timeout_s}s ({self.max_processes} busy)"
+            return (
+                "timeout",
+                False,
+                None,
+                f"no grading worker became free within {timeout_s}s ({self.max_processes} busy)",
+            )
         try:
             if start:
                 worker = self._start()
             assert worker is not None
-            payload = {"fn": _ref(fn), "args": list(args), "timeout_s": max(remaining - _worker_margin(remaining), 0.01)}
+            payload = {
+                "fn": _ref(fn),
+                "args": list(args),
+                "timeout_s": max(remaining - _worker_margin(remaining), 0.01),
+            }
             reply = worker.request(payload, remaining)
             if reply is None:
                 worker.kill()
@@ -268,5 +277,7 @@ def worker_main() -> None:
             status, correct, extracted, message = run_with_alarm(fn, args, limit)
         except Exception as err:  # noqa: BLE001
             status, correct, extracted, message = "error", False, None, f"{type(err).__name__}: {err}"[:300]
-        channel.write(json.dumps({"status": status, "correct": correct, "extracted": extracted, "message": message}) + "\n")
+        channel.write(
+            json.dumps({"status": status, "correct": correct, "extracted": extracted, "message": message}) + "\n"
+        )
         channel.flush()

@@ -42,7 +42,10 @@ class GradingConfig:
             "then score the task's failure reward and are counted in reward/grader_late"
         },
     )
-    workers: int = field(default=8, metadata={"help": "responses graded at the same time (threads; the math grader runs in subprocesses)"})
+    workers: int = field(
+        default=8,
+        metadata={"help": "responses graded at the same time (threads; the math grader runs in subprocesses)"},
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self, "grading")
@@ -133,7 +136,12 @@ class StepGrader:
     until it ends; the pool starts a replacement (up to 4 x ``workers`` threads in all) so that the next
     steps keep their parallelism."""
 
-    def __init__(self, config: GradingConfig | None = None, threads: GradingThreads | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        config: GradingConfig | None = None,
+        threads: GradingThreads | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.config = config or GradingConfig()
         self._clock = clock
         self._threads = threads or GradingThreads(self.config.workers)

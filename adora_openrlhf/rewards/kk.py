@@ -50,11 +50,15 @@ class KKRewardConfig:
 
     def __post_init__(self) -> None:
         if self.parser not in KK_PARSERS:
-            raise ValueError(f"kk_parser: unknown K&K answer parser {self.parser!r}; choose one of {sorted(KK_PARSERS)}")
+            raise ValueError(
+                f"kk_parser: unknown K&K answer parser {self.parser!r}; choose one of {sorted(KK_PARSERS)}"
+            )
 
 
 _LABEL_NUMBER = re.compile(r"\s*(?:\(\s*)?\d+(?:\s*\))?[.:]?\s*")  # "(1) ", "1. ", "2: "
-_LABEL_ROLE = re.compile(r"(?<!\s)\s+is\s+an?\s+(?P<role>knight|knave)\b", re.IGNORECASE)  # from the start of a space run
+_LABEL_ROLE = re.compile(
+    r"(?<!\s)\s+is\s+an?\s+(?P<role>knight|knave)\b", re.IGNORECASE
+)  # from the start of a space run
 
 
 def kk_format_ok(response: str, think_opened_in_prompt: bool = False) -> bool:
@@ -227,12 +231,18 @@ def kk_config_for(meta: Mapping[str, Any], config: KKRewardConfig) -> KKRewardCo
 def lowest_reward(config: KKRewardConfig) -> float:
     """The lowest reward under ``config``: a malformed response, graded as unparsable (or as wrong, when
     malformed responses are graded and that scores lower)."""
-    answer = min(config.answer_unparsable, config.answer_wrong) if not config.grade_only_if_format_ok else config.answer_unparsable
+    answer = (
+        min(config.answer_unparsable, config.answer_wrong)
+        if not config.grade_only_if_format_ok
+        else config.answer_unparsable
+    )
     return -abs(config.format_reward) + answer
 
 
 @register_reward("kk", failure=lowest_reward(DEFAULT_KK_REWARD_CONFIG))
-def kk_reward(response: str, label: str, meta: Mapping[str, Any], config: KKRewardConfig = DEFAULT_KK_REWARD_CONFIG) -> RewardResult:
+def kk_reward(
+    response: str, label: str, meta: Mapping[str, Any], config: KKRewardConfig = DEFAULT_KK_REWARD_CONFIG
+) -> RewardResult:
     """K&K reward with Logic-RL's constants; the row's meta may override the parser and the think flag."""
     meta = meta if isinstance(meta, Mapping) else {}
     return score_kk(response, label, meta, kk_config_for(meta, config))

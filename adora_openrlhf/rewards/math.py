@@ -69,7 +69,9 @@ class MathRewardConfig:
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s: must be > 0, got {self.timeout_s}")
         if not self.wrong_reward < self.correct_reward:
-            raise ValueError(f"wrong_reward: must be below correct_reward ({self.correct_reward}), got {self.wrong_reward}")
+            raise ValueError(
+                f"wrong_reward: must be below correct_reward ({self.correct_reward}), got {self.wrong_reward}"
+            )
 
 
 REWARD_STYLES_NAMES = ("math_verify", "dapo")
@@ -203,7 +205,9 @@ def math_verify_equal(label: str, answer_text: str, float_rounding: int = 6) -> 
     """
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 
-    gold = parse(_gold_text(label), [LatexExtractionConfig(), ExprExtractionConfig()], parsing_timeout=None, raise_on_error=True)
+    gold = parse(
+        _gold_text(label), [LatexExtractionConfig(), ExprExtractionConfig()], parsing_timeout=None, raise_on_error=True
+    )
     if not gold:
         raise ValueError(f"label: math-verify cannot parse the gold answer {label!r}")
     pred = parse(
@@ -218,7 +222,12 @@ def math_verify_equal(label: str, answer_text: str, float_rounding: int = 6) -> 
 
 
 def grade_response(
-    response: str, label: str, style: str, answer_after_think: bool = True, dapo_tail_chars: int = 300, float_rounding: int = 6
+    response: str,
+    label: str,
+    style: str,
+    answer_after_think: bool = True,
+    dapo_tail_chars: int = 300,
+    float_rounding: int = 6,
 ) -> tuple[bool, str | None]:
     """(correct, extracted) of one response under ``style``; may raise (callers catch everything)."""
     text = final_segment(response) if answer_after_think else response
@@ -248,7 +257,11 @@ _COUNTS_LOCK = threading.Lock()
 
 
 def safe_grade(
-    response: str, label: str, config: MathRewardConfig, grade_fn: GradeFn = grade_response, process_grader: ProcessGrader | None = None
+    response: str,
+    label: str,
+    config: MathRewardConfig,
+    grade_fn: GradeFn = grade_response,
+    process_grader: ProcessGrader | None = None,
 ) -> tuple[str, bool, str | None, str]:
     """Grade under ``config.timeout_s`` from any thread; returns ``(status, correct, extracted, message)``.
 

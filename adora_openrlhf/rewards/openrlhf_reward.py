@@ -51,7 +51,9 @@ def check_package() -> None:
 
         base._load_builtin_rewards()
     except ImportError as err:
-        raise ImportError(f"{__file__}: the reward file cannot import adora_openrlhf ({err}); every rollout would score 0. {INSTALL_HINT}") from err
+        raise ImportError(
+            f"{__file__}: the reward file cannot import adora_openrlhf ({err}); every rollout would score 0. {INSTALL_HINT}"
+        ) from err
 
 
 check_package()  # at load time: OpenRLHF loads this file when its rollout engines start
@@ -195,7 +197,9 @@ def _logs_of(result) -> dict[str, float]:
     return logs
 
 
-def score_batch(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any]) -> list[tuple[float, float, dict[str, float]]]:
+def score_batch(
+    queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any]
+) -> list[tuple[float, float, dict[str, float]]]:
     """``(reward, score, logs)`` of every rollout, graded together under one deadline per call (OpenRLHF 0.11.2
     calls the hook once per response, from several threads at once: each response's grading is bounded by the
     deadline).
@@ -217,7 +221,15 @@ def score_batch(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
             logger.error("reward_func: cannot score a rollout (%s: %s)", type(err).__name__, err)
             out[i] = _failed(label)
             continue
-        jobs.append(GradingJob(_guarded(reward_fn), split_response(query or "", prompt or ""), truth, meta, failure_reward(source, meta)))
+        jobs.append(
+            GradingJob(
+                _guarded(reward_fn),
+                split_response(query or "", prompt or ""),
+                truth,
+                meta,
+                failure_reward(source, meta),
+            )
+        )
         where.append(i)
     for i, result in zip(where, call_grader().grade(jobs), strict=True):
         if result is None:
@@ -242,5 +254,7 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
     return {
         "rewards": torch.tensor([reward for reward, _, _ in scored], dtype=torch.float32),
         "scores": torch.tensor([score for _, score, _ in scored], dtype=torch.float32),
-        "extra_logs": {key: torch.tensor([logs[key] for _, _, logs in scored], dtype=torch.float32) for key in EXTRA_LOG_KEYS},
+        "extra_logs": {
+            key: torch.tensor([logs[key] for _, _, logs in scored], dtype=torch.float32) for key in EXTRA_LOG_KEYS
+        },
     }

@@ -54,9 +54,14 @@ from adora_openrlhf.errors import is_disk_full
 _STEP_DIR = re.compile(r"^step_(\d{6})$")
 STATE_DIR = "trainer_state"  # optimizer / RNG / sampler / trainer state beside the model files
 ADAPTER_DIR = "adapter"  # under STATE_DIR: the LoRA adapters of a merged save
-RUN_FILE = "run.json"  # under STATE_DIR: {"config": RunConfig.to_dict(), "data": {"train": fingerprint, "eval": fingerprint}}
+RUN_FILE = (
+    "run.json"  # under STATE_DIR: {"config": RunConfig.to_dict(), "data": {"train": fingerprint, "eval": fingerprint}}
+)
 MANIFEST_FILE = "manifest.json"  # under STATE_DIR: {"files": {relative path: {"bytes": n, "sha256": hex}}}
-REQUIRED_FILES = (f"{STATE_DIR}/state.pt", f"{STATE_DIR}/optimizer.pt")  # what a checkpoint without a manifest must hold
+REQUIRED_FILES = (
+    f"{STATE_DIR}/state.pt",
+    f"{STATE_DIR}/optimizer.pt",
+)  # what a checkpoint without a manifest must hold
 
 
 @dataclass
@@ -65,7 +70,9 @@ class TrainerState:
     data_position: int  # training prompts consumed so far (the data order position)
     sampler: dict[str, Any]  # AdaptiveSampler.state_dict()
     rng: dict[str, Any]
-    allocation: dict[str, Any] = field(default_factory=dict)  # the rollout allocator's statistics store (empty without one)
+    allocation: dict[str, Any] = field(
+        default_factory=dict
+    )  # the rollout allocator's statistics store (empty without one)
 
 
 def capture_rng() -> dict[str, Any]:
@@ -189,7 +196,9 @@ def write_atomically(final: Path, write: Callable[[Path], None], what: str, resu
         if not is_disk_full(err):
             raise
         full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
-        full.advice = f"{what} was not written and its partial files were removed" + (f"; {resume_hint}" if resume_hint else "")  # type: ignore[attr-defined]
+        full.advice = f"{what} was not written and its partial files were removed" + (
+            f"; {resume_hint}" if resume_hint else ""
+        )  # type: ignore[attr-defined]
         raise full from err
     if final.exists():
         shutil.rmtree(final)
@@ -229,14 +238,25 @@ def save_checkpoint(
         if is_lora(model) and merge_lora:
             model.save_pretrained(str(trainer_state / ADAPTER_DIR))
         _torch_save(optimizer.state_dict() if optimizer is not None else {}, trainer_state / "optimizer.pt")
-        saved = {"step": state.step, "data_position": state.data_position, "sampler": state.sampler, "rng": state.rng, "allocation": state.allocation}
+        saved = {
+            "step": state.step,
+            "data_position": state.data_position,
+            "sampler": state.sampler,
+            "rng": state.rng,
+            "allocation": state.allocation,
+        }
         _torch_save(saved, trainer_state / "state.pt")
         if run_record is not None:
             record = {**run_record, "manifest": True}  # this checkpoint has a manifest: one without it is damaged
             (trainer_state / RUN_FILE).write_text(json.dumps(record, indent=2, default=str) + "\n")
         write_manifest(tmp)
 
-    final = write_atomically(root / f"step_{state.step:06d}", write, f"the checkpoint of step {state.step}", resume_hint(output_dir, before_step=state.step))
+    final = write_atomically(
+        root / f"step_{state.step:06d}",
+        write,
+        f"the checkpoint of step {state.step}",
+        resume_hint(output_dir, before_step=state.step),
+    )
     others = [p for s, p in list_checkpoints(output_dir) if s != 0]
     for old in others[:-keep_last] if keep_last > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
@@ -341,10 +361,16 @@ def load_lora_adapters(path: str | Path, model) -> None:
     path = Path(path)
     adapters = path if (path / "adapter_config.json").exists() else path / STATE_DIR / ADAPTER_DIR
     if not (adapters / "adapter_config.json").exists():
-        raise FileNotFoundError(f"no LoRA adapters in {path} (adapter_config.json); was it saved by a run without LoRA?")
-    result = set_peft_model_state_dict(model, load_peft_weights(str(adapters), device=str(next(model.parameters()).device)))
+        raise FileNotFoundError(
+            f"no LoRA adapters in {path} (adapter_config.json); was it saved by a run without LoRA?"
+        )
+    result = set_peft_model_state_dict(
+        model, load_peft_weights(str(adapters), device=str(next(model.parameters()).device))
+    )
     if result.unexpected_keys:
-        raise ValueError(f"the adapters in {adapters} do not fit this model (e.g. {result.unexpected_keys[:3]}); use the run's model.lora_* settings")
+        raise ValueError(
+            f"the adapters in {adapters} do not fit this model (e.g. {result.unexpected_keys[:3]}); use the run's model.lora_* settings"
+        )
 
 
 def load_trainer_state(path: str | Path, optimizer=None) -> TrainerState:
@@ -357,13 +383,21 @@ def load_trainer_state(path: str | Path, optimizer=None) -> TrainerState:
     raw = _load_pickle(path, f"{STATE_DIR}/state.pt")
     try:
         state = TrainerState(
-            step=int(raw["step"]), data_position=int(raw["data_position"]), sampler=raw["sampler"], rng=raw["rng"], allocation=raw.get("allocation", {})
+            step=int(raw["step"]),
+            data_position=int(raw["data_position"]),
+            sampler=raw["sampler"],
+            rng=raw["rng"],
+            allocation=raw.get("allocation", {}),
         )
     except (TypeError, KeyError, ValueError) as err:
-        raise broken_checkpoint_error(path, f"{STATE_DIR}/state.pt lacks the trainer state ({type(err).__name__}: {err})") from None
+        raise broken_checkpoint_error(
+            path, f"{STATE_DIR}/state.pt lacks the trainer state ({type(err).__name__}: {err})"
+        ) from None
     match = _STEP_DIR.match(path.name)
     if match and int(match.group(1)) != state.step:
-        raise broken_checkpoint_error(path, f"{STATE_DIR}/state.pt is the state of step {state.step}, not of step {int(match.group(1))}")
+        raise broken_checkpoint_error(
+            path, f"{STATE_DIR}/state.pt is the state of step {state.step}, not of step {int(match.group(1))}"
+        )
     if optimizer is not None:
         saved = _load_pickle(path, f"{STATE_DIR}/optimizer.pt")
         if saved:
@@ -393,6 +427,10 @@ def _load_pickle(path: Path, name: str) -> Any:
                 "written by an earlier version, or crafted to run code)",
             ) from None
         reason = text.split("WeightsUnpickler error:", 1)[-1].split("Check the documentation", 1)[0]
-        raise broken_checkpoint_error(path, f"{name} cannot be read (UnpicklingError: {' '.join(reason.split())[:120]})") from None
+        raise broken_checkpoint_error(
+            path, f"{name} cannot be read (UnpicklingError: {' '.join(reason.split())[:120]})"
+        ) from None
     except Exception as err:  # noqa: BLE001 - UnpicklingError, EOFError, RuntimeError (zip), ...: all mean a damaged file
-        raise broken_checkpoint_error(path, f"{name} cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:120]})") from None
+        raise broken_checkpoint_error(
+            path, f"{name} cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:120]})"
+        ) from None

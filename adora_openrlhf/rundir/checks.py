@@ -44,7 +44,17 @@ from adora_openrlhf.rundir.lock import DirLock
 RESUMABLE_CHANGES = {"steps", "save_every", "eval_every", "output_dir", "report_to"}  # options a resumed run may change
 PATH_OPTIONS = {"model.path", "data.train_path", "data.eval_path"}  # compared by what they name, not by spelling
 RUN_ARTEFACTS = (
-    *("checkpoints", "tb", "final_model", "tokenizer", "metrics.jsonl", "summary.json", "reward_curve.png", "config.json", "wandb"),
+    *(
+        "checkpoints",
+        "tb",
+        "final_model",
+        "tokenizer",
+        "metrics.jsonl",
+        "summary.json",
+        "reward_curve.png",
+        "config.json",
+        "wandb",
+    ),
     *(HELDOUT_ROWS, HELDOUT_SETTINGS, HELDOUT_IMAGES),  # the saved held-out set (heldout.py)
 )
 SUPERSEDED_DIR = "superseded"  # under checkpoints/: later checkpoints set aside by a resume from an earlier one
@@ -105,7 +115,9 @@ def check_resume_config(saved_path: Path, cfg: RunConfig) -> None:
     try:
         saved = json.loads(saved_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ConfigError(f"--resume: {saved_path} is not valid JSON; restore it from a backup or start a new run") from None
+        raise ConfigError(
+            f"--resume: {saved_path} is not valid JSON; restore it from a backup or start a new run"
+        ) from None
     _compare_config(saved, cfg, "the saved run")
 
 
@@ -114,13 +126,17 @@ def select_checkpoint(out: Path, resume_from: str | None = None) -> tuple[int, P
     number, a directory name such as ``step_000002``, or the directory's path)."""
     found = ckpt.list_checkpoints(out)
     if not found:
-        raise ConfigError(f"--resume: no checkpoint under {str(ckpt.checkpoint_dir(out))!r}; start the run without --resume")
+        raise ConfigError(
+            f"--resume: no checkpoint under {str(ckpt.checkpoint_dir(out))!r}; start the run without --resume"
+        )
     if resume_from is None:
         return found[-1]
     spec = str(resume_from).strip()
     wanted = f"step_{int(spec):06d}" if re.fullmatch(r"\d+", spec) else Path(spec).name
     for step, path in found:
-        if path.name == wanted and (Path(spec).name == spec or re.fullmatch(r"\d+", spec) or Path(spec).resolve() == path.resolve()):
+        if path.name == wanted and (
+            Path(spec).name == spec or re.fullmatch(r"\d+", spec) or Path(spec).resolve() == path.resolve()
+        ):
             return step, path
     raise ConfigError(
         f"--resume-from: no checkpoint {spec!r} in {str(ckpt.checkpoint_dir(out))!r}; it holds {[p.name for _, p in found]} "
@@ -128,12 +144,16 @@ def select_checkpoint(out: Path, resume_from: str | None = None) -> tuple[int, P
     )
 
 
-def check_previous_run(out: Path, cfg: RunConfig, resume: bool, overwrite: bool, resume_from: str | None = None, verify_files: bool = True) -> Path | None:
+def check_previous_run(
+    out: Path, cfg: RunConfig, resume: bool, overwrite: bool, resume_from: str | None = None, verify_files: bool = True
+) -> Path | None:
     """The checkpoint to resume from (None for a new run), after the read-only checks of the module docstring.
     ``resume_from`` selects a checkpoint other than the latest; ``verify_files`` False skips the checksums
     (the re-check under the lock, after a first full check)."""
     if resume and overwrite:
-        raise ConfigError("--overwrite: cannot be combined with --resume (one continues the run, the other replaces it)")
+        raise ConfigError(
+            "--overwrite: cannot be combined with --resume (one continues the run, the other replaces it)"
+        )
     if resume_from is not None and not resume:
         raise ConfigError("--resume-from: continues a run; give it with --resume (or alone)")
     found = ckpt.list_checkpoints(out)
@@ -171,10 +191,18 @@ def check_previous_run(out: Path, cfg: RunConfig, resume: bool, overwrite: bool,
 
 def _data_source(cfg: RunConfig, split: str) -> str:
     if split == "train":
-        return f"data.train_path {cfg.data.train_path!r}" if cfg.data.train_path else "the generated training rows (the generator changed)"
+        return (
+            f"data.train_path {cfg.data.train_path!r}"
+            if cfg.data.train_path
+            else "the generated training rows (the generator changed)"
+        )
     if cfg.data.eval_path:
         return f"data.eval_path {cfg.data.eval_path!r}"
-    return f"the rows held out of data.train_path {cfg.data.train_path!r}" if cfg.data.train_path else "the generated held-out rows (the generator changed)"
+    return (
+        f"the rows held out of data.train_path {cfg.data.train_path!r}"
+        if cfg.data.train_path
+        else "the generated held-out rows (the generator changed)"
+    )
 
 
 def check_resume_data(checkpoint: Path, cfg: RunConfig, train_rows, eval_rows) -> None:
@@ -220,7 +248,11 @@ def set_aside_later_checkpoints(out: Path, step: int) -> list[Path]:
         target = _free_name(folder / path.name)
         os.replace(path, target)
         moved.append(target)
-    logger.info("resuming from step %d: moved the later checkpoints %s and a copy of metrics.jsonl aside", step, [str(p) for p in moved])
+    logger.info(
+        "resuming from step %d: moved the later checkpoints %s and a copy of metrics.jsonl aside",
+        step,
+        [str(p) for p in moved],
+    )
     return moved
 
 

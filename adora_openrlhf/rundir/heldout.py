@@ -47,7 +47,13 @@ def save_heldout(out: Path, rows: Sequence[Any], cfg: Any) -> Path:
     ``cfg`` (a ``RunConfig``) into ``out``; returns the rows file. Each file is written whole, then renamed."""
     lines = []
     for i, row in enumerate(rows):
-        record = {"prompt": row.prompt, "label": row.label, "images": _image_refs(out, i, row.images), "source": row.source, "meta": row.meta}
+        record = {
+            "prompt": row.prompt,
+            "label": row.label,
+            "images": _image_refs(out, i, row.images),
+            "source": row.source,
+            "meta": row.meta,
+        }
         lines.append(json.dumps(record, ensure_ascii=False) + "\n")
     settings = {
         "rows": HELDOUT_ROWS,
@@ -59,7 +65,9 @@ def save_heldout(out: Path, rows: Sequence[Any], cfg: Any) -> Path:
         "decoding": cfg.model.decoding,
         "kv_cache": cfg.model.kv_cache,
         "eval_samples": cfg.eval_samples,
-        "rows_sha256": hashlib.sha256("".join(lines).encode("utf-8")).hexdigest(),  # eval.run --run: rows changed since?
+        "rows_sha256": hashlib.sha256(
+            "".join(lines).encode("utf-8")
+        ).hexdigest(),  # eval.run --run: rows changed since?
     }
     for name, text in ((HELDOUT_ROWS, "".join(lines)), (HELDOUT_SETTINGS, json.dumps(settings, indent=2) + "\n")):
         tmp = out / f"{name}.tmp"

@@ -21,14 +21,23 @@ from adora_openrlhf.dotted import flatten
 
 logger = logging.getLogger(__name__)
 
-HPARAM_METRICS = ("reward/mean", "reward/accuracy", "eval/greedy_accuracy", "train/entropy", "response/length_mean")  # shown next to the hparams
+HPARAM_METRICS = (
+    "reward/mean",
+    "reward/accuracy",
+    "eval/greedy_accuracy",
+    "train/entropy",
+    "response/length_mean",
+)  # shown next to the hparams
 WANDB_PROJECT_ENV = "WANDB_PROJECT"  # wandb project of the run; default "adora_openrlhf"
 
 
 def flat_hparams(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"train.lr": 1e-05, "model.path": "null", "data.kk_num_people": "[2, 3]", ...}``: one entry per config
     leaf; numbers, strings and bools stay, anything else (None, lists, mappings) becomes its JSON text."""
-    return {name: value if _plain(value) else json.dumps(value, default=str) for name, value in flatten(config, prefix=prefix).items()}
+    return {
+        name: value if _plain(value) else json.dumps(value, default=str)
+        for name, value in flatten(config, prefix=prefix).items()
+    }
 
 
 def _plain(value: Any) -> bool:
@@ -41,7 +50,9 @@ class TensorBoardTracker:
     def __init__(self, run_dir: Path, config: Mapping[str, Any] | None, resume_step: int | None):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(run_dir / "tb"), purge_step=None if resume_step is None else resume_step + 1)
+        self.writer = SummaryWriter(
+            log_dir=str(run_dir / "tb"), purge_step=None if resume_step is None else resume_step + 1
+        )
         if config is not None:
             from torch.utils.tensorboard.summary import hparams
 
@@ -157,11 +168,17 @@ def plot_reward_curve(metrics_path: str | Path, out_path: str | Path, window: in
     if train:
         steps = [r["step"] for r in train]
         rewards = [r["reward/mean"] for r in train]
-        smooth = [sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1]) for i in range(len(rewards))]
+        smooth = [
+            sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1])
+            for i in range(len(rewards))
+        ]
         ax_r.plot(steps, rewards, alpha=0.35, label="reward (step)")
         ax_r.plot(steps, smooth, label=f"reward ({window}-step mean)")
         ax_a.plot(steps, [r["reward/accuracy"] for r in train], alpha=0.35, label="train accuracy (rollouts)")
-    for key, label in (("eval/greedy_accuracy", "held-out accuracy (greedy)"), ("eval/sampled_accuracy", "held-out accuracy (sampled)")):
+    for key, label in (
+        ("eval/greedy_accuracy", "held-out accuracy (greedy)"),
+        ("eval/sampled_accuracy", "held-out accuracy (sampled)"),
+    ):
         points = [(r["step"], r[key]) for r in evals if key in r]
         if points:
             ax_a.plot(*zip(*points, strict=True), marker="o", label=label)
@@ -174,7 +191,12 @@ def plot_reward_curve(metrics_path: str | Path, out_path: str | Path, window: in
         ax_t.set_ylim(0, 1)
         ax_t.set_ylabel("truncated fraction")
         ax_t.legend(loc="upper right")
-    for ax, ylabel in ((ax_r, "reward"), (ax_a, "accuracy"), (ax_h, "policy entropy (nats)"), (ax_l, "response tokens")):
+    for ax, ylabel in (
+        (ax_r, "reward"),
+        (ax_a, "accuracy"),
+        (ax_h, "policy entropy (nats)"),
+        (ax_l, "response tokens"),
+    ):
         ax.set_xlabel("RL step")
         ax.set_ylabel(ylabel)
         if ax.get_legend_handles_labels()[0]:

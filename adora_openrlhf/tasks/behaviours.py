@@ -27,7 +27,9 @@ DEMONSTRATIONS: Registry[Registry[Demonstration]] = Registry("demonstration sour
 RANDOMISED_DEMONSTRATIONS: set[tuple[str, str]] = set()
 
 
-def register_demonstration(source: str, style: str, randomised: bool = False) -> Callable[[Demonstration], Demonstration]:
+def register_demonstration(
+    source: str, style: str, randomised: bool = False
+) -> Callable[[Demonstration], Demonstration]:
     """Register ``fn(row, rng) -> response text`` as the ``style`` demonstration of rows of ``source``;
     ``randomised``: the text depends on ``rng``, so the warm-up draws it anew each time instead of caching it."""
     if source not in DEMONSTRATIONS:

@@ -182,7 +182,9 @@ def colour_task(rng: random.Random, level: int):
     kind, colour = rng.choice(KINDS), rng.choice(list(COLOURS))
     other_kinds = [k for k in KINDS if k != kind]
     other_colours = [c for c in COLOURS if c != colour]
-    specs = [(kind, colour, _radius(rng))] + [(rng.choice(other_kinds), rng.choice(other_colours), _radius(rng)) for _ in range(level - 1)]
+    specs = [(kind, colour, _radius(rng))] + [
+        (rng.choice(other_kinds), rng.choice(other_colours), _radius(rng)) for _ in range(level - 1)
+    ]
     shapes = place_shapes(rng, specs)
     seen = ", ".join(f"{s.colour} {s.kind}" for s in sorted(shapes, key=lambda s: s.x))
     return shapes, f"What colour is the {kind}?", colour, list(COLOURS), f"{seen}."
@@ -202,24 +204,41 @@ def larger_task(rng: random.Random, level: int):
     rng.shuffle(specs)
     shapes = place_shapes(rng, specs)
     first, second = sorted((big, small), key=list(COLOURS).index)
-    return shapes, f"Which is larger, the {first} shape or the {second} shape?", big, [first, second], f"{big} big, {small} small."
+    return (
+        shapes,
+        f"Which is larger, the {first} shape or the {second} shape?",
+        big,
+        [first, second],
+        f"{big} big, {small} small.",
+    )
 
 
 def make_row(rng: random.Random, task: str, level: int) -> dict[str, Any]:
     """One row (image as a PIL image in ``images``) of question kind ``task`` at ``level``."""
     shapes, question, label, choices, think = TASKS[task](rng, level)
-    meta: dict[str, Any] = {"task": task, "difficulty": level, "shapes": [[s.kind, s.colour, s.x, s.y, s.r] for s in shapes]}
+    meta: dict[str, Any] = {
+        "task": task,
+        "difficulty": level,
+        "shapes": [[s.kind, s.colour, s.x, s.y, s.r] for s in shapes],
+    }
     if choices is None:
         meta.update(question_type="free_form", answer_type="integer")
         prompt = f"{IMAGE_TAG}{question}"
     else:
-        meta.update(question_type="multi_choice", answer_type="text", choices=choices, answer_letter="ABCD"[choices.index(label)])
+        meta.update(
+            question_type="multi_choice",
+            answer_type="text",
+            choices=choices,
+            answer_letter="ABCD"[choices.index(label)],
+        )
         prompt = f"{IMAGE_TAG}{question} Choices: {', '.join(choices)}."
     meta["solution_text"] = f"<think>{think}</think>\n<answer>{label}</answer>"
     return {"prompt": prompt, "label": label, "images": [draw(shapes)], "source": SOURCE, "meta": meta}
 
 
-def generate_rows(count: int, seed: int, tasks: Sequence[str] = tuple(TASKS), levels: Sequence[int] = LEVELS) -> list[dict[str, Any]]:
+def generate_rows(
+    count: int, seed: int, tasks: Sequence[str] = tuple(TASKS), levels: Sequence[int] = LEVELS
+) -> list[dict[str, Any]]:
     """``count`` rows cycling over ``tasks`` x ``levels``; a pure function of the arguments."""
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
@@ -281,7 +300,9 @@ def generate_splits(
     """(train, held-out) rows with no image in common (held-out drawn from its own seed stream)."""
     held = generate_rows(num_eval, seed * 7919 + 104_729, tasks, levels)
     seen = {_signature(r) for r in held}
-    train = [r for r in generate_rows(num_train + num_eval, seed, tasks, levels) if _signature(r) not in seen][:num_train]
+    train = [r for r in generate_rows(num_train + num_eval, seed, tasks, levels) if _signature(r) not in seen][
+        :num_train
+    ]
     return train, held
 
 

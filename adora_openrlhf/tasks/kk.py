@@ -142,7 +142,10 @@ class KKPuzzle:
 
 
 def format_solution(names: Sequence[str], solution: Sequence[bool]) -> str:
-    return "\n".join(f"({k}) {name} is a {ROLE_WORD[bool(role)]}" for k, (name, role) in enumerate(zip(names, solution, strict=True), 1))
+    return "\n".join(
+        f"({k}) {name} is a {ROLE_WORD[bool(role)]}"
+        for k, (name, role) in enumerate(zip(names, solution, strict=True), 1)
+    )
 
 
 def _random_leaf(speaker: int, num_people: int, rng: random.Random) -> Statement:
@@ -199,7 +202,13 @@ def render_quiz(names: Sequence[str], statements: Sequence[Statement]) -> str:
 NAME_ORDERS = ("random", "pool")
 
 
-def generate_puzzle(num_people: int, rng: random.Random, max_tries: int = 10_000, name_pool: int = len(NAMES), name_order: str = "random") -> KKPuzzle:
+def generate_puzzle(
+    num_people: int,
+    rng: random.Random,
+    max_tries: int = 10_000,
+    name_pool: int = len(NAMES),
+    name_order: str = "random",
+) -> KKPuzzle:
     """A fresh puzzle with exactly one solution: sample statements until :func:`solve` finds a unique one.
 
     Names are drawn from the first ``name_pool`` entries of :data:`NAMES`; with ``name_order="pool"`` the
@@ -210,7 +219,9 @@ def generate_puzzle(num_people: int, rng: random.Random, max_tries: int = 10_000
     if not MIN_PEOPLE <= num_people <= MAX_PEOPLE:
         raise ValueError(f"num_people: must be in {MIN_PEOPLE}..{MAX_PEOPLE}, got {num_people}")
     if not num_people <= name_pool <= len(NAMES):
-        raise ValueError(f"name_pool: must be in {num_people}..{len(NAMES)} for {num_people}-person puzzles, got {name_pool}")
+        raise ValueError(
+            f"name_pool: must be in {num_people}..{len(NAMES)} for {num_people}-person puzzles, got {name_pool}"
+        )
     for _ in range(max_tries):
         statements = tuple(_random_statement(i, num_people, rng) for i in range(num_people))
         solutions = solve(statements, num_people)
@@ -218,7 +229,9 @@ def generate_puzzle(num_people: int, rng: random.Random, max_tries: int = 10_000
             names = tuple(rng.sample(NAMES[:name_pool], num_people))
             if name_order == "pool":
                 names = tuple(sorted(names, key=NAMES.index))
-            return KKPuzzle(names=names, statements=statements, quiz=render_quiz(names, statements), solution=solutions[0])
+            return KKPuzzle(
+                names=names, statements=statements, quiz=render_quiz(names, statements), solution=solutions[0]
+            )
     raise RuntimeError(f"no puzzle with a unique solution for {num_people} people after {max_tries} tries")
 
 
@@ -374,18 +387,15 @@ def build_kk_prompt(quiz: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": KK_SYSTEM_PROMPT}, {"role": "user", "content": quiz}]
 
 
-def make_row(quiz: str, names: Sequence[str], solution: Sequence[bool], statements: Sequence[Statement] | None = None) -> dict[str, Any]:
+def make_row(
+    quiz: str, names: Sequence[str], solution: Sequence[bool], statements: Sequence[Statement] | None = None
+) -> dict[str, Any]:
     names = [str(n) for n in names]
     solution = [bool(s) for s in solution]
     meta: dict[str, Any] = {"num_people": len(names), "names": names, "solution": solution}
     if statements is not None:
         meta["statements"] = statements_to_json(statements)
-    return {
-        "prompt": build_kk_prompt(quiz),
-        "label": format_solution(names, solution),
-        "source": SOURCE,
-        "meta": meta,
-    }
+    return {"prompt": build_kk_prompt(quiz), "label": format_solution(names, solution), "source": SOURCE, "meta": meta}
 
 
 def kk_row(puzzle: KKPuzzle) -> dict[str, Any]:
@@ -402,7 +412,9 @@ def row_quiz(row: dict[str, Any]) -> str:
     return [m["content"] for m in prompt if m.get("role") == "user"][-1]
 
 
-def iter_puzzles(num_people: Sequence[int], seed: int, name_pool: int = len(NAMES), name_order: str = "random") -> Iterator[KKPuzzle]:
+def iter_puzzles(
+    num_people: Sequence[int], seed: int, name_pool: int = len(NAMES), name_order: str = "random"
+) -> Iterator[KKPuzzle]:
     """An endless deterministic stream of puzzles; people counts are cycled through ``num_people``."""
     if not num_people:
         raise ValueError("num_people: give at least one people count")
@@ -456,14 +468,24 @@ def generate_splits(
     name_order: str = "random",
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Train and eval rows with no quiz in common (eval is drawn first, from seed + 1, then excluded from train)."""
-    eval_rows = generate_rows(num_eval, eval_num_people or num_people, seed + 1, progress=progress, name_pool=name_pool, name_order=name_order)
+    eval_rows = generate_rows(
+        num_eval, eval_num_people or num_people, seed + 1, progress=progress, name_pool=name_pool, name_order=name_order
+    )
     train_rows = generate_rows(
-        num_train, num_people, seed, exclude_quizzes={row_quiz(r) for r in eval_rows}, progress=progress, name_pool=name_pool, name_order=name_order
+        num_train,
+        num_people,
+        seed,
+        exclude_quizzes={row_quiz(r) for r in eval_rows},
+        progress=progress,
+        name_pool=name_pool,
+        name_order=name_order,
     )
     return train_rows, eval_rows
 
 
-def split_disjoint(train_rows: Sequence[dict[str, Any]], eval_rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+def split_disjoint(
+    train_rows: Sequence[dict[str, Any]], eval_rows: Sequence[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """Drop training rows whose quiz text also occurs in ``eval_rows`` (and duplicates inside each set).
 
     Returns ``(train, eval, dropped)`` where ``dropped`` counts the removed rows.

@@ -78,7 +78,13 @@ class StepSampling:
 
 
 def rl_step(
-    cfg: RunConfig, step: int, position: int, sampling: StepSampling, engine: RolloutEngine, train_rows, models: StepModels
+    cfg: RunConfig,
+    step: int,
+    position: int,
+    sampling: StepSampling,
+    engine: RolloutEngine,
+    train_rows,
+    models: StepModels,
 ) -> tuple[dict[str, float], int]:
     """RL step ``step`` (0-based) from data position ``position``: (its metrics, the next data position)."""
     step_start = time.perf_counter()
@@ -103,10 +109,14 @@ def rl_step(
         {
             "time/generate_s": engine.generate_seconds,
             "time/score_s": engine.score_seconds,
-            "reward/grader_late": float(engine.grader.late),  # responses not graded by the step's deadline (grading.deadline_s)
+            "reward/grader_late": float(
+                engine.grader.late
+            ),  # responses not graded by the step's deadline (grading.deadline_s)
             "time/train_s": train_seconds,
             "time/advantage_s": advantage_seconds,  # estimator + ADORA weights
-            "time/sampler_overhead_s": sampling_seconds - engine.generate_seconds - engine.score_seconds,  # rounds, exit rules, down-sampling
+            "time/sampler_overhead_s": sampling_seconds
+            - engine.generate_seconds
+            - engine.score_seconds,  # rounds, exit rules, down-sampling
             "time/step_s": time.perf_counter() - step_start,
         }
     )
@@ -153,7 +163,9 @@ def step_advantages(cfg: RunConfig, result: SamplingResult) -> tuple[torch.Tenso
     return torch.cat(flat), metrics
 
 
-def update_policy(cfg: RunConfig, step: int, groups: list[PromptGroup], advantages: torch.Tensor, models: StepModels) -> dict[str, float]:
+def update_policy(
+    cfg: RunConfig, step: int, groups: list[PromptGroup], advantages: torch.Tensor, models: StepModels
+) -> dict[str, float]:
     """The PPO-clip update on the kept responses of ``groups`` with their ``advantages`` (one per kept response, in
     the groups' order); the update's metrics.
     Micro-batches hold responses of similar lengths (less padding; the step's gradient is a sum over sequences)."""
@@ -205,7 +217,9 @@ def rollout_metrics(groups, rows) -> dict[str, float]:
         "response/length_std_over_mean": std / mean if mean > 0 else 0.0,
         "response/length_max": float(max(lengths, default=0)),
         "response/truncated_fraction": sum(r.truncated for r in kept) / n,
-        **style_fractions([rows[r.payload.row_index].source for r in kept], [r.payload.text for r in kept], "response/"),
+        **style_fractions(
+            [rows[r.payload.row_index].source for r in kept], [r.payload.text for r in kept], "response/"
+        ),
     }
 
 
@@ -215,7 +229,11 @@ def scheduled_lrs(train: PolicyLossConfig, step: int, steps: int) -> list[float]
     the step alone, so a resumed run continues the schedule without saved scheduler state."""
     epochs = train.ppo_epochs
     return [
-        train.lr * lr_factor(train.lr_scheduler, step * epochs + epoch, steps * epochs, train.lr_warmup_ratio, train.min_lr_ratio) for epoch in range(epochs)
+        train.lr
+        * lr_factor(
+            train.lr_scheduler, step * epochs + epoch, steps * epochs, train.lr_warmup_ratio, train.min_lr_ratio
+        )
+        for epoch in range(epochs)
     ]
 
 
@@ -230,7 +248,9 @@ def group_batch(groups: list[PromptGroup]) -> GroupBatch:
     )
 
 
-def sample_at(cfg: RunConfig, sampling: StepSampling, engine: RolloutEngine, train_rows, position: int, count: int, step: int):
+def sample_at(
+    cfg: RunConfig, sampling: StepSampling, engine: RolloutEngine, train_rows, position: int, count: int, step: int
+):
     """(The sampler's result, prompts consumed) for ``count`` prompts of the seeded data order from ``position`` on
     (RL draws from the first ``data.rl_prompts`` rows). Without an allocator: the next ``count`` prompts, ``n_keep``
     responses each. With one: its candidates from ``position`` on, the ones it allocates responses to sampled (each
@@ -239,7 +259,9 @@ def sample_at(cfg: RunConfig, sampling: StepSampling, engine: RolloutEngine, tra
     allocator = sampling.allocator
     if allocator is None:
         rows = batch_indices(position, count, num_rows, cfg.seed)
-        return sampling.sampler.sample(count, engine.generate_fn(rows), step=step, prompt_keys=[row_key(train_rows[i]) for i in rows]), count
+        return sampling.sampler.sample(
+            count, engine.generate_fn(rows), step=step, prompt_keys=[row_key(train_rows[i]) for i in rows]
+        ), count
     examined = allocator.num_candidates(count)
     candidates = batch_indices(position, examined, num_rows, cfg.seed)
     keys = [row_key(train_rows[i]) for i in candidates]
@@ -247,7 +269,11 @@ def sample_at(cfg: RunConfig, sampling: StepSampling, engine: RolloutEngine, tra
     chosen = [i for i, k in enumerate(allocation.counts) if k > 0]
     rows, chosen_keys = [candidates[i] for i in chosen], [keys[i] for i in chosen]
     result = sampling.sampler.sample(
-        len(rows), engine.generate_fn(rows), step=step, prompt_keys=chosen_keys, group_sizes=[allocation.counts[i] for i in chosen]
+        len(rows),
+        engine.generate_fn(rows),
+        step=step,
+        prompt_keys=chosen_keys,
+        group_sizes=[allocation.counts[i] for i in chosen],
     )
     allocator.observe(chosen_keys, result)
     return result, examined
@@ -258,11 +284,15 @@ def rl_row_count(cfg: RunConfig, train_rows) -> int:
     if cfg.data.rl_prompts is None:
         return len(train_rows)
     if cfg.data.rl_prompts > len(train_rows):
-        raise ConfigError(f"data.rl_prompts: {cfg.data.rl_prompts} is more than the {len(train_rows)} training rows; lower it or add rows")
+        raise ConfigError(
+            f"data.rl_prompts: {cfg.data.rl_prompts} is more than the {len(train_rows)} training rows; lower it or add rows"
+        )
     return cfg.data.rl_prompts
 
 
-def filtered_sample(cfg: RunConfig, sampling: StepSampling, engine: RolloutEngine, train_rows, position: int, step: int):
+def filtered_sample(
+    cfg: RunConfig, sampling: StepSampling, engine: RolloutEngine, train_rows, position: int, step: int
+):
     """One step's groups through DAPO dynamic filtering (``algorithms/dynamic_filtering.py``): batches of new prompts
     of the data order from ``position`` on, each sampled by the (plain, one-round) sampler; groups outside
     ``dynamic_filtering.score_range`` of mean correctness are dropped and refilled. Returns (result, prompts consumed)."""
@@ -276,6 +306,11 @@ def filtered_sample(cfg: RunConfig, sampling: StepSampling, engine: RolloutEngin
 
     low, high = cfg.dynamic_filtering.score_range
     filtered = filter_and_refill(
-        sample_batch, cfg.prompts_per_step, lambda response: float(response.payload.correct), low, high, cfg.dynamic_filtering.max_refills
+        sample_batch,
+        cfg.prompts_per_step,
+        lambda response: float(response.payload.correct),
+        low,
+        high,
+        cfg.dynamic_filtering.max_refills,
     )
     return filtered.result, drawn

@@ -105,7 +105,9 @@ def _phase(
         key = (i, style)
         if key in cache:
             return cache[key]
-        ids = tokenizer(demonstration_for(rows[i], style, rng), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        ids = tokenizer(demonstration_for(rows[i], style, rng), add_special_tokens=False)["input_ids"] + [
+            tokenizer.eos_token_id
+        ]
         if (rows[i].source, style) not in RANDOMISED_DEMONSTRATIONS:
             cache[key] = ids
         return ids
@@ -122,7 +124,12 @@ def _phase(
         # micro-batches of similar length waste less compute on padding (the loss is a sum over tokens)
         order = sorted(range(len(chosen)), key=lambda j: len(prompt_ids[chosen[j]]) + len(responses[j]))
         chosen, responses = [chosen[j] for j in order], [responses[j] for j in order]
-        batch = pack([prompt_ids[i] for i in chosen], responses, tokenizer.pad_token_id, [extras[i] for i in chosen] if extras is not None else None)
+        batch = pack(
+            [prompt_ids[i] for i in chosen],
+            responses,
+            tokenizer.pad_token_id,
+            [extras[i] for i in chosen] if extras is not None else None,
+        )
         optimizer.zero_grad(set_to_none=True)
         step_loss = _accumulate_gradients(model, batch, len(chosen), micro_batch_size, device)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -160,7 +167,19 @@ def supervised_warmup(
         else:
             pick, name = (lambda: cfg.style), cfg.style
         losses += _phase(
-            model, tokenizer, prompt_ids, rows, cfg.steps, cfg.lr, cfg.batch_size, pick, rng, micro_batch_size, f"warm-up (SFT, {name})", extras, cfg.lr_ramp
+            model,
+            tokenizer,
+            prompt_ids,
+            rows,
+            cfg.steps,
+            cfg.lr,
+            cfg.batch_size,
+            pick,
+            rng,
+            micro_batch_size,
+            f"warm-up (SFT, {name})",
+            extras,
+            cfg.lr_ramp,
         )
     if cfg.mix_steps > 0:
         styles, weights = _mix_weights(cfg.mix)

@@ -48,10 +48,22 @@ from adora_openrlhf.cli_errors import check_output_dir
 from adora_openrlhf.config import ConfigError, RunConfig
 from adora_openrlhf.engine import vlm
 from adora_openrlhf.engine.evaluate import evaluate, majority_accuracy
-from adora_openrlhf.engine.model import apply_lora, build_tiny_model, count_parameters, load_pretrained, pick_device, vocabulary_problem
+from adora_openrlhf.engine.model import (
+    apply_lora,
+    build_tiny_model,
+    count_parameters,
+    load_pretrained,
+    pick_device,
+    vocabulary_problem,
+)
 from adora_openrlhf.engine.model_source import check_model_source, weight_files_problem
 from adora_openrlhf.engine.rollout import GenerationSettings, RolloutEngine, encode_prompts, make_reward_fns
-from adora_openrlhf.engine.tokenization import COMPACT_CHAT_TEMPLATE, load_tokenizer, tokenizer_problem, train_bpe_tokenizer
+from adora_openrlhf.engine.tokenization import (
+    COMPACT_CHAT_TEMPLATE,
+    load_tokenizer,
+    tokenizer_problem,
+    train_bpe_tokenizer,
+)
 from adora_openrlhf.prompt_templates import render_prompt
 from adora_openrlhf.rewards.grading import StepGrader
 from adora_openrlhf.rows import load_run_rows, rows_fingerprint
@@ -72,7 +84,11 @@ def _check_runnable(cfg: RunConfig) -> None:
         check_model_source(cfg.model.path, "model.path", cfg.model.init_kwargs)
         local = Path(cfg.model.path)
         readable = (local / "config.json").is_file() or not local.exists()  # else the loader names what is wrong
-        if cfg.data.task == "geometry" and readable and not vlm.is_vlm_checkpoint(cfg.model.path, cfg.model.init_kwargs):
+        if (
+            cfg.data.task == "geometry"
+            and readable
+            and not vlm.is_vlm_checkpoint(cfg.model.path, cfg.model.init_kwargs)
+        ):
             raise ConfigError(
                 f"model.path: data.task 'geometry' needs a vision-language checkpoint (config.json with a vision_config), {cfg.model.path!r} has none"
             )
@@ -131,7 +147,9 @@ def _load_policy(cfg: RunConfig, tokenizer, device, checkpoint: Path | None = No
     if checkpoint is not None and cfg.model.lora_rank == 0:
         dtype = cfg.model.dtype if cfg.model.path is not None else "float32"  # the tiny model is built in float32
         option = f"--resume: checkpoint {str(checkpoint)!r}"
-        return (vlm.load_vlm if vision else load_pretrained)(str(checkpoint), dtype, cfg.model.init_kwargs, option=option).to(device)
+        return (vlm.load_vlm if vision else load_pretrained)(
+            str(checkpoint), dtype, cfg.model.init_kwargs, option=option
+        ).to(device)
     if cfg.model.path is not None:
         model = (vlm.load_vlm if vision else load_pretrained)(cfg.model.path, cfg.model.dtype, cfg.model.init_kwargs)
     elif vision:
@@ -152,7 +170,9 @@ def _encode(cfg: RunConfig, tokenizer, rows, where: str, processor=None):
         locations = [r.where or f"{where}:{i + 1}" for i, r in enumerate(rows)]
         return vlm.encode_vlm_prompts(processor, texts, [r.images for r in rows], cfg.data.max_prompt_tokens, locations)
     texts = [render_prompt(r.prompt, tokenizer, cfg.data.prompt_template) for r in rows]
-    return encode_prompts(tokenizer, texts, cfg.data.max_prompt_tokens, [r.where or f"{where}:{i + 1}" for i, r in enumerate(rows)]), None
+    return encode_prompts(
+        tokenizer, texts, cfg.data.max_prompt_tokens, [r.where or f"{where}:{i + 1}" for i, r in enumerate(rows)]
+    ), None
 
 
 def warm_start(cfg: RunConfig, out_dir: str | Path) -> Path:
@@ -182,19 +202,26 @@ def _load_policy_and_tokenizer(cfg: RunConfig, train_rows, checkpoint: Path | No
     def failure(problem: str, in_checkpoint: bool) -> ConfigError:
         if in_checkpoint:
             return ckpt.broken_checkpoint_error(checkpoint, problem)
-        return ConfigError(f"model.path: {cfg.model.path!r}{'' if problem.startswith('cannot be loaded') else ':'} {problem}")
+        return ConfigError(
+            f"model.path: {cfg.model.path!r}{'' if problem.startswith('cannot be loaded') else ':'} {problem}"
+        )
 
     for directory, in_checkpoint in ((checkpoint, True), (model_dir, False)):
         problem = weight_files_problem(directory) if directory is not None else None
         if problem is not None:
-            raise failure(problem if in_checkpoint else f"cannot be loaded: {problem}; re-download or re-export the model", in_checkpoint)
+            raise failure(
+                problem if in_checkpoint else f"cannot be loaded: {problem}; re-download or re-export the model",
+                in_checkpoint,
+            )
     from_checkpoint = checkpoint is not None  # the tokenizer comes from the checkpoint; the model too unless LoRA
     try:
         tokenizer, processor = _build_tokenizer(cfg, train_rows, checkpoint)
     except ConfigError:
         raise
     except Exception as err:  # noqa: BLE001 - any loader failure: name the directory, one line
-        raise failure(f"cannot be loaded ({type(err).__name__}: {' '.join(str(err).split())[:200]})", from_checkpoint) from None
+        raise failure(
+            f"cannot be loaded ({type(err).__name__}: {' '.join(str(err).split())[:200]})", from_checkpoint
+        ) from None
     if checkpoint is not None or cfg.model.path is not None:
         problem = tokenizer_problem(tokenizer)
         if problem is not None:
@@ -204,7 +231,10 @@ def _load_policy_and_tokenizer(cfg: RunConfig, train_rows, checkpoint: Path | No
     except ConfigError:
         raise
     except Exception as err:  # noqa: BLE001 - SafetensorError, OSError, ValueError, ...: one line naming the source
-        raise failure(f"cannot be loaded ({type(err).__name__}: {' '.join(str(err).split())[:200]})", from_checkpoint and cfg.model.lora_rank == 0) from None
+        raise failure(
+            f"cannot be loaded ({type(err).__name__}: {' '.join(str(err).split())[:200]})",
+            from_checkpoint and cfg.model.lora_rank == 0,
+        ) from None
     problem = vocabulary_problem(tokenizer, model)
     if problem is not None:
         raise failure(problem, from_checkpoint)
@@ -228,7 +258,9 @@ def _resumed_reference(cfg: RunConfig, tokenizer, device, out: Path):
     return ref_model.eval().requires_grad_(False)
 
 
-def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False, resume_from: str | None = None) -> dict[str, Any]:
+def train(
+    cfg: RunConfig, resume: bool = False, overwrite: bool = False, resume_from: str | None = None
+) -> dict[str, Any]:
     """Run the whole training described by ``cfg``; returns the summary also written to ``summary.json``.
 
     Everything is checked and loaded (config, output location, previous run and its checkpoint, data, tokenizer,
@@ -253,22 +285,34 @@ def train(cfg: RunConfig, resume: bool = False, overwrite: bool = False, resume_
     else:  # every warm-up demonstration can be built (a row that cannot is named)
         demonstrations(train_rows, warmup_styles(cfg.warmup), random.Random(0))
     tokenizer, processor, model = _load_policy_and_tokenizer(cfg, train_rows, checkpoint, device)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
+    )
     state = ref_model = None
     if checkpoint is not None:
         state = ckpt.load_trainer_state(checkpoint, optimizer)
         ref_model = _resumed_reference(cfg, tokenizer, device, out)
-    encoded = _encode(cfg, tokenizer, train_rows, "train", processor), _encode(cfg, tokenizer, eval_rows, "eval", processor)
+    encoded = (
+        _encode(cfg, tokenizer, train_rows, "train", processor),
+        _encode(cfg, tokenizer, eval_rows, "eval", processor),
+    )
     rewards = make_reward_fns(train_rows), make_reward_fns(eval_rows)
-    run_record = {"config": cfg.to_dict(), "data": {"train": rows_fingerprint(train_rows), "eval": rows_fingerprint(eval_rows)}}
+    run_record = {
+        "config": cfg.to_dict(),
+        "data": {"train": rows_fingerprint(train_rows), "eval": rows_fingerprint(eval_rows)},
+    }
     loaded = _Loaded(tokenizer, processor, model, optimizer, state, ref_model, encoded, rewards, run_record)
     with rundir.RunDirLock(out):
         # again, now that no other run can start (the files were verified above)
         if rundir.check_previous_run(out, cfg, resume, overwrite, resume_from, verify_files=False) != checkpoint:
-            raise ConfigError(f"output_dir: {str(out)!r} changed while this run was starting (another training wrote checkpoints); run the command again")
+            raise ConfigError(
+                f"output_dir: {str(out)!r} changed while this run was starting (another training wrote checkpoints); run the command again"
+            )
         if checkpoint is None:
             if overwrite and ckpt.list_checkpoints(out):
-                logger.info("starting a new run in %s: --overwrite removes the previous run's checkpoints and metrics", out)
+                logger.info(
+                    "starting a new run in %s: --overwrite removes the previous run's checkpoints and metrics", out
+                )
             rundir.clear_previous_run(out)
         else:
             rundir.set_aside_later_checkpoints(out, state.step)
@@ -293,11 +337,15 @@ class _Loaded:
 class _LocalRun:
     """One run in its locked directory ``out``: what :func:`_train_in` sets up, evaluates, saves and finishes."""
 
-    def __init__(self, cfg: RunConfig, out: Path, device, resume_from: Path | None, train_rows, eval_rows, loaded: _Loaded) -> None:
+    def __init__(
+        self, cfg: RunConfig, out: Path, device, resume_from: Path | None, train_rows, eval_rows, loaded: _Loaded
+    ) -> None:
         self.cfg, self.out, self.device, self.resume_from, self.loaded = cfg, out, device, resume_from, loaded
         self.train_rows, self.eval_rows = train_rows, eval_rows
         self.model, self.optimizer = loaded.model, loaded.optimizer
-        self.saved_tokenizer = loaded.processor if loaded.processor is not None else loaded.tokenizer  # what checkpoints save as tokenizer/
+        self.saved_tokenizer = (
+            loaded.processor if loaded.processor is not None else loaded.tokenizer
+        )  # what checkpoints save as tokenizer/
         (self.train_ids, self.train_extras), (self.eval_ids, self.eval_extras) = loaded.encoded
         train_rewards, self.eval_rewards = loaded.rewards
         self.generation = GenerationSettings.of(cfg.model)  # rollouts and evaluation decode alike
@@ -325,7 +373,11 @@ class _LocalRun:
         if self.resume_from is None and cfg.model.path is None:
             self.saved_tokenizer.save_pretrained(str(out / "tokenizer"))
         total, trainable = count_parameters(self.model)
-        tiny = "tiny Qwen2.5-VL-style (random init)" if self.loaded.processor is not None else "tiny Qwen2-style (random init)"
+        tiny = (
+            "tiny Qwen2.5-VL-style (random init)"
+            if self.loaded.processor is not None
+            else "tiny Qwen2-style (random init)"
+        )
         logger.info(
             f"policy: {tiny if cfg.model.path is None else cfg.model.path}, {total:,} parameters ({trainable:,} trainable), vocab "
             f"{len(tokenizer)}, device {self.device}; {len(self.train_rows)} train / {len(self.eval_rows)} held-out prompts"
@@ -334,10 +386,20 @@ class _LocalRun:
     def save(self, step: int, position: int) -> None:
         allocator = self.sampling.allocator
         state = ckpt.TrainerState(
-            step, position, self.sampling.sampler.state_dict(), ckpt.capture_rng(), allocator.state_dict() if allocator is not None else {}
+            step,
+            position,
+            self.sampling.sampler.state_dict(),
+            ckpt.capture_rng(),
+            allocator.state_dict() if allocator is not None else {},
         )
         ckpt.save_checkpoint(
-            self.out, self.model, self.optimizer, self.saved_tokenizer, state, merge_lora=self.cfg.model.merge_lora_on_save, run_record=self.loaded.run_record
+            self.out,
+            self.model,
+            self.optimizer,
+            self.saved_tokenizer,
+            state,
+            merge_lora=self.cfg.model.merge_lora_on_save,
+            run_record=self.loaded.run_record,
         )
 
     def evaluate(self, step: int) -> dict[str, float]:
@@ -367,12 +429,21 @@ class _LocalRun:
                 self.sampling.allocator.load_state_dict(state.allocation)
             ckpt.restore_rng(state.rng)
             self.metrics_log = MetricsLogger(out, resume_step=state.step, report_to=cfg.report_to, config=cfg.to_dict())
-            logger.info("resumed from %s at step %d (data position %d)", self.resume_from, state.step, state.data_position)
+            logger.info(
+                "resumed from %s at step %d (data position %d)", self.resume_from, state.step, state.data_position
+            )
             return state.step, state.data_position
         self.metrics_log = MetricsLogger(out, report_to=cfg.report_to, config=cfg.to_dict())
         t0 = time.perf_counter()
         losses = supervised_warmup(
-            self.model, self.loaded.tokenizer, self.train_ids, self.train_rows, cfg.warmup, cfg.seed, cfg.train.micro_batch_size, self.train_extras
+            self.model,
+            self.loaded.tokenizer,
+            self.train_ids,
+            self.train_rows,
+            cfg.warmup,
+            cfg.seed,
+            cfg.train.micro_batch_size,
+            self.train_extras,
         )
         warm = {"warmup/steps": len(losses), "warmup/time_s": time.perf_counter() - t0}
         if losses:
@@ -387,7 +458,9 @@ class _LocalRun:
         cfg, ref_model = self.cfg, self.loaded.ref_model
         if ref_model is None and cfg.train.kl_coef > 0 and cfg.model.lora_rank == 0:
             with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-                ref_model = _build_model(cfg, self.loaded.tokenizer, self.device, ckpt.checkpoint_dir(self.out) / "step_000000")
+                ref_model = _build_model(
+                    cfg, self.loaded.tokenizer, self.device, ckpt.checkpoint_dir(self.out) / "step_000000"
+                )
             ref_model.eval().requires_grad_(False)
         return StepModels(self.model, self.optimizer, ref_model, self.loaded.tokenizer, self.train_extras)
 
@@ -443,20 +516,28 @@ class ZeroAdvantageWatch:
             self.warned = True
 
 
-def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Path | None, train_rows, eval_rows, loaded: _Loaded) -> dict[str, Any]:
+def _train_in(
+    cfg: RunConfig, out: Path, started: float, device, resume_from: Path | None, train_rows, eval_rows, loaded: _Loaded
+) -> dict[str, Any]:
     """The run itself, in the locked ``out``: set up, warm up (or resume), the RL steps, finish."""
     run = _LocalRun(cfg, out, device, resume_from, train_rows, eval_rows, loaded)
     run.write_run_files()
     start_step, position = run.begin()
     models = run.step_models()
-    bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc="RL", unit="step", dynamic_ncols=True)
+    bar = tqdm(
+        range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc="RL", unit="step", dynamic_ncols=True
+    )
     zero_watch = ZeroAdvantageWatch()
     for step in bar:
         try:
             metrics, position = rl_step(cfg, step, position, run.sampling, run.engine, train_rows, models)
         except PolicyDiverged as err:
             last = ckpt.latest_checkpoint(out)
-            kept = f"; the last good checkpoint is {last.name} (--resume-from {last.name} with the new value)" if last is not None else ""
+            kept = (
+                f"; the last good checkpoint is {last.name} (--resume-from {last.name} with the new value)"
+                if last is not None
+                else ""
+            )
             raise FloatingPointError(f"{err}{kept}") from None
         zero_watch.see(step + 1, metrics)
         done = step + 1
@@ -465,7 +546,10 @@ def _train_in(cfg: RunConfig, out: Path, started: float, device, resume_from: Pa
         run.metrics_log.log(done, metrics)
         if (cfg.save_every and done % cfg.save_every == 0) or done == cfg.steps:
             run.save(done, position)
-        bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.2f}", acc=f"{metrics.get('reward/accuracy', float('nan')):.2f}")
+        bar.set_postfix(
+            reward=f"{metrics.get('reward/mean', float('nan')):.2f}",
+            acc=f"{metrics.get('reward/accuracy', float('nan')):.2f}",
+        )
     bar.close()
     run.metrics_log.close()
     return run.finish(started, start_step)

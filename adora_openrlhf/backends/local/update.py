@@ -36,11 +36,16 @@ class PackedBatch:
     input_ids: torch.Tensor  # [B, L]
     attention_mask: torch.Tensor  # [B, L]
     action_mask: torch.Tensor  # [B, L - 1], 1 where the predicted token is a response token
-    extras: list[dict[str, torch.Tensor] | None] | None = None  # per sequence: its prompt's extra model inputs (vision rows)
+    extras: list[dict[str, torch.Tensor] | None] | None = (
+        None  # per sequence: its prompt's extra model inputs (vision rows)
+    )
 
 
 def pack(
-    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int, extras: Sequence[dict[str, torch.Tensor] | None] | None = None
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    pad_id: int,
+    extras: Sequence[dict[str, torch.Tensor] | None] | None = None,
 ) -> PackedBatch:
     """Right-padded ``prompt + response`` sequences with the response (action) mask; ``extras[b]`` are the
     extra model inputs of sequence ``b``'s prompt (pixel values of a vision row), kept for the forward pass."""
@@ -65,7 +70,11 @@ def _next_token_log_softmax(model, batch: PackedBatch) -> torch.Tensor:
         from adora_openrlhf.engine.vlm import extra_model_inputs
 
         more = extra_model_inputs(model, batch.input_ids, batch.extras)
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False, **more).logits[:, :-1].float()
+    logits = (
+        model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False, **more)
+        .logits[:, :-1]
+        .float()
+    )
     return torch.log_softmax(logits, dim=-1)
 
 
@@ -98,7 +107,12 @@ def _slice(batch: PackedBatch, rows: slice, device) -> PackedBatch:
     ids = batch.input_ids[rows]
     width = int(batch.attention_mask[rows].sum(-1).max())  # drop columns that are padding for the whole slice
     extras = batch.extras[rows] if batch.extras is not None else None
-    return PackedBatch(ids[:, :width].to(device), batch.attention_mask[rows, :width].to(device), batch.action_mask[rows, : width - 1].to(device), extras)
+    return PackedBatch(
+        ids[:, :width].to(device),
+        batch.attention_mask[rows, :width].to(device),
+        batch.action_mask[rows, : width - 1].to(device),
+        extras,
+    )
 
 
 # loss_agg -> share of one micro-batch in the step: fn(rows, total rows, response tokens, total response tokens)
@@ -155,7 +169,7 @@ def policy_update(
     ref_lp, old_lp = _fixed_log_probs(model, batch, slices, cfg, None if use_lora_reference else ref_model, device)
     share_of = MICRO_BATCH_SHARES[cfg.loss_agg]
     total_tokens = float(batch.action_mask.sum())
-    sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "grad_norm": 0.0, "lr": 0.0}
+    sums = dict.fromkeys(("loss", "pg_loss", "kl", "clip_fraction", "ratio_mean", "grad_norm", "lr"), 0.0)
     model.train()
     entropy_sum = 0.0
     for epoch in range(cfg.ppo_epochs):

@@ -88,7 +88,9 @@ class AdoraActorPPOTrainer(ActorPPOTrainer):
 
 
 # OpenRLHF's own _init_vllm_sync_group, its process group answered by gloo_process_group
-_GLOO_SYNC_GROUP = with_globals(ActorPPOTrainer._init_vllm_sync_group, {**CPU_NAMES, "stateless_init_process_group": gloo_process_group})
+_GLOO_SYNC_GROUP = with_globals(
+    ActorPPOTrainer._init_vllm_sync_group, {**CPU_NAMES, "stateless_init_process_group": gloo_process_group}
+)
 
 
 @inherit_rebound(lambda: {**CPU_NAMES, "ActorPPOTrainer": AdoraActorPPOTrainer})
@@ -123,7 +125,9 @@ RemoteAdoraCriticModelActor = ray.remote(num_gpus=1)(AdoraCriticModelActor)
 RemoteAdoraRewardModelActor = ray.remote(num_gpus=1)(AdoraRewardModelActor)
 
 # OpenRLHF's get_strategy, building AdoraDeepspeedStrategy
-adora_get_strategy = with_globals(get_strategy, {}, imports={("openrlhf.utils.deepspeed", "DeepspeedStrategy"): AdoraDeepspeedStrategy})
+adora_get_strategy = with_globals(
+    get_strategy, {}, imports={("openrlhf.utils.deepspeed", "DeepspeedStrategy"): AdoraDeepspeedStrategy}
+)
 adora_get_strategy.__module__ = __name__
 adora_get_strategy.__qualname__ = "adora_get_strategy"
 

@@ -92,7 +92,9 @@ def flatten_rollout(experiences: Sequence[Experience]) -> FlatRollout:
     sizes = [len(e.index) for e in experiences]
     order = torch.tensor(list(itertools.chain.from_iterable(e.index for e in experiences)), dtype=torch.long)
     if sorted(order.tolist()) != list(range(len(order))):
-        raise ValueError("Experience.index: the samples' positions must be a permutation of 0..N-1 (set by split_rollout_samples)")
+        raise ValueError(
+            "Experience.index: the samples' positions must be a permutation of 0..N-1 (set by split_rollout_samples)"
+        )
 
     def ordered(flat: torch.Tensor | None) -> torch.Tensor | None:
         if flat is None:
@@ -182,13 +184,17 @@ class AdoraExperienceMaker(RemoteExperienceMaker):
             experience.info.setdefault(RAW_REWARD, experience.rewards.clone())
         penalized = [LENGTH_PENALIZED in e.info for e in experiences]
         if any(penalized) and not all(penalized):
-            raise ValueError(f"Experience.info[{LENGTH_PENALIZED!r}]: only some samples of the rollout carry the generator's length penalties")
+            raise ValueError(
+                f"Experience.info[{LENGTH_PENALIZED!r}]: only some samples of the rollout carry the generator's length penalties"
+            )
         if not any(penalized):
             apply_length_penalties(experiences, args)  # DAPO overlong / stop-properly penalties, as OpenRLHF
 
         n = args.rollout.n_samples_per_prompt
         flat = flatten_rollout(experiences)
-        out = group_advantages(flat, n, self.run_config, self.run_config.advantage.estimator)  # ours, also behind a stand-in flag
+        out = group_advantages(
+            flat, n, self.run_config, self.run_config.advantage.estimator
+        )  # ours, also behind a stand-in flag
 
         # back to the concatenation order of the micro-batches
         scalar = out.advantages.reshape(-1)[flat.order].split(flat.split_sizes)
@@ -215,7 +221,9 @@ class AdoraExperienceMaker(RemoteExperienceMaker):
                 action_mask=experience.action_mask,
                 reward_clip_range=args.reward.clip_range,
             )
-            experience.returns = self.get_cumulative_returns(token_reward, experience.action_mask, args.algo.advantage.gamma)
+            experience.returns = self.get_cumulative_returns(
+                token_reward, experience.action_mask, args.algo.advantage.gamma
+            )
             experience.advantages = experience.returns.clone()
             experience.info["return"] = token_reward.sum(dim=-1)
             experience.kl = None

@@ -45,11 +45,19 @@ class FieldFlags:
     fields: tuple[str, ...]
     flags: str  # the OpenRLHF flags, as the docs table shows them
     to_flags: Callable[[RunConfig], dict[str, Any]]
-    read_back: Callable[[Any, RunConfig], dict[str, Any]] | None = None  # (OpenRLHF's final namespace, our config) -> {our dotted field: value}
+    read_back: Callable[[Any, RunConfig], dict[str, Any]] | None = (
+        None  # (OpenRLHF's final namespace, our config) -> {our dotted field: value}
+    )
     note: str = field(default="")
 
 
-def one(ours: str, flag: str, convert: Callable[[Any], Any] = lambda v: v, back: Callable[[Any], Any] | None = None, note: str = "") -> FieldFlags:
+def one(
+    ours: str,
+    flag: str,
+    convert: Callable[[Any], Any] = lambda v: v,
+    back: Callable[[Any], Any] | None = None,
+    note: str = "",
+) -> FieldFlags:
     """A field that is one flag: ``--flag convert(value)``; with ``back``, the flag's final value is read back as ``back(value)``."""
     read_back = None if back is None else (lambda args, cfg: {ours: back(value_at(args, flag))})
     return FieldFlags((ours,), f"--{flag}", lambda cfg: {flag: convert(value_at(cfg, ours))}, read_back, note)
@@ -93,7 +101,10 @@ def _kl_flags(cfg: RunConfig) -> dict[str, Any]:
 def _filtering_flags(cfg: RunConfig) -> dict[str, Any]:
     if not cfg.dynamic_filtering.enabled:  # OpenRLHF's own filtering (our samples generator passes it through)
         return {}
-    return {"algo.dynamic_filtering_enable": True, "algo.dynamic_filtering_range": tuple(cfg.dynamic_filtering.score_range)}
+    return {
+        "algo.dynamic_filtering_enable": True,
+        "algo.dynamic_filtering_range": tuple(cfg.dynamic_filtering.score_range),
+    }
 
 
 def _lora_targets(modules: list[str]) -> list[str] | None:
@@ -124,12 +135,17 @@ FIELD_FLAGS: tuple[FieldFlags, ...] = (
         ("rollout.max_new_tokens",),
         "--rollout.max_new_tokens",
         lambda cfg: {"rollout.max_new_tokens": cfg.rollout.max_new_tokens},
-        lambda args, cfg: {} if args.rollout.max_new_tokens is None else {"rollout.max_new_tokens": int(args.rollout.max_new_tokens)},
+        lambda args, cfg: (
+            {} if args.rollout.max_new_tokens is None else {"rollout.max_new_tokens": int(args.rollout.max_new_tokens)}
+        ),
     ),
     FieldFlags(
         ("train.micro_batch_size",),
         "--rollout.micro_batch_size, --train.micro_batch_size",
-        lambda cfg: {"rollout.micro_batch_size": cfg.train.micro_batch_size, "train.micro_batch_size": cfg.train.micro_batch_size},
+        lambda cfg: {
+            "rollout.micro_batch_size": cfg.train.micro_batch_size,
+            "train.micro_batch_size": cfg.train.micro_batch_size,
+        },
     ),
     FieldFlags(
         ("prompts_per_step", "sampling.n_keep"),
@@ -147,7 +163,12 @@ FIELD_FLAGS: tuple[FieldFlags, ...] = (
         note=f"an estimator OpenRLHF does not know is passed as {STAND_IN_ESTIMATOR} and computed by our experience maker",
     ),
     one("train.lr", "actor.adam.lr"),
-    one("train.lr_scheduler", "actor.lr_scheduler", back=str, note="a name without a local counterpart is refused, naming the choices"),
+    one(
+        "train.lr_scheduler",
+        "actor.lr_scheduler",
+        back=str,
+        note="a name without a local counterpart is refused, naming the choices",
+    ),
     one("train.lr_warmup_ratio", "actor.lr_warmup_ratio", back=float),
     one("train.min_lr_ratio", "actor.min_lr_ratio", back=float),
     one("train.weight_decay", "actor.adam.weight_decay"),
@@ -157,7 +178,12 @@ FIELD_FLAGS: tuple[FieldFlags, ...] = (
         lambda cfg: {"actor.eps_clip_low_high": (cfg.train.clip_eps_low, cfg.train.clip_eps_high)},
     ),
     one("train.max_grad_norm", "actor.max_norm"),
-    one("train.loss_agg", "actor.loss_agg_mode", LOSS_AGG_MODES.__getitem__, note="seq_mean_token_sum_norm has no OpenRLHF equivalent and is refused"),
+    one(
+        "train.loss_agg",
+        "actor.loss_agg_mode",
+        LOSS_AGG_MODES.__getitem__,
+        note="seq_mean_token_sum_norm has no OpenRLHF equivalent and is refused",
+    ),
     FieldFlags(("train.kl_coef",), "--algo.kl.init_coef (> 0: --algo.kl.use_loss --algo.kl.estimator k3)", _kl_flags),
     FieldFlags(
         ("output_dir",),
@@ -189,7 +215,11 @@ FIELD_FLAGS: tuple[FieldFlags, ...] = (
     FieldFlags(
         ("model.init_kwargs",),
         "--ds.attn_implementation",
-        lambda cfg: {"ds.attn_implementation": cfg.model.init_kwargs["attn_implementation"]} if "attn_implementation" in cfg.model.init_kwargs else {},
+        lambda cfg: (
+            {"ds.attn_implementation": cfg.model.init_kwargs["attn_implementation"]}
+            if "attn_implementation" in cfg.model.init_kwargs
+            else {}
+        ),
         note="only attn_implementation (and trust_remote_code: true, always on)",
     ),
     FieldFlags(
@@ -206,7 +236,12 @@ FIELD_FLAGS: tuple[FieldFlags, ...] = (
         lambda args, cfg: {"eval_samples": 0 if args.eval.temperature == 0 else int(args.eval.n_samples_per_prompt)},
         note="0: one greedy sample",
     ),
-    FieldFlags(("data.eval_path", "eval_every"), "--eval.dataset, --eval.steps", _eval_dataset_flags, note="only with data.eval_path"),
+    FieldFlags(
+        ("data.eval_path", "eval_every"),
+        "--eval.dataset, --eval.steps",
+        _eval_dataset_flags,
+        note="only with data.eval_path",
+    ),
     FieldFlags(
         ("dynamic_filtering.enabled", "dynamic_filtering.score_range"),
         "--algo.dynamic_filtering_enable, --algo.dynamic_filtering_range",
@@ -220,7 +255,9 @@ FIELD_FLAGS: tuple[FieldFlags, ...] = (
     FieldFlags(
         ("data.task",),
         "--data.image_key, --data.max_images_per_prompt",
-        lambda cfg: {"data.image_key": "images", "data.max_images_per_prompt": 1} if cfg.data.task == "geometry" else {},
+        lambda cfg: (
+            {"data.image_key": "images", "data.max_images_per_prompt": 1} if cfg.data.task == "geometry" else {}
+        ),
         note="geometry only: one diagram per prompt (the task also picks the reward)",
     ),
 )

@@ -66,13 +66,21 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
 
     check_backend_fields(cfg)
     if not cfg.model.path:
-        raise ConfigError("model.path: the openrlhf backend needs a Hugging Face model (name or directory); pass --model PATH")
+        raise ConfigError(
+            "model.path: the openrlhf backend needs a Hugging Face model (name or directory); pass --model PATH"
+        )
     if not cfg.data.train_path:
-        raise ConfigError("data.train_path: the openrlhf backend needs a prompt dataset (JSONL from data_prep or a dataset name); pass --data.train_path PATH")
+        raise ConfigError(
+            "data.train_path: the openrlhf backend needs a prompt dataset (JSONL from data_prep or a dataset name); pass --data.train_path PATH"
+        )
     if cfg.train.loss_agg not in LOSS_AGG_MODES:
-        raise ConfigError(f"train.loss_agg: {cfg.train.loss_agg!r} has no OpenRLHF 0.11 equivalent; choose one of {sorted(LOSS_AGG_MODES)}")
+        raise ConfigError(
+            f"train.loss_agg: {cfg.train.loss_agg!r} has no OpenRLHF 0.11 equivalent; choose one of {sorted(LOSS_AGG_MODES)}"
+        )
     if cfg.model.dtype not in PARAM_DTYPES:
-        raise ConfigError(f"model.dtype: not supported by the openrlhf backend (got {cfg.model.dtype!r}); set one of {sorted(PARAM_DTYPES)}")
+        raise ConfigError(
+            f"model.dtype: not supported by the openrlhf backend (got {cfg.model.dtype!r}); set one of {sorted(PARAM_DTYPES)}"
+        )
     if cfg.report_to != ["tensorboard"]:
         raise ConfigError(
             "report_to: the openrlhf backend logs through OpenRLHF's own options "
@@ -92,14 +100,20 @@ def recipe_flags(cfg: RunConfig) -> dict[str, Any]:
     """The recipe's OpenRLHF flags, ``cfg.extra["openrlhf"]``, checked to be a mapping of dotted names."""
     extra = cfg.extra.get(EXTRA_KEY, {})
     if not isinstance(extra, Mapping):
-        raise ConfigError(f"extra.{EXTRA_KEY}: must be a mapping of OpenRLHF flag names to values, got {type(extra).__name__}")
+        raise ConfigError(
+            f"extra.{EXTRA_KEY}: must be a mapping of OpenRLHF flag names to values, got {type(extra).__name__}"
+        )
     for name in extra:
         if not isinstance(name, str) or name.startswith("-") or not name:
-            raise ConfigError(f"extra.{EXTRA_KEY}: flag names are dotted OpenRLHF names without '--' (e.g. 'vllm.num_engines'), got {name!r}")
+            raise ConfigError(
+                f"extra.{EXTRA_KEY}: flag names are dotted OpenRLHF names without '--' (e.g. 'vllm.num_engines'), got {name!r}"
+            )
     return dict(extra)
 
 
-def build_argv(cfg: RunConfig, passthrough: Sequence[str] = (), resume: bool = False, base_flags: Mapping[str, Any] | None = None) -> list[str]:
+def build_argv(
+    cfg: RunConfig, passthrough: Sequence[str] = (), resume: bool = False, base_flags: Mapping[str, Any] | None = None
+) -> list[str]:
     """The OpenRLHF command line: ``base_flags`` (defaults of the machine), derived flags, the recipe's flags, then
     ``passthrough`` (last wins)."""
     flags = dict(base_flags or {})
@@ -129,9 +143,13 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
         )
     if cfg.sampling.enabled:
         if args.algo.dynamic_filtering_enable:
-            raise ConfigError("sampling.enabled: adaptive multi-round sampling and --algo.dynamic_filtering_enable are alternatives; use one of them")
+            raise ConfigError(
+                "sampling.enabled: adaptive multi-round sampling and --algo.dynamic_filtering_enable are alternatives; use one of them"
+            )
         if not args.reward.remote_url:
-            raise ConfigError("sampling.enabled: the sampler needs rewards at rollout time; set --reward.remote_url (the reward file)")
+            raise ConfigError(
+                "sampling.enabled: the sampler needs rewards at rollout time; set --reward.remote_url (the reward file)"
+            )
         if not args.vllm.num_engines:
             raise ConfigError("sampling.enabled: the sampler generates with vLLM; set --vllm.num_engines >= 1")
         if cfg.sampling.drop_unfinished:
@@ -159,7 +177,7 @@ def signal_description(cfg: RunConfig) -> list[str]:
     """One line per consumer of the correctness signal: what it reads and its threshold."""
     lines = [
         f"ADORA correct: raw reward (reward source 'rewards', before length penalties) > adora.correct_threshold={cfg.adora.correct_threshold}"
-        + ("" if cfg.adora.enabled else " (ADORA off: classes are logged only)"),
+        + ("" if cfg.adora.enabled else " (ADORA off: classes are logged only)")
     ]
     if cfg.sampling.enabled:
         lines.append(

@@ -28,7 +28,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.backends.openrlhf.compat.entry import ENTRY_MODULE, check_openrlhf_version, parse_openrlhf_args, run_openrlhf_train
+from adora_openrlhf.backends.openrlhf.compat.entry import (
+    ENTRY_MODULE,
+    check_openrlhf_version,
+    parse_openrlhf_args,
+    run_openrlhf_train,
+)
 from adora_openrlhf.backends.openrlhf.field_flags import FINAL_MODEL_DIR
 from adora_openrlhf.backends.openrlhf.flags import (
     CHECKPOINT_CONFIG,
@@ -44,8 +49,21 @@ from adora_openrlhf.config import ConfigError, RunConfig
 from adora_openrlhf.rundir.checks import RunDirLock, config_differences
 
 # what a launch, our trainer and OpenRLHF write into output_dir
-RUN_ARTEFACTS = ("checkpoints", "tensorboard", FINAL_MODEL_DIR, "run_config.json", "openrlhf_command.txt", "metrics.jsonl", MARKER_FILE)
-RESUMABLE_CHANGES = ("steps", "save_every", "eval_every", "output_dir")  # as on the local backend (report_to is fixed here)
+RUN_ARTEFACTS = (
+    "checkpoints",
+    "tensorboard",
+    FINAL_MODEL_DIR,
+    "run_config.json",
+    "openrlhf_command.txt",
+    "metrics.jsonl",
+    MARKER_FILE,
+)
+RESUMABLE_CHANGES = (
+    "steps",
+    "save_every",
+    "eval_every",
+    "output_dir",
+)  # as on the local backend (report_to is fixed here)
 
 
 def prepare(
@@ -80,7 +98,9 @@ def ray_env_vars(cfg: RunConfig) -> dict[str, str]:
         KK_PARSER_ENV: cfg.data.kk_parser,
         ENGINE_DTYPE_ENV: cfg.model.dtype,
         PLUGINS_ENV: ",".join(cfg.plugins),  # the reward worker imports them (rewards/base.py)
-        GRADING_DEADLINE_ENV: repr(float(cfg.grading.deadline_s)),  # the reward file's per-call deadline (rewards/grading.py)
+        GRADING_DEADLINE_ENV: repr(
+            float(cfg.grading.deadline_s)
+        ),  # the reward file's per-call deadline (rewards/grading.py)
         GRADING_WORKERS_ENV: str(cfg.grading.workers),
     }
 
@@ -99,7 +119,9 @@ def dry_run_report(argv: list[str], args: Any, cfg: RunConfig) -> dict[str, Any]
     }
 
 
-def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, resume: bool = False, overwrite: bool = False) -> int:
+def launch(
+    cfg: RunConfig, passthrough: list[str], print_args: bool = False, resume: bool = False, overwrite: bool = False
+) -> int:
     """Build, check and (unless ``print_args``) run the OpenRLHF training; returns the exit status. The run holds
     the local backend's lock on ``output_dir`` (rundir.RunDirLock) while it runs, so that a second launch into
     the same directory is refused, and a directory holding a previous run needs ``--resume`` or ``--overwrite``.
@@ -139,12 +161,17 @@ def launch(cfg: RunConfig, passthrough: list[str], print_args: bool = False, res
                 clear_previous_launch(out_dir)
             (out_dir / MARKER_FILE).unlink(missing_ok=True)
             (out_dir / "run_config.json").write_text(json.dumps(cfg.to_dict(), indent=2), encoding="utf-8")
-            (out_dir / "openrlhf_command.txt").write_text(dry_run_report(argv, args, cfg)["command"] + "\n", encoding="utf-8")
+            (out_dir / "openrlhf_command.txt").write_text(
+                dry_run_report(argv, args, cfg)["command"] + "\n", encoding="utf-8"
+            )
             failure = train_in_ray(args, cfg, on_cpu, trainer_cls, names)
             if failure is not None:  # after the shutdown, so that no actor's forwarded log line comes after it
                 sys.stdout.flush()
                 sys.stderr.flush()
-                print(f"error: the OpenRLHF run failed ({failure}); the actors' log lines above have the details", file=sys.stderr)
+                print(
+                    f"error: the OpenRLHF run failed ({failure}); the actors' log lines above have the details",
+                    file=sys.stderr,
+                )
                 return 1
             check_trainer_marker(out_dir, launch_id)
     except ConfigError as err:
@@ -297,7 +324,9 @@ def check_checkpoint_config(checkpoint: Path, cfg: RunConfig) -> None:
             "(start a new run, or resume with OpenRLHF's own entry)"
         ) from None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        raise ConfigError(f"--resume: {path} is not valid JSON; restore it, or resume from an earlier checkpoint") from None
+        raise ConfigError(
+            f"--resume: {path} is not valid JSON; restore it, or resume from an earlier checkpoint"
+        ) from None
     changed = [key for key in config_differences(saved, cfg.to_dict()) if key not in RESUMABLE_CHANGES]
     if changed:
         from adora_openrlhf.dotted import flatten
@@ -319,12 +348,16 @@ def check_previous_launch(out_dir: Path, cfg: RunConfig, resume: bool, overwrite
     from adora_openrlhf.cli_errors import check_output_dir
 
     if resume and overwrite:
-        raise ConfigError("--overwrite: cannot be combined with --resume (one continues the run, the other replaces it)")
+        raise ConfigError(
+            "--overwrite: cannot be combined with --resume (one continues the run, the other replaces it)"
+        )
     check_output_dir(out_dir, "output_dir")
     if resume:
         checkpoint = latest_actor_checkpoint(out_dir)
         if checkpoint is None:
-            raise ConfigError(f"--resume: no checkpoint under {str(out_dir / 'checkpoints')!r}; start the run without --resume")
+            raise ConfigError(
+                f"--resume: no checkpoint under {str(out_dir / 'checkpoints')!r}; start the run without --resume"
+            )
         check_checkpoint_config(checkpoint, cfg)
         return
     found = previous_run_artefacts(out_dir)

@@ -49,11 +49,19 @@ import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _collect_prompt_batch
-from openrlhf.trainer.ppo_utils.samples_generator import SamplingParams as VllmSamplingParams  # the class OpenRLHF sends
+from openrlhf.trainer.ppo_utils.samples_generator import (
+    SamplingParams as VllmSamplingParams,
+)  # the class OpenRLHF sends
 from tqdm import tqdm
 
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, GenerationRequest, SamplingResult, ScoredResponse
-from adora_openrlhf.backends.openrlhf.experience_maker import LENGTH_PENALIZED, POOL_COUNT, POOL_MEAN, POOL_STD, RAW_REWARD
+from adora_openrlhf.backends.openrlhf.experience_maker import (
+    LENGTH_PENALIZED,
+    POOL_COUNT,
+    POOL_MEAN,
+    POOL_STD,
+    RAW_REWARD,
+)
 from adora_openrlhf.config import RunConfig, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -66,7 +74,11 @@ def check_missing_rewards(missing: int, total: int, max_fraction: float) -> None
     """Warn about rollouts without a reward; raise once their fraction exceeds ``max_fraction``."""
     if not missing:
         return
-    logger.warning("rewards: %d of %d rollouts of this batch came back without a reward and got their task's failure reward", missing, total)
+    logger.warning(
+        "rewards: %d of %d rollouts of this batch came back without a reward and got their task's failure reward",
+        missing,
+        total,
+    )
     if missing > max_fraction * total:
         raise RuntimeError(
             f"rewards: {missing} of {total} rollouts of this batch came back without a reward (OpenRLHF's executor "
@@ -124,8 +136,12 @@ def scored_response(experience: Experience, positive_threshold: float) -> Scored
     return ScoredResponse(
         reward=reward,
         positive=raw_reward > positive_threshold,
-        length=int(torch.as_tensor(experience.response_length).reshape(-1)[0]) if experience.response_length is not None else 0,
-        truncated=bool(torch.as_tensor(experience.truncated).reshape(-1)[0]) if experience.truncated is not None else False,
+        length=int(torch.as_tensor(experience.response_length).reshape(-1)[0])
+        if experience.response_length is not None
+        else 0,
+        truncated=bool(torch.as_tensor(experience.truncated).reshape(-1)[0])
+        if experience.truncated is not None
+        else False,
         payload=experience,
     )
 
@@ -222,7 +238,10 @@ class AdoraSamplesGenerator(SamplesGenerator):
             return self.generate_round(requests, prompts, labels, images, generate_kwargs)
 
         result = self.sampler.sample(
-            len(prompts), generate, step=self.sampling_step, prompt_keys=[prompt_key(p, label) for p, label in zip(prompts, labels, strict=True)]
+            len(prompts),
+            generate,
+            step=self.sampling_step,
+            prompt_keys=[prompt_key(p, label) for p, label in zip(prompts, labels, strict=True)],
         )
         self.sampling_step += 1
         return kept_experiences(result), len(prompts), exhausted
@@ -277,7 +296,9 @@ class AdoraSamplesGenerator(SamplesGenerator):
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1, timeout=10.0)
                 for ref in ready:
-                    outputs[position[ref]] = [self._process_response_into_experience(r, **generate_kwargs) for r in ray.get(ref)]
+                    outputs[position[ref]] = [
+                        self._process_response_into_experience(r, **generate_kwargs) for r in ray.get(ref)
+                    ]
                     bar.update()
         penalise_round([e for experiences in outputs for e in experiences], self.args)
         return [[scored_response(e, threshold) for e in experiences] for experiences in outputs]

@@ -44,7 +44,14 @@ import ray
 from openrlhf.trainer.ppo_trainer import PPOTrainer as _OpenRLHFRemotePPOTrainer
 
 from adora_openrlhf.backends.openrlhf.experience_maker import AdoraExperienceMaker
-from adora_openrlhf.backends.openrlhf.flags import CHECKPOINT_CONFIG, LAUNCH_ID_ATTR, MARKER_FILE, generate_kwargs_for, run_config_from_args, signal_description
+from adora_openrlhf.backends.openrlhf.flags import (
+    CHECKPOINT_CONFIG,
+    LAUNCH_ID_ATTR,
+    MARKER_FILE,
+    generate_kwargs_for,
+    run_config_from_args,
+    signal_description,
+)
 from adora_openrlhf.backends.openrlhf.samples_generator import AdoraSamplesGenerator
 from adora_openrlhf.log_setup import ensure_logging
 
@@ -103,7 +110,9 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
         ensure_logging()  # this runs in a Ray actor, which configured no log handler
         for line in signal_description(run_config):
             logger.info("[adora_openrlhf] %s", line)
-        self.output_dir = Path(run_config.output_dir)  # the run directory; OpenRLHF's final model goes to its final_model/
+        self.output_dir = Path(
+            run_config.output_dir
+        )  # the run directory; OpenRLHF's final model goes to its final_model/
         self.metrics_log = None  # opened by init_checkpoint_states, once the resume step is known
         self.last_step = 0
         self.last_eval_step: int | None = None
@@ -192,7 +201,11 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
         the JSON this trainer writes is refused with one line naming it."""
         actor = Path(self.args.ckpt.path) / "_actor"
         latest = (actor / "latest").read_text(encoding="utf-8").strip() if (actor / "latest").is_file() else ""
-        found = [actor / tag / SAMPLER_STATE_FILE for tag in (latest, f"global_step{global_step}") if tag and (actor / tag / SAMPLER_STATE_FILE).is_file()]
+        found = [
+            actor / tag / SAMPLER_STATE_FILE
+            for tag in (latest, f"global_step{global_step}")
+            if tag and (actor / tag / SAMPLER_STATE_FILE).is_file()
+        ]
         if global_step <= 0 or not found:
             return None
         path = found[0]  # the folder DeepSpeed loaded (``latest``), else the step's own
@@ -200,14 +213,26 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
             state = json.loads(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             why = f"{type(err).__name__}: {err}"
-            raise ValueError(f"{path}: not the sampler state this trainer writes ({why}); delete the file to resume with an empty history") from None
-        if not (isinstance(state, dict) and isinstance(state.get("sampling_step"), int) and isinstance(state.get("sampler"), dict)):
-            raise ValueError(f"{path}: expected {{'sampling_step': int, 'sampler': {{...}}}}; delete the file to resume with an empty history")
+            raise ValueError(
+                f"{path}: not the sampler state this trainer writes ({why}); delete the file to resume with an empty history"
+            ) from None
+        if not (
+            isinstance(state, dict)
+            and isinstance(state.get("sampling_step"), int)
+            and isinstance(state.get("sampler"), dict)
+        ):
+            raise ValueError(
+                f"{path}: expected {{'sampling_step': int, 'sampler': {{...}}}}; delete the file to resume with an empty history"
+            )
         return state
 
     def eval_generate_kwargs(self) -> dict:
         """OpenRLHF's evaluation settings, as its ``fit`` builds them."""
-        return {**self.generate_kwargs, "temperature": self.args.eval.temperature, "n_samples_per_prompt": self.args.eval.n_samples_per_prompt}
+        return {
+            **self.generate_kwargs,
+            "temperature": self.args.eval.temperature,
+            "n_samples_per_prompt": self.args.eval.n_samples_per_prompt,
+        }
 
     def evaluate(self, global_step, **generate_kwargs):
         """OpenRLHF's evaluation, with its numbers appended to ``metrics.jsonl`` (``"eval": true``)."""
@@ -241,7 +266,11 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
 
 def numeric_logs(logs: dict) -> dict[str, float]:
     """The numbers of OpenRLHF's step or evaluation logs (its sample texts and flags are left out)."""
-    return {key: float(value) for key, value in logs.items() if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    return {
+        key: float(value)
+        for key, value in logs.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
 
 
 RemoteAdoraPPOTrainer = ray.remote(AdoraPPOTrainer)

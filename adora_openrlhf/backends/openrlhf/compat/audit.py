@@ -19,40 +19,103 @@ MAIN_BLOCK = "__main__"  # the `if __name__ == "__main__":` block of a module
 
 # (module, top-level name) -> what of ours depends on it
 AUDITED: dict[tuple[str, str], str] = {
-    ("openrlhf.cli.train_ppo_ray", "train"): "entry.run_openrlhf_train re-executes it: our trainer import, actors.ACTOR_NAMES, create_vllm_engines",
+    (
+        "openrlhf.cli.train_ppo_ray",
+        "train",
+    ): "entry.run_openrlhf_train re-executes it: our trainer import, actors.ACTOR_NAMES, create_vllm_engines",
     (
         "openrlhf.cli.train_ppo_ray",
         MAIN_BLOCK,
     ): "entry.parse_openrlhf_args runs its parser and checks (all but the final train(args)); fp32 added to --ds.param_dtype",
-    ("openrlhf.utils.utils", "convert_to_torch_dtype"): "cpu/precision.convert_param_dtype answers it (fp32), delegating bf16 and fp16 to it",
-    ("openrlhf.utils.deepspeed.deepspeed_utils", "get_train_ds_config"): "precision: fp32 relies on bf16/fp16 being enabled only for their own values",
+    (
+        "openrlhf.utils.utils",
+        "convert_to_torch_dtype",
+    ): "cpu/precision.convert_param_dtype answers it (fp32), delegating bf16 and fp16 to it",
+    (
+        "openrlhf.utils.deepspeed.deepspeed_utils",
+        "get_train_ds_config",
+    ): "precision: fp32 relies on bf16/fp16 being enabled only for their own values",
     ("openrlhf.utils.deepspeed.deepspeed_utils", "get_eval_ds_config"): "precision: the same for the reference model",
-    ("openrlhf.trainer.ppo_trainer", "BasePPOTrainer"): "trainer.AdoraPPOTrainer: save_logs_and_checkpoints, save_best_checkpoint, init_checkpoint_states",
-    ("openrlhf.trainer.ppo_trainer", "PPOTrainer"): "trainer.AdoraPPOTrainer: __init__, fit, evaluate (evaluations, metrics.jsonl, marker)",
-    ("openrlhf.trainer.ppo_trainer", "prepare_datasets"): "flags.derived_flags: data.max_samples caps the prompt and evaluation sets",
+    (
+        "openrlhf.trainer.ppo_trainer",
+        "BasePPOTrainer",
+    ): "trainer.AdoraPPOTrainer: save_logs_and_checkpoints, save_best_checkpoint, init_checkpoint_states",
+    (
+        "openrlhf.trainer.ppo_trainer",
+        "PPOTrainer",
+    ): "trainer.AdoraPPOTrainer: __init__, fit, evaluate (evaluations, metrics.jsonl, marker)",
+    (
+        "openrlhf.trainer.ppo_trainer",
+        "prepare_datasets",
+    ): "flags.derived_flags: data.max_samples caps the prompt and evaluation sets",
     (
         "openrlhf.trainer.ppo_utils.samples_generator",
         "SamplesGenerator",
     ): "samples_generator.AdoraSamplesGenerator: _generate_vllm, responses, evaluation rewards",
-    ("openrlhf.trainer.ppo_utils.samples_generator", "_collect_prompt_batch"): "AdoraSamplesGenerator._generate_adaptive draws prompts with it",
-    ("openrlhf.trainer.ppo_utils.experience_maker", "RemoteExperienceMaker"): "experience_maker.AdoraExperienceMaker replaces compute_advantages_and_returns",
-    ("openrlhf.trainer.ppo_utils.length_penalty", "apply_length_penalties"): "the sampler and the experience maker apply it before the pool statistics",
-    ("openrlhf.trainer.ray.ppo_actor", "ActorPPOTrainer"): "actors.AdoraActorPPOTrainer: gloo _init_vllm_sync_group; CPU copies of its methods",
-    ("openrlhf.trainer.ray.ppo_actor", "PolicyModelActor"): "actors.AdoraPolicyModelActor: copies of its methods building AdoraActorPPOTrainer",
+    (
+        "openrlhf.trainer.ppo_utils.samples_generator",
+        "_collect_prompt_batch",
+    ): "AdoraSamplesGenerator._generate_adaptive draws prompts with it",
+    (
+        "openrlhf.trainer.ppo_utils.experience_maker",
+        "RemoteExperienceMaker",
+    ): "experience_maker.AdoraExperienceMaker replaces compute_advantages_and_returns",
+    (
+        "openrlhf.trainer.ppo_utils.length_penalty",
+        "apply_length_penalties",
+    ): "the sampler and the experience maker apply it before the pool statistics",
+    (
+        "openrlhf.trainer.ray.ppo_actor",
+        "ActorPPOTrainer",
+    ): "actors.AdoraActorPPOTrainer: gloo _init_vllm_sync_group; CPU copies of its methods",
+    (
+        "openrlhf.trainer.ray.ppo_actor",
+        "PolicyModelActor",
+    ): "actors.AdoraPolicyModelActor: copies of its methods building AdoraActorPPOTrainer",
     ("openrlhf.trainer.ray.ppo_critic", "CriticPPOTrainer"): "actors.AdoraCriticPPOTrainer: CPU copies of its methods",
     ("openrlhf.trainer.ray.ppo_critic", "CriticModelActor"): "actors.AdoraCriticModelActor: CPU copies of its methods",
     ("openrlhf.trainer.ray.launcher", "BaseDistributedActor"): "every Adora*ModelActor inherits a copy of it",
-    ("openrlhf.trainer.ray.launcher", "BaseModelActor"): "every Adora*ModelActor inherits a copy of it (empty_cache: CPU)",
-    ("openrlhf.trainer.ray.launcher", "ReferenceModelActor"): "actors.AdoraReferenceModelActor: CPU copies of its methods",
+    (
+        "openrlhf.trainer.ray.launcher",
+        "BaseModelActor",
+    ): "every Adora*ModelActor inherits a copy of it (empty_cache: CPU)",
+    (
+        "openrlhf.trainer.ray.launcher",
+        "ReferenceModelActor",
+    ): "actors.AdoraReferenceModelActor: CPU copies of its methods",
     ("openrlhf.trainer.ray.launcher", "RewardModelActor"): "actors.AdoraRewardModelActor: CPU copies of its methods",
-    ("openrlhf.trainer.ppo_utils.replay_buffer", "NaiveReplayBuffer"): "actors.AdoraReplayBuffer: CPU copies of its methods (target device)",
-    ("openrlhf.utils.deepspeed.deepspeed", "DeepspeedStrategy"): "actors.AdoraDeepspeedStrategy: CPU copies (set_device, mesh, collectives, barriers)",
-    ("openrlhf.utils.utils", "get_strategy"): "actors.adora_get_strategy re-executes it to build AdoraDeepspeedStrategy",
-    ("openrlhf.utils.distributed_util", "torch_dist_barrier_and_cuda_sync"): "cpu/device.barrier_without_cuda_sync answers it on the CPU",
-    ("openrlhf.utils.distributed_util", "stateless_init_process_group"): "cpu/weight_sync.gloo_process_group answers it for --vllm.sync_backend gloo",
-    ("openrlhf.trainer.ray.vllm_engine", "RolloutRayActor"): "cpu/weight_sync.AdoraRolloutActor: its __init__ with our worker extension and dtype",
-    ("openrlhf.trainer.ray.vllm_engine", "create_vllm_engines"): "cpu/weight_sync.adora_create_vllm_engines re-executes it (AdoraRolloutActor)",
-    ("openrlhf.trainer.ray.vllm_worker_wrap", "WorkerWrap"): "cpu/weight_sync.AdoraWorkerExtension: init_process_group, update_weight (gloo)",
+    (
+        "openrlhf.trainer.ppo_utils.replay_buffer",
+        "NaiveReplayBuffer",
+    ): "actors.AdoraReplayBuffer: CPU copies of its methods (target device)",
+    (
+        "openrlhf.utils.deepspeed.deepspeed",
+        "DeepspeedStrategy",
+    ): "actors.AdoraDeepspeedStrategy: CPU copies (set_device, mesh, collectives, barriers)",
+    (
+        "openrlhf.utils.utils",
+        "get_strategy",
+    ): "actors.adora_get_strategy re-executes it to build AdoraDeepspeedStrategy",
+    (
+        "openrlhf.utils.distributed_util",
+        "torch_dist_barrier_and_cuda_sync",
+    ): "cpu/device.barrier_without_cuda_sync answers it on the CPU",
+    (
+        "openrlhf.utils.distributed_util",
+        "stateless_init_process_group",
+    ): "cpu/weight_sync.gloo_process_group answers it for --vllm.sync_backend gloo",
+    (
+        "openrlhf.trainer.ray.vllm_engine",
+        "RolloutRayActor",
+    ): "cpu/weight_sync.AdoraRolloutActor: its __init__ with our worker extension and dtype",
+    (
+        "openrlhf.trainer.ray.vllm_engine",
+        "create_vllm_engines",
+    ): "cpu/weight_sync.adora_create_vllm_engines re-executes it (AdoraRolloutActor)",
+    (
+        "openrlhf.trainer.ray.vllm_worker_wrap",
+        "WorkerWrap",
+    ): "cpu/weight_sync.AdoraWorkerExtension: init_process_group, update_weight (gloo)",
     ("openrlhf.models.ring_attn_utils", "*"): "flash_attn_standin answers its flash_attn imports on a CPU-only machine",
 }
 

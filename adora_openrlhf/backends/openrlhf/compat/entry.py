@@ -39,7 +39,9 @@ ENTRY_MODULE = "openrlhf.cli.train_ppo_ray"
 TRAINER_MODULE = "openrlhf.trainer.ppo_trainer"
 TRAINER_NAME = "PPOTrainer"
 INSTALL_HINT = "pip install -r requirements/cluster.txt (GPU nodes) or see requirements/openrlhf-cpu-test.txt (CPU)"
-TESTED_VERSIONS = ("0.11.2",)  # the openrlhf releases whose functions this backend overrides or re-executes (tests/test_openrlhf_audit.py)
+TESTED_VERSIONS = (
+    "0.11.2",
+)  # the openrlhf releases whose functions this backend overrides or re-executes (tests/test_openrlhf_audit.py)
 TESTED_VERSIONS_TEXT = " / ".join(TESTED_VERSIONS)
 UNTESTED_ENV = "ADORA_ALLOW_UNTESTED_OPENRLHF"  # =1: run with another openrlhf version anyway (at your own risk)
 
@@ -102,7 +104,12 @@ def _is_main_guard(node: ast.stmt) -> bool:
 
 
 def _is_train_call(node: ast.stmt) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and node.value.func.id == "train"
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "train"
+    )
 
 
 def parser_program(source: str, filename: str) -> types.CodeType:
@@ -110,12 +117,18 @@ def parser_program(source: str, filename: str) -> types.CodeType:
     tree = ast.parse(source, filename)
     guards = [node for node in tree.body if _is_main_guard(node)]
     if len(guards) != 1 or not guards[0].body or not _is_train_call(guards[0].body[-1]):
-        raise ConfigError(f"backend: {filename} does not end its __main__ block with train(args) as openrlhf 0.11.x does; install openrlhf==0.11.2")
+        raise ConfigError(
+            f"backend: {filename} does not end its __main__ block with train(args) as openrlhf 0.11.x does; install openrlhf==0.11.2"
+        )
     stdlib_imports = [
         node
         for node in tree.body
         if isinstance(node, (ast.Import, ast.ImportFrom))
-        and all((alias.name if isinstance(node, ast.Import) else (node.module or "")).split(".")[0] in sys.stdlib_module_names for alias in node.names)
+        and all(
+            (alias.name if isinstance(node, ast.Import) else (node.module or "")).split(".")[0]
+            in sys.stdlib_module_names
+            for alias in node.names
+        )
     ]
     module = ast.Module(body=stdlib_imports + guards[0].body[:-1], type_ignores=[])
     with_param_dtype_choice(module)
@@ -129,14 +142,27 @@ def with_param_dtype_choice(tree: ast.AST) -> ast.AST:
     from adora_openrlhf.backends.openrlhf.cpu.precision import PARAM_DTYPE_CHOICE
 
     for node in ast.walk(tree):
-        is_call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
-        if is_call and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == "--ds.param_dtype":
+        is_call = (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
+        )
+        if (
+            is_call
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == "--ds.param_dtype"
+        ):
             choices = next((kw.value for kw in node.keywords if kw.arg == "choices"), None)
             if isinstance(choices, ast.List):
                 if PARAM_DTYPE_CHOICE not in [getattr(elt, "value", None) for elt in choices.elts]:
-                    choices.elts.append(ast.copy_location(ast.Constant(PARAM_DTYPE_CHOICE), choices.elts[-1] if choices.elts else choices))
+                    choices.elts.append(
+                        ast.copy_location(
+                            ast.Constant(PARAM_DTYPE_CHOICE), choices.elts[-1] if choices.elts else choices
+                        )
+                    )
                 return tree
-    raise ConfigError("backend: OpenRLHF's parser has no --ds.param_dtype option with a list of choices as openrlhf 0.11.x does; install openrlhf==0.11.2")
+    raise ConfigError(
+        "backend: OpenRLHF's parser has no --ds.param_dtype option with a list of choices as openrlhf 0.11.x does; install openrlhf==0.11.2"
+    )
 
 
 @contextmanager
@@ -178,13 +204,19 @@ def parser_error_line(parser: argparse.ArgumentParser, message: str, argv: Seque
     if message.startswith("unrecognized arguments: "):
         for i, token in enumerate(argv):
             if i > 0 and argv[i - 1] in switches and not token.startswith("-"):
+                switch = argv[i - 1]
                 return (
-                    f"{argv[i - 1]}: an OpenRLHF switch takes no value, got {token!r}; give {argv[i - 1]} alone to turn it on, or leave it out to keep it off"
+                    f"{switch}: an OpenRLHF switch takes no value, got {token!r}; "
+                    f"give {switch} alone to turn it on, or leave it out to keep it off"
                 )
         unknown = [t for t in message.removeprefix("unrecognized arguments: ").split() if t.startswith("--")]
         if unknown:
             close = difflib.get_close_matches(unknown[0], known, n=3)
-            hint = f"; did you mean {' or '.join(close)}?" if close else "; python -m openrlhf.cli.train_ppo_ray --help lists OpenRLHF's flags"
+            hint = (
+                f"; did you mean {' or '.join(close)}?"
+                if close
+                else "; python -m openrlhf.cli.train_ppo_ray --help lists OpenRLHF's flags"
+            )
             return f"{unknown[0]}: not a flag of this package or of OpenRLHF {installed_openrlhf_version()}{hint}"
     return f"OpenRLHF's command line: {message}"
 
@@ -210,12 +242,16 @@ def _trainer_import_in(train_fn: types.FunctionType) -> bool:
 
     tree = ast.parse(inspect.getsource(train_fn))
     return any(
-        isinstance(node, ast.ImportFrom) and node.module == TRAINER_MODULE and any(alias.name == TRAINER_NAME and alias.asname is None for alias in node.names)
+        isinstance(node, ast.ImportFrom)
+        and node.module == TRAINER_MODULE
+        and any(alias.name == TRAINER_NAME and alias.asname is None for alias in node.names)
         for node in ast.walk(tree)
     )
 
 
-def with_trainer(train_fn: types.FunctionType, trainer_actor_cls: Any, names: dict[str, Any] | None = None) -> types.FunctionType:
+def with_trainer(
+    train_fn: types.FunctionType, trainer_actor_cls: Any, names: dict[str, Any] | None = None
+) -> types.FunctionType:
     """A copy of ``train_fn`` whose ``from openrlhf.trainer.ppo_trainer import PPOTrainer`` gives
     ``trainer_actor_cls`` and whose module globals ``names`` (actor classes, ``get_strategy``,
     ``create_vllm_engines``) are answered with the given objects; every other import, and the real module,

@@ -41,7 +41,9 @@ def _namespace(module_globals: dict[str, Any], names: Mapping[str, Any]) -> dict
     return _NAMESPACES[key]
 
 
-def with_globals(fn: types.FunctionType, names: Mapping[str, Any], imports: Mapping[tuple[str, str], Any] | None = None) -> types.FunctionType:
+def with_globals(
+    fn: types.FunctionType, names: Mapping[str, Any], imports: Mapping[tuple[str, str], Any] | None = None
+) -> types.FunctionType:
     """A copy of ``fn`` that sees ``names`` in place of its module's globals of the same names.
 
     ``imports`` answers ``from MODULE import NAME`` statements executed inside the function: a mapping
@@ -75,7 +77,9 @@ def _rebound_member(member: Any, names: Mapping[str, Any]) -> Any:
     return None  # properties, attributes: inherited as they are
 
 
-def inherit_rebound(names: Mapping[str, Any] | Callable[[], Mapping[str, Any]], package: str = "openrlhf") -> Callable[[T], T]:
+def inherit_rebound(
+    names: Mapping[str, Any] | Callable[[], Mapping[str, Any]], package: str = "openrlhf"
+) -> Callable[[T], T]:
     """Class decorator: the subclass gets a copy of every method it inherits from classes of ``package``,
     each seeing ``names`` (or what the callable returns, evaluated once, now) in place of its module globals.
     An empty mapping changes nothing: the subclass then simply inherits."""

@@ -60,7 +60,12 @@ def standin_modules() -> dict[str, types.ModuleType]:
     dist = _module("flash_attn.utils.distributed", **unavailable("flash_attn.utils.distributed"))
     utils = _module("flash_attn.utils", package=True, distributed=dist)
     root = _module("flash_attn", package=True, bert_padding=bert, utils=utils)
-    return {"flash_attn": root, "flash_attn.bert_padding": bert, "flash_attn.utils": utils, "flash_attn.utils.distributed": dist}
+    return {
+        "flash_attn": root,
+        "flash_attn.bert_padding": bert,
+        "flash_attn.utils": utils,
+        "flash_attn.utils.distributed": dist,
+    }
 
 
 def install_if_needed() -> bool:

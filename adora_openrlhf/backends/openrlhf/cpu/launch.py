@@ -83,7 +83,9 @@ def cluster_sees_cuda(timeout_s: float = 180.0) -> bool | None:
 
 
 def _refuse(flag: str, why: str) -> ConfigError:
-    return ConfigError(f"{flag}: {why}; it is not available on a machine without a GPU (the CPU run of the openrlhf backend)")
+    return ConfigError(
+        f"{flag}: {why}; it is not available on a machine without a GPU (the CPU run of the openrlhf backend)"
+    )
 
 
 def check_cpu_args(args: Any) -> None:
@@ -92,12 +94,20 @@ def check_cpu_args(args: Any) -> None:
         (args.vllm.sync_backend != "gloo", "--vllm.sync_backend", f"{args.vllm.sync_backend!r} needs CUDA; use gloo"),
         (args.vllm.enable_sleep, "--vllm.enable_sleep", "vLLM's sleep mode frees GPU memory"),
         (args.ds.enable_sleep, "--ds.enable_sleep", "DeepSpeed's state offloading moves CUDA memory"),
-        (args.vllm.tensor_parallel_size > 1, "--vllm.tensor_parallel_size", "tensor-parallel engines run through Ray's executor on GPUs"),
+        (
+            args.vllm.tensor_parallel_size > 1,
+            "--vllm.tensor_parallel_size",
+            "tensor-parallel engines run through Ray's executor on GPUs",
+        ),
         (args.ds.tensor_parallel_size > 1, "--ds.tensor_parallel_size", "DeepSpeed's tensor parallelism needs GPUs"),
         (args.ds.ring_attn_size > 1, "--ds.ring_attn_size", "ring attention needs flash-attn"),
         (args.ds.packing_samples, "--ds.packing_samples", "packed samples need flash-attn"),
         (args.train.enable_ema, "--train.enable_ema", "OpenRLHF keeps the EMA model on CUDA"),
-        (str(args.ds.attn_implementation).startswith("flash"), "--ds.attn_implementation", "flash attention needs CUDA; use sdpa or eager"),
+        (
+            str(args.ds.attn_implementation).startswith("flash"),
+            "--ds.attn_implementation",
+            "flash attention needs CUDA; use sdpa or eager",
+        ),
         (bool(getattr(args.ds, "load_in_4bit", False)), "--ds.load_in_4bit", "bitsandbytes' 4-bit weights need CUDA"),
     ]
     for refused, flag, why in checks:

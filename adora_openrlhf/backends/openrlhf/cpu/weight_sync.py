@@ -55,8 +55,17 @@ class GlooBroadcastGroup:
     Independent of torch's default group (DeepSpeed's on the trainer, vLLM's inside an engine): the ranks meet
     at a TCP store served by rank 0 at ``master_address:master_port``."""
 
-    def __init__(self, master_address: str, master_port: int, rank: int, world_size: int, timeout: datetime.timedelta = SYNC_TIMEOUT) -> None:
-        store = torch.distributed.TCPStore(master_address, int(master_port), world_size, is_master=rank == 0, timeout=timeout)
+    def __init__(
+        self,
+        master_address: str,
+        master_port: int,
+        rank: int,
+        world_size: int,
+        timeout: datetime.timedelta = SYNC_TIMEOUT,
+    ) -> None:
+        store = torch.distributed.TCPStore(
+            master_address, int(master_port), world_size, is_master=rank == 0, timeout=timeout
+        )
         self.group = torch.distributed.ProcessGroupGloo(store, rank, world_size, timeout)
         self.rank = rank
         self.world_size = world_size
@@ -73,7 +82,9 @@ class GlooBroadcastGroup:
         return tensor
 
 
-def gloo_process_group(master_address: str, master_port: int, rank: int, world_size: int, device: Any = None) -> GlooBroadcastGroup:
+def gloo_process_group(
+    master_address: str, master_port: int, rank: int, world_size: int, device: Any = None
+) -> GlooBroadcastGroup:
     """OpenRLHF's ``stateless_init_process_group`` signature, answered with a :class:`GlooBroadcastGroup`
     (``device`` is unused: gloo works on CPU memory)."""
     return GlooBroadcastGroup(master_address, master_port, rank, world_size)
@@ -97,19 +108,31 @@ def safetensors_weights(model_dir: str | Path) -> Iterator[tuple[str, torch.Tens
 class AdoraWorkerExtension(WorkerWrap):
     """vLLM worker extension: OpenRLHF's ``WorkerWrap`` plus the gloo weight sync and a reload from a folder."""
 
-    def init_process_group(self, master_address, master_port, rank_offset, world_size, group_name, backend="nccl", use_ray=False):
+    def init_process_group(
+        self, master_address, master_port, rank_offset, world_size, group_name, backend="nccl", use_ray=False
+    ):
         """Join the trainer's weight-sync group: OpenRLHF's method for NCCL (or Ray collectives), a
         :class:`GlooBroadcastGroup` for ``backend="gloo"``."""
         if backend != "gloo" or use_ray:
-            return super().init_process_group(master_address, master_port, rank_offset, world_size, group_name, backend, use_ray)
+            return super().init_process_group(
+                master_address, master_port, rank_offset, world_size, group_name, backend, use_ray
+            )
         if not torch.distributed.is_initialized():
-            raise RuntimeError("vllm.sync_backend gloo: the vLLM worker has no default process group to take its rank from")
+            raise RuntimeError(
+                "vllm.sync_backend gloo: the vLLM worker has no default process group to take its rank from"
+            )
         rank = torch.distributed.get_rank() + rank_offset
         self._model_update_with_ray = False
         self._model_update_group = GlooBroadcastGroup(master_address, master_port, rank, world_size)
         self._gloo_sync = True
         self._pending_weights: list[tuple[str, torch.Tensor]] = []
-        logger.info("weight sync: joined the gloo group at %s:%s as rank %d of %d", master_address, master_port, rank, world_size)
+        logger.info(
+            "weight sync: joined the gloo group at %s:%s as rank %d of %d",
+            master_address,
+            master_port,
+            rank,
+            world_size,
+        )
         return None
 
     def update_weight(self, name, dtype, shape, empty_cache=False):
@@ -118,7 +141,9 @@ class AdoraWorkerExtension(WorkerWrap):
         if not getattr(self, "_gloo_sync", False):
             return super().update_weight(name, dtype, shape, empty_cache)
         if dtype != self.model_config.dtype:
-            raise TypeError(f"weight sync: {name} arrives as {dtype}, the engine computes in {self.model_config.dtype}; set the same --ds.param_dtype")
+            raise TypeError(
+                f"weight sync: {name} arrives as {dtype}, the engine computes in {self.model_config.dtype}; set the same --ds.param_dtype"
+            )
         weight = torch.empty(shape, dtype=dtype, device="cpu")
         self._model_update_group.broadcast(weight, src=0)
         if self.device.type != "cpu":
@@ -160,7 +185,13 @@ def refresh_cpu_matmul_handles(model: torch.nn.Module) -> int:
     count = 0
     for module in model.modules():
         weight = getattr(module, "weight", None)
-        if hasattr(module, "cpu_linear") and isinstance(weight, torch.Tensor) and weight.ndim == 2 and weight.numel() > 0 and not weight.is_meta:
+        if (
+            hasattr(module, "cpu_linear")
+            and isinstance(weight, torch.Tensor)
+            and weight.ndim == 2
+            and weight.numel() > 0
+            and not weight.is_meta
+        ):
             dispatch_cpu_unquantized_gemm(module, remove_weight=False)
             count += 1
     return count
