@@ -41,12 +41,12 @@ from adora_openrlhf.prompt_templates import PROMPT_TEMPLATES
 from adora_openrlhf.rewards.grading import GradingConfig
 from adora_openrlhf.tasks import geo_synth
 from adora_openrlhf.tasks.kk import NAME_ORDERS
+from adora_openrlhf.tasks.registry import TASKS, is_vision_task
 
 # ---------------------------------------------------------------------------------------------------------
 # Model, data, optimisation, and the whole run
 # ---------------------------------------------------------------------------------------------------------
 
-TASKS = ("kk", "math", "geometry")
 GEO_TASKS = tuple(geo_synth.TASKS)  # the generated images' question kinds
 BACKENDS = ("local", "openrlhf")
 KV_CACHES = ("growing", "dynamic")  # engine/kv_cache.py: model.generate's key/value cache
@@ -270,7 +270,10 @@ class DataConfig:
     """Training / evaluation prompts in the one JSONL schema (prompt, label, images, source, meta)."""
 
     task: str = field(
-        default="kk", metadata={"help": '"kk" | "math" | "geometry": picks the reward and the prompt template'}
+        default="kk",
+        metadata={
+            "help": '"kk" | "math" | "geometry" or a plugin\'s task (tasks/registry.py): its rows\' default source, generator and checks'
+        },
     )
     train_path: str | None = field(
         default=None, metadata={"help": "JSONL file or HF dataset name; None -> generated K&K puzzles (task kk)"}
@@ -335,7 +338,7 @@ class DataConfig:
     def __post_init__(self) -> None:
         check_field_types(self, "data")
         PROMPT_TEMPLATES.check(self.prompt_template)
-        require(self.task in TASKS, "data.task", f"unknown task {self.task!r}; choose one of {list(TASKS)}")
+        TASKS.check(self.task)
         require(
             isinstance(self.kk_num_people, list) and len(self.kk_num_people) > 0,
             "data.kk_num_people",
@@ -585,9 +588,9 @@ class RunConfig:
             f"must be a directory path, got {self.output_dir!r}",
         )
         require(
-            not self.model.freeze_visual_encoder or self.data.task == "geometry",
+            not self.model.freeze_visual_encoder or is_vision_task(self.data.task),
             "model.freeze_visual_encoder",
-            f"applies to vision-language models (data.task geometry), got data.task {self.data.task!r}; drop --model.freeze_visual_encoder",
+            f"applies to vision-language models (an image task such as geometry), got data.task {self.data.task!r}; drop --model.freeze_visual_encoder",
         )
         if self.dynamic_filtering.enabled:
             require(

@@ -135,12 +135,13 @@ def open_generator(engine: str, model: str, sampling: EvalSampling, checked_dir:
 def check_rows(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
     """ValueError ``file:line: ...`` when two rows of ``bench`` share a problem id, when a row has no reward
     source (benchmark ``heldout`` grades each row by its own), when the reward cannot parse a row's label, or when
-    a label is longer than ``MAX_LABEL_CHARS``, or a meta field the reward reads is wrong (the local backend's load-time checks, ``LABEL_CHECKS`` and
-    ``ROW_CHECKS`` of ``adora_openrlhf/rows.py``: a K&K label against the prompt's names and
+    a label is longer than ``MAX_LABEL_CHARS``, or a meta field the reward reads is wrong (the local backend's load-time checks, the label and row checks
+    of the task that reads the row's source, ``adora_openrlhf/tasks/registry.py``: a K&K label against the prompt's names and
     ``meta.statements``, a math row's ``reward_style``/``answer_scope``/``grader_timeout_s``, a visual row's
     question and answer types)."""
     from adora_openrlhf.rewards.base import get_reward_fn
-    from adora_openrlhf.rows import LABEL_CHECKS, MAX_LABEL_CHARS, ROW_CHECKS, RowFieldError
+    from adora_openrlhf.rows import MAX_LABEL_CHARS
+    from adora_openrlhf.tasks.registry import RowFieldError, label_check_for, row_check_for
 
     first: dict[str, str] = {}
     for index, (where, row) in enumerate(located):
@@ -158,13 +159,13 @@ def check_rows(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]
             raise ValueError(
                 f"{where}: field 'label': {len(str(row['label']))} characters, more than the {MAX_LABEL_CHARS} a ground-truth answer may have"
             )
-        check_label = LABEL_CHECKS.get(source)
+        check_label = label_check_for(source)
         if check_label is not None:
             try:
                 check_label(str(row["label"]), meta)
             except ValueError as err:
                 raise ValueError(f"{where}: field 'label': the {source!r} reward cannot parse it ({err})") from None
-        check_row = ROW_CHECKS.get(source)
+        check_row = row_check_for(source)
         if check_row is not None:
             try:
                 check_row(row["prompt"], str(row["label"]), meta)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adora_openrlhf.errors import ConfigError
+from adora_openrlhf.plugins import import_plugins
 from adora_openrlhf.rundir.heldout import HELDOUT_ROWS, HELDOUT_SETTINGS
 from eval.fit import ModelOrigin
 
@@ -79,6 +81,10 @@ def open_run(path: str | Path) -> RunTarget:
     if not isinstance(rollout, dict) or not isinstance(rollout.get("max_new_tokens"), int):
         raise ValueError(f"--run: {settings_file} has no rollout.max_new_tokens; train the run again")
     _check_settings(settings, settings_file)
+    try:  # the run's plugins register the rewards and tasks of its rows
+        import_plugins(settings.get("plugins", []), field=f"--run: {settings_file}: plugins")
+    except ConfigError as err:
+        raise ValueError(str(err)) from None
     return RunTarget(run_dir, rows_file, settings)
 
 

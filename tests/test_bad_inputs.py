@@ -689,7 +689,7 @@ def test_eval_bad_model_out_and_ids(tmp_path, capsys):
     strangers = write_rows(
         tmp_path / "strangers.jsonl", [kk_row(0), {**kk_row(1), "prompt": "Puzzle 1: Carol and Dave."}]
     )
-    assert call(eval_run.main, _eval_argv(tmp_path, strangers)) == 2  # the trainer's row checks (data.ROW_CHECKS)
+    assert call(eval_run.main, _eval_argv(tmp_path, strangers)) == 2  # the trainer's row checks (the task's row_check)
     assert_one_line(
         capsys.readouterr().err,
         f"{strangers}:2: field 'label': names ['Alice', 'Bob'], whom the prompt does not mention",

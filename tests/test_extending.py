@@ -1,5 +1,6 @@
-"""Adding a task and an estimator is one file: a plugin module, named by ``--plugins``, that registers a reward
-(a new row ``source``) and an advantage estimator. The local backend trains with both; the openrlhf backend
+"""Adding a task and an estimator is one file: a plugin module, named by ``--plugins``, that registers a task (its
+reward for a new row ``source``, its row generator and row check) and an advantage estimator. The local backend
+trains with both and ``eval.run --run`` evaluates the run; the openrlhf backend
 passes the estimator to OpenRLHF as its stand-in and keeps the name, and OpenRLHF's reward worker (the reward
 file, in a fresh process with the run's ``ADORA_PLUGINS``) scores the new source."""
 
@@ -21,9 +22,13 @@ from adora_openrlhf.recipes import build_run_config
 
 PLUGIN = textwrap.dedent(
     '''
-    """A toy task (is a number odd or even?) and a toy estimator, registered on import."""
+    """A toy task (is a number odd or even?: its reward, generator and row check) and a toy estimator, registered
+    on import."""
+    import random
+
     from adora_openrlhf.algorithms.advantages import register_estimator
     from adora_openrlhf.rewards.base import RewardResult, register_reward
+    from adora_openrlhf.tasks.registry import RowFieldError, Task, register_task
 
     ESTIMATOR_CALLS = []
 
@@ -41,6 +46,24 @@ PLUGIN = textwrap.dedent(
         words = response.split()
         answer = words[-1].strip(".") if words else None
         return RewardResult(reward=float(answer == label), correct=answer == label, extracted=answer)
+
+
+    def parity_rows(data, seed):
+        """data.num_train numbers to train on and data.num_eval others held out."""
+        numbers = random.Random(seed).sample(range(10_000), data.num_train + data.num_eval)
+        rows = [
+            {"prompt": f"Is {n} odd or even?", "label": "odd" if n % 2 else "even", "source": "toy_parity"}
+            for n in numbers
+        ]
+        return rows[: data.num_train], rows[data.num_train :]
+
+
+    def parity_row_ok(prompt, label, meta):
+        if label not in ("odd", "even"):
+            raise RowFieldError("label", f"expected odd or even, got {label!r}")
+
+
+    register_task(Task("toy_parity", ("toy_parity",), generate=parity_rows, row_check=parity_row_ok))
     '''
 )
 MODULE = "toy_adora_plugin"  # one name for the whole test session: the registries are per process
@@ -94,6 +117,57 @@ def test_a_plugin_adds_a_task_and_an_estimator_to_the_local_backend(plugin, tmp_
     assert calls and all(shape[0] == 4 for shape in calls)  # the toy estimator computed every step's advantages
     assert "eval/greedy_accuracy" in summary["eval_final"]  # the toy reward graded the held-out rows
     assert json.loads((tmp_path / "run" / "config.json").read_text())["plugins"] == [MODULE]
+
+
+def _tiny_parity(tmp_path: Path, **changes) -> RunConfig:
+    base = {
+        "plugins": [MODULE],
+        "data.task": "toy_parity",
+        "data.num_train": 24,
+        "data.num_eval": 6,
+        "warmup.steps": 0,
+        "warmup.mix_steps": 0,
+        "steps": 2,
+        "prompts_per_step": 4,
+        "eval_every": 0,
+        "eval_samples": 0,
+        "rollout.max_new_tokens": 8,
+        "output_dir": str(tmp_path / "run"),
+        "report_to": ["none"],
+    }
+    return build_run_config("kk-tiny", {**base, **changes})
+
+
+def test_a_plugin_task_generates_its_rows_is_trained_and_is_evaluated_from_the_run(plugin, tmp_path, capsys):
+    from adora_openrlhf.tasks.registry import TASKS
+    from adora_openrlhf.train import train_local
+    from eval.run import main as eval_main
+
+    assert "toy_parity" in TASKS.names()
+    summary = train_local(_tiny_parity(tmp_path))
+    out = tmp_path / "run"
+    held = [json.loads(line) for line in (out / "heldout.jsonl").read_text().splitlines()]
+    assert len(held) == 6 and {r["source"] for r in held} == {"toy_parity"}  # the plugin's generator made them
+    assert all(r["prompt"].endswith("odd or even?") for r in held)
+    assert eval_main(["--run", str(out), "--temperature", "0", "--k", "1", "--engine", "hf"]) == 0
+    (eval_dir,) = (out / "eval").glob("final_model-*")
+    (line,) = json.loads((eval_dir / "report.json").read_text())["comparison"]
+    assert f"eval/greedy_accuracy at step 2: {summary['eval_final']['eval/greedy_accuracy']:.3f}" in line
+    assert "equal, as it must be" in line
+
+
+def test_a_plugin_tasks_row_check_refuses_a_row_naming_the_file_and_line(plugin, tmp_path):
+    bad = tmp_path / "train.jsonl"
+    bad.write_text(
+        json.dumps({"prompt": "Is 3 odd or even?", "label": "odd"})
+        + "\n"
+        + json.dumps({"prompt": "Is 4?", "label": "four"})
+        + "\n"
+    )
+    from adora_openrlhf.train import train_local
+
+    with pytest.raises(ConfigError, match=rf"^{bad}:2: field 'label': expected odd or even, got 'four'"):
+        train_local(_tiny_parity(tmp_path, **{"data.train_path": str(bad)}))
 
 
 def test_an_unknown_plugin_is_a_clear_error():

@@ -412,7 +412,8 @@ def test_freeze_visual_encoder_config_and_flags():
     from adora_openrlhf.recipes import build_run_config
 
     with pytest.raises(
-        ConfigError, match=r"^model.freeze_visual_encoder: applies to vision-language models \(data.task geometry\)"
+        ConfigError,
+        match=r"^model.freeze_visual_encoder: applies to vision-language models \(an image task such as geometry\)",
     ):
         build_run_config("kk-tiny", {"model.freeze_visual_encoder": True})
     with pytest.raises(ConfigError, match=r"^model.freeze_visual_encoder: the model has no language_model"):

@@ -59,6 +59,7 @@ def save_heldout(out: Path, rows: Sequence[Any], cfg: Any) -> Path:
         "rows": HELDOUT_ROWS,
         "count": len(rows),
         "task": cfg.data.task,
+        "plugins": list(cfg.plugins),  # imported again by eval.run --run: a plugin task's rewards
         "prompt_template": cfg.data.prompt_template,
         "rollout": asdict(cfg.rollout),
         "generation_batch_size": cfg.model.generation_batch_size,

@@ -1,5 +1,7 @@
-"""Tasks: each task's logic in one module (``kk.py``: K&K puzzles; ``geo_synth.py``: generated shape images), and
-:data:`SUBSET_RULES`, the benchmark subsets of a row by its ``source`` (the evaluation's per-subset accuracy).
+"""Tasks: the task registry (``registry.py``: what ``data.task`` names: row sources, modality, generator, row
+checks; the built-in tasks in ``builtin.py``, their row checks in ``row_checks.py``), each task's logic in one
+module (``kk.py``: K&K puzzles; ``geo_synth.py``: generated shape images), and :data:`SUBSET_RULES`, the
+benchmark subsets of a row by its ``source`` (the evaluation's per-subset accuracy).
 
 The rewards are in ``rewards/`` (registry by source); ``data_prep/`` holds the command-line converters and
 ``eval/`` the evaluation command, both built on these modules (the library never imports them).

@@ -72,6 +72,7 @@ from adora_openrlhf.rundir import checks as rundir
 from adora_openrlhf.rundir.heldout import save_heldout
 from adora_openrlhf.rundir.metrics import MetricsLogger, plot_reward_curve
 from adora_openrlhf.tasks.behaviours import demonstration_for
+from adora_openrlhf.tasks.registry import is_vision_task
 
 logger = logging.getLogger(__name__)
 
@@ -85,12 +86,12 @@ def _check_runnable(cfg: RunConfig) -> None:
         local = Path(cfg.model.path)
         readable = (local / "config.json").is_file() or not local.exists()  # else the loader names what is wrong
         if (
-            cfg.data.task == "geometry"
+            is_vision_task(cfg.data.task)
             and readable
             and not vlm.is_vlm_checkpoint(cfg.model.path, cfg.model.init_kwargs)
         ):
             raise ConfigError(
-                f"model.path: data.task 'geometry' needs a vision-language checkpoint (config.json with a vision_config), {cfg.model.path!r} has none"
+                f"model.path: data.task {cfg.data.task!r} needs a vision-language checkpoint (config.json with a vision_config), {cfg.model.path!r} has none"
             )
 
 
@@ -102,7 +103,7 @@ def _seed_everything(seed: int) -> None:
 
 def _build_tokenizer(cfg: RunConfig, train_rows, resume_from: Path | None):
     """(tokenizer, processor): the processor (tokenizer + image processor, saved in its place) for vision tasks, else None."""
-    vision = cfg.data.task == "geometry"
+    vision = is_vision_task(cfg.data.task)
     if resume_from is not None or cfg.model.path is not None:  # a checkpoint directory holds its tokenizer's files
         path, kwargs = (str(resume_from), None) if resume_from is not None else (cfg.model.path, cfg.model.init_kwargs)
         if vision:
@@ -143,7 +144,7 @@ def _build_model(cfg: RunConfig, tokenizer, device, checkpoint: Path | None = No
 
 
 def _load_policy(cfg: RunConfig, tokenizer, device, checkpoint: Path | None = None):
-    vision = cfg.data.task == "geometry"
+    vision = is_vision_task(cfg.data.task)
     if checkpoint is not None and cfg.model.lora_rank == 0:
         dtype = cfg.model.dtype if cfg.model.path is not None else "float32"  # the tiny model is built in float32
         option = f"--resume: checkpoint {str(checkpoint)!r}"

@@ -1,0 +1,91 @@
+"""A task is one registered unit: what ``data.task`` names.
+
+A :class:`Task` declares the row ``source`` names it reads (each source's reward is registered in ``rewards/``),
+its modality (``text``, or ``vision`` for rows with images and a vision-language model), the generator that
+makes its train and held-out rows when no ``data.train_path`` is given, and the load-time checks of a row
+(``row_check(prompt, label, meta)``, ``label_check(label, meta)``; each raises :class:`RowFieldError` or
+``ValueError`` naming what is wrong). The built-in tasks (``kk``, ``math``, ``geometry``) are registered in
+``tasks/builtin.py``; a plugin module registers its own with :func:`register_task`, and the trainer,
+``eval.run`` and the config checks then treat it like a built-in one::
+
+    register_task(Task("parity", sources=("parity",), generate=make_parity_rows, row_check=check_parity_row))
+
+``generate(data_config, seed) -> (train rows, held-out rows)`` returns rows of the project's JSONL schema
+(``{"prompt", "label", "source", "meta", "images"}``); ``data_config`` is the run's ``DataConfig``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from adora_openrlhf.registry import Registry
+
+RowCheck = Callable[[Any, str, dict[str, Any]], None]  # (prompt, label, meta) -> None; raises RowFieldError
+LabelCheck = Callable[[str, dict[str, Any]], None]  # (label, meta) -> None; raises ValueError if unparsable
+RowGenerator = Callable[[Any, int], tuple[list[dict[str, Any]], list[dict[str, Any]]]]  # (DataConfig, seed)
+MODALITIES = ("text", "vision")
+
+
+class RowFieldError(ValueError):
+    """A row field whose value the row's reward cannot use; ``field`` names it (``label``, ``meta.names``, ...)."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(message)
+        self.field = field_name
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: its row sources (the first is the default of a row without ``source``), modality, generator
+    and row checks. Fields other than ``name`` and ``sources`` are optional: a task without a generator needs
+    ``data.train_path``; a source without checks is checked for the common schema only."""
+
+    name: str
+    sources: tuple[str, ...]
+    modality: str = "text"
+    generate: RowGenerator | None = None
+    row_check: RowCheck | None = None
+    label_check: LabelCheck | None = None
+
+    def __post_init__(self) -> None:
+        if not self.sources or not all(isinstance(s, str) and s for s in self.sources):
+            raise ValueError(f"task {self.name!r}: sources must be a non-empty tuple of source names")
+        if self.modality not in MODALITIES:
+            raise ValueError(f"task {self.name!r}: modality must be one of {list(MODALITIES)}, got {self.modality!r}")
+
+
+def _load_builtin() -> None:
+    importlib.import_module(
+        "adora_openrlhf.tasks.builtin"
+    )  # registers kk, math and geometry (by name: no import circle)
+
+
+TASKS: Registry[Task] = Registry("task", "data.task", loader=_load_builtin)
+
+
+def register_task(task: Task) -> Task:
+    """Register ``task`` under its name (a name registered before raises ``ValueError``)."""
+    return TASKS.add(task.name, task)
+
+
+def task_of_source(source: str) -> Task | None:
+    """The task that reads row source ``source`` (the first registered), or None."""
+    return next((task for _, task in TASKS.items() if source in task.sources), None)
+
+
+def row_check_for(source: str) -> RowCheck | None:
+    task = task_of_source(source)
+    return task.row_check if task is not None else None
+
+
+def label_check_for(source: str) -> LabelCheck | None:
+    task = task_of_source(source)
+    return task.label_check if task is not None else None
+
+
+def is_vision_task(name: str) -> bool:
+    """Whether task ``name`` reads images (a vision-language model; the local backend builds a processor)."""
+    return TASKS.get(name).modality == "vision"
