@@ -91,26 +91,54 @@ def load_run(variant: str, seed: int, run_dir: Path) -> dict[str, Any]:
     return {"variant": variant, "seed": seed, "summary": summary, "metrics": read_metrics(run_dir / "metrics.jsonl")}
 
 
+PATH_FIELDS = ("output_dir", "model.path", "data.train_path", "data.eval_path")
+
+
+def same_run_settings(saved: Mapping[str, Any], now: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
+    """Whether a finished run's saved config (``config.json``) describes the run ``now`` asks for: every saved field
+    equal (a path field, :data:`PATH_FIELDS`, by the location it names), and each field added to the config since
+    (absent from ``saved``) at its default in ``defaults``, the behaviour the run had before the field existed. A
+    field removed since (only in ``saved``) differs."""
+    from adora_openrlhf.dotted import flatten
+
+    def located(values: Mapping[str, Any]) -> dict[str, Any]:  # a path field by the file it names, not its spelling
+        flat = flatten(values)
+        return {k: str(Path(v).resolve()) if k in PATH_FIELDS and isinstance(v, str) else v for k, v in flat.items()}
+
+    saved_flat, now_flat, default_flat = located(saved), located(now), flatten(defaults)
+    if set(saved_flat) - set(now_flat):
+        return False
+    missing = object()
+    return all(
+        saved_flat[name] == value if name in saved_flat else default_flat.get(name, missing) == value
+        for name, value in now_flat.items()
+    )
+
+
 def run_training(spec: RunSpec) -> dict[str, Any]:
     """One RL run; returns its summary and per-step metrics as :func:`load_run` reads them back.
 
-    With ``spec.reuse`` a run directory that already holds this exact config is not recomputed: a finished
-    run (summary.json) is read back, an interrupted one resumes from its last checkpoint. Anything else in the
-    directory (another config, no checkpoint) is replaced."""
+    With ``spec.reuse`` a run directory that already holds this config is not recomputed: a finished run
+    (summary.json) whose config is this one up to fields added since at their defaults (:func:`same_run_settings`)
+    is read back, an interrupted one with exactly this config resumes from its last checkpoint. Anything else in
+    the directory (another config, no checkpoint) is replaced."""
     from adora_openrlhf.cli_args import format_config
+    from adora_openrlhf.config import RunConfig
     from adora_openrlhf.recipes import build_run_config
     from adora_openrlhf.rundir import checkpoints as ckpt
     from adora_openrlhf.train import train_local as train
 
     out = Path(spec.output_dir)
     cfg = build_run_config(spec.recipe, {**spec.overrides, "seed": spec.seed, "output_dir": spec.output_dir})
-    same_config = False
+    same_config = same_settings = False
     if spec.reuse and (out / "config.json").exists():
         try:  # the trainer writes config.json with format_config: compare like with like, every field
-            same_config = json.loads((out / "config.json").read_text()) == json.loads(format_config(cfg))
+            saved, now = json.loads((out / "config.json").read_text()), json.loads(format_config(cfg))
+            same_config = saved == now
+            same_settings = same_config or same_run_settings(saved, now, json.loads(format_config(RunConfig())))
         except (json.JSONDecodeError, UnicodeDecodeError):
             same_config = False
-    if same_config and (out / "summary.json").exists():
+    if same_settings and (out / "summary.json").exists():
         return load_run(spec.variant, spec.seed, out)
     resume = same_config and bool(ckpt.list_checkpoints(out))
     # otherwise a benchmark rerun recomputes the run: replace what an earlier invocation left in its directory

@@ -472,3 +472,26 @@ def test_eval_speed_bench_times_the_three_ways_on_a_saved_policy(tmp_path):
         r[f"{way}_speedup"] > 0 and r[f"{way}_wall_s"] > 0 for r in records for way in ("batched-exact", "batched-fast")
     )
     assert "| 1 | greedy | 3 x 1 |" in (tmp_path / "out" / "table.md").read_text()
+
+
+def test_a_finished_run_made_before_a_field_existed_is_the_same_run_while_the_field_holds_its_default():
+    from bench.common import same_run_settings
+
+    defaults = {"steps": 40, "grading": {"deadline_s": 60.0, "workers": 8}, "extra": {}}
+    now = {"steps": 80, "grading": {"deadline_s": 60.0, "workers": 8}, "extra": {}}
+    assert same_run_settings({"steps": 80, "extra": {}}, now, defaults)  # grading added since, at its defaults
+    assert not same_run_settings({"steps": 40, "extra": {}}, now, defaults)  # a saved field differs
+    changed = {**now, "grading": {"deadline_s": 5.0, "workers": 8}}
+    assert not same_run_settings({"steps": 80, "extra": {}}, changed, defaults)  # the added field is not its default
+    assert not same_run_settings({**now, "removed": 1}, now, defaults)  # a field removed since
+    assert same_run_settings(now, now, defaults)
+
+
+def test_a_run_config_names_its_paths_by_location(tmp_path, monkeypatch):
+    from bench.common import same_run_settings
+
+    monkeypatch.chdir(tmp_path)
+    relative = {"output_dir": "bench/runs/GRPO_seed0", "model": {"path": "bench/warm"}}
+    absolute = {"output_dir": str(tmp_path / "bench/runs/GRPO_seed0"), "model": {"path": str(tmp_path / "bench/warm")}}
+    assert same_run_settings(relative, absolute, relative)
+    assert not same_run_settings(relative, {**absolute, "output_dir": str(tmp_path / "elsewhere")}, relative)
