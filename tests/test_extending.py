@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,40 +92,10 @@ def _toy_rows(path: Path, numbers: range) -> str:
     return str(path)
 
 
-def test_a_plugin_adds_a_task_and_an_estimator_to_the_local_backend(plugin, tmp_path):
-    from adora_openrlhf.backends.local.trainer import train
-
-    cfg = build_run_config(
-        "kk-tiny",
-        {
-            "plugins": [MODULE],
-            "advantage.estimator": "toy_mean_baseline",
-            "data.train_path": _toy_rows(tmp_path / "train.jsonl", range(40)),
-            "data.eval_path": _toy_rows(tmp_path / "test.jsonl", range(100, 108)),
-            "warmup.steps": 0,
-            "warmup.mix_steps": 0,
-            "steps": 2,
-            "prompts_per_step": 4,
-            "eval_every": 0,
-            "eval_samples": 0,
-            "rollout.max_new_tokens": 8,
-            "output_dir": str(tmp_path / "run"),
-            "report_to": ["none"],
-        },
-    )
-    summary = train(cfg)
-    calls = importlib.import_module(MODULE).ESTIMATOR_CALLS
-    assert calls and all(shape[0] == 4 for shape in calls)  # the toy estimator computed every step's advantages
-    assert "eval/greedy_accuracy" in summary["eval_final"]  # the toy reward graded the held-out rows
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["plugins"] == [MODULE]
-
-
-def _tiny_parity(tmp_path: Path, **changes) -> RunConfig:
+def _tiny_run(tmp_path: Path, **changes: Any) -> RunConfig:
+    """Two RL steps of the tiny model with the plugin, no warm-up, into tmp_path/run."""
     base = {
         "plugins": [MODULE],
-        "data.task": "toy_parity",
-        "data.num_train": 24,
-        "data.num_eval": 6,
         "warmup.steps": 0,
         "warmup.mix_steps": 0,
         "steps": 2,
@@ -136,6 +107,29 @@ def _tiny_parity(tmp_path: Path, **changes) -> RunConfig:
         "report_to": ["none"],
     }
     return build_run_config("kk-tiny", {**base, **changes})
+
+
+def _tiny_parity(tmp_path: Path, **changes: Any) -> RunConfig:
+    """:func:`_tiny_run` on the plugin's task: 24 generated numbers to train on, 6 held out."""
+    return _tiny_run(tmp_path, **{"data.task": "toy_parity", "data.num_train": 24, "data.num_eval": 6, **changes})
+
+
+def test_a_plugin_adds_a_task_and_an_estimator_to_the_local_backend(plugin, tmp_path):
+    from adora_openrlhf.backends.local.trainer import train
+
+    cfg = _tiny_run(
+        tmp_path,
+        **{
+            "advantage.estimator": "toy_mean_baseline",
+            "data.train_path": _toy_rows(tmp_path / "train.jsonl", range(40)),
+            "data.eval_path": _toy_rows(tmp_path / "test.jsonl", range(100, 108)),
+        },
+    )
+    summary = train(cfg)
+    calls = importlib.import_module(MODULE).ESTIMATOR_CALLS
+    assert calls and all(shape[0] == 4 for shape in calls)  # the toy estimator computed every step's advantages
+    assert "eval/greedy_accuracy" in summary["eval_final"]  # the toy reward graded the held-out rows
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["plugins"] == [MODULE]
 
 
 def test_a_plugin_task_generates_its_rows_is_trained_and_is_evaluated_from_the_run(plugin, tmp_path, capsys):
