@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,10 +72,12 @@ def setup(tmp_path_factory):
     return {"root": root, "model": model, "train": train, "test": test}
 
 
-def command(setup, out: Path, *extra: str, steps: int = 2, zero_stage: int = 2, model: Path | None = None) -> list[str]:
+def command(
+    setup, out: Path, *extra: str, steps: int = 2, zero_stage: int = 2, model: Path | None = None, ranks: int = 1
+) -> list[str]:
     openrlhf = {
         "vllm.num_engines": 1,
-        "actor.num_gpus_per_node": 1,
+        "actor.num_gpus_per_node": ranks,  # DeepSpeed ranks of the policy (data parallel)
         "ds.zero_stage": zero_stage,
         "algo.advantage.is_correction_level": "token",  # vLLM returns its log-probs: adora/engine_logprob_gap
         "ckpt.save_hf": True,  # an HF copy of each checkpoint, to read the policy after every step
@@ -225,6 +228,25 @@ def test_overwrite_replaces_the_run_with_zero3_in_fp32(setup, first_run):
     }
     assert (first_run / "checkpoints" / "_actor" / "global_step1" / "adora_run_config.json").exists()
     assert json.loads((first_run / "run_config.json").read_text())["steps"] == 1
+
+
+def test_two_deepspeed_ranks_train_with_zero3_checkpoint_and_resume(setup, tmp_path):
+    """Data parallelism: two policy ranks (ZeRO-3 partitions, gloo collectives) share each step's micro-batches,
+    which OpenRLHF hands out whole after our experience maker has written the advantages of the whole rollout;
+    both ranks write their partition of each checkpoint, and ``--resume`` restores them on two ranks."""
+    out = tmp_path / "two_ranks"
+    result = run(command(setup, out, zero_stage=3, ranks=2))
+    assert result.returncode == 0, result.stderr[-6000:]
+    assert len(set(re.findall(r"AdoraPolicyModelActor pid=(\d+)", result.stderr))) == 2  # two rank processes
+    actor = out / "checkpoints" / "_actor"
+    step2 = {p.name for p in (actor / "global_step2").iterdir()}
+    assert {"zero_pp_rank_0_mp_rank_00_model_states.pt", "zero_pp_rank_1_mp_rank_00_model_states.pt"} <= step2
+    assert json.loads((actor / "global_step2" / "adora_sampler_state.json").read_text())["sampling_step"] == 2
+    resumed = run(command(setup, out, "--resume", steps=3, zero_stage=3, ranks=2))
+    assert resumed.returncode == 0, resumed.stderr[-6000:]
+    train, _ = records(out)
+    assert sorted(train) == [1, 2, 3] and all(train[s]["actor_grad_norm"] > GRAD_NORM_FLOOR for s in (1, 2, 3))
+    assert json.loads((actor / "global_step3" / "adora_sampler_state.json").read_text())["sampling_step"] == 3
 
 
 def test_an_engine_that_cannot_start_stops_the_launch(setup, tmp_path):
