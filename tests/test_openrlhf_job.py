@@ -60,7 +60,11 @@ def cluster(tmp_path_factory):
         subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
 
 
-def test_a_recipe_submitted_as_a_ray_job_runs_to_the_end(cluster, tmp_path):
+def submit_kk_testbed(cluster: str, tmp_path: Path, shipped: bool = True) -> tuple[Path, str]:
+    """Submit recipes/kk_testbed_openrlhf.sh (2 steps) to the cluster at ``cluster`` (its dashboard address) as a Ray
+    job, check that the job succeeded; (OUTPUT_DIR, the submission's log). ``shipped``: the checkout goes as the
+    job's ``working_dir`` and a plugin folder as ``py_modules`` (the plugin's reward scores the rows); otherwise
+    the job uses the installed package (``UPLOAD_REPO=0``) and the built-in ``dapo_math`` reward."""
     data = tmp_path / "data" / "kk-testbed"
     data.mkdir(parents=True)
     from data_prep.common import write_jsonl  # writes the reward_label column the reward hook dispatches on
@@ -70,7 +74,8 @@ def test_a_recipe_submitted_as_a_ray_job_runs_to_the_end(cluster, tmp_path):
             {
                 "prompt": [{"role": "user", "content": PROMPT.format(tag=f"[p{i}]")}],
                 "label": "7",
-                "source": "job_plugin",
+                "source": "job_plugin" if shipped else "dapo_math",
+                **({} if shipped else {"meta": {"reward_style": "dapo"}}),
             }
             for i in range(count)
         ]
@@ -86,12 +91,12 @@ def test_a_recipe_submitted_as_a_ray_job_runs_to_the_end(cluster, tmp_path):
         "MODEL": str(model),
         "DATA_DIR": str(tmp_path / "data"),
         "OUTPUT_DIR": str(out),
-        "PY_MODULES": str(plugins),
+        **({"PY_MODULES": str(plugins)} if shipped else {"UPLOAD_REPO": "0"}),
     }
     env["PYTHON"] = sys.executable
     flags = ["--steps", "2", "--prompts_per_step", "4", "--sampling.n_keep", "4", "--rollout.max_new_tokens", "4", "--data.max_prompt_tokens", "64",
              "--train.micro_batch_size", "4", "--eval_samples", "0", "--save_every", "1", "--eval_every", "1",
-             "--plugins", "adora_job_plugins.job_plugin"]  # fmt: skip
+             *(["--plugins", "adora_job_plugins.job_plugin"] if shipped else [])]  # fmt: skip
     script = str(REPO / "recipes" / "kk_testbed_openrlhf.sh")
     submitted = subprocess.run(
         ["bash", script, *flags], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200
@@ -106,7 +111,11 @@ def test_a_recipe_submitted_as_a_ray_job_runs_to_the_end(cluster, tmp_path):
     assert "succeeded" in (status.stdout + status.stderr).lower(), (
         status.stdout + status.stderr
     )  # ray job status: "Job '...' succeeded"
+    return out, log
 
+
+def test_a_recipe_submitted_as_a_ray_job_runs_to_the_end(cluster, tmp_path):
+    out, log = submit_kk_testbed(cluster, tmp_path)
     # the launcher set the CPU run's flags itself (a probe found the cluster's GPUs logical)
     command = (out / "openrlhf_command.txt").read_text()
     assert "--vllm.sync_backend gloo" in command and "--ds.attn_implementation sdpa" in command
