@@ -79,9 +79,8 @@ def parse_value(dotted: str, hint: Any, text: str) -> Any:
     return text
 
 
-LEAF_TYPES: dict[str, Any] = {
-    name: hint for name, _, hint in dataclass_leaves(RunConfig)
-}  # every RunConfig field by dotted name
+# every RunConfig field by dotted name
+LEAF_TYPES: dict[str, Any] = {name: hint for name, _, hint in dataclass_leaves(RunConfig)}
 LEAF_FIELDS: dict[str, dataclasses.Field] = {name: f for name, f, _ in dataclass_leaves(RunConfig)}
 
 
@@ -122,9 +121,8 @@ def _file_overrides(values: Mapping[str, Any], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for dotted, value in flatten(values, is_leaf=lambda name: not _is_section(name)).items():
         if dotted in LEAF_TYPES:
-            if _strip_optional(LEAF_TYPES[dotted]) is float and isinstance(
-                value, str
-            ):  # YAML 1.1 reads 1e-5 as a string
+            # YAML 1.1 reads 1e-5 as a string
+            if _strip_optional(LEAF_TYPES[dotted]) is float and isinstance(value, str):
                 value = parse_value(dotted, LEAF_TYPES[dotted], value)
             out[dotted] = value
         elif _is_section(dotted):

@@ -250,9 +250,8 @@ def load_rows(
     """
     name = str(name_or_path)
     path = Path(name).expanduser()
-    if path.is_dir() and path.suffix in FILE_SUFFIXES + (
-        ".csv",
-    ):  # a folder named like a file is a mistake, not a dataset
+    # a folder named like a file is a mistake, not a dataset
+    if path.is_dir() and path.suffix in FILE_SUFFIXES + (".csv",):
         check_file(path, what)
     if path.is_dir():
         rows = _with_datasets(option, name, what, path=str(path), name=config, split=split)

@@ -274,13 +274,14 @@ _KK_7B = {
     "adora": {"rule": "length", "mode": "attenuate", "lambda_att": 0.1, "correct_threshold": 1.0, "edge_policy": "llm"},
     "sampling": {"n_keep": 16, "positive_threshold": 0.5},
     "model": {"path": "Qwen/Qwen2.5-7B-Instruct-1M", "dtype": "bfloat16"},
+    # Logic-RL's own answer rule: the reward the ADORA K&K results were trained with
     "data": {
         "task": "kk",
         "train_path": "data/kk/train.jsonl",
         "eval_path": "data/kk/test.jsonl",
         "max_prompt_tokens": 400,
         "kk_parser": "logic_rl",
-    },  # Logic-RL's own answer rule: the reward the ADORA K&K results were trained with
+    },
     # constant lr: verl's default (ADORA.sh sets no schedule); OpenRLHF's own default is cosine_with_min_lr
     "train": {
         "lr": 3e-7,
@@ -512,10 +513,11 @@ _KK_TESTBED_OPENRLHF = {
     "rollout": {"temperature": 1.0, "max_new_tokens": 400},
     "adora": {"correct_threshold": 1.0, "edge_policy": "llm"},
     "sampling": {"n_keep": 8, "positive_threshold": 1.0},
+    # as the local backend; bf16 is ~12x slower on AVX2 CPUs
     "model": {
         "path": "runs/kk-testbed-warm-start",
         "dtype": "float32",
-    },  # as the local backend; bf16 is ~12x slower on AVX2 CPUs
+    },
     "data": {
         "task": "kk",
         "train_path": "data/kk-testbed/train.jsonl",

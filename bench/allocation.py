@@ -96,9 +96,8 @@ def run_record(run: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "variant": run["variant"],
         "seed": run["seed"],
-        "curve": [
-            [tokens.get(m["step"], 0.0), m["eval/greedy_accuracy"]] for m in evals
-        ],  # (cumulative tokens, accuracy)
+        # (cumulative tokens, accuracy)
+        "curve": [[tokens.get(m["step"], 0.0), m["eval/greedy_accuracy"]] for m in evals],
         "steps": [m["step"] for m in evals],
         "responses_curve": [responses.get(m["step"], 0.0) for m in evals],
         "acc_step0": evals[0]["eval/greedy_accuracy"],

@@ -224,9 +224,8 @@ def trapezoid_auc(curve: Sequence[tuple[float, float]]) -> float | None:
         return None
     if len(curve) == 1 or curve[-1][0] == curve[0][0]:
         return float(curve[0][1])
-    area = sum(
-        (x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False)
-    )  # neighbouring points
+    # neighbouring points
+    area = sum((x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False))
     return area / (curve[-1][0] - curve[0][0])
 
 

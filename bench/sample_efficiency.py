@@ -49,12 +49,13 @@ from bench.common import (
 from bench.paired_analysis import differences_by_step, eval_noise_bound, paired_records, paired_table, power_rows
 
 REFERENCE = "GRPO"  # the variant every other is compared with, seed by seed
+# curves() series a record keeps besides acc_curve
 SERIES = (
     "acc_vs_responses",
     "acc_vs_tokens",
     "zero_signal",
     "length",
-)  # curves() series a record keeps besides acc_curve
+)
 # settings two invocations must share for --merge to pool their records
 MERGE_KEYS = (
     "recipe",
@@ -72,13 +73,14 @@ MERGE_KEYS = (
     "quick",
 )
 TAS_WINDOW = 20  # tas_fraction_first20: mean ADORA TAS fraction over the first this many RL steps
+# --quick (smoke run)
 QUICK = {
     "steps": 10,
     "eval_every": 5,
     "data.num_eval": 50,
     "warmup.steps": 40,
     "warmup.mix_steps": 10,
-}  # --quick (smoke run)
+}
 
 
 def curves(metrics: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -142,9 +144,8 @@ def run_record(run: dict[str, Any], target: float, adora_on: bool) -> dict[str, 
         "seed": run["seed"],
         "acc_step0": acc[0][1] if acc else None,
         "acc_final": acc[-1][1] if acc else None,
-        "majority_accuracy": c[
-            "majority_accuracy"
-        ],  # held-out accuracy of the most frequent training answer per subset
+        # held-out accuracy of the most frequent training answer per subset
+        "majority_accuracy": c["majority_accuracy"],
         "acc_step0_by_subset": c["subsets_step0"],  # held-out accuracy per subset (K&K: ppl_N, N people)
         "acc_final_by_subset": c["subsets_final"],
         "auc": trapezoid_auc(acc),

@@ -142,9 +142,10 @@ def convert_rows(
     if numbered is not None:
         raw_rows, numbers, where, total = numbered.rows, numbered.numbers, numbered.where, len(numbered.rows)
         report.rejected.extend(numbered.bad)
+    # numbers may be an endless count
     for number, raw in zip(
         numbers, tqdm(raw_rows, desc=desc, unit="row", total=total, disable=not progress), strict=False
-    ):  # numbers may be an endless count
+    ):
         try:
             row = convert(raw, number)
         except RowError as err:

@@ -106,9 +106,8 @@ def convert_public_rows(
 
     rows, rejected = [], []
     counter = numbers if numbers is not None else range(1, 1 << 62)
-    numbered = zip(
-        counter, tqdm(raw_rows, desc="K&K rows", unit="row", disable=not progress), strict=False
-    )  # the counter outlasts the rows
+    # the counter outlasts the rows
+    numbered = zip(counter, tqdm(raw_rows, desc="K&K rows", unit="row", disable=not progress), strict=False)
     for number, raw in numbered:
         try:
             rows.append(convert_public_row(raw, number))

@@ -58,9 +58,8 @@ def resolve_images(row: Row, where: str, base_dir: Path | None) -> Row:
             raise ValueError(f"{where}: field 'images[{k}]': expected a file path, got {type(ref).__name__}")
         path = Path(ref).expanduser()
         found = path if path.is_absolute() or base_dir is None else base_dir / path
-        if (
-            not found.is_file()
-        ):  # a row file's relative paths were made absolute when it was read (adora_openrlhf/datafiles.py)
+        # a row file's relative paths were made absolute when it was read (adora_openrlhf/datafiles.py)
+        if not found.is_file():
             looked = (
                 f"looked for {str(found)!r}" if found != path else "a relative path is read from the row file's folder"
             )

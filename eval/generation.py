@@ -203,12 +203,10 @@ class HFGenerator:
             else self.model.config
         )
         self.context_length = getattr(config, "max_position_embeddings", None)
-        self.vocab_limit = (
-            self.model.get_input_embeddings().num_embeddings
-        )  # token ids at or above it have no embedding
-        self.workers = (
-            worker_count(workers, device) if numerics == "fast" else 1
-        )  # exact: the trainer's batches, in one process
+        # token ids at or above it have no embedding
+        self.vocab_limit = self.model.get_input_embeddings().num_embeddings
+        # exact: the trainer's batches, in one process
+        self.workers = worker_count(workers, device) if numerics == "fast" else 1
 
     def prompt_text(self, row: Mapping[str, Any]) -> str:
         if self.processor is not None:

@@ -113,9 +113,8 @@ def test_allocate_explores_and_never_samples_nothing():
         store.observe(key, 8, 8)
     cfg = AllocationConfig(method="skip", skip_threshold=0.5, explore=0.0)
     sampled = allocate(store, list("abcd"), 2, 8, cfg, random.Random(0))
-    assert (
-        sum(c > 0 for c in sampled.counts) == 1 and sampled.metrics["allocation/prompts_skipped"] == 3
-    )  # the fallback
+    # the fallback
+    assert sum(c > 0 for c in sampled.counts) == 1 and sampled.metrics["allocation/prompts_skipped"] == 3
     explored = allocate(
         store, list("abcd"), 2, 8, AllocationConfig(method="skip", skip_threshold=0.5, explore=1.0), random.Random(0)
     )

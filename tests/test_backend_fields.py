@@ -172,9 +172,8 @@ def test_conditional_and_partial_refusals():
     def ok(**overrides):
         check_backend_fields(_cfg("openrlhf", overrides))
 
-    ok(
-        **{"sampling.enabled": True, "rollout.min_p": 0.05, "rollout.repetition_penalty": 1.1}
-    )  # the sampler sends them to vLLM
+    # the sampler sends them to vLLM
+    ok(**{"sampling.enabled": True, "rollout.min_p": 0.05, "rollout.repetition_penalty": 1.1})
     ok(**{"data.prompt_template": "chat"})
     ok(**{"model.init_kwargs": {"attn_implementation": "sdpa", "trust_remote_code": True}})
     with pytest.raises(ConfigError, match="model.init_kwargs: not supported by the openrlhf backend"):
@@ -213,9 +212,8 @@ def test_openrlhf_flags_of_shared_model_and_eval_fields():
         ]
         is None
     )
-    assert (
-        flags.derived_flags(build_run_config(BASE, {"model.dtype": "float32"}))["ds.param_dtype"] == "fp32"
-    )  # precision.py
+    # precision.py
+    assert flags.derived_flags(build_run_config(BASE, {"model.dtype": "float32"}))["ds.param_dtype"] == "fp32"
     assert flags.generate_kwargs_for(build_run_config(BASE, {"rollout.top_k": 20}), {"temperature": 1.0}) == {
         "temperature": 1.0,
         "top_k": 20,
@@ -226,6 +224,7 @@ def test_openrlhf_namespace_values_flow_back_into_the_config():
     pytest.importorskip("openrlhf")
     from adora_openrlhf.backends.openrlhf import launcher
 
+    # the recipe's flags say greedy (temperature 0)
     passthrough = [
         "--ds.lora.rank",
         "8",
@@ -237,7 +236,7 @@ def test_openrlhf_namespace_values_flow_back_into_the_config():
         "3",
         "--eval.temperature",
         "0.6",
-    ]  # the recipe's flags say greedy (temperature 0)
+    ]
     _, args, cfg = launcher.prepare(build_run_config(BASE), passthrough)
     assert (args.ds.lora.rank, cfg.model.lora_rank, cfg.model.lora_target_modules, cfg.model.dtype) == (
         8,
@@ -246,9 +245,8 @@ def test_openrlhf_namespace_values_flow_back_into_the_config():
         "float16",
     )
     assert cfg.eval_samples == 3
-    _, args, cfg = launcher.prepare(
-        build_run_config(BASE), ["--ds.param_dtype", "fp32"]
-    )  # the choice this package adds
+    # the choice this package adds
+    _, args, cfg = launcher.prepare(build_run_config(BASE), ["--ds.param_dtype", "fp32"])
     assert (args.ds.param_dtype, cfg.model.dtype) == ("fp32", "float32")
 
 
@@ -265,9 +263,8 @@ def test_the_docs_show_the_mapping_table():
 
     docs = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "openrlhf_backend.md").read_text()
     start, end = docs.index("<!-- field_flags table -->\n"), docs.index("<!-- end field_flags table -->")
-    assert (
-        docs[start + len("<!-- field_flags table -->\n") : end] == markdown_table()
-    )  # python -m adora_openrlhf.backends.openrlhf.field_flags
+    # python -m adora_openrlhf.backends.openrlhf.field_flags
+    assert docs[start + len("<!-- field_flags table -->\n") : end] == markdown_table()
 
 
 def test_every_mapped_field_is_in_the_table_and_read_backs_name_real_fields():

@@ -941,9 +941,8 @@ def test_ctrl_c_in_a_real_training_prints_how_to_resume(tmp_path):
 
     from adora_openrlhf.rundir.checkpoints import list_checkpoints
 
-    def rl_checkpoint_written() -> (
-        bool
-    ):  # a complete checkpoint after step 0; older ones are rotated away, so no fixed name
+    # a complete checkpoint after step 0; older ones are rotated away, so no fixed name
+    def rl_checkpoint_written() -> bool:
         return (out / "checkpoints").is_dir() and any(step > 0 for step, _ in list_checkpoints(out))
 
     # stderr goes to a file, not a pipe: the run logs every step, and a pipe nobody reads would fill and block it

@@ -72,9 +72,8 @@ def test_mean_ci_hand_computed():
 
 def test_trapezoid_auc_hand_computed():
     assert trapezoid_auc([(0, 0.2), (10, 0.4), (20, 0.4)]) == pytest.approx((10 * 0.3 + 10 * 0.4) / 20)  # 0.35
-    assert trapezoid_auc([(0, 0.0), (5, 1.0), (20, 1.0)]) == pytest.approx(
-        (5 * 0.5 + 15 * 1.0) / 20
-    )  # uneven steps: 0.875
+    # uneven steps: 0.875
+    assert trapezoid_auc([(0, 0.0), (5, 1.0), (20, 1.0)]) == pytest.approx((5 * 0.5 + 15 * 1.0) / 20)
     assert trapezoid_auc([(0, 0.3)]) == 0.3 and trapezoid_auc([]) is None
 
 
@@ -179,9 +178,8 @@ def test_band_and_plot(tmp_path):
         "seed": 2,
         "series": {"acc_vs_responses": [[0, 0.1], [32, 0.3]], "zero_signal": [], "length": []},
     }
-    plot(
-        [*records, merged], ["GRPO", "adaGRPO"], tmp_path / "curves.png", "test"
-    )  # a merged record without per-step panels
+    # a merged record without per-step panels
+    plot([*records, merged], ["GRPO", "adaGRPO"], tmp_path / "curves.png", "test")
     assert (tmp_path / "curves.png").stat().st_size > 1000
 
 
@@ -214,9 +212,8 @@ def test_responses_curve_from_totals_hand_case():
         "responses_to_target": 2560,
     }
     assert responses_curve_from_totals(old) == [[0.0, 0.2], [2560.0, 0.4], [5120.0, 0.6]]
-    assert (
-        responses_curve_from_totals({**old, "steps_to_target": None, "responses_to_target": None}) is None
-    )  # step 20 unknown
+    # step 20 unknown
+    assert responses_curve_from_totals({**old, "steps_to_target": None, "responses_to_target": None}) is None
     assert responses_curve_from_totals({**old, "acc_curve": [[0, 0.2], [40, 0.6]], "steps_to_target": None}) == [
         [0.0, 0.2],
         [5120.0, 0.6],

@@ -96,9 +96,8 @@ def test_power_matches_the_tables():
         paired_t_power(5, 1.0, 0.0)
 
 
-diffs_strategy = st.lists(
-    st.integers(-40, 40).map(lambda k: k / 200), min_size=2, max_size=10
-)  # accuracy steps of 1/200
+# accuracy steps of 1/200
+diffs_strategy = st.lists(st.integers(-40, 40).map(lambda k: k / 200), min_size=2, max_size=10)
 
 
 @settings(max_examples=80, deadline=None)
@@ -157,9 +156,8 @@ def test_tokens_from_lengths_hand_computed():
     length = [[1, 4.0], [2, 6.0], [3, 8.0], [4, 8.0]]
     assert tokens_from_lengths(acc, responses, length) == [[0.0, 0.1], [10 * 5.0, 0.3], [50.0 + 30 * 8.0, 0.5]]
     assert tokens_from_lengths(acc, responses, []) is None  # no lengths: no estimate
-    assert (
-        tokens_from_lengths(acc, [[5.0, 0.1], *responses[1:]], length) is None
-    )  # generation before the first evaluation
+    # generation before the first evaluation
+    assert tokens_from_lengths(acc, [[5.0, 0.1], *responses[1:]], length) is None
     assert tokens_from_lengths([], [], []) == []
     with pytest.raises(ValueError, match="evaluation steps"):
         tokens_from_lengths(acc, responses[:2], length)
@@ -231,17 +229,15 @@ def _seeds(variant, finals, reach_index, responses_per_step=4, subsets=None):
 
 def test_paired_records_hand_computed():
     grpo = _seeds("GRPO", [0.6, 0.6, 0.6], [3, 3, 3])  # reaches its final 0.6 at step 3 in every seed
-    ada = _seeds(
-        "Ada-pos", [0.65, 0.62, 0.6], [1, 1, 1], responses_per_step=8
-    )  # 0.6 at step 1 with twice the responses
+    # 0.6 at step 1 with twice the responses
+    ada = _seeds("Ada-pos", [0.65, 0.62, 0.6], [1, 1, 1], responses_per_step=8)
     flat = _seeds("GRPO+ADORA", [0.55, 0.5, 0.58], [9, 9, 9])  # never reaches 0.6
     paired = {(r["variant"], r["metric"]): r for r in paired_records(grpo + ada + flat, "GRPO", kept_per_step=4)}
     acc = paired[("Ada-pos", "acc_final")]
     assert acc["per_seed"] == {"0": pytest.approx(0.05), "1": pytest.approx(0.02), "2": 0.0}
     assert (acc["n"], acc["wins"], acc["ties"], acc["losses"]) == (3, 2, 1, 0)
-    assert (
-        acc["mean_diff"] == pytest.approx(0.07 / 3) and acc["p_sign_flip"] == 0.5
-    )  # [0.05, 0.02, 0]: (+, +, +-), (-, -, +-): 4 of 8
+    # [0.05, 0.02, 0]: (+, +, +-), (-, -, +-): 4 of 8
+    assert acc["mean_diff"] == pytest.approx(0.07 / 3) and acc["p_sign_flip"] == 0.5
     assert acc["p_value"] == pytest.approx(paired_t([0.05, 0.02, 0.0]).p_value)
     # responses to GRPO's final 0.6: GRPO 3 x 4 = 12, Ada-pos 1 x 8 = 8 in every seed -> ratio 2/3 exactly, no spread
     cost = paired[("Ada-pos", "responses_to_ref_final")]
@@ -299,16 +295,16 @@ def test_subset_metrics_and_differences_by_step():
         "0": pytest.approx(0.05),
         "1": pytest.approx(-0.1),
     }
-    assert (
-        paired[("DAPO-filter", "responses_to_ref_final")]["not_reached"] == 1
-    )  # seed 1 ends at 0.5 < 0.6 after 0.4, 0.4
+    # seed 1 ends at 0.5 < 0.6 after 0.4, 0.4
+    assert paired[("DAPO-filter", "responses_to_ref_final")]["not_reached"] == 1
     header, rows = differences_by_step(grpo + var)
     assert header == ["variant", "step 0", "step 1", "step 2", "step 3"]
+    # step 1: [+0.2, 0] -> 0.1 ± 12.706 x 0.1414 / sqrt 2
     assert rows[0][:3] == [
         "DAPO-filter",
         "+0.000 ± 0.000",
         "+0.100 ± 1.271",
-    ]  # step 1: [+0.2, 0] -> 0.1 ± 12.706 x 0.1414 / sqrt 2
+    ]
 
 
 def test_power_rows_and_eval_noise_bound():
@@ -419,7 +415,6 @@ def test_report_of_a_merged_file_alone_reproduces_its_paired_records(tmp_path, c
     assert rebuilt["settings"]["merged_from"]["seeds"] == [0, 1, 2] and rebuilt["settings"]["seeds"] == [0, 1, 2]
     assert rebuilt["paired"] == first["paired"] and (again / "tokens.png").exists()
     capsys.readouterr()
-    assert (
-        main([*common[:-1], "--seeds", "--out", str(again)]) == 2
-    )  # no seed without --report-only --merge: nothing to do
+    # no seed without --report-only --merge: nothing to do
+    assert main([*common[:-1], "--seeds", "--out", str(again)]) == 2
     assert "--seeds" in capsys.readouterr().err

@@ -143,15 +143,13 @@ def test_print_config_round_trips_through_config_file(tmp_path, capsys, suffix):
 
 def test_config_file_sits_between_recipe_and_flags(tmp_path, capsys):
     file = tmp_path / "partial.yaml"
-    file.write_text(
-        "steps: 3\nadora:\n  enabled: true\n  lambda_att: 0.5\ntrain:\n  lr: 2e-3\n"
-    )  # YAML 1.1 reads 2e-3 as a string
+    # YAML 1.1 reads 2e-3 as a string
+    file.write_text("steps: 3\nadora:\n  enabled: true\n  lambda_att: 0.5\ntrain:\n  lr: 2e-3\n")
     assert main(["--recipe", "kk-tiny", "--config", str(file), "--train.lr", "0.004", "--print-config"]) == 0
     cfg = json.loads(capsys.readouterr().out)
     recipe = build_run_config("kk-tiny")
-    assert (
-        cfg["steps"] == 3 and cfg["adora"]["enabled"] is True and cfg["adora"]["lambda_att"] == 0.5
-    )  # file over recipe
+    # file over recipe
+    assert cfg["steps"] == 3 and cfg["adora"]["enabled"] is True and cfg["adora"]["lambda_att"] == 0.5
     assert cfg["train"]["lr"] == 0.004  # flag over file
     assert cfg["sampling"] == recipe.to_dict()["sampling"]  # recipe where the file says nothing
 

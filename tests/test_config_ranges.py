@@ -70,9 +70,8 @@ def test_any_value_of_any_numeric_field_is_accepted_or_refused_by_name(name, val
     accepted = cfg.to_dict()
     for part in name.split("."):
         accepted = accepted[part]
-    values = (
-        accepted if isinstance(accepted, list) else [accepted]
-    )  # list fields (data.kk_num_people, ...): every element
+    # list fields (data.kk_num_people, ...): every element
+    values = accepted if isinstance(accepted, list) else [accepted]
     assert all(v is None or (not isinstance(v, bool) and math.isfinite(v)) for v in values), (name, value)
 
 

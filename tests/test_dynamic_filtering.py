@@ -86,15 +86,13 @@ def test_refills_replace_exactly_the_dropped_prompts():
     groups = out.result.groups
     assert [g.prompt_index for g in groups] == [0, 1, 2, 3]  # re-numbered, unique
     assert out.stream_indices == [2, 3, 6, 7] == [g.kept[0].payload.position for g in groups]
-    assert out.result.pool_stats.mean.tolist() == pytest.approx(
-        [0.5, -0.25, 0.5, -0.25]
-    )  # rewards 2 / -1, aligned with groups
+    # rewards 2 / -1, aligned with groups
+    assert out.result.pool_stats.mean.tolist() == pytest.approx([0.5, -0.25, 0.5, -0.25])
     assert out.result.pool_stats.count.tolist() == [4, 4, 4, 4] and out.result.dropped == []
     m = out.result.metrics
     assert m["sampling/responses_generated"] == 32  # every batch, refills included
-    assert m["sampling/tokens_generated"] == 8 * (
-        1 + 2 + 3 + 4
-    )  # response i of a group has i + 1 tokens, every batch counted
+    # response i of a group has i + 1 tokens, every batch counted
+    assert m["sampling/tokens_generated"] == 8 * (1 + 2 + 3 + 4)
     assert (m["filter/prompts_consumed"], m["filter/kept_groups"], m["filter/pass_rate"]) == (8, 4, 0.5)
     assert (m["filter/refills"], m["filter/short_groups"], m["filter/dropped_low"], m["filter/dropped_high"]) == (
         2,

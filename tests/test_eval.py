@@ -189,10 +189,11 @@ def test_cli_errors(argv, message, tmp_path, capsys):
 def test_numerics_auto_is_exact_only_where_the_run_is_repeated_greedily():
     from eval.run import resolve_decoding
 
+    # repeats the trainer's eval/greedy_accuracy
     assert resolve_decoding("auto", "auto", "hf", run=True, temperature=0.0) == (
         "exact",
         None,
-    )  # repeats the trainer's eval/greedy_accuracy
+    )
     assert resolve_decoding("auto", "auto", "hf", run=True, temperature=0.6) == ("fast", None)
     assert resolve_decoding("auto", "3", "hf", run=False, temperature=0.0) == ("fast", 3)
     assert resolve_decoding("exact", "1", "hf", run=False, temperature=0.6) == ("exact", 1)

@@ -84,9 +84,8 @@ def test_a_local_runs_model_on_another_distribution():
         "python -m eval.run --run runs/kk-testbed)"
     )
     assert fit_notes(_ctx(origin=generated, heldout=True)) == []
-    assert (
-        fit_notes(_ctx(origin=ModelOrigin("runs/x", None, generated_data=False))) == []
-    )  # trained on data files: maybe this very benchmark
+    # trained on data files: maybe this very benchmark
+    assert fit_notes(_ctx(origin=ModelOrigin("runs/x", None, generated_data=False))) == []
 
 
 class CharTokenizer:
@@ -131,9 +130,8 @@ def test_sampling_se_hand_case():
 def test_sampling_se_invariants(counts):
     se = sampling_se(counts)
     assert se >= 0
-    assert (se == 0) == all(
-        c in (0, n) for n, c in counts
-    )  # no noise exactly when every problem is all right or all wrong
+    # no noise exactly when every problem is all right or all wrong
+    assert (se == 0) == all(c in (0, n) for n, c in counts)
     assert sampling_se(counts * 4) == pytest.approx(se / 2, abs=1e-12)  # 4x the problems: half the noise
     k = counts[0][0]
     assert se <= math.sqrt(k / (4 * (k - 1)) / k) / math.sqrt(len(counts)) + 1e-12  # p(1-p) <= 1/4 per problem

@@ -254,10 +254,11 @@ def test_a_missing_or_broken_image_fails_before_generation_naming_its_line(tiny_
         "meta": {"task": "colour", "difficulty": 1},
     }
     for images, message in (
+        # read beside the file
         (
             ["img/missing.png"],
             f"field 'images[0]': no image file at {str(tmp_path / 'img' / 'missing.png')!r}",
-        ),  # read beside the file
+        ),
         (["img/ok.png", str(broken)], "field 'images[1]':"),
     ):
         bench_file = tmp_path / "geo.jsonl"
@@ -278,9 +279,8 @@ def test_a_missing_or_broken_image_fails_before_generation_naming_its_line(tiny_
         ]
         assert main([*argv, "--engine", "hf"]) == 2
         err = capsys.readouterr().err
-        assert f"{bench_file}:3: {message}" in err and err.count("\n") == 1, (
-            err
-        )  # line 3: file lines, the blank line 2 counted
+        # line 3: file lines, the blank line 2 counted
+        assert f"{bench_file}:3: {message}" in err and err.count("\n") == 1, err
         assert not (tmp_path / "e").exists()
     assert "is not a readable image" in main_error(model, tmp_path, row, [str(broken)], capsys)
 
@@ -392,7 +392,8 @@ def test_progress_is_reported_per_sample(tiny_model, tmp_path, monkeypatch):
     evaluate_benchmark(get_benchmark("kk"), rows, gen, k=2, out_path=tmp_path / "s.jsonl", batch_problems=4)
     (bar,) = bars
     assert bar.unit == "sample" and bar.total == 8 and bar.n == 8
+    # one call of 8 samples in two decoding batches: reported as they end
     assert [n for n in bar.updates if n] == [
         4,
         4,
-    ]  # one call of 8 samples in two decoding batches: reported as they end
+    ]

@@ -71,9 +71,8 @@ def _greedy_numbers(records):
 def test_greedy_evaluation_of_the_run_repeats_the_trainers_heldout_numbers(tiny_run, capsys):
     _, out, summary = tiny_run
     assert main(["--run", str(out), "--temperature", "0", "--k", "1", "--engine", "hf"]) == 0
-    (eval_dir,) = (out / "eval").glob(
-        "final_model-*_hf_float32_t0_p0.95_n40_s0"
-    )  # the default --out: model and settings
+    # the default --out: model and settings
+    (eval_dir,) = (out / "eval").glob("final_model-*_hf_float32_t0_p0.95_n40_s0")
     records = read_records(eval_dir / SAMPLES_FILE)
     assert len(records) == 20 and len({r["response"] for r in records}) > 1
     final = summary["eval_final"]
@@ -81,12 +80,10 @@ def test_greedy_evaluation_of_the_run_repeats_the_trainers_heldout_numbers(tiny_
         assert value == pytest.approx(final[key], abs=1e-9), key
     report = json.loads((eval_dir / "report.json").read_text())
     assert report["settings"]["max_new_tokens"] == 40 and report["settings"]["run"] == str(out)
-    assert (
-        report["settings"]["numerics"] == "exact" and report["settings"]["batch_size"] == 8
-    )  # the trainer's arithmetic and batches
-    assert not [
-        n for n in report["fit_notes"] if "local run" in n or "system message" in n
-    ]  # the run's own rows fit its model
+    # the trainer's arithmetic and batches
+    assert report["settings"]["numerics"] == "exact" and report["settings"]["batch_size"] == 8
+    # the run's own rows fit its model
+    assert not [n for n in report["fit_notes"] if "local run" in n or "system message" in n]
     (line,) = report["comparison"]
     assert (
         f"eval/greedy_accuracy at step 2: {final['eval/greedy_accuracy']:.3f}" in line
@@ -111,14 +108,14 @@ def test_the_default_out_names_the_model_files_and_the_settings(tmp_path):
         and first.name.startswith("final_model-")
         and first.name.endswith("_hf_float32_t0_p0.95_n40_s0")
     )
-    assert (
-        default_out(target, model, {**model_identity(str(model)), **settings}) == first
-    )  # the same files: the same folder
+    # the same files: the same folder
+    assert default_out(target, model, {**model_identity(str(model)), **settings}) == first
     (model / "model.safetensors").write_bytes(b"retrained")
     assert default_out(target, model, {**model_identity(str(model)), **settings}) != first
+    # a hub name
     assert (
         default_out(target, model, {"model": "owner/name", **settings}).name == "final_model_hf_float32_t0_p0.95_n40_s0"
-    )  # a hub name
+    )
 
 
 def test_fast_numerics_repeat_the_trainers_greedy_answers_on_the_tiny_run(tiny_run, tmp_path):
@@ -201,9 +198,8 @@ def test_the_runs_model_on_another_benchmark_says_so(tiny_run, tmp_path):
 
     _, out, _ = tiny_run
     bench_file = tmp_path / "kk.jsonl"
-    bench_file.write_text(
-        "".join(json.dumps(r) + "\n" for r in generate_rows(3, [4], seed=3))
-    )  # Logic-RL format, 4 people, other names
+    # Logic-RL format, 4 people, other names
+    bench_file.write_text("".join(json.dumps(r) + "\n" for r in generate_rows(3, [4], seed=3)))
     argv = [
         "--model",
         str(out / "final_model"),

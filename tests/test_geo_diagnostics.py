@@ -22,9 +22,8 @@ def larger_row(label: str, choices: list[str]) -> dict:
 def test_answer_and_think_parsing():
     text = "<think>green square, blue circle.</think>\n<answer>blue</answer>"
     assert answer_of(text) == "blue" and answer_of("no block") is None
-    assert (
-        answer_of("<answer>red</answer> then <answer> green </answer>") == "green"
-    )  # the last block, as the reward reads it
+    # the last block, as the reward reads it
+    assert answer_of("<answer>red</answer> then <answer> green </answer>") == "green"
     assert think_colour(text, "circle") == "blue" and think_colour(text, "square") == "green"
     assert think_colour(text, "triangle") is None and think_colour("<answer>red</answer>", "circle") is None
     assert asked_kind(colour_row("triangle", "red")["prompt"]) == "triangle"

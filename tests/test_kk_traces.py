@@ -222,10 +222,11 @@ def test_lr_factor_rises_then_decays():
 
 def test_lr_factor_when_the_rise_takes_every_step():
     # 1 step with any ramp -> r = 1: the one step at full rate; 2 steps, ramp 0.9 -> r = 2: 1/2, 1
+    # LambdaLR also asks for the step after the last
     assert [warmup_lr_factor(s, 1, 0.5) for s in range(2)] == [
         1.0,
         0.0,
-    ]  # LambdaLR also asks for the step after the last
+    ]
     assert [warmup_lr_factor(s, 2, 0.9) for s in range(3)] == [0.5, 1.0, 0.0]
 
 

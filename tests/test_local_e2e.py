@@ -181,9 +181,8 @@ def test_cli_bad_flags_and_recipes(tmp_path, capsys):
 def test_local_refuses_gpu_only_settings(tmp_path):
     (tmp_path / "text_lm").mkdir()
     (tmp_path / "text_lm" / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-    with pytest.raises(
-        ConfigError, match="geometry' needs a vision-language checkpoint"
-    ):  # geometry runs on the tiny VLM, not a text LM
+    # geometry runs on the tiny VLM, not a text LM
+    with pytest.raises(ConfigError, match="geometry' needs a vision-language checkpoint"):
         train(_cfg(tmp_path, **{"data.task": "geometry", "model.path": str(tmp_path / "text_lm")}))
     with pytest.raises(ConfigError, match="model.path"):
         train(_cfg(tmp_path, **{"model.path": str(tmp_path / "missing")}))

@@ -146,9 +146,8 @@ def test_update_entropy_is_the_mean_over_response_tokens(tok, ppo_epochs):
     batch = pack([[5, 6, 7], [8, 9]], [[20], [21, 22, 23]], pad_id=0)
     model = build_tiny_model(TINY, tok, seed=0)
     with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(
-            10.0
-        )  # (tied embeddings) sharper, position-dependent distributions than at init
+        # (tied embeddings) sharper, position-dependent distributions than at init
+        model.get_output_embeddings().weight.mul_(10.0)
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
         per_token = torch.distributions.Categorical(logits=logits).entropy()
     expected = float((per_token * batch.action_mask).sum() / batch.action_mask.sum())
@@ -368,10 +367,11 @@ def test_duplicates_are_reported_and_held_out_prompts_never_train(tmp_path, capl
     train_file = tmp_path / "train.jsonl"
     train_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     train, held = load_run_rows(DataConfig(task="kk", train_path=str(train_file), num_eval=2), seed=0)
+    # "A" (line 1) is held out too
     assert [r.prompt[0] for r in held] == ["D", "A"] and [r.prompt[0] for r in train] == [
         "B",
         "C",
-    ]  # "A" (line 1) is held out too
+    ]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "adora_openrlhf.rows"]
     assert any(
         w.startswith(f"{train_file}:5: duplicate row (same prompt, images and label as {train_file}:1)")

@@ -353,9 +353,8 @@ def test_recipe_script_submits_a_ray_job(tmp_path):
     assert entry_point[entry_point.index("--recipe") + 1] == "dapo-math-adora"
     assert entry_point[entry_point.index("--data.train_path") + 1] == "/shared/data/dapo_math/train.jsonl"
     assert entry_point[-2:] == ["--sampling.max_rounds", "3"]
-    env.update(
-        PY_MODULES=f"{tmp_path / 'my_plugins'},other_plugins", UPLOAD_REPO="0"
-    )  # plugin folders go as Ray py_modules
+    # plugin folders go as Ray py_modules
+    env.update(PY_MODULES=f"{tmp_path / 'my_plugins'},other_plugins", UPLOAD_REPO="0")
     done = subprocess.run(
         ["bash", str(REPO / "recipes" / "dapo_math_adora.sh")],
         env=env,
@@ -431,10 +430,11 @@ def test_cluster_launch_keeps_a_previous_run_unless_resumed_or_overwritten(fake_
     )
     assert (out / "checkpoints" / "_actor").is_dir()
 
+    # --resume: OpenRLHF loads the checkpoint
     assert launcher.launch(cfg, [], resume=True) == 0 and calls == [
         False,
         True,
-    ]  # --resume: OpenRLHF loads the checkpoint
+    ]
     changed = build_run_config("kk-qwen2.5-7b-grpo", {"output_dir": str(out), "train.lr": 1e-5, "steps": 500})
     assert launcher.launch(changed, [], resume=True) == 2 and calls == [False, True]  # steps may change, lr may not
     err = capsys.readouterr().err
@@ -470,9 +470,8 @@ def test_a_final_model_alone_counts_as_a_previous_run(fake_gpu_stack, tmp_path, 
         and "holds a previous run (final_model)" in capsys.readouterr().err
         and calls == []
     )
-    assert (
-        launcher.launch(cfg, [], overwrite=True) == 0 and not (out / "final_model").exists()
-    )  # the old model does not stay beside the new run
+    # the old model does not stay beside the new run
+    assert launcher.launch(cfg, [], overwrite=True) == 0 and not (out / "final_model").exists()
 
 
 def test_a_run_without_our_trainer_fails(fake_gpu_stack, tmp_path, capsys, monkeypatch):

@@ -177,10 +177,11 @@ def test_two_steps_train_sync_and_checkpoint(setup, first_run):
 
     # DeepSpeed checkpoints with the sampler state and the run's config; the trainer's marker names our classes
     actor = ckpts / "_actor"
+    # a better evaluation saves a best copy last
     assert (actor / "latest").read_text().strip() in (
         "global_step2",
         "best_global_step2",
-    )  # a better evaluation saves a best copy last
+    )
     for step in (1, 2):
         assert sampler_state(actor / f"global_step{step}")["sampling_step"] == step
         saved = json.loads((actor / f"global_step{step}" / "adora_run_config.json").read_text())

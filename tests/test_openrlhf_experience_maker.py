@@ -251,9 +251,8 @@ def test_adora_advantages_do_not_depend_on_micro_batching(micro, rule, mode):
         abs(a) <= abs(p) * (cfg.adora.lambda_amp if mode == "amplify" else 1) + 1e-9
         for a, p in zip(reference, plain, strict=True)
     )
-    assert all(
-        (a > 0) == (p > 0) and (a < 0) == (p < 0) for a, p in zip(reference, plain, strict=True)
-    )  # weights never flip signs
+    # weights never flip signs
+    assert all((a > 0) == (p > 0) and (a < 0) == (p < 0) for a, p in zip(reference, plain, strict=True))
 
 
 # ---------------------------------------------------------------------------------------------------------

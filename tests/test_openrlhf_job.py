@@ -108,9 +108,8 @@ def submit_kk_testbed(cluster: str, tmp_path: Path, shipped: bool = True) -> tup
     status = subprocess.run(
         [RAY, "job", "status", "--address", cluster, job.group(1)], capture_output=True, text=True, timeout=120
     )
-    assert "succeeded" in (status.stdout + status.stderr).lower(), (
-        status.stdout + status.stderr
-    )  # ray job status: "Job '...' succeeded"
+    # ray job status: "Job '...' succeeded"
+    assert "succeeded" in (status.stdout + status.stderr).lower(), status.stdout + status.stderr
     return out, log
 
 
@@ -124,9 +123,8 @@ def test_a_recipe_submitted_as_a_ray_job_runs_to_the_end(cluster, tmp_path):
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if not r.get("eval")]
     assert [r["step"] for r in train] == [1, 2]
-    assert all(
-        r["rollout/reward_mean"] == pytest.approx(PLUGIN_REWARD) for r in train
-    )  # the plugin's reward, in the reward worker
+    # the plugin's reward, in the reward worker
+    assert all(r["rollout/reward_mean"] == pytest.approx(PLUGIN_REWARD) for r in train)
     actor = out / "checkpoints" / "_actor"
     assert (actor / "global_step2" / "adora_sampler_state.json").is_file() and (
         actor / "global_step2" / "adora_run_config.json"

@@ -342,9 +342,8 @@ def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_clus
     states = resumed.init_checkpoint_states()
     assert states["global_step"] == 7 and resumed.samples_generator.sampling_step == 7
     assert resumed.samples_generator.state_dict() == first.samples_generator.state_dict()
-    assert (
-        resumed.last_step == 7 and resumed.metrics_log.path == tmp_path / "metrics.jsonl"
-    )  # metrics.jsonl reopened at the resumed step
+    # metrics.jsonl reopened at the resumed step
+    assert resumed.last_step == 7 and resumed.metrics_log.path == tmp_path / "metrics.jsonl"
 
     class Payload:
         def __reduce__(self):
@@ -487,9 +486,8 @@ def test_trainer_actor_builds_our_classes_in_its_own_process(ray_cluster, tmp_pa
         "samples_generator": "adora_openrlhf.backends.openrlhf.samples_generator.AdoraSamplesGenerator",
         "experience_maker": "adora_openrlhf.backends.openrlhf.experience_maker.AdoraExperienceMaker",
     }
-    assert (
-        ray.get(actor.get_max_steps.remote()) == 3 * 4 // 12 * args.train.num_episodes
-    )  # OpenRLHF's prepare_datasets ran
+    # OpenRLHF's prepare_datasets ran
+    assert ray.get(actor.get_max_steps.remote()) == 3 * 4 // 12 * args.train.num_episodes
 
     def one_batch(trainer):  # runs inside the trainer actor's process
         samples, _, consumed, _ = trainer.samples_generator.generate_samples(**trainer.generate_kwargs)

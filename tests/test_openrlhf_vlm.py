@@ -76,9 +76,8 @@ def test_openrlhf_prompt_and_image_processing_match_the_local_path(checkpoint):
         assert set(mm) == set(vlm.EXTRA_INPUT_KEYS)  # OpenRLHF drops mm_token_type_ids and rebuilds it in Actor.forward
         assert all(torch.equal(mm[k], ours_mm[0][k]) for k in vlm.EXTRA_INPUT_KEYS) and len(images) == 1
         image_id = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
-        assert (
-            ids.count(image_id) == 4 and vlm_utils.dedup_media_tokens(ids, {image_id}).count(image_id) == 1
-        )  # what vLLM receives
+        # what vLLM receives
+        assert ids.count(image_id) == 4 and vlm_utils.dedup_media_tokens(ids, {image_id}).count(image_id) == 1
 
 
 def test_openrlhf_actor_log_probs_equal_the_local_update(checkpoint):

@@ -35,9 +35,8 @@ def test_hand_cases():
         {"role": "assistant", "content": "ok"},
         {"role": "user", "content": " second "},
     ]
-    assert (
-        chat(messages) == compact_template(messages) == "second\n"
-    )  # the last user message; the system one is dropped
+    # the last user message; the system one is dropped
+    assert chat(messages) == compact_template(messages) == "second\n"
     with pytest.raises(Exception, match="no user message"):
         chat([{"role": "system", "content": "only a system message"}])
 

@@ -170,9 +170,8 @@ def test_reformatting_the_data_file_is_not_a_change(tmp_path):
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "run"
     train(_cfg(out, steps=1, **{"data.train_path": str(data)}))
-    data.write_text(
-        "\n".join(json.dumps(dict(reversed(list(r.items()))), indent=None) for r in rows) + "\n\n"
-    )  # key order, blank line
+    # key order, blank line
+    data.write_text("\n".join(json.dumps(dict(reversed(list(r.items()))), indent=None) for r in rows) + "\n\n")
     assert train(_cfg(out, steps=2, **{"data.train_path": str(data)}), resume=True)["resumed_from_step"] == 1
 
 

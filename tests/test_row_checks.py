@@ -224,9 +224,8 @@ def test_visual_meta_is_checked_at_load(meta, label, needle, source):
 
 
 def test_good_visual_meta_passes():
-    _one(
-        {"prompt": "x?", "label": "B", "meta": {"question_type": "multi_choice", "choices": ["1", "2"]}}, "mathvista"
-    )  # a letter names an option
+    # a letter names an option
+    _one({"prompt": "x?", "label": "B", "meta": {"question_type": "multi_choice", "choices": ["1", "2"]}}, "mathvista")
     _one({"prompt": "x?", "label": "2.50", "meta": {"answer_type": "float", "precision": 2.0}}, "mathvista")
     for raw in geo_synth.generate_rows(8, 0):
         _one(raw, "geo_synth")
@@ -319,9 +318,10 @@ def test_image_rows_are_identified_by_prompt_and_image_content(tmp_path):
     keys = [row_key(r) for r in rows]
     assert keys[0] != keys[1]  # same prompt, other picture: another problem
     assert keys[0] == keys[2] == keys[3]  # same picture in another file or in memory: the same problem
+    # text rows: as before
     assert row_key(validate_rows([{"prompt": "Alice?", "label": ALICE_BOB.split("\n")[0]}], "f", "kk")[0]) == repr(
         "Alice?"
-    )  # text rows: as before
+    )
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -19,9 +19,8 @@ ROWS = [
 def write(tmp_path, suffix: str):
     path = tmp_path / f"rows{suffix}"
     if suffix == ".jsonl":
-        path.write_text(
-            "".join(json.dumps(r) + "\n" for r in ROWS[:1]) + "\n" + json.dumps(ROWS[1]) + "\n"
-        )  # a blank line 2
+        # a blank line 2
+        path.write_text("".join(json.dumps(r) + "\n" for r in ROWS[:1]) + "\n" + json.dumps(ROWS[1]) + "\n")
     elif suffix == ".json":
         path.write_text(json.dumps(ROWS))
     elif suffix == ".parquet":
@@ -39,12 +38,10 @@ def write(tmp_path, suffix: str):
 def test_every_local_format_with_a_column_mapping(tmp_path, suffix, numbers):
     path = write(tmp_path, suffix)
     loaded = load_rows(path, prompt_key="question", label_key="answer")
-    assert (
-        loaded.local and loaded.where == str(path) and loaded.numbers == numbers
-    )  # jsonl: file lines, blank line 2 counted
-    got = [
-        (r["prompt"], str(r["label"]), r["source"]) for r in loaded.rows
-    ]  # csv: datasets reads the answers as numbers
+    # jsonl: file lines, blank line 2 counted
+    assert loaded.local and loaded.where == str(path) and loaded.numbers == numbers
+    # csv: datasets reads the answers as numbers
+    got = [(r["prompt"], str(r["label"]), r["source"]) for r in loaded.rows]
     assert got == [("What is 2+3?", "5", "dapo_math"), ("What is 1+1?", "2", "dapo_math")]
     assert all("question" not in r and "answer" not in r for r in loaded.rows)
     unmapped = load_rows(path)  # no mapping: the columns as they are

@@ -59,9 +59,8 @@ def test_balance_hand_trace():
     assert groups[0].retired_round is None and groups[1].retired_round is None
     assert len(groups[0].pool_rewards) == 8  # budget 4 rounds x 2
     assert result.metrics["sampling/responses_generated"] == 8 + 8 + 4 + 6
-    assert result.metrics["sampling/tokens_generated"] == 5 * (
-        8 + 8 + 4 + 6
-    )  # every response has 5 tokens, kept or not
+    # every response has 5 tokens, kept or not
+    assert result.metrics["sampling/tokens_generated"] == 5 * (8 + 8 + 4 + 6)
     assert result.metrics["sampling/rounds_used"] == 4
     assert [result.metrics[f"sampling/retired_round_{r}"] for r in range(4)] == [0, 1, 1, 0]
     assert result.metrics["sampling/unfinished_prompts"] == 2

@@ -131,9 +131,8 @@ def test_wandb_offline_writes_a_run_with_the_config(tmp_path, monkeypatch):
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     run_id = (tmp_path / "wandb" / "run_id").read_text().strip()
     assert len(runs) == 1 and runs[0].name.endswith(run_id) and list(runs[0].glob("*.wandb"))
-    resumed = MetricsLogger(
-        tmp_path, resume_step=1, report_to=["wandb"], config=cfg
-    )  # a resumed training: the same run
+    # a resumed training: the same run
+    resumed = MetricsLogger(tmp_path, resume_step=1, report_to=["wandb"], config=cfg)
     resumed.log(2, {"reward/mean": 0.5})
     resumed.close()
     assert (tmp_path / "wandb" / "run_id").read_text().strip() == run_id

@@ -326,9 +326,8 @@ def test_config_fields_carry_help_and_bad_values_name_the_field(tmp_path):
         "scale_rewards": dict(scale_rewards="batch"),
         "advantage_estimator": dict(advantage_estimator="nope"),
         "top_p": dict(sampling_enabled=True, top_p=0.0),
-        "correct_threshold": dict(
-            correct_threshold="0.5"
-        ),  # passed into the ADORA config, named as this config's field
+        # passed into the ADORA config, named as this config's field
+        "correct_threshold": dict(correct_threshold="0.5"),
         "sampling_positive_threshold": dict(sampling_positive_threshold="high"),
     }
     for name, fields in cases.items():

@@ -150,9 +150,8 @@ def test_greedy_answers_agree_with_transformers(model_dir):
 
     bench_rows = generate_rows(8, [2, 3], seed=11)
     sampling = EvalSampling(temperature=0.0, max_new_tokens=GREEDY_TOKENS)
-    hf = HFGenerator(
-        str(model_dir), sampling, batch_size=len(bench_rows), workers=1
-    )  # no fork beside a running vLLM engine
+    # no fork beside a running vLLM engine
+    hf = HFGenerator(str(model_dir), sampling, batch_size=len(bench_rows), workers=1)
     vl = VLLMGenerator(str(model_dir), sampling, enforce_eager=True, max_model_len=512)
     tok = hf.tokenizer
     prompts = [tok(render_prompt(tok, row["prompt"]), add_special_tokens=False)["input_ids"] for row in bench_rows]

@@ -318,9 +318,8 @@ def test_rollout_log_probs_match_training_forward_with_images(tiny, rows):
     )
     with torch.no_grad():
         lp = token_log_probs(model, pack(ids, resp.tolist(), pad, extras))
-        text_only = token_log_probs(
-            model, pack(ids, resp.tolist(), pad)
-        )  # without the image inputs the positions differ
+        # without the image inputs the positions differ
+        text_only = token_log_probs(model, pack(ids, resp.tolist(), pad))
     for i, p in enumerate(ids):
         assert torch.allclose(gen_lp[i], lp[i, len(p) - 1 : len(p) + 4], atol=1e-5)
     assert not torch.allclose(lp, text_only, atol=1e-3)
@@ -518,9 +517,8 @@ def test_geo_tiny_run_trains_saves_and_resumes(tmp_path):
     assert records[0]["warmup/final_loss"] < records[0]["warmup/first_loss"]
     for r in records[1:]:
         assert np.isfinite(r["train/loss"]) and r["train/grad_norm"] > 0
-        assert r["adora/tas_fraction"] + r["adora/tds_fraction"] == pytest.approx(
-            1.0
-        )  # the difficulty rule has no neutral class
+        # the difficulty rule has no neutral class
+        assert r["adora/tas_fraction"] + r["adora/tds_fraction"] == pytest.approx(1.0)
     assert "eval/greedy_accuracy" in summary["eval_final"]
     final = tmp_path / "full" / "final_model"
     assert vlm.is_vlm_checkpoint(str(final)) and vlm.load_processor(str(final)).image_processor is not None

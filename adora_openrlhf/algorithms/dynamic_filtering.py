@@ -196,9 +196,8 @@ def _filtered_batch(
             "filter/refills": float(refills),
             "filter/short_groups": float(num_prompts - len(kept)),
             "filter/dropped_low": float(counts["dropped_low"]),  # mean score <= low (with (0, 1): every response wrong)
-            "filter/dropped_high": float(
-                counts["dropped_high"]
-            ),  # mean score >= high (with (0, 1): every response correct)
+            # mean score >= high (with (0, 1): every response correct)
+            "filter/dropped_high": float(counts["dropped_high"]),
         }
     )
     result = SamplingResult(groups=kept, dropped=[], pool_stats=pool_stats, metrics=metrics)
@@ -219,9 +218,8 @@ def _merge_metrics(
             merged[key] = float(sum(values))
         elif key == "sampling/rounds_used":
             merged[key] = float(max(values))
-        elif (
-            key == "sampling/first_round_mean_reward"
-        ):  # responses-weighted (plain sampling: every response is round 0)
+        # responses-weighted (plain sampling: every response is round 0)
+        elif key == "sampling/first_round_mean_reward":
             merged[key] = (
                 sum(v * w for v, w in zip(values, generated, strict=True)) / sum(generated)
                 if sum(generated) > 0

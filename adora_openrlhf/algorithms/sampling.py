@@ -164,9 +164,8 @@ class AdaptiveSamplingConfig:
                 f"sampling.escalation[{i}]",
                 f"unknown sampling parameter(s) {unknown}; valid: {list(SAMPLING_PARAM_NAMES)}",
             )
-            check_sampling_values(
-                changes, f"sampling.escalation[{i}]"
-            )  # the rollout ranges, now rather than at first use
+            # the rollout ranges, now rather than at first use
+            check_sampling_values(changes, f"sampling.escalation[{i}]")
         if self.enabled:
             budget = self.response_budget
             require(
@@ -488,9 +487,8 @@ class AdaptiveSampler:
 
     # -- checkpointing ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "history": {repr(k): [k, h.count, h.total, h.total_sq] for k, h in self._history.items()}
-        }  # plain JSON data
+        # plain JSON data
+        return {"history": {repr(k): [k, h.count, h.total, h.total_sq] for k, h in self._history.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._history = {k: _RewardHistory(c, t, s) for k, c, t, s in state.get("history", {}).values()}

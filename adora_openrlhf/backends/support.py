@@ -71,6 +71,7 @@ OPENRLHF: dict[str, Support] = {
         _sampling_off,
     ),
     "advantage.eps": USED,  # AdoraExperienceMaker: group advantages of this package
+    # AdoraExperienceMaker
     **{
         f"adora.{name}": USED
         for name in (
@@ -88,7 +89,8 @@ OPENRLHF: dict[str, Support] = {
             "shaping_beta",
             "shaping_p",
         )
-    },  # AdoraExperienceMaker
+    },
+    # AdoraSamplesGenerator (flags.reconcile refuses drop_unfinished)
     **{
         f"sampling.{name}": USED
         for name in (
@@ -103,7 +105,7 @@ OPENRLHF: dict[str, Support] = {
             "escalation",
             "trigger_after_step",
         )
-    },  # AdoraSamplesGenerator (flags.reconcile refuses drop_unfinished)
+    },
     **{
         f"allocation.{name}": Refused(
             "rollout allocation runs on the local backend only for now; on the openrlhf backend leave the allocation section at its defaults"
@@ -155,13 +157,14 @@ OPENRLHF: dict[str, Support] = {
     "model.decoding": Refused(
         "the local backend's decoding loop; on the cluster vLLM schedules sequences itself (continuous batching)"
     ),
+    # attn_implementation: MAPPED
     "model.init_kwargs": Refused(
         'OpenRLHF builds the model itself; of model.init_kwargs it takes {"attn_implementation": ...} '
         '(--ds.attn_implementation) and {"trust_remote_code": true} (always on)',
         allowed=lambda value: (
             set(value) <= {"attn_implementation", "trust_remote_code"} and value.get("trust_remote_code", True) is True
         ),
-    ),  # attn_implementation: MAPPED
+    ),
     "model.merge_lora_on_save": Refused(
         "OpenRLHF saves its checkpoints its own way; merge the adapters of its final model afterwards"
     ),
@@ -179,10 +182,11 @@ OPENRLHF: dict[str, Support] = {
             "geo_levels",
         )
     },
+    # auto/chat: MAPPED to --data.apply_chat_template
     "data.prompt_template": Refused(
         "OpenRLHF renders prompts with the tokenizer's chat template (--data.apply_chat_template); use auto or chat",
         allowed=lambda value: value in ("auto", "chat"),
-    ),  # auto/chat: MAPPED to --data.apply_chat_template
+    ),
     "grading.deadline_s": USED,  # ADORA_GRADING_DEADLINE_S in every Ray worker (launcher.ray_env_vars); the reward file reads it
     "grading.workers": USED,  # ADORA_GRADING_WORKERS
     "data.kk_parser": USED,  # ADORA_KK_PARSER in every Ray worker (launcher.ray_env_vars)
@@ -198,9 +202,8 @@ OPENRLHF: dict[str, Support] = {
 # The local backend runs every field in its own code (trainer.py and the modules it calls), except these two.
 LOCAL: dict[str, Support] = {
     **{dotted: USED for dotted in OPENRLHF},
-    **{
-        f"dynamic_filtering.{name}": USED for name in ("enabled", "score_range", "max_refills")
-    },  # rl_step.filtered_sample
+    # rl_step.filtered_sample
+    **{f"dynamic_filtering.{name}": USED for name in ("enabled", "score_range", "max_refills")},
     "extra": Refused(
         "extra holds backend-specific options (extra.openrlhf: OpenRLHF flags); the local backend has none"
     ),
@@ -224,9 +227,8 @@ def check_backend_fields(cfg: RunConfig) -> None:
     than its default."""
     defaults = leaf_values(RunConfig().to_dict())
     for dotted, value in leaf_values(cfg.to_dict()).items():
-        support = BACKEND_FIELDS[cfg.backend].get(
-            dotted, USED
-        )  # tests/test_backend_fields.py: every field has an entry
+        # tests/test_backend_fields.py: every field has an entry
+        support = BACKEND_FIELDS[cfg.backend].get(dotted, USED)
         if (
             isinstance(support, Refused)
             and value != defaults[dotted]

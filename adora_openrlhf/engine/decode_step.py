@@ -85,9 +85,8 @@ def _repeat_kv(states: torch.Tensor, repeats: int) -> torch.Tensor:
     return states[:, :, None].expand(batch, heads, repeats, length, dim).reshape(batch, heads * repeats, length, dim)
 
 
-CHECKED_TRANSFORMERS = (
-    "5.15",
-)  # transformers releases (major.minor) whose Qwen2 decoding the steps were checked against
+# transformers releases (major.minor) whose Qwen2 decoding the steps were checked against
+CHECKED_TRANSFORMERS = ("5.15",)
 _version_logged: set[str] = set()
 
 
@@ -210,9 +209,8 @@ def _exact_step(model, cache) -> DecodeStep:
         hidden = F.embedding(tokens, embedding, decoder.embed_tokens.padding_idx)
         cos, sin = decoder.rotary_emb(hidden, positions)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        mask = _padding_mask(
-            attention_mask, hidden.dtype
-        )  # SDPA makes this of the boolean mask in every call: once here
+        # SDPA makes this of the boolean mask in every call: once here
+        mask = _padding_mask(attention_mask, hidden.dtype)
         for index, layer in enumerate(layers):
             attn, mlp = layer.self_attn, layer.mlp
             residual = hidden

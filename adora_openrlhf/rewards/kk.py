@@ -56,9 +56,8 @@ class KKRewardConfig:
 
 
 _LABEL_NUMBER = re.compile(r"\s*(?:\(\s*)?\d+(?:\s*\))?[.:]?\s*")  # "(1) ", "1. ", "2: "
-_LABEL_ROLE = re.compile(
-    r"(?<!\s)\s+is\s+an?\s+(?P<role>knight|knave)\b", re.IGNORECASE
-)  # from the start of a space run
+# from the start of a space run
+_LABEL_ROLE = re.compile(r"(?<!\s)\s+is\s+an?\s+(?P<role>knight|knave)\b", re.IGNORECASE)
 
 
 def kk_format_ok(response: str, think_opened_in_prompt: bool = False) -> bool:

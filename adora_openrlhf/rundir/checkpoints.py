@@ -58,10 +58,11 @@ RUN_FILE = (
     "run.json"  # under STATE_DIR: {"config": RunConfig.to_dict(), "data": {"train": fingerprint, "eval": fingerprint}}
 )
 MANIFEST_FILE = "manifest.json"  # under STATE_DIR: {"files": {relative path: {"bytes": n, "sha256": hex}}}
+# what a checkpoint without a manifest must hold
 REQUIRED_FILES = (
     f"{STATE_DIR}/state.pt",
     f"{STATE_DIR}/optimizer.pt",
-)  # what a checkpoint without a manifest must hold
+)
 
 
 @dataclass
@@ -70,9 +71,8 @@ class TrainerState:
     data_position: int  # training prompts consumed so far (the data order position)
     sampler: dict[str, Any]  # AdaptiveSampler.state_dict()
     rng: dict[str, Any]
-    allocation: dict[str, Any] = field(
-        default_factory=dict
-    )  # the rollout allocator's statistics store (empty without one)
+    # the rollout allocator's statistics store (empty without one)
+    allocation: dict[str, Any] = field(default_factory=dict)
 
 
 def capture_rng() -> dict[str, Any]:

@@ -21,13 +21,14 @@ from adora_openrlhf.dotted import flatten
 
 logger = logging.getLogger(__name__)
 
+# shown next to the hparams
 HPARAM_METRICS = (
     "reward/mean",
     "reward/accuracy",
     "eval/greedy_accuracy",
     "train/entropy",
     "response/length_mean",
-)  # shown next to the hparams
+)
 WANDB_PROJECT_ENV = "WANDB_PROJECT"  # wandb project of the run; default "adora_openrlhf"
 
 

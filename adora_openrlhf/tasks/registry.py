@@ -58,9 +58,8 @@ class Task:
 
 
 def _load_builtin() -> None:
-    importlib.import_module(
-        "adora_openrlhf.tasks.builtin"
-    )  # registers kk, math and geometry (by name: no import circle)
+    # registers kk, math and geometry (by name: no import circle)
+    importlib.import_module("adora_openrlhf.tasks.builtin")
 
 
 TASKS: Registry[Task] = Registry("task", "data.task", loader=_load_builtin)

@@ -109,9 +109,8 @@ def rl_step(
         {
             "time/generate_s": engine.generate_seconds,
             "time/score_s": engine.score_seconds,
-            "reward/grader_late": float(
-                engine.grader.late
-            ),  # responses not graded by the step's deadline (grading.deadline_s)
+            # responses not graded by the step's deadline (grading.deadline_s)
+            "reward/grader_late": float(engine.grader.late),
             "time/train_s": train_seconds,
             "time/advantage_s": advantage_seconds,  # estimator + ADORA weights
             "time/sampler_overhead_s": sampling_seconds

@@ -344,9 +344,8 @@ class _LocalRun:
         self.cfg, self.out, self.device, self.resume_from, self.loaded = cfg, out, device, resume_from, loaded
         self.train_rows, self.eval_rows = train_rows, eval_rows
         self.model, self.optimizer = loaded.model, loaded.optimizer
-        self.saved_tokenizer = (
-            loaded.processor if loaded.processor is not None else loaded.tokenizer
-        )  # what checkpoints save as tokenizer/
+        # what checkpoints save as tokenizer/
+        self.saved_tokenizer = loaded.processor if loaded.processor is not None else loaded.tokenizer
         (self.train_ids, self.train_extras), (self.eval_ids, self.eval_extras) = loaded.encoded
         train_rewards, self.eval_rewards = loaded.rewards
         self.generation = GenerationSettings.of(cfg.model)  # rollouts and evaluation decode alike

@@ -192,9 +192,8 @@ class AdoraExperienceMaker(RemoteExperienceMaker):
 
         n = args.rollout.n_samples_per_prompt
         flat = flatten_rollout(experiences)
-        out = group_advantages(
-            flat, n, self.run_config, self.run_config.advantage.estimator
-        )  # ours, also behind a stand-in flag
+        # ours, also behind a stand-in flag
+        out = group_advantages(flat, n, self.run_config, self.run_config.advantage.estimator)
 
         # back to the concatenation order of the micro-batches
         scalar = out.advantages.reshape(-1)[flat.order].split(flat.split_sizes)

@@ -58,12 +58,13 @@ RUN_ARTEFACTS = (
     "metrics.jsonl",
     MARKER_FILE,
 )
+# as on the local backend (report_to is fixed here)
 RESUMABLE_CHANGES = (
     "steps",
     "save_every",
     "eval_every",
     "output_dir",
-)  # as on the local backend (report_to is fixed here)
+)
 
 
 def prepare(
@@ -98,9 +99,8 @@ def ray_env_vars(cfg: RunConfig) -> dict[str, str]:
         KK_PARSER_ENV: cfg.data.kk_parser,
         ENGINE_DTYPE_ENV: cfg.model.dtype,
         PLUGINS_ENV: ",".join(cfg.plugins),  # the reward worker imports them (rewards/base.py)
-        GRADING_DEADLINE_ENV: repr(
-            float(cfg.grading.deadline_s)
-        ),  # the reward file's per-call deadline (rewards/grading.py)
+        # the reward file's per-call deadline (rewards/grading.py)
+        GRADING_DEADLINE_ENV: repr(float(cfg.grading.deadline_s)),
         GRADING_WORKERS_ENV: str(cfg.grading.workers),
     }
 

@@ -49,9 +49,11 @@ import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _collect_prompt_batch
+
+# the class OpenRLHF sends
 from openrlhf.trainer.ppo_utils.samples_generator import (
     SamplingParams as VllmSamplingParams,
-)  # the class OpenRLHF sends
+)
 from tqdm import tqdm
 
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, GenerationRequest, SamplingResult, ScoredResponse

@@ -110,9 +110,8 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
         ensure_logging()  # this runs in a Ray actor, which configured no log handler
         for line in signal_description(run_config):
             logger.info("[adora_openrlhf] %s", line)
-        self.output_dir = Path(
-            run_config.output_dir
-        )  # the run directory; OpenRLHF's final model goes to its final_model/
+        # the run directory; OpenRLHF's final model goes to its final_model/
+        self.output_dir = Path(run_config.output_dir)
         self.metrics_log = None  # opened by init_checkpoint_states, once the resume step is known
         self.last_step = 0
         self.last_eval_step: int | None = None

@@ -39,9 +39,8 @@ ENTRY_MODULE = "openrlhf.cli.train_ppo_ray"
 TRAINER_MODULE = "openrlhf.trainer.ppo_trainer"
 TRAINER_NAME = "PPOTrainer"
 INSTALL_HINT = "pip install -r requirements/cluster.txt (GPU nodes) or see requirements/openrlhf-cpu-test.txt (CPU)"
-TESTED_VERSIONS = (
-    "0.11.2",
-)  # the openrlhf releases whose functions this backend overrides or re-executes (tests/test_openrlhf_audit.py)
+# the openrlhf releases whose functions this backend overrides or re-executes (tests/test_openrlhf_audit.py)
+TESTED_VERSIONS = ("0.11.2",)
 TESTED_VERSIONS_TEXT = " / ".join(TESTED_VERSIONS)
 UNTESTED_ENV = "ADORA_ALLOW_UNTESTED_OPENRLHF"  # =1: run with another openrlhf version anyway (at your own risk)
 
