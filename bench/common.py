@@ -91,19 +91,19 @@ def load_run(variant: str, seed: int, run_dir: Path) -> dict[str, Any]:
     return {"variant": variant, "seed": seed, "summary": summary, "metrics": read_metrics(run_dir / "metrics.jsonl")}
 
 
-PATH_FIELDS = ("output_dir", "model.path", "data.train_path", "data.eval_path")
-
-
 def same_run_settings(saved: Mapping[str, Any], now: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
     """Whether a finished run's saved config (``config.json``) describes the run ``now`` asks for: every saved field
-    equal (a path field, :data:`PATH_FIELDS`, by the location it names), and each field added to the config since
+    equal (``output_dir`` and the path options of ``rundir.checks.PATH_OPTIONS`` by the location they name), and each field added to the config since
     (absent from ``saved``) at its default in ``defaults``, the behaviour the run had before the field existed. A
     field removed since (only in ``saved``) differs."""
     from adora_openrlhf.dotted import flatten
+    from adora_openrlhf.rundir.checks import PATH_OPTIONS
+
+    path_fields = {"output_dir", *PATH_OPTIONS}
 
     def located(values: Mapping[str, Any]) -> dict[str, Any]:  # a path field by the file it names, not its spelling
         flat = flatten(values)
-        return {k: str(Path(v).resolve()) if k in PATH_FIELDS and isinstance(v, str) else v for k, v in flat.items()}
+        return {k: str(Path(v).resolve()) if k in path_fields and isinstance(v, str) else v for k, v in flat.items()}
 
     saved_flat, now_flat, default_flat = located(saved), located(now), flatten(defaults)
     if set(saved_flat) - set(now_flat):
