@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from adora_openrlhf.config import ConfigError, DataConfig
-from adora_openrlhf.tasks.registry import TASKS, RowFieldError, label_check_for, row_check_for
+from adora_openrlhf.tasks.registry import TASKS, row_problem
 
 logger = logging.getLogger(__name__)
 
@@ -149,18 +149,9 @@ def validate_rows(
             get_reward_fn(source)
         except KeyError as err:
             raise ConfigError(f"{at}: field 'source': {err.args[0]}") from None
-        check = label_check_for(source)
-        if check is not None:
-            try:
-                check(str(label), meta)
-            except ValueError as err:
-                raise ConfigError(f"{at}: field 'label': the {source!r} reward cannot parse it ({err})") from None
-        row_check = row_check_for(source)
-        if row_check is not None:
-            try:
-                row_check(prompt, str(label), meta)
-            except RowFieldError as err:
-                raise ConfigError(f"{at}: field '{err.field}': {err}") from None
+        problem = row_problem(source, prompt, str(label), meta)
+        if problem is not None:
+            raise ConfigError(f"{at}: {problem}")
         key = row_identity(prompt, digests)
         rows.append(
             Row(prompt=prompt, label=str(label), source=source, meta=meta, where=at, images=tuple(images), key=key)

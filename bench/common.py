@@ -93,9 +93,9 @@ def load_run(variant: str, seed: int, run_dir: Path) -> dict[str, Any]:
 
 def same_run_settings(saved: Mapping[str, Any], now: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
     """Whether a finished run's saved config (``config.json``) describes the run ``now`` asks for: every saved field
-    equal (``output_dir`` and the path options of ``rundir.checks.PATH_OPTIONS`` by the location they name), and each field added to the config since
-    (absent from ``saved``) at its default in ``defaults``, the behaviour the run had before the field existed. A
-    field removed since (only in ``saved``) differs."""
+    equal (``output_dir`` and the path options of ``rundir.checks.PATH_OPTIONS`` by the location they name), and
+    each field added to the config since (absent from ``saved``) at its default in ``defaults``, the behaviour the
+    run had before the field existed. A field removed since (only in ``saved``) differs."""
     from adora_openrlhf.dotted import flatten
     from adora_openrlhf.rundir.checks import PATH_OPTIONS
 

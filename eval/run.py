@@ -141,7 +141,7 @@ def check_rows(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]
     question and answer types)."""
     from adora_openrlhf.rewards.base import get_reward_fn
     from adora_openrlhf.rows import MAX_LABEL_CHARS
-    from adora_openrlhf.tasks.registry import RowFieldError, label_check_for, row_check_for
+    from adora_openrlhf.tasks.registry import row_problem
 
     first: dict[str, str] = {}
     for index, (where, row) in enumerate(located):
@@ -159,18 +159,9 @@ def check_rows(bench: Benchmark, located: Sequence[tuple[str, Mapping[str, Any]]
             raise ValueError(
                 f"{where}: field 'label': {len(str(row['label']))} characters, more than the {MAX_LABEL_CHARS} a ground-truth answer may have"
             )
-        check_label = label_check_for(source)
-        if check_label is not None:
-            try:
-                check_label(str(row["label"]), meta)
-            except ValueError as err:
-                raise ValueError(f"{where}: field 'label': the {source!r} reward cannot parse it ({err})") from None
-        check_row = row_check_for(source)
-        if check_row is not None:
-            try:
-                check_row(row["prompt"], str(row["label"]), meta)
-            except RowFieldError as err:
-                raise ValueError(f"{where}: field '{err.field}': {err}") from None
+        problem = row_problem(source, row["prompt"], str(row["label"]), meta)
+        if problem is not None:
+            raise ValueError(f"{where}: {problem}")
         pid = problem_id(row, index)
         if pid in first:
             raise ValueError(

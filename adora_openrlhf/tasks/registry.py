@@ -75,14 +75,23 @@ def task_of_source(source: str) -> Task | None:
     return next((task for _, task in TASKS.items() if source in task.sources), None)
 
 
-def row_check_for(source: str) -> RowCheck | None:
+def row_problem(source: str, prompt: Any, label: str, meta: dict[str, Any]) -> str | None:
+    """``field 'NAME': what is wrong`` when the checks of the task that reads ``source`` refuse the row (its label
+    check first, then its row check), else None; the trainer's and ``eval.run``'s loaders prefix the row's place."""
     task = task_of_source(source)
-    return task.row_check if task is not None else None
-
-
-def label_check_for(source: str) -> LabelCheck | None:
-    task = task_of_source(source)
-    return task.label_check if task is not None else None
+    if task is None:
+        return None
+    if task.label_check is not None:
+        try:
+            task.label_check(label, meta)
+        except ValueError as err:
+            return f"field 'label': the {source!r} reward cannot parse it ({err})"
+    if task.row_check is not None:
+        try:
+            task.row_check(prompt, label, meta)
+        except RowFieldError as err:
+            return f"field '{err.field}': {err}"
+    return None
 
 
 def is_vision_task(name: str) -> bool:
