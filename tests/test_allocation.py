@@ -230,6 +230,66 @@ def test_advantages_of_groups_of_several_sizes_equal_each_group_alone():
     assert metrics["advantage/mean_abs"] == pytest.approx(float(expected.abs().mean()), rel=1e-6)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    groups=st.lists(
+        st.lists(st.sampled_from([-1.0, 0.0, 0.5, 1.0, 3.0]), min_size=1, max_size=5), min_size=1, max_size=6
+    ),
+    estimator=st.sampled_from(["group_norm", "dr_grpo", "rloo"]),
+    adora_on=st.booleans(),
+    pooled=st.booleans(),
+)
+def test_ragged_advantages_equal_each_group_alone(groups, estimator, adora_on, pooled):
+    """Groups of several sizes: every group's advantages, ADORA weight and zero-signal flag are those of the group
+    computed alone (with its own pool statistics), and nothing is NaN."""
+    from adora_openrlhf.algorithms.advantages import PoolStats
+    from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_ragged_step_advantages, compute_step_advantages
+    from adora_openrlhf.config import AdoraConfig
+
+    adv_cfg, adora_cfg = AdvantageConfig(estimator=estimator), AdoraConfig(enabled=adora_on, lambda_att=0.1)
+    lengths = [[float(4 + 3 * i + j) for j in range(len(g))] for i, g in enumerate(groups)]
+    pool = None
+    if pooled:  # a pool of 8 responses per group, mean and std of its own
+        pool = PoolStats(
+            count=torch.full((len(groups),), 8, dtype=torch.long),
+            mean=torch.tensor([0.25 * i for i in range(len(groups))]),
+            std=torch.tensor([0.5 + 0.1 * i for i in range(len(groups))]),
+        )
+    flat = GroupBatch(torch.tensor([r for g in groups for r in g]), torch.tensor([x for g in lengths for x in g]))
+    out = compute_ragged_step_advantages(flat, [len(g) for g in groups], adv_cfg, adora_cfg, pool)
+    assert out.advantages.shape == (sum(map(len, groups)),) and not out.advantages.isnan().any()
+    start = 0
+    for i, (rewards, lens) in enumerate(zip(groups, lengths, strict=True)):
+        one_pool = None if pool is None else PoolStats(pool.count[i : i + 1], pool.mean[i : i + 1], pool.std[i : i + 1])
+        alone = compute_step_advantages(
+            GroupBatch(torch.tensor([rewards]), torch.tensor([lens])), adv_cfg, adora_cfg, one_pool
+        )
+        assert torch.allclose(out.advantages[start : start + len(rewards)], alone.advantages[0], atol=1e-6)
+        assert float(out.weights[i]) == pytest.approx(float(alone.adora.weights[0]))
+        assert bool(out.zero_signal[i]) == bool(alone.group_stats.zero_signal[0])
+        start += len(rewards)
+
+
+def test_ragged_advantages_of_one_size_are_the_step_advantages_hand_computed():
+    """One size: exactly compute_step_advantages, metrics included. GRPO on [1, 0] and [1, 1]: the first group's
+    advantages are +-(0.5 / std) with the unbiased std 0.7071 (+-0.7071), the second group's are 0 (zero signal)."""
+    from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_ragged_step_advantages, compute_step_advantages
+    from adora_openrlhf.config import AdoraConfig
+
+    rewards, lengths = torch.tensor([[1.0, 0.0], [1.0, 1.0]]), torch.tensor([[5.0, 7.0], [3.0, 3.0]])
+    square = compute_step_advantages(GroupBatch(rewards, lengths), AdvantageConfig(), AdoraConfig())
+    ragged = compute_ragged_step_advantages(
+        GroupBatch(rewards.reshape(-1), lengths.reshape(-1)), [2, 2], AdvantageConfig(), AdoraConfig()
+    )
+    assert torch.equal(ragged.advantages, square.advantages.reshape(-1)) and ragged.metrics == square.metrics
+    assert ragged.advantages.tolist() == pytest.approx([0.7071, -0.7071, 0.0, 0.0], abs=1e-4)
+    assert ragged.zero_signal.tolist() == [False, True] and ragged.metrics["advantage/zero_signal_fraction"] == 0.5
+    with pytest.raises(ValueError, match="group sizes"):
+        compute_ragged_step_advantages(
+            GroupBatch(rewards.reshape(-1), lengths.reshape(-1)), [2, 3], AdvantageConfig(), AdoraConfig()
+        )
+
+
 def test_local_run_with_an_allocator_saves_and_restores_its_store(tmp_path):
     from adora_openrlhf.backends.local.trainer import train
     from adora_openrlhf.rundir import checkpoints as ckpt

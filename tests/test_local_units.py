@@ -435,7 +435,7 @@ def test_growing_kv_cache_covers_full_attention_models_only(model):
 def test_adora_correctness_follows_the_threshold_not_the_task_flag():
     """The local trainer leaves ``correct`` to the pipeline (reward > adora.correct_threshold), as the openrlhf
     backend does, so that a threshold a user sets decides which responses count as correct."""
-    from adora_openrlhf.algorithms.pipeline import compute_step_advantages
+    from adora_openrlhf.algorithms.pipeline import compute_ragged_step_advantages
     from adora_openrlhf.algorithms.sampling import PromptGroup, ScoredResponse
     from adora_openrlhf.backends.local.rl_step import group_batch
     from adora_openrlhf.config import AdoraConfig, AdvantageConfig
@@ -453,13 +453,13 @@ def test_adora_correctness_follows_the_threshold_not_the_task_flag():
     batch = group_batch([group])
     assert (
         batch.correct is None
-        and batch.rewards.tolist() == [[3.0, 1.0, 0.0]]
-        and batch.lengths.tolist() == [[4.0, 10.0, 6.0]]
+        and batch.rewards.tolist() == [3.0, 1.0, 0.0]
+        and batch.lengths.tolist() == [4.0, 10.0, 6.0]
     )
 
     def weight(threshold):
         adora = AdoraConfig(enabled=True, correct_threshold=threshold, lambda_att=0.1)
-        return compute_step_advantages(batch, AdvantageConfig(), adora).adora.weights.tolist()
+        return compute_ragged_step_advantages(batch, [3], AdvantageConfig(), adora).weights.tolist()
 
     assert weight(0.5) == pytest.approx([1.0])  # correct {4, 10}, incorrect {6}: max_pos 10 > mean_neg 6
     assert weight(1.0) == pytest.approx([0.1])  # correct {4}, incorrect {10, 6}: max_pos 4 <= mean_neg 8

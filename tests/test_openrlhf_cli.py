@@ -168,7 +168,7 @@ def test_openrlhf_flags_it_refuses_are_one_line(capsys, extra, needle):
         (
             "dapo-math-adora",
             ["--algo.dynamic_filtering_enable"],
-            "sampling.enabled: adaptive multi-round sampling and --algo.dynamic_filtering_enable are alternatives",
+            "sampling.enabled: adaptive multi-round sampling and --algo.dynamic_filtering_enable are alternatives on this backend",
         ),
         (
             "geo3k-qwen2.5vl-7b-adora",
@@ -204,6 +204,34 @@ def test_openrlhf_flags_it_refuses_are_one_line(capsys, extra, needle):
             "dapo-math-adora",
             ["--sampling.drop_unfinished", "true"],
             "sampling.drop_unfinished: the openrlhf backend needs rollout.batch_size groups per step",
+        ),
+        (
+            "dapo-math-adora",
+            ["--allocation.method", "skip"],
+            "allocation.method: not supported by the openrlhf backend (got 'skip'); 'skip' changes the number of responses",
+        ),
+        (
+            "dapo-math-adora",
+            ["--allocation.method", "knapsack", "--allocation.budget", "0.3"],
+            "allocation.budget: knapsack allocates 307 responses per step, not a multiple of train.batch_size (512)",
+        ),
+        (
+            "dapo-math-adora",
+            [
+                "--sampling.enabled",
+                "false",
+                "--allocation.method",
+                "difficulty",
+                "--allocation.candidates",
+                "2",
+                "--algo.dynamic_filtering_enable",
+            ],
+            "allocation.method: rollout allocation and --algo.dynamic_filtering_enable are alternatives on this backend",
+        ),
+        (
+            "dapo-math-adora",
+            ["--allocation.method", "knapsack", "--allocation.max_responses", "100"],
+            "allocation.max_responses: 100 is more than the sampler keeps per prompt (its budget, 32 responses)",
         ),
         (
             "dapo-math-adora",

@@ -231,23 +231,40 @@ def test_overwrite_replaces_the_run_with_zero3_in_fp32(setup, first_run):
     assert json.loads((first_run / "run_config.json").read_text())["steps"] == 1
 
 
-def test_two_deepspeed_ranks_train_with_zero3_checkpoint_and_resume(setup, tmp_path):
+ALLOCATOR = ["--allocation.method", "knapsack", "--allocation.candidates", "1.25", "--allocation.max_responses", "8"]
+
+
+def test_two_deepspeed_ranks_train_with_zero3_an_allocator_checkpoint_and_resume(setup, tmp_path):
     """Data parallelism: two policy ranks (ZeRO-3 partitions, gloo collectives) share each step's micro-batches,
     which OpenRLHF hands out whole after our experience maker has written the advantages of the whole rollout;
-    both ranks write their partition of each checkpoint, and ``--resume`` restores them on two ranks."""
+    both ranks write their partition of each checkpoint, and ``--resume`` restores them on two ranks.
+
+    The knapsack allocator runs in the samples generator: 5 candidates per step of 4 prompts, 16 responses spread
+    over groups of their own sizes; its per-prompt store is saved with each checkpoint and restored on resume (the
+    store after step 3 holds every prompt of steps 1-2 plus step 3's)."""
     out = tmp_path / "two_ranks"
-    result = run(command(setup, out, zero_stage=3, ranks=2))
+    result = run(command(setup, out, *ALLOCATOR, zero_stage=3, ranks=2))
     assert result.returncode == 0, result.stderr[-6000:]
     assert len(set(re.findall(r"AdoraPolicyModelActor pid=(\d+)", result.stderr))) == 2  # two rank processes
     actor = out / "checkpoints" / "_actor"
     step2 = {p.name for p in (actor / "global_step2").iterdir()}
     assert {"zero_pp_rank_0_mp_rank_00_model_states.pt", "zero_pp_rank_1_mp_rank_00_model_states.pt"} <= step2
-    assert json.loads((actor / "global_step2" / "adora_sampler_state.json").read_text())["sampling_step"] == 2
-    resumed = run(command(setup, out, "--resume", steps=3, zero_stage=3, ranks=2))
+    state2 = json.loads((actor / "global_step2" / "adora_sampler_state.json").read_text())
+    assert state2["sampling_step"] == 2
+    keys2 = {k for k, *_ in state2["allocation"]["posteriors"]}
+    assert 2 <= len(keys2) <= 10  # the prompts sampled in steps 1-2, of their 10 candidates (--data.max_samples 10)
+    resumed = run(command(setup, out, *ALLOCATOR, "--resume", steps=3, zero_stage=3, ranks=2))
     assert resumed.returncode == 0, resumed.stderr[-6000:]
     train, _ = records(out)
     assert sorted(train) == [1, 2, 3] and all(train[s]["actor_grad_norm"] > GRAD_NORM_FLOOR for s in (1, 2, 3))
-    assert json.loads((actor / "global_step3" / "adora_sampler_state.json").read_text())["sampling_step"] == 3
+    for step in (1, 2, 3):
+        assert train[step]["allocation/candidates"] == 5 and train[step]["allocation/responses_allocated"] == 16
+    # the resumed store is step 2's plus what step 3 observed (one observation per sampled group)
+    state3 = json.loads((actor / "global_step3" / "adora_sampler_state.json").read_text())
+    keys3 = {k for k, *_ in state3["allocation"]["posteriors"]}
+    observed = [sum(n for *_, n in state["allocation"]["posteriors"]) for state in (state2, state3)]
+    assert state3["sampling_step"] == 3 and keys2 <= keys3
+    assert observed[1] == observed[0] + train[3]["allocation/prompts_sampled"]
 
 
 def test_an_engine_that_cannot_start_stops_the_launch(setup, tmp_path):

@@ -37,6 +37,8 @@ from orl_testkit import (  # noqa: E402
 )
 
 ray = pytest.importorskip("ray")
+import torch  # noqa: E402
+
 (gen_mod, maker_mod, flags_mod) = import_openrlhf(
     "adora_openrlhf.backends.openrlhf.samples_generator",
     "adora_openrlhf.backends.openrlhf.experience_maker",
@@ -291,6 +293,83 @@ def test_unrewarded_samples_get_their_tasks_failure_reward(source, label, meta, 
         and float(missing.info["reward_missing"]) == 1.0
         and float(missing.scores) == 0.0
     )
+
+
+def allocation_config(**overrides):
+    values = {"sampling.n_keep": 4, "allocation.explore": 0.0, "advantage.estimator": "group_norm"}
+    values.update(overrides)
+    return build_run_config("kk-tiny", values)
+
+
+def seen_before(gen, prompt, positives, times=3):
+    """Tell the generator's allocation store that ``prompt`` gave ``positives`` of 4, ``times`` times."""
+    for _ in range(times):
+        gen.allocator.store.observe(gen_mod.prompt_key(prompt, KK_LABEL), positives, 4)
+
+
+def test_difficulty_allocator_samples_the_candidate_with_signal_and_keeps_its_store(ray_cluster):
+    """allocation.method difficulty, 3 candidates for 1 prompt: the store says [solved] always passes and [hard] never
+    does, so the unseen [mixed] prompt is the one sampled; all three are consumed from the dataloader; the store learns
+    the sampled group and travels in the generator's state (saved with OpenRLHF's checkpoints)."""
+    engine = make_engine()
+    args = openrlhf_args("--vllm.num_engines", "1", "--rollout.batch_size", "1", "--train.batch_size", "4", n=4)
+    cfg = allocation_config(**{"allocation.method": "difficulty", "allocation.candidates": 3.0})
+    gen = generator(args, [engine], cfg)
+    gen.prompts_dataloader = [(["kk"], [p], [KK_LABEL], [None]) for p in (PROMPTS[2], PROMPTS[1], PROMPTS[0])]
+    seen_before(gen, PROMPTS[2], 4)
+    seen_before(gen, PROMPTS[1], 0)
+    experiences, _, consumed, _ = gen.generate_samples(**GENERATE_KWARGS)
+    assert consumed == 3
+    assert [e.prompts[0] for e in experiences] == [PROMPTS[0]] * 4
+    info = experiences[0].info
+    assert float(info["adora/group_size"]) == 4 and float(info["allocation/prompts_sampled"]) == 1
+    assert float(info["allocation/prompts_skipped"]) == 2 and float(info["allocation/candidates_seen_before"]) == 2
+    key = gen_mod.prompt_key(PROMPTS[0], KK_LABEL)
+    assert gen.allocator.store.observations(key) == 1 and gen.allocator.store.posterior(key) == (2.5, 2.5)
+    state = json.loads(json.dumps(gen.state_dict()))  # JSON, as the trainer writes it
+    restored = generator(args, [], cfg)
+    restored.load_state_dict(state)
+    assert restored.allocator.store.state_dict() == gen.allocator.store.state_dict() and restored.sampling_step == 1
+
+
+def test_knapsack_groups_of_their_own_sizes_get_each_groups_own_advantages(ray_cluster):
+    """allocation.method knapsack (budget 1: 2 prompts x 4 = 8 responses) over 3 candidates: groups of the sizes the
+    allocator chose, each sample carrying its group's size; the experience maker's advantages of every group equal
+    GRPO's on that group alone, across OpenRLHF's micro-batches."""
+    from adora_openrlhf.algorithms.advantages import compute_group_advantages
+
+    engine = make_engine()
+    args = openrlhf_args("--vllm.num_engines", "1", "--rollout.batch_size", "2", "--train.batch_size", "8", n=4)
+    overrides = {"allocation.method": "knapsack", "allocation.candidates": 1.5, "allocation.max_responses": 6}
+    cfg = allocation_config(**overrides)
+    gen = generator(args, [engine], cfg)
+    gen.prompts_dataloader = [(["kk"], [p], [KK_LABEL], [None]) for p in (PROMPTS[2], PROMPTS[0], PROMPTS[1])]
+    seen_before(gen, PROMPTS[2], 4)
+    seen_before(gen, PROMPTS[1], 0)
+    experiences, _, consumed, _ = gen.generate_samples(**GENERATE_KWARGS)
+    sizes, start = [], 0
+    while start < len(experiences):
+        sizes.append(int(experiences[start].info["adora/group_size"]))
+        start += sizes[-1]
+    # the unseen [mixed] prompt gets the most responses; [solved] and [hard] tie, the earlier candidate is taken
+    assert consumed == 3 and sizes == [3, 5]
+    assert [e.prompts[0] for e in experiences] == [PROMPTS[2]] * 3 + [PROMPTS[0]] * 5
+    rewards = [float(e.rewards.reshape(-1)[0]) for e in experiences]
+
+    maker = openrlhf_maker(args, maker_mod.AdoraExperienceMaker, run_config=cfg)
+    batches = ready_for_advantages(maker, experiences)
+    maker.compute_advantages_and_returns(batches)
+    got = {}
+    for batch in batches:
+        for row, index in enumerate(batch.index):
+            got[index] = float(batch.advantages[row][batch.action_mask[row].bool()][0])
+    expected = torch.cat(
+        [
+            compute_group_advantages(part.unsqueeze(0), "group_norm", cfg.advantage.eps)[0][0]
+            for part in torch.tensor(rewards).split(sizes)
+        ]
+    )
+    assert [got[i] for i in range(8)] == pytest.approx(expected.tolist(), abs=1e-5)
 
 
 def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_cluster, tmp_path):

@@ -42,10 +42,13 @@ import random
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adora_openrlhf.config_checks import check_field_types, check_number, require
 from adora_openrlhf.registry import Registry
+
+if TYPE_CHECKING:
+    from adora_openrlhf.algorithms.sampling import SamplingResult
 
 
 @dataclass
@@ -121,6 +124,19 @@ class AllocationConfig:
     @property
     def enabled(self) -> bool:
         return self.method != "uniform"
+
+    def candidate_count(self, prompts: int) -> int:
+        """Prompts of the data order examined for ``prompts`` sampled ones: round(candidates x prompts), at least
+        ``prompts`` (every method but ``uniform``; ``uniform`` examines exactly ``prompts``)."""
+        return max(prompts, round(self.candidates * prompts)) if self.enabled else prompts
+
+    def responses_per_step(self, prompts: int, group_size: int) -> int:
+        """Responses one allocation spends for ``prompts`` groups of ``group_size``: the knapsack's budget
+        B = max(min_responses, round(budget x prompts x group_size)); every other method prompts x group_size
+        (``skip``: at most that)."""
+        if self.method == "knapsack":
+            return max(self.min_responses, round(self.budget * prompts * group_size))
+        return prompts * group_size
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -254,7 +270,7 @@ def difficulty_allocation(req: AllocationRequest) -> list[int]:
 def knapsack_allocation(req: AllocationRequest) -> list[int]:
     """Greedy by signal gained per response under the budget B (module docstring)."""
     cfg = req.cfg
-    budget = max(cfg.min_responses, round(cfg.budget * req.prompts * req.group_size))
+    budget = cfg.responses_per_step(req.prompts, req.group_size)
     counts = [0] * len(req.posteriors)
 
     def next_item(i: int) -> tuple[float, int] | None:  # (gain per response, cost) of the candidate's next item
@@ -322,3 +338,53 @@ def allocate(
             "allocation/store_size": float(len(store)),
         },
     )
+
+
+class RolloutAllocator:
+    """The stateful side of allocation that a backend holds: chooses, per sampler call, which of its candidate prompts
+    are sampled and with how many responses (:func:`allocate`, seeded by run seed, step and data position); holds the
+    store (its :meth:`state_dict` goes into every checkpoint), learns from each sampled group (the positives among
+    every response generated for the prompt) and sums the step's allocation metrics over the calls of a step
+    (:meth:`pop_metrics`)."""
+
+    def __init__(self, cfg: AllocationConfig, seed: int) -> None:
+        self.cfg, self.seed = cfg, seed
+        self.store = PromptStatsStore(cfg.prior, cfg.decay, cfg.max_prompts)
+        self._metrics: dict[str, float] = {}
+        self._predicted: list[float] = []  # predicted signal fraction of each sampler call of the step
+
+    def num_candidates(self, prompts: int) -> int:
+        """Prompts of the data order examined for ``prompts`` sampled ones: round(candidates * prompts), at least ``prompts``."""
+        return self.cfg.candidate_count(prompts)
+
+    def choose(self, keys: Sequence[str], prompts: int, group_size: int, step: int, position: int) -> Allocation:
+        """The counts of the candidates ``keys`` (data positions ``position`` on) for a call that wants ``prompts`` groups."""
+        rng = random.Random(f"allocation:{self.seed}:{step}:{position}")
+        allocation = allocate(self.store, keys, prompts, group_size, self.cfg, rng)
+        for name, value in allocation.metrics.items():
+            if name == "allocation/store_size":
+                self._metrics[name] = value
+            elif name != "allocation/predicted_signal_fraction":
+                self._metrics[name] = self._metrics.get(name, 0.0) + value
+        self._predicted.append(allocation.metrics["allocation/predicted_signal_fraction"])
+        return allocation
+
+    def observe(self, keys: Sequence[str], result: SamplingResult) -> None:
+        """Add each sampled group's pool (positives of every response generated for it) to the store; ``keys`` are the
+        sampled prompts' keys in the sampler's prompt order."""
+        for group in result.groups:
+            self.store.observe(keys[group.prompt_index], group.pool_positives, len(group.pool_rewards))
+
+    def pop_metrics(self) -> dict[str, float]:
+        """The step's allocation metrics (counts summed over its sampler calls), then reset."""
+        out = dict(self._metrics)
+        if self._predicted:
+            out["allocation/predicted_signal_fraction"] = sum(self._predicted) / len(self._predicted)
+        self._metrics, self._predicted = {}, []
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.store.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.store.load_state_dict(state)

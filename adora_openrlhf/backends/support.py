@@ -106,12 +106,15 @@ OPENRLHF: dict[str, Support] = {
             "trigger_after_step",
         )
     },
+    # AdoraSamplesGenerator holds the RolloutAllocator (flags.reconcile checks its batch sizes)
+    "allocation.method": Refused(
+        "'skip' changes the number of responses per step, which OpenRLHF's fixed training batch (train.batch_size "
+        "samples per optimiser step) cannot take on this backend; use 'difficulty' or 'knapsack'",
+        allowed=lambda value: value in ("difficulty", "knapsack"),
+    ),
     **{
-        f"allocation.{name}": Refused(
-            "rollout allocation runs on the local backend only for now; on the openrlhf backend leave the allocation section at its defaults"
-        )
+        f"allocation.{name}": USED
         for name in (
-            "method",
             "candidates",
             "budget",
             "min_responses",

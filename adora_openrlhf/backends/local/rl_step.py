@@ -3,8 +3,8 @@
 1. sample: the next ``prompts_per_step`` prompts of the seeded data order, or those a rollout allocator picks
    among its candidates with its own count each (``allocate.py``), through :class:`AdaptiveSampler`
    (:func:`sample_at`), or through DAPO dynamic filtering (:func:`filtered_sample`);
-2. advantages: :func:`compute_step_advantages` on the kept responses (:func:`group_batch`, groups of one size
-   together: :func:`step_advantages`): the estimator's group advantages (pool statistics when adaptive sampling is
+2. advantages: :func:`compute_ragged_step_advantages` on the kept responses (:func:`group_batch`,
+   :func:`step_advantages`): the estimator's group advantages (pool statistics when adaptive sampling is
    on), then ADORA's weights;
 3. update: :func:`policy_update` on the kept responses, packed in micro-batches of similar lengths, with the
    step's learning rates (:func:`scheduled_lrs`);
@@ -21,13 +21,12 @@ from typing import Any
 
 import torch
 
-from adora_openrlhf.algorithms.advantages import PoolStats
+from adora_openrlhf.algorithms.allocation import RolloutAllocator
 from adora_openrlhf.algorithms.dynamic_filtering import filter_and_refill
 from adora_openrlhf.algorithms.lr_schedules import lr_factor
-from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_step_advantages
+from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_ragged_step_advantages
 from adora_openrlhf.algorithms.policy_loss import PolicyLossConfig
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, PromptGroup, SamplingResult
-from adora_openrlhf.backends.local.allocate import RolloutAllocator
 from adora_openrlhf.backends.local.update import pack, policy_update
 from adora_openrlhf.config import ConfigError, RunConfig
 from adora_openrlhf.engine.rollout import RolloutEngine
@@ -139,27 +138,11 @@ def sample_step(cfg: RunConfig, step: int, position: int, sampling: StepSampling
 
 
 def step_advantages(cfg: RunConfig, result: SamplingResult) -> tuple[torch.Tensor, dict[str, float]]:
-    """The advantage of every kept response (flat, in the groups' order) and the advantage pipeline's metrics.
-
-    Groups of one size go through :func:`compute_step_advantages` together; an allocator's groups of several sizes
-    go size by size (each group's advantages depend on its own responses and pool only), and each metric is the
-    mean over the sizes weighted by their number of groups (``advantage/mean_abs`` by their number of responses)."""
-    groups, stats = result.groups, result.pool_stats
-    by_size: dict[int, list[int]] = {}
-    for i, group in enumerate(groups):
-        by_size.setdefault(len(group.kept), []).append(i)
-    flat: list[torch.Tensor] = [torch.empty(0)] * len(groups)
-    metrics: dict[str, float] = {}
-    responses = sum(len(g.kept) for g in groups)
-    for size, idx in by_size.items():
-        pool = PoolStats(count=stats.count[idx], mean=stats.mean[idx], std=stats.std[idx])
-        out = compute_step_advantages(group_batch([groups[i] for i in idx]), cfg.advantage, cfg.adora, pool)
-        for row, i in enumerate(idx):
-            flat[i] = out.advantages[row]
-        for name, value in out.metrics.items():
-            weight = len(idx) * size / responses if name == "advantage/mean_abs" else len(idx) / len(groups)
-            metrics[name] = metrics.get(name, 0.0) + weight * value
-    return torch.cat(flat), metrics
+    """The advantage of every kept response (flat, in the groups' order) and the advantage pipeline's metrics:
+    :func:`compute_ragged_step_advantages` (an allocator's groups may differ in size)."""
+    sizes = [len(g.kept) for g in result.groups]
+    out = compute_ragged_step_advantages(group_batch(result.groups), sizes, cfg.advantage, cfg.adora, result.pool_stats)
+    return out.advantages, out.metrics
 
 
 def update_policy(
@@ -237,13 +220,14 @@ def scheduled_lrs(train: PolicyLossConfig, step: int, steps: int) -> list[float]
 
 
 def group_batch(groups: list[PromptGroup]) -> GroupBatch:
-    """The kept responses of ``groups`` as the advantage pipeline's [G, n] tensors. ``correct`` is left to the
+    """The kept responses of ``groups``, one group after another, as the advantage pipeline's flat [N] tensors
+    (:func:`compute_ragged_step_advantages` takes the group sizes beside them). ``correct`` is left to the
     pipeline (reward > adora.correct_threshold, the correctness rule in ``algorithms/adora.py``), as on the openrlhf backend, rather than
     taken from the task's own flag: the two agree on the shipped rewards, and a changed threshold takes effect."""
     return GroupBatch(
-        rewards=torch.tensor([[r.reward for r in x.kept] for x in groups], dtype=torch.float32),
-        lengths=torch.tensor([[r.length for r in x.kept] for x in groups], dtype=torch.float32),
-        truncated=torch.tensor([[r.truncated for r in x.kept] for x in groups], dtype=torch.bool),
+        rewards=torch.tensor([r.reward for x in groups for r in x.kept], dtype=torch.float32),
+        lengths=torch.tensor([r.length for x in groups for r in x.kept], dtype=torch.float32),
+        truncated=torch.tensor([r.truncated for x in groups for r in x.kept], dtype=torch.bool),
     )
 
 

@@ -38,8 +38,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from adora_openrlhf.algorithms.allocation import RolloutAllocator
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler
-from adora_openrlhf.backends.local.allocate import RolloutAllocator
 from adora_openrlhf.backends.local.rl_step import PolicyDiverged, StepModels, StepSampling, rl_row_count, rl_step
 from adora_openrlhf.backends.local.sft import supervised_warmup, warmup_styles
 from adora_openrlhf.backends.support import check_backend_fields

@@ -24,7 +24,8 @@ before length penalties, ``adora/raw_reward``) exceeds ``adora.correct_threshold
 class reads the same raw reward against ``sampling.positive_threshold``. OpenRLHF's ``scores`` are not used
 (a source without scores gets its rewards copied there, which would silently change their meaning).
 
-Sample layout (as OpenRLHF's): ``rollout_samples`` hold the n responses of a prompt next to each other;
+Sample layout (as OpenRLHF's): ``rollout_samples`` hold the n responses of a prompt next to each other (with a
+rollout allocator, each group has its own size, carried by every sample as ``adora/group_size``);
 ``split_rollout_samples`` records each sample's position in ``Experience.index``; micro-batches may be
 re-ordered (dynamic batching), so grouping always goes through that index.
 
@@ -55,7 +56,7 @@ from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from adora_openrlhf.algorithms.adora import TAS, TDS
 from adora_openrlhf.algorithms.advantages import ADVANTAGE_ESTIMATORS, PoolStats
-from adora_openrlhf.algorithms.pipeline import AdvantageOutput, GroupBatch, compute_step_advantages
+from adora_openrlhf.algorithms.pipeline import GroupBatch, RaggedAdvantageOutput, compute_ragged_step_advantages
 from adora_openrlhf.config import AdvantageConfig, RunConfig
 
 logger = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ POOL_COUNT, POOL_MEAN, POOL_STD = "adora/pool_count", "adora/pool_mean", "adora/
 RAW_REWARD = "adora/raw_reward"  # the reward source's reward before OpenRLHF's length penalties
 ENGINE_LOGPROB_GAP = "adora/engine_logprob_gap"  # |log p_engine - log p_trainer| per response token, batch mean
 LENGTH_PENALIZED = "adora/length_penalized"  # present: the samples generator already applied the length penalties
+GROUP_SIZE = "adora/group_size"  # responses of the sample's group, when a rollout allocator gave groups their own sizes
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class FlatRollout:
     truncated: torch.Tensor  # [N] bool
     scores: torch.Tensor | None  # [N] float, None when any sample has no score
     pool: PoolStats | None  # per sample (every sample of a group carries its group's values), None if absent
+    group_sizes: torch.Tensor | None  # [N] size of each sample's group (a rollout allocator's counts), None if absent
     order: torch.Tensor  # [N] long: position of each concatenated sample
     split_sizes: list[int]  # samples per experience, to split back
 
@@ -114,6 +117,7 @@ def flatten_rollout(experiences: Sequence[Experience]) -> FlatRollout:
     pool = None
     if all(p is not None for p in pool_parts):
         pool = PoolStats(count=pool_parts[0].long(), mean=pool_parts[1].float(), std=pool_parts[2].float())
+    group_sizes = ordered(_cat(experiences, lambda e: e.info.get(GROUP_SIZE)))
     return FlatRollout(
         rewards=rewards,
         raw_rewards=raw_rewards.float() if raw_rewards is not None else rewards,
@@ -121,45 +125,69 @@ def flatten_rollout(experiences: Sequence[Experience]) -> FlatRollout:
         truncated=truncated.bool() if truncated is not None else torch.zeros_like(rewards, dtype=torch.bool),
         scores=scores,
         pool=pool,
+        group_sizes=group_sizes.long() if group_sizes is not None else None,
         order=order,
         split_sizes=sizes,
     )
 
 
-def group_advantages(flat: FlatRollout, n: int, cfg: RunConfig, estimator: str) -> AdvantageOutput:
-    """The core's advantages [G, n] for a flattened rollout (n = responses per prompt)."""
+def group_layout(flat: FlatRollout, n: int) -> list[int]:
+    """The sizes of the rollout's groups in prompt order: n each, or each group's own size when the samples carry
+    ``adora/group_size`` (a rollout allocator ran); every sample of a group must carry the same size."""
     total = flat.rewards.numel()
-    if n < 1 or total % n:
-        raise ValueError(f"rollout.n_samples_per_prompt: {total} samples do not form groups of {n}")
-    shape = (total // n, n)
-    correct = (flat.raw_rewards > cfg.adora.correct_threshold).reshape(shape)
+    if flat.group_sizes is None:
+        if n < 1 or total % n:
+            raise ValueError(f"rollout.n_samples_per_prompt: {total} samples do not form groups of {n}")
+        return [n] * (total // n)
+    sizes, start, per_sample = [], 0, flat.group_sizes.tolist()
+    while start < total:
+        size = per_sample[start]
+        if size < 1 or start + size > total or any(x != size for x in per_sample[start : start + size]):
+            raise ValueError(
+                f"Experience.info[{GROUP_SIZE!r}]: the samples from position {start} on do not form a group of {size}"
+            )
+        sizes.append(size)
+        start += size
+    return sizes
+
+
+def group_advantages(flat: FlatRollout, sizes: list[int], cfg: RunConfig, estimator: str) -> RaggedAdvantageOutput:
+    """The core's advantages (flat [N], prompt order) for a flattened rollout whose groups have ``sizes``."""
     batch = GroupBatch(
-        rewards=flat.rewards.reshape(shape),
-        lengths=flat.lengths.reshape(shape).float(),
-        correct=correct,
-        truncated=flat.truncated.reshape(shape),
+        rewards=flat.rewards,
+        lengths=flat.lengths.float(),
+        correct=flat.raw_rewards > cfg.adora.correct_threshold,
+        truncated=flat.truncated,
     )
     pool = None
     if flat.pool is not None:
-        first = torch.arange(0, total, n)
+        first = torch.tensor([0, *sizes[:-1]], dtype=torch.long).cumsum(0)
         pool = PoolStats(count=flat.pool.count[first], mean=flat.pool.mean[first], std=flat.pool.std[first])
     advantage_cfg = AdvantageConfig(estimator=estimator, eps=cfg.advantage.eps)
-    return compute_step_advantages(batch, advantage_cfg, cfg.adora, pool)
+    return compute_ragged_step_advantages(batch, sizes, advantage_cfg, cfg.adora, pool)
 
 
-def per_sample_info(out: AdvantageOutput, n: int) -> dict[str, torch.Tensor]:
+def per_sample_info(out: RaggedAdvantageOutput, sizes: list[int]) -> dict[str, torch.Tensor]:
     """Per-sample logging tensors [N] in prompt order: group weight, class indicators, step metrics."""
-    num_groups = out.advantages.shape[0]
+    repeats = torch.tensor(sizes, dtype=torch.long)
     per_group = {
-        "adora/weight": out.adora.weights.float(),
-        "adora/tas": (out.adora.group_class == TAS).float(),
-        "adora/tds": (out.adora.group_class == TDS).float(),
-        "adora/zero_signal": out.group_stats.zero_signal.float(),
+        "adora/weight": out.weights.float(),
+        "adora/tas": (out.group_class == TAS).float(),
+        "adora/tds": (out.group_class == TDS).float(),
+        "adora/zero_signal": out.zero_signal.float(),
     }
-    info = {key: value.repeat_interleave(n) for key, value in per_group.items()}
+    info = {key: value.repeat_interleave(repeats) for key, value in per_group.items()}
     for key, value in out.metrics.items():
-        info.setdefault(key, torch.full((num_groups * n,), float(value)))
+        info.setdefault(key, torch.full((sum(sizes),), float(value)))
     return info
+
+
+def group_reward_std(rewards: torch.Tensor, sizes: list[int]) -> torch.Tensor | None:
+    """Each sample's group reward std (unbiased, OpenRLHF's ``group_reward_std``); None when every group has one sample."""
+    if all(size == 1 for size in sizes):
+        return None
+    stds = [part.std() if part.numel() > 1 else part.new_zeros(()) for part in rewards.split(sizes)]
+    return torch.stack(stds).repeat_interleave(torch.tensor(sizes, dtype=torch.long))
 
 
 class AdoraExperienceMaker(RemoteExperienceMaker):
@@ -190,15 +218,15 @@ class AdoraExperienceMaker(RemoteExperienceMaker):
         if not any(penalized):
             apply_length_penalties(experiences, args)  # DAPO overlong / stop-properly penalties, as OpenRLHF
 
-        n = args.rollout.n_samples_per_prompt
         flat = flatten_rollout(experiences)
+        sizes = group_layout(flat, args.rollout.n_samples_per_prompt)
         # ours, also behind a stand-in flag
-        out = group_advantages(flat, n, self.run_config, self.run_config.advantage.estimator)
+        out = group_advantages(flat, sizes, self.run_config, self.run_config.advantage.estimator)
 
         # back to the concatenation order of the micro-batches
-        scalar = out.advantages.reshape(-1)[flat.order].split(flat.split_sizes)
-        group_std = flat.rewards.reshape(-1, n).std(-1, keepdim=True).expand(-1, n).reshape(-1) if n > 1 else None
-        info = per_sample_info(out, n)
+        scalar = out.advantages[flat.order].split(flat.split_sizes)
+        group_std = group_reward_std(flat.rewards, sizes)
+        info = per_sample_info(out, sizes)
         if group_std is not None:
             info["group_reward_std"] = group_std
         info_split = {key: value[flat.order].split(flat.split_sizes) for key, value in info.items()}

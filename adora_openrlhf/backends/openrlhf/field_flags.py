@@ -116,10 +116,11 @@ FIELD_FLAGS: tuple[FieldFlags, ...] = (
     one("model.path", "actor.model_name_or_path"),
     one("data.train_path", "data.prompt_dataset"),
     FieldFlags(
-        ("steps", "prompts_per_step"),
+        ("steps", "prompts_per_step", "allocation.method", "allocation.candidates"),
         "--data.max_samples",
-        lambda cfg: {"data.max_samples": cfg.steps * cfg.prompts_per_step},
-        note="steps x prompts_per_step: one episode of `steps` rollout batches (add --train.num_episodes for more passes)",
+        lambda cfg: {"data.max_samples": cfg.steps * cfg.allocation.candidate_count(cfg.prompts_per_step)},
+        note="steps x prompts_per_step (x allocation.candidates with an allocator, which draws that many candidates per "
+        "step): one episode of `steps` rollout batches (add --train.num_episodes for more passes)",
     ),
     FieldFlags(
         ("data.max_prompt_tokens", "rollout.max_new_tokens"),
@@ -148,10 +149,11 @@ FIELD_FLAGS: tuple[FieldFlags, ...] = (
         },
     ),
     FieldFlags(
-        ("prompts_per_step", "sampling.n_keep"),
+        ("prompts_per_step", "sampling.n_keep", "allocation.method", "allocation.budget", "allocation.min_responses"),
         "--train.batch_size",
-        lambda cfg: {"train.batch_size": cfg.prompts_per_step * cfg.sampling.n_keep},
-        note="prompts_per_step x n_keep: one optimiser step per rollout batch",
+        lambda cfg: {"train.batch_size": cfg.allocation.responses_per_step(cfg.prompts_per_step, cfg.sampling.n_keep)},
+        note="prompts_per_step x n_keep (the knapsack's budget of responses with `allocation.method knapsack`): one "
+        "optimiser step per rollout batch",
     ),
     one("train.ppo_epochs", "train.max_epochs"),
     one("seed", "train.seed"),

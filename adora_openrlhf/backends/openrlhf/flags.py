@@ -125,6 +125,35 @@ def build_argv(
     return argv + list(passthrough)
 
 
+def check_allocation_batches(cfg: RunConfig, args: SimpleNamespace) -> None:
+    """A rollout allocator's step must fill whole training batches (``AllocationConfig.responses_per_step``: the
+    knapsack's budget, rollout.batch_size x n_samples_per_prompt otherwise); OpenRLHF's actors take train.batch_size
+    samples per optimiser step. The generator takes one allocation per step, so a separate vLLM batch size is
+    refused."""
+    responses = cfg.allocation.responses_per_step(args.rollout.batch_size, args.rollout.n_samples_per_prompt)
+    if responses % args.train.batch_size:
+        raise ConfigError(
+            f"allocation.budget: {cfg.allocation.method} allocates {responses} responses per step, not a multiple of "
+            f"train.batch_size ({args.train.batch_size}); choose --allocation.budget or --train.batch_size so that it is"
+        )
+    if (
+        cfg.sampling.enabled
+        and cfg.allocation.method == "knapsack"
+        and cfg.allocation.max_responses > cfg.sampling.response_budget
+    ):
+        raise ConfigError(
+            f"allocation.max_responses: {cfg.allocation.max_responses} is more than the sampler keeps per prompt "
+            f"(its budget, {cfg.sampling.response_budget} responses); a group would come back smaller than allocated "
+            f"and the step short of whole training batches; set --allocation.max_responses {cfg.sampling.response_budget}"
+        )
+    generate_batch = getattr(args.rollout, "vllm_generate_batch_size", None)
+    if generate_batch not in (None, args.rollout.batch_size):
+        raise ConfigError(
+            f"rollout.vllm_generate_batch_size: with a rollout allocator each step is one allocation of "
+            f"rollout.batch_size ({args.rollout.batch_size}) prompts; drop --rollout.vllm_generate_batch_size"
+        )
+
+
 def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
     """RunConfig with the shared fields taken from OpenRLHF's final namespace; unsupported combinations raise."""
     from adora_openrlhf.algorithms.advantages import ADVANTAGE_ESTIMATORS
@@ -141,23 +170,31 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
             f"algo.advantage.estimator: {estimator!r} is not a group estimator of this package; ADORA and adaptive "
             f"sampling need one of {sorted(ADVANTAGE_ESTIMATORS)} (or turn --adora.enabled/--sampling.enabled off)"
         )
-    if cfg.sampling.enabled:
+    generator_features = (
+        (cfg.sampling.enabled, "sampling.enabled", "adaptive multi-round sampling", "the sampler"),
+        (cfg.allocation.enabled, "allocation.method", "rollout allocation", "the allocator"),
+    )
+    for active, name, feature, actor in generator_features:
+        if not active:
+            continue
         if args.algo.dynamic_filtering_enable:
             raise ConfigError(
-                "sampling.enabled: adaptive multi-round sampling and --algo.dynamic_filtering_enable are alternatives; use one of them"
+                f"{name}: {feature} and --algo.dynamic_filtering_enable are alternatives on this backend; use one of them"
             )
         if not args.reward.remote_url:
             raise ConfigError(
-                "sampling.enabled: the sampler needs rewards at rollout time; set --reward.remote_url (the reward file)"
+                f"{name}: {actor} needs rewards at rollout time; set --reward.remote_url (the reward file)"
             )
         if not args.vllm.num_engines:
-            raise ConfigError("sampling.enabled: the sampler generates with vLLM; set --vllm.num_engines >= 1")
-        if cfg.sampling.drop_unfinished:
-            raise ConfigError(
-                "sampling.drop_unfinished: the openrlhf backend needs rollout.batch_size groups per step (OpenRLHF "
-                "splits them evenly across ranks); keep unfinished prompts (--sampling.drop_unfinished false) or use "
-                "--algo.dynamic_filtering_enable without the sampler"
-            )
+            raise ConfigError(f"{name}: {actor} generates with vLLM; set --vllm.num_engines >= 1")
+    if cfg.sampling.enabled and cfg.sampling.drop_unfinished:
+        raise ConfigError(
+            "sampling.drop_unfinished: the openrlhf backend needs rollout.batch_size groups per step (OpenRLHF "
+            "splits them evenly across ranks); keep unfinished prompts (--sampling.drop_unfinished false) or use "
+            "--algo.dynamic_filtering_enable without the sampler"
+        )
+    if cfg.allocation.enabled:
+        check_allocation_batches(cfg, args)
     buffer, max_new = args.reward.overlong_buffer_len, args.rollout.max_new_tokens or args.data.max_len
     if buffer is not None and buffer > max_new:
         raise ConfigError(

@@ -41,7 +41,7 @@ from __future__ import annotations
 import heapq
 import json
 import logging
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import ray
@@ -54,10 +54,13 @@ from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _coll
 from openrlhf.trainer.ppo_utils.samples_generator import (
     SamplingParams as VllmSamplingParams,
 )
+from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 from tqdm import tqdm
 
+from adora_openrlhf.algorithms.allocation import RolloutAllocator
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, GenerationRequest, SamplingResult, ScoredResponse
 from adora_openrlhf.backends.openrlhf.experience_maker import (
+    GROUP_SIZE,
     LENGTH_PENALIZED,
     POOL_COUNT,
     POOL_MEAN,
@@ -148,47 +151,98 @@ def scored_response(experience: Experience, positive_threshold: float) -> Scored
     )
 
 
-def kept_experiences(result: SamplingResult) -> list[Experience]:
-    """Kept Experiences, prompt by prompt, with pool statistics, sampler metrics and round in ``info``."""
+def kept_experiences(
+    result: SamplingResult, extra_metrics: dict[str, float] | None = None, group_sizes: bool = False
+) -> list[Experience]:
+    """Kept Experiences, prompt by prompt, with pool statistics, sampler metrics (and ``extra_metrics``), round and,
+    with ``group_sizes``, the size of the sample's group (``adora/group_size``) in ``info``."""
     out: list[Experience] = []
+    metrics = {**result.metrics, **(extra_metrics or {})}
     for g, group in enumerate(result.groups):
         pool = {
             POOL_COUNT: float(result.pool_stats.count[g]),
             POOL_MEAN: float(result.pool_stats.mean[g]),
             POOL_STD: float(result.pool_stats.std[g]),
         }
+        if group_sizes:
+            pool[GROUP_SIZE] = float(len(group.kept))
         for response in group.kept:
             experience: Experience = response.payload
-            for key, value in {**pool, **result.metrics, ROUND_KEY: float(response.round)}.items():
+            for key, value in {**pool, **metrics, ROUND_KEY: float(response.round)}.items():
                 experience.info[key] = torch.tensor([value])
             out.append(experience)
     return out
 
 
-def prompt_key(prompt: Any, label: Any) -> Hashable:
-    """Identity of a prompt across steps (for ``pool_scope="history"``)."""
+def check_allocated_responses(responses: int, train_batch_size: int) -> None:
+    """An allocation's responses must fill whole training batches: OpenRLHF's actors take ``train.batch_size``
+    samples per optimiser step (its gradient accumulation and dynamic batching count on it)."""
+    if responses % train_batch_size:
+        raise ValueError(
+            f"allocation: this step's allocation has {responses} responses, not a multiple of train.batch_size "
+            f"({train_batch_size}); set --allocation.budget so that budget x rollout.batch_size x n_samples_per_prompt "
+            f"is a multiple of train.batch_size, and --allocation.max_responses high enough to spend it"
+        )
+
+
+def prompt_key(prompt: Any, label: Any) -> str:
+    """Identity of a prompt across steps (``pool_scope="history"`` and the allocation store)."""
     return json.dumps([prompt, label], sort_keys=True, default=str)
 
 
 class AdoraSamplesGenerator(SamplesGenerator):
-    """``SamplesGenerator`` running the adaptive multi-round sampler when ``sampling.enabled`` is on."""
+    """``SamplesGenerator`` running the adaptive multi-round sampler when ``sampling.enabled`` is on, and the rollout
+    allocator when ``allocation.method`` is not ``uniform`` (:meth:`generate_samples`)."""
 
     def __init__(self, *args, run_config: RunConfig, **kwargs):
         super().__init__(*args, **kwargs)
         self.run_config = run_config
         self.sampler = AdaptiveSampler(run_config.sampling, run_config.rollout, seed=run_config.seed)
+        self.allocator = (
+            RolloutAllocator(run_config.allocation, run_config.seed) if run_config.allocation.enabled else None
+        )
         self.sampling_step = 0  # training batches sampled so far (escalation trigger, sampler seed)
         self._evaluating = False
         self._reward_counts = [0, 0]  # (missing, total) rewards of the current batch
 
     # -- checkpointing (saved with OpenRLHF's checkpoints by the trainer) -----------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The sampler's cross-step state: step counter (escalation trigger, per-step seeds) and reward history."""
-        return {"sampling_step": self.sampling_step, "sampler": self.sampler.state_dict()}
+        """The cross-step state: step counter (escalation trigger, per-step seeds), the sampler's reward history and,
+        with an allocator, its per-prompt statistics store."""
+        state = {"sampling_step": self.sampling_step, "sampler": self.sampler.state_dict()}
+        if self.allocator is not None:
+            state["allocation"] = self.allocator.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampling_step = int(state["sampling_step"])
         self.sampler.load_state_dict(state["sampler"])
+        if self.allocator is not None:
+            if "allocation" not in state:
+                logger.warning("resume: the checkpoint has no allocation store; the allocator starts from its prior")
+            self.allocator.load_state_dict(state.get("allocation", {}))
+
+    def generate_samples(self, **generate_kwargs):
+        """OpenRLHF's ``generate_samples``; with an allocator, one allocation per training batch instead: every sample
+        of the step's groups is returned at once (OpenRLHF's buffer would cut a batch at ``rollout.batch_size x
+        n_samples_per_prompt`` samples, splitting groups whose sizes the allocator chose)."""
+        if self.allocator is None:
+            return super().generate_samples(**generate_kwargs)
+        if getattr(self, "_dataloader_iter", None) is None:
+            self._dataloader_iter = iter(self.prompts_dataloader)
+        if self.args.vllm.enable_sleep:
+            batch_vllm_engine_call(self.vllm_engines, "wake_up")
+        try:
+            experiences, consumed, exhausted = self._generate_vllm(
+                self._dataloader_iter, self.args.rollout.batch_size, False, **generate_kwargs
+            )
+        finally:
+            if self.args.vllm.enable_sleep:
+                batch_vllm_engine_call(self.vllm_engines, "sleep")
+        if exhausted:
+            self._dataloader_iter = None
+            logger.info("Prompt dataloader is exhausted.")
+        return experiences, None, consumed, exhausted
 
     def _process_response_into_experience(self, response, **generate_kwargs) -> Experience:
         """OpenRLHF's conversion, plus the raw reward, and the task's failure reward (``reward_missing = 1``) when
@@ -223,7 +277,7 @@ class AdoraSamplesGenerator(SamplesGenerator):
 
     def _generate_vllm(self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs):
         self._reward_counts = [0, 0]
-        if self._evaluating or not self.run_config.sampling.enabled:
+        if self._evaluating or not (self.run_config.sampling.enabled or self.allocator is not None):
             out = super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
         else:
             out = self._generate_adaptive(dataloader_iter, num_prompts, **generate_kwargs)
@@ -232,21 +286,38 @@ class AdoraSamplesGenerator(SamplesGenerator):
         return out
 
     def _generate_adaptive(self, dataloader_iter, num_prompts: int, **generate_kwargs):
-        prompts, labels, images, exhausted = _collect_prompt_batch(dataloader_iter, num_prompts)
+        """One batch through the sampler: ``num_prompts`` prompts, ``n_keep`` responses each; with an allocator, its
+        candidates (``allocation.candidates`` x ``num_prompts`` prompts of the dataloader), the ones it gives
+        responses to sampled with their own group sizes, and the store told what each sampled group showed."""
+        candidates = self.allocator.num_candidates(num_prompts) if self.allocator is not None else num_prompts
+        prompts, labels, images, exhausted = _collect_prompt_batch(dataloader_iter, candidates)
         if not prompts:
             return [], 0, True
+        drawn = len(prompts)
+        keys = [prompt_key(p, label) for p, label in zip(prompts, labels, strict=True)]
+        chosen, sizes = list(range(len(prompts))), None
+        if self.allocator is not None:
+            allocation = self.allocator.choose(
+                keys, num_prompts, self.run_config.sampling.n_keep, self.sampling_step, 0
+            )
+            check_allocated_responses(sum(allocation.counts), self.args.train.batch_size)
+            chosen = [i for i, count in enumerate(allocation.counts) if count > 0]
+            sizes = [allocation.counts[i] for i in chosen]
+        prompts, labels, keys = [prompts[i] for i in chosen], [labels[i] for i in chosen], [keys[i] for i in chosen]
+        images = [images[i] for i in chosen] if images else images
 
         def generate(requests: Sequence[GenerationRequest]) -> list[list[ScoredResponse]]:
             return self.generate_round(requests, prompts, labels, images, generate_kwargs)
 
         result = self.sampler.sample(
-            len(prompts),
-            generate,
-            step=self.sampling_step,
-            prompt_keys=[prompt_key(p, label) for p, label in zip(prompts, labels, strict=True)],
+            len(prompts), generate, step=self.sampling_step, prompt_keys=keys, group_sizes=sizes
         )
+        extra = {}
+        if self.allocator is not None:
+            self.allocator.observe(keys, result)
+            extra = self.allocator.pop_metrics()
         self.sampling_step += 1
-        return kept_experiences(result), len(prompts), exhausted
+        return kept_experiences(result, extra, group_sizes=self.allocator is not None), drawn, exhausted
 
     # -- one round over the engines ------------------------------------------------------------------------
     def _assign_engines(self, counts: Sequence[int]) -> list[int]:
