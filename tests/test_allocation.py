@@ -334,3 +334,13 @@ def test_openrlhf_backend_refuses_allocation():
     cfg = build_run_config("kk-testbed-openrlhf", {"allocation.method": "skip"})
     with pytest.raises(ConfigError, match="allocation.method: not supported by the openrlhf backend"):
         check_backend_fields(cfg)
+
+
+def test_step_sizes_of_each_method_by_hand():
+    """What a backend sizes its step by: candidates examined and responses spent per allocation."""
+    knapsack = AllocationConfig(method="knapsack", candidates=2.0, budget=0.5)
+    assert knapsack.candidate_count(16) == 32 and knapsack.responses_per_step(16, 8) == 64
+    assert AllocationConfig(method="knapsack", budget=0.01).responses_per_step(2, 4) == 2  # at least min_responses
+    difficulty = AllocationConfig(method="difficulty", candidates=1.25)
+    assert difficulty.candidate_count(4) == 5 and difficulty.responses_per_step(4, 4) == 16
+    assert AllocationConfig(candidates=3.0).candidate_count(4) == 4  # uniform examines only what it samples

@@ -7,6 +7,7 @@ fields and errors. Every trainer here trains a 1-layer model on 2-4 prompts with
 from __future__ import annotations
 
 import functools
+import json
 import math
 
 import pytest
@@ -66,7 +67,7 @@ def _trainer(
     tmp_path, reward=None, steps: int = 2, prompts_per_step: int = 2, n: int = 4, **fields
 ) -> tuple[AdoraGRPOTrainer, RecordingReward]:
     reward = reward or RecordingReward()
-    args = AdoraGRPOConfig(
+    defaults = dict(
         output_dir=str(tmp_path / "out"),
         per_device_train_batch_size=prompts_per_step * n,
         num_generations=n,
@@ -80,8 +81,8 @@ def _trainer(
         save_strategy="no",
         disable_tqdm=True,
         seed=0,
-        **fields,
     )
+    args = AdoraGRPOConfig(**{**defaults, **fields})
     trainer = AdoraGRPOTrainer(
         model=_model(), reward_funcs=reward, args=args, train_dataset=_data(), processing_class=_tokenizer()
     )
@@ -302,6 +303,33 @@ def test_dynamic_filtering_trains_only_on_mixed_groups_and_refills_from_the_data
         assert h["filter/prompts_consumed"] >= h["filter/kept_groups"] == rewards.shape[0]
 
 
+def test_difficulty_allocation_picks_among_extra_candidates_and_its_store_resumes(tmp_path):
+    """allocation_method difficulty, 2 candidates per prompt: each step examines 4 prompts (TRL's 2 and 2 drawn from
+    train_dataset) and samples 2 of them, num_generations each; the store learns one observation per sampled group,
+    is saved in every checkpoint and restored when training resumes from one."""
+    fields = dict(
+        allocation_method="difficulty",
+        allocation_candidates=2.0,
+        correct_threshold=0.5,
+        save_strategy="steps",
+        save_steps=1,
+    )
+    trainer, _ = _trainer(tmp_path, steps=3, **fields)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "allocation/candidates" in h]
+    assert [(h["allocation/candidates"], h["allocation/prompts_sampled"]) for h in logs] == [(4.0, 2.0)] * 3
+
+    def observations(state):
+        return sum(n for *_, n in state["posteriors"])
+
+    saved = json.loads((tmp_path / "out" / "checkpoint-3" / "adora_allocation_state.json").read_text())
+    assert saved == trainer._allocator.state_dict() and observations(saved) == 6
+
+    resumed, _ = _trainer(tmp_path, steps=4, **fields)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-3"))
+    assert observations(resumed._allocator.state_dict()) == 8  # step 3's store, plus step 4's two groups
+
+
 def test_config_fields_carry_help_and_bad_values_name_the_field(tmp_path):
     import dataclasses
 
@@ -324,6 +352,8 @@ def test_config_fields_carry_help_and_bad_values_name_the_field(tmp_path):
         "dynamic_filtering_score_range": dict(dynamic_filtering_score_range=[1.0, 0.0]),
         "dynamic_filtering_enabled": dict(dynamic_filtering_enabled=True, sampling_enabled=True),
         "scale_rewards": dict(scale_rewards="batch"),
+        "allocation_method: 'knapsack'": dict(allocation_method="knapsack"),
+        "allocation_candidates": dict(allocation_candidates=0.5),
         "advantage_estimator": dict(advantage_estimator="nope"),
         "top_p": dict(sampling_enabled=True, top_p=0.0),
         # passed into the ADORA config, named as this config's field

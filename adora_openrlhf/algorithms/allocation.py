@@ -130,13 +130,15 @@ class AllocationConfig:
         ``prompts`` (every method but ``uniform``; ``uniform`` examines exactly ``prompts``)."""
         return max(prompts, round(self.candidates * prompts)) if self.enabled else prompts
 
+    def knapsack_budget(self, prompts: int, group_size: int) -> int:
+        """The knapsack's responses for ``prompts`` groups of ``group_size``: B = max(min_responses, round(budget x
+        prompts x group_size))."""
+        return max(self.min_responses, round(self.budget * prompts * group_size))
+
     def responses_per_step(self, prompts: int, group_size: int) -> int:
-        """Responses one allocation spends for ``prompts`` groups of ``group_size``: the knapsack's budget
-        B = max(min_responses, round(budget x prompts x group_size)); every other method prompts x group_size
-        (``skip``: at most that)."""
-        if self.method == "knapsack":
-            return max(self.min_responses, round(self.budget * prompts * group_size))
-        return prompts * group_size
+        """Responses one allocation spends for ``prompts`` groups of ``group_size``: the knapsack's budget B with
+        ``method`` knapsack; every other method prompts x group_size (``skip``: at most that)."""
+        return self.knapsack_budget(prompts, group_size) if self.method == "knapsack" else prompts * group_size
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -270,7 +272,7 @@ def difficulty_allocation(req: AllocationRequest) -> list[int]:
 def knapsack_allocation(req: AllocationRequest) -> list[int]:
     """Greedy by signal gained per response under the budget B (module docstring)."""
     cfg = req.cfg
-    budget = cfg.responses_per_step(req.prompts, req.group_size)
+    budget = cfg.knapsack_budget(req.prompts, req.group_size)
     counts = [0] * len(req.posteriors)
 
     def next_item(i: int) -> tuple[float, int] | None:  # (gain per response, cost) of the candidate's next item

@@ -16,6 +16,10 @@ One generation batch of TRL (``_generate_and_score_completions``) becomes:
    to ``num_generations``. With ``dynamic_filtering_enabled``: :func:`filter_and_refill` drops the groups whose share
    of correct completions lies outside ``dynamic_filtering_score_range`` and samples as many new prompts of
    ``train_dataset`` (a seeded order of its own) in their place, at most ``dynamic_filtering_max_refills`` times.
+   With ``allocation_method`` ``skip`` or ``difficulty`` (``algorithms/allocation.py``): before each sampling, the
+   core's :class:`RolloutAllocator` picks the prompts from the batch's own and ``allocation_candidates`` x as many in
+   all (the extra ones drawn from ``train_dataset`` as refills are), from its per-prompt store of pass rates; the
+   store learns every sampled group and is saved in each checkpoint (``adora_allocation_state.json``).
 2. **TRL's pipeline** then runs on the kept completions, unchanged (padding, old and reference log-probs, TRL's
    metrics): the kept completions and their rewards are handed back through ``_generate`` and
    ``_calculate_rewards``, so nothing is generated or scored twice.
@@ -55,6 +59,7 @@ except ImportError as err:  # pragma: no cover - the extra is missing
     ) from err
 
 from adora_openrlhf.algorithms.advantages import PoolStats
+from adora_openrlhf.algorithms.allocation import RolloutAllocator
 from adora_openrlhf.algorithms.dynamic_filtering import filter_and_refill
 from adora_openrlhf.algorithms.pipeline import AdvantageOutput, GroupBatch, compute_step_advantages
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, GenerationRequest, SamplingResult, ScoredResponse
@@ -68,6 +73,7 @@ TESTED_TRL_VERSION = "1.16.0"
 SAMPLER_STATE_FILE = (
     "adora_sampler_state.json"  # the sampler's reward history (pool_scope="history") in each checkpoint
 )
+ALLOCATION_STATE_FILE = "adora_allocation_state.json"  # the allocator's per-prompt store in each checkpoint
 
 if trl.__version__ != TESTED_TRL_VERSION:
     warnings.warn(
@@ -117,7 +123,10 @@ class AdoraGRPOTrainer(GRPOTrainer):
         self._filter_cfg = args.filtering_config()
         self._base_params = args.base_sampling_params()
         self._sampler = AdaptiveSampler(self._sampling_cfg, self._base_params, seed=args.seed)
-        self._in_rounds = self._sampling_cfg.enabled or self._filter_cfg.enabled
+        allocation = args.allocation_config()
+        self._allocator = RolloutAllocator(allocation, args.seed) if allocation.enabled else None
+        self._allocation_calls = 0  # allocations made (each one's random stream)
+        self._in_rounds = self._sampling_cfg.enabled or self._filter_cfg.enabled or self._allocator is not None
         self._captured: dict[str, Any] | None = None  # plain mode: what TRL generated and scored this batch
         self._replay: _Step | None = None  # multi-round modes: the kept completions, handed back to TRL's pipeline
         self._refill_order: list[int] = []
@@ -127,6 +136,8 @@ class AdoraGRPOTrainer(GRPOTrainer):
 
     def _check_multi_round_support(self) -> None:
         which = "sampling_enabled" if self._sampling_cfg.enabled else "dynamic_filtering_enabled"
+        if not (self._sampling_cfg.enabled or self._filter_cfg.enabled):
+            which = "allocation_method"
         if self.accelerator.num_processes > 1:
             raise ConfigError(
                 f"{which}: the multi-round modes of AdoraGRPOTrainer run on one process, got {self.accelerator.num_processes}"
@@ -144,6 +155,15 @@ class AdoraGRPOTrainer(GRPOTrainer):
         if self._filter_cfg.enabled and not hasattr(self.train_dataset, "__getitem__"):
             raise ConfigError(
                 "dynamic_filtering_enabled: refills draw new prompts by index; pass a map-style train_dataset (datasets.Dataset)"
+            )
+        if (
+            self._allocator is not None
+            and self._allocator.cfg.candidates > 1
+            and not hasattr(self.train_dataset, "__getitem__")
+        ):
+            raise ConfigError(
+                "allocation_candidates: the extra candidates are drawn from train_dataset by index; pass a map-style "
+                "train_dataset (datasets.Dataset) or set allocation_candidates 1"
             )
 
     # ---------------------------------------------------------------------------------------------------
@@ -274,13 +294,18 @@ class AdoraGRPOTrainer(GRPOTrainer):
         first_pools: list[list[ScoredResponse]] = []  # every completion generated for the first batch's prompts
 
         def sample(batch_rows: list[dict[str, Any]]) -> SamplingResult:
+            if self._allocator is not None:
+                batch_rows = self._allocated_rows(batch_rows, step)
             pools: list[list[ScoredResponse]] = [[] for _ in batch_rows]
             if not first_pools:
                 first_pools.extend(pools)
             keys = [_prompt_key(r["prompt"]) for r in batch_rows]
-            return self._sampler.sample(
+            result = self._sampler.sample(
                 len(batch_rows), self._generate_fn(batch_rows, pools), step=step, prompt_keys=keys
             )
+            if self._allocator is not None:
+                self._allocator.observe(keys, result)
+            return result
 
         if self._filter_cfg.enabled:
             low, high = self._filter_cfg.score_range
@@ -296,7 +321,25 @@ class AdoraGRPOTrainer(GRPOTrainer):
             result = filtered.result
         else:
             result = sample(rows)
-        return self._trained_on(result, first_pools)
+        trained = self._trained_on(result, first_pools)
+        if self._allocator is not None:
+            trained.metrics.update(self._allocator.pop_metrics())
+        return trained
+
+    def _allocated_rows(self, rows: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:
+        """The rows the allocator samples among ``rows`` and ``allocation_candidates`` x as many candidates in all (the
+        extra ones from train_dataset, as refills are drawn), each with ``num_generations`` completions."""
+        n = self.num_generations
+        candidates = rows + self._refill_rows(self._allocator.num_candidates(len(rows)) - len(rows))
+        keys = [_prompt_key(r["prompt"]) for r in candidates]
+        self._allocation_calls += 1
+        allocation = self._allocator.choose(keys, len(rows), n, step, self._allocation_calls)
+        if any(count not in (0, n) for count in allocation.counts):
+            raise ValueError(
+                f"allocation_method {self._allocator.cfg.method!r}: counts {allocation.counts}; TRL's batches need "
+                f"0 or num_generations={n} completions per prompt"
+            )
+        return [row for row, count in zip(candidates, allocation.counts, strict=True) if count]
 
     def _trained_on(self, result: SamplingResult, first_pools: list[list[ScoredResponse]]) -> _Step:
         """The kept groups, trimmed to a multiple of ``steps_per_generation`` completions; no group left -> the first
@@ -452,31 +495,44 @@ class AdoraGRPOTrainer(GRPOTrainer):
         return rows
 
     # ---------------------------------------------------------------------------------------------------
-    # Checkpoints: the sampler's reward history (pool_scope="history")
+    # Checkpoints: the sampler's reward history (pool_scope="history"), the allocator's store
     # ---------------------------------------------------------------------------------------------------
+    def _saved_states(self) -> dict[str, Any]:
+        """What goes into each checkpoint beside TRL's, by file name: the sampler's history, the allocator's store."""
+        states = {}
+        if self._sampling_cfg.enabled and self._sampling_cfg.pool_scope == "history":
+            states[SAMPLER_STATE_FILE] = self._sampler
+        if self._allocator is not None:
+            states[ALLOCATION_STATE_FILE] = self._allocator
+        return states
+
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
-        if self._sampling_cfg.enabled and self._sampling_cfg.pool_scope == "history" and self.args.should_save:
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+        if not self.args.should_save:
+            return
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
-            with open(os.path.join(folder, SAMPLER_STATE_FILE), "w") as f:
-                json.dump(self._sampler.state_dict(), f)
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        for name, holder in self._saved_states().items():
+            with open(os.path.join(folder, name), "w") as f:
+                json.dump(holder.state_dict(), f)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        path = os.path.join(checkpoint, SAMPLER_STATE_FILE) if checkpoint is not None else None
-        if path is not None and os.path.exists(path):
+        if checkpoint is None:
+            return
+        for name, holder in self._saved_states().items():
+            path = os.path.join(checkpoint, name)
+            if not os.path.exists(path):
+                continue
             try:
                 with open(path, encoding="utf-8") as f:
                     state = json.load(f)
-                self._sampler.load_state_dict(state)
+                holder.load_state_dict(state)
             except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError, ValueError) as err:
                 why = f"{type(err).__name__}: {err}"
                 raise ValueError(
-                    f"{path}: not the sampler state this trainer writes ({why}); delete it to resume with an empty history"
+                    f"{path}: not the state this trainer writes ({why}); delete it to resume with an empty one"
                 ) from None
 
 

@@ -2,7 +2,9 @@
 
 Each new field mirrors one field of the core's configs (``adora_openrlhf.config``) under a prefix, with its default
 and its help text: ``adora_<field>`` -> :class:`AdoraConfig`, ``sampling_<field>`` -> :class:`AdaptiveSamplingConfig`,
-``dynamic_filtering_<field>`` -> :class:`DynamicFilteringConfig`, ``advantage_<field>`` -> :class:`AdvantageConfig`.
+``dynamic_filtering_<field>`` -> :class:`DynamicFilteringConfig`, ``advantage_<field>`` -> :class:`AdvantageConfig`,
+``allocation_<field>`` -> :class:`AllocationConfig` (``skip`` and ``difficulty``: TRL's batches hold
+``num_generations`` completions per prompt, so the knapsack's groups of their own sizes are refused).
 They are plain dataclass fields with ``metadata={"help": ...}``, so ``HfArgumentParser`` and ``trl``'s CLI show
 them like TRL's own. ``__post_init__`` builds the core configs once, so a bad value fails when the config is made,
 with one :class:`ConfigError` naming the field (``adora_lambda_att: must be ...``).
@@ -21,6 +23,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from adora_openrlhf.algorithms.allocation import AllocationConfig
 from adora_openrlhf.config import (
     AdaptiveSamplingConfig,
     AdoraConfig,
@@ -32,7 +35,7 @@ from adora_openrlhf.errors import ConfigError
 
 # TRL's scale_rewards -> the core's estimator with the same formula ("batch" scaling has no core estimator)
 ESTIMATOR_FOR_SCALE_REWARDS = {"group": "group_norm", "none": "dr_grpo"}
-_PREFIXES = ("adora", "sampling", "dynamic_filtering", "advantage")
+_PREFIXES = ("adora", "sampling", "dynamic_filtering", "advantage", "allocation")
 
 
 def _core_help(cls: type, name: str, note: str = "") -> dict[str, str]:
@@ -164,6 +167,33 @@ class AdoraGRPOConfig(GRPOConfig):
         metadata=_core_help(DynamicFilteringConfig, "max_refills"),
     )
 
+    allocation_method: str = field(
+        default="uniform",
+        metadata={
+            "help": 'rollout allocation (algorithms/allocation.py): "uniform" (TRL\'s prompts), "skip" (leave out the prompts '
+            'predicted to give an all-equal group) or "difficulty" (the prompts most likely to give a mixed group, of '
+            "allocation_candidates x the batch's prompts; the extra candidates come from train_dataset)"
+        },
+    )
+    allocation_candidates: float = field(
+        default=_default(AllocationConfig, "candidates"), metadata=_core_help(AllocationConfig, "candidates")
+    )
+    allocation_skip_threshold: float = field(
+        default=_default(AllocationConfig, "skip_threshold"), metadata=_core_help(AllocationConfig, "skip_threshold")
+    )
+    allocation_explore: float = field(
+        default=_default(AllocationConfig, "explore"), metadata=_core_help(AllocationConfig, "explore")
+    )
+    allocation_prior: list[float] = field(
+        default_factory=lambda: [0.5, 0.5], metadata=_core_help(AllocationConfig, "prior")
+    )
+    allocation_decay: float = field(
+        default=_default(AllocationConfig, "decay"), metadata=_core_help(AllocationConfig, "decay")
+    )
+    allocation_max_prompts: int = field(
+        default=_default(AllocationConfig, "max_prompts"), metadata=_core_help(AllocationConfig, "max_prompts")
+    )
+
     def __post_init__(self):
         super().__post_init__()
         if isinstance(self.sampling_escalation, str):
@@ -186,8 +216,14 @@ class AdoraGRPOConfig(GRPOConfig):
             raise ConfigError(
                 "dynamic_filtering_enabled: DAPO filtering and adaptive sampling (sampling_enabled) are alternatives; enable one of them"
             )
+        if self.allocation_method == "knapsack":
+            raise ConfigError(
+                "allocation_method: 'knapsack' gives each prompt its own number of completions, and TRL's batches hold "
+                "num_generations per prompt; use 'skip' or 'difficulty'"
+            )
         # build every core config once: their checks run now, before a model is loaded
         (
+            self.allocation_config(),
             self.advantage_config(),
             self.adora_config(),
             self.sampling_config(),
@@ -233,6 +269,9 @@ class AdoraGRPOConfig(GRPOConfig):
             positive_threshold=self.positive_threshold(),
             escalation=list(self.sampling_escalation or []),
         )
+
+    def allocation_config(self) -> AllocationConfig:
+        return self._build(AllocationConfig, "allocation", prior=list(self.allocation_prior))
 
     def filtering_config(self) -> DynamicFilteringConfig:
         return self._build(
