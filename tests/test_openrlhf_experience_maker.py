@@ -309,3 +309,34 @@ def test_gamma_override_is_warned(caplog):
         )
     assert args.algo.advantage.gamma == 1.0
     assert "algo.advantage.gamma=0.9 is set to 1.0" in caplog.text
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("sizes", [None, [2, 6, 4]])
+def test_two_ranks_get_the_advantages_of_a_one_rank_run(dynamic, sizes):
+    """Data parallelism: the experience maker writes the advantages of the whole rollout before OpenRLHF hands its
+    micro-batches to the ranks (``async_run_method_batch``: consecutive chunks, one per rank), so every sample's
+    advantage is the one-rank run's, however the rollout is split (dynamic batching partitions it by length into a
+    multiple of the rank count) and for groups of their own sizes (a rollout allocator's ``adora/group_size``)."""
+    cfg = run_config(**{"adora.enabled": True, "adora.rule": "length", "adora.lambda_att": 0.1})
+    extra = ("--train.dynamic_batch_enable", "--rollout.max_tokens_per_gpu", "40") if dynamic else ()
+
+    def scalars(ranks: int) -> tuple[list[float], int]:
+        args = openrlhf_args(
+            *extra, "--vllm.num_engines", "1", "--actor.num_gpus_per_node", str(ranks), n=4, micro_batch=3
+        )
+        maker = openrlhf_maker(args, ours.AdoraExperienceMaker, run_config=cfg)
+        experiences = rollout_experiences(args, responses_for(GROUPS))
+        if sizes is not None:
+            per_sample = [size for size in sizes for _ in range(size)]
+            for experience, size in zip(experiences, per_sample, strict=True):
+                experience.info[ours.GROUP_SIZE] = torch.tensor([float(size)])
+        batches = ready_for_advantages(maker, experiences)
+        maker.compute_advantages_and_returns(batches)
+        return scalar_by_sample(batches), len(batches)
+
+    one, _ = scalars(1)
+    two, micro_batches = scalars(2)
+    assert two == one and micro_batches >= 2
+    if sizes is not None:  # the first group (2 samples: one correct, one wrong) is normalised on its own
+        assert one[:2] == pytest.approx([0.7071, -0.7071], abs=1e-3)
