@@ -34,7 +34,7 @@ from adora_openrlhf.algorithms.allocation import AllocationConfig
 from adora_openrlhf.algorithms.dynamic_filtering import DynamicFilteringConfig
 from adora_openrlhf.algorithms.policy_loss import PolicyLossConfig
 from adora_openrlhf.algorithms.sampling import AdaptiveSamplingConfig, SamplingParams
-from adora_openrlhf.config_checks import check_field_types, check_number, from_dict, require
+from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, from_dict, require
 from adora_openrlhf.errors import ConfigError  # defined beside the registries (no import circle); exported here
 from adora_openrlhf.plugins import import_plugins
 from adora_openrlhf.prompt_templates import PROMPT_TEMPLATES
@@ -216,12 +216,8 @@ class ModelConfig:
             self.lora_target_modules = ["all-linear"]
         check_field_types(self, "model")
         check_number(self.generation_batch_size, "model.generation_batch_size", integer=True, ge=1)
-        require(
-            self.kv_cache in KV_CACHES, "model.kv_cache", f"must be one of {list(KV_CACHES)}, got {self.kv_cache!r}"
-        )
-        require(
-            self.decoding in DECODINGS, "model.decoding", f"must be one of {list(DECODINGS)}, got {self.decoding!r}"
-        )
+        check_choice(self.kv_cache, KV_CACHES, "model.kv_cache", "KV cache")
+        check_choice(self.decoding, DECODINGS, "model.decoding", "decoding")
         check_number(self.lora_rank, "model.lora_rank", integer=True, ge=0)
         check_number(self.lora_alpha, "model.lora_alpha", integer=True, gt=0)  # peft: an integer
         require(
@@ -236,11 +232,7 @@ class ModelConfig:
             "model.lora_target_modules",
             f'must be a non-empty list of module names such as ["q_proj", "v_proj"], got {self.lora_target_modules!r}',
         )
-        require(
-            self.dtype in ("float32", "bfloat16", "float16"),
-            "model.dtype",
-            f"must be float32, bfloat16 or float16, got {self.dtype!r}",
-        )
+        check_choice(self.dtype, ("float32", "bfloat16", "float16"), "model.dtype", "dtype")
         require(
             isinstance(self.init_kwargs, Mapping) and all(isinstance(k, str) and k for k in self.init_kwargs),
             "model.init_kwargs",
@@ -346,11 +338,7 @@ class DataConfig:
         )
         for i, people in enumerate(self.kk_num_people):
             check_number(people, f"data.kk_num_people[{i}]", integer=True, ge=2, le=8)
-        require(
-            self.kk_name_order in NAME_ORDERS,
-            "data.kk_name_order",
-            f"must be one of {list(NAME_ORDERS)}, got {self.kk_name_order!r}",
-        )
+        check_choice(self.kk_name_order, NAME_ORDERS, "data.kk_name_order", "name order")
         check_number(self.kk_name_pool, "data.kk_name_pool", integer=True, ge=max(self.kk_num_people), le=26)
         check_number(self.num_train, "data.num_train", integer=True, ge=1)
         check_number(self.num_eval, "data.num_eval", integer=True, ge=1)
@@ -363,16 +351,14 @@ class DataConfig:
                 f"data.{name}",
                 f"must be a file path or dataset name, got {value!r}",
             )
+        check_choice(self.kk_parser, ("lenient", "logic_rl"), "data.kk_parser", "K&K answer parser")
         require(
-            self.kk_parser in ("lenient", "logic_rl"),
-            "data.kk_parser",
-            f"unknown K&K answer parser {self.kk_parser!r}; choose lenient or logic_rl",
-        )
-        require(
-            isinstance(self.geo_tasks, list) and bool(self.geo_tasks) and all(t in GEO_TASKS for t in self.geo_tasks),
+            isinstance(self.geo_tasks, list) and bool(self.geo_tasks),
             "data.geo_tasks",
-            f"each must be one of {', '.join(GEO_TASKS)}, got {self.geo_tasks}",
+            f"must be a non-empty list of tasks from {list(GEO_TASKS)}, got {self.geo_tasks!r}",
         )
+        for i, task in enumerate(self.geo_tasks):
+            check_choice(task, GEO_TASKS, f"data.geo_tasks[{i}]", "geometry task")
         require(
             isinstance(self.geo_levels, list) and bool(self.geo_levels),
             "data.geo_levels",
@@ -572,9 +558,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         self.report_to = parse_report_to(self.report_to)  # a comma list of names becomes a list first
         check_field_types(self, "")
-        require(
-            self.backend in BACKENDS, "backend", f"unknown backend {self.backend!r}; choose one of {list(BACKENDS)}"
-        )
+        check_choice(self.backend, BACKENDS, "backend", "backend")
         check_number(self.seed, "seed", integer=True, ge=0, lt=2**32)  # NumPy's seed range
         check_number(self.steps, "steps", integer=True, ge=1)
         check_number(self.prompts_per_step, "prompts_per_step", integer=True, ge=1)

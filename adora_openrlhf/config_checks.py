@@ -1,6 +1,8 @@
 """Validation helpers shared by every config dataclass (the run's sections live beside their algorithms).
 
 - :func:`require`: a ``ConfigError`` naming the dotted field when a condition fails;
+- :func:`check_choice`: a value that must be one of a fixed set (:func:`choice_message` is the one wording, which
+  :class:`~adora_openrlhf.registry.Registry` uses for registered names too);
 - :func:`check_number`: a numeric field's type, finiteness and range in one call;
 - :func:`check_field_types`: every field of a dataclass has its annotated type (first thing in each ``__post_init__``);
 - :func:`from_dict`: a config dataclass from a mapping, nested sections included; unknown keys are an error.
@@ -23,6 +25,21 @@ def require(condition: bool, field_path: str, message: str) -> None:
     """``ConfigError("field_path: message")`` unless ``condition`` holds."""
     if not condition:
         raise ConfigError(f"{field_path}: {message}")
+
+
+def choice_message(field_path: str, kind: str, value: Any, choices: Any) -> str:
+    """``<field>: unknown <kind> <value>; choose one of [...]``: the one wording of a value outside its choices."""
+    return f"{field_path}: unknown {kind} {value!r}; choose one of {list(choices)}"
+
+
+def check_choice(value: Any, choices: Any, field_path: str, kind: str = "value") -> None:
+    """``ConfigError`` (:func:`choice_message`) unless ``value`` is one of ``choices``."""
+    try:
+        ok = value in choices
+    except TypeError:  # an unhashable value from a config file
+        ok = False
+    if not ok:
+        raise ConfigError(choice_message(field_path, kind, value, choices))
 
 
 def check_number(

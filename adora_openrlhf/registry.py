@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
+from adora_openrlhf.config_checks import choice_message
 from adora_openrlhf.errors import ConfigError
 
 T = TypeVar("T")
@@ -75,7 +76,7 @@ class Registry(Generic[T]):
 
     def unknown_message(self, name: object) -> str:
         """``<field>: unknown <kind> <name>; choose one of [...]``."""
-        return f"{self.field}: unknown {self.kind} {name!r}; choose one of {self.names()}"
+        return choice_message(self.field, self.kind, name, self.names())
 
     def get(self, name: str) -> T:
         """The object registered as ``name``; :class:`UnknownNameError` (field, choices) when there is none."""

@@ -87,3 +87,33 @@ def test_any_flag_text_is_parsed_or_refused_by_flag_name(name, text):
         build_run_config("kk-tiny", {name: value})
     except ConfigError as err:
         assert "\n" not in str(err)
+
+
+@pytest.mark.parametrize(
+    "field, bad, expected",
+    [
+        ("model.kv_cache", "huge", "model.kv_cache: unknown KV cache 'huge'; choose one of"),
+        ("model.decoding", "fast", "model.decoding: unknown decoding 'fast'; choose one of"),
+        (
+            "model.dtype",
+            "float8",
+            "model.dtype: unknown dtype 'float8'; choose one of ['float32', 'bfloat16', 'float16']",
+        ),
+        (
+            "data.kk_parser",
+            "strict",
+            "data.kk_parser: unknown K&K answer parser 'strict'; choose one of ['lenient', 'logic_rl']",
+        ),
+        ("data.kk_name_order", "shuffled", "data.kk_name_order: unknown name order 'shuffled'; choose one of"),
+        ("data.geo_tasks", ["count", "shade"], "data.geo_tasks[1]: unknown geometry task 'shade'; choose one of"),
+        ("sampling.pool_scope", "epoch", "sampling.pool_scope: unknown pool scope 'epoch'; choose one of"),
+        ("adora.mode", "both", "adora.mode: unknown mode 'both'; choose one of ['attenuate', 'amplify']"),
+        ("adora.rule", "both", "adora.rule: unknown ADORA rule 'both'; choose one of"),
+        ("allocation.method", "greedy", "allocation.method: unknown allocator 'greedy'; choose one of"),
+    ],
+)
+def test_every_one_of_field_says_the_same_thing(field, bad, expected):
+    """One wording for a value outside its choices, whether the choices are a fixed set or a registry."""
+    with pytest.raises(ConfigError) as err:
+        build_run_config("kk-tiny", {field: bad})
+    assert str(err.value).startswith(expected)

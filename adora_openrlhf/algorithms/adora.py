@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from adora_openrlhf.config_checks import check_field_types, check_number, require
+from adora_openrlhf.config_checks import check_choice, check_field_types, check_number
 from adora_openrlhf.registry import Registry
 
 # Config (section adora)
@@ -102,9 +102,7 @@ class AdoraConfig:
         if self.truncation_length is not None:
             check_number(self.truncation_length, "adora.truncation_length", integer=True, ge=1)
         GROUP_RULES.check(self.rule)
-        require(
-            self.mode in ADORA_MODES, "adora.mode", f"unknown mode {self.mode!r}; choose one of {list(ADORA_MODES)}"
-        )
+        check_choice(self.mode, ADORA_MODES, "adora.mode", "mode")
         check_number(self.lambda_att, "adora.lambda_att", gt=0, le=1)  # weights only scale, never flip
         check_number(self.lambda_amp, "adora.lambda_amp", ge=1)
         check_number(self.tau, "adora.tau", gt=0, le=1)

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from adora_openrlhf.algorithms.advantages import PoolStats
-from adora_openrlhf.config_checks import check_field_types, check_number, require
+from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, require
 from adora_openrlhf.registry import Registry
 
 # Config: the rollout's sampling parameters and the sampler's settings (sections rollout and sampling)
@@ -146,11 +146,7 @@ class AdaptiveSamplingConfig:
         check_number(
             self.max_responses_per_prompt, "sampling.max_responses_per_prompt", integer=True, ge=1, also=(None,)
         )
-        require(
-            self.pool_scope in POOL_SCOPES,
-            "sampling.pool_scope",
-            f"must be one of {list(POOL_SCOPES)}, got {self.pool_scope!r}",
-        )
+        check_choice(self.pool_scope, POOL_SCOPES, "sampling.pool_scope", "pool scope")
         check_number(self.trigger_after_step, "sampling.trigger_after_step", integer=True, ge=0)
         require(
             isinstance(self.escalation, list) and all(isinstance(e, Mapping) for e in self.escalation),
