@@ -26,6 +26,12 @@ the same JSONL files as the openrlhf backend).
 
 ``--prepare-only`` writes the warm starts and the JSONL files and stops: the inputs of a manual
 ``--recipe kk-testbed-openrlhf`` run.
+
+``--regime kk-revisit`` compares the backends on the allocation benchmark's regime instead (``bench/allocation.py``:
+80 steps on the first 128 training puzzles, 1000 held out, evaluated every 5 steps), with its variants (e.g.
+``Knapsack-0.5``): the openrlhf run starts from that benchmark's warm start of the seed and trains on the same 128
+puzzles (OpenRLHF's dataloader passes over them ``train.num_episodes`` times); the local record is that benchmark's
+own run of the variant and seed (made there when missing). Records carry ``regime``.
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ from bench.common import (
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "cluster_testbed"
 LOCAL_RECIPE, CLUSTER_RECIPE = "kk-testbed", "kk-testbed-openrlhf"
+REVISIT = "kk-revisit"  # the allocation benchmark's regime (--regime kk-revisit)
+ALLOCATION_RESULTS = REPO / "bench" / "results" / "allocation"
 ACCURACY_KEY = "eval_default_pass1"  # OpenRLHF's evaluation: the 0/1 scores' mean (rows carry no datasource)
 
 
@@ -74,6 +82,69 @@ def prepare(seed: int, out: Path) -> dict[str, str]:
         write_jsonl([row(r) for r in train], data / "train.jsonl")
         write_jsonl([row(r) for r in held], data / "test.jsonl")
     return {"model": model, "train": str(data / "train.jsonl"), "test": str(data / "test.jsonl")}
+
+
+def prepare_revisit(seed: int, out: Path) -> dict[str, str]:
+    """kk-revisit's inputs of ``seed`` for the openrlhf backend: the allocation benchmark's warm start (the local
+    runs' own), the first ``data.rl_prompts`` training puzzles (those the local backend's RL draws from) and the
+    held-out puzzles as JSONL."""
+    from adora_openrlhf.recipes import build_run_config
+    from adora_openrlhf.rows import load_run_rows
+    from data_prep.common import write_jsonl
+
+    model = warm_start_dir(REVISIT, seed, {}, ALLOCATION_RESULTS)
+    data = out / f"data_{REVISIT}_seed{seed}"
+    if not (data / "test.jsonl").exists():
+        cfg = build_run_config(REVISIT, {"seed": seed})
+        train, held = load_run_rows(cfg.data, seed)
+
+        def row(r) -> dict[str, Any]:
+            return {"prompt": r.prompt, "label": r.label, "source": r.source, "meta": r.meta}
+
+        write_jsonl([row(r) for r in train[: cfg.data.rl_prompts]], data / "train.jsonl")
+        write_jsonl([row(r) for r in held], data / "test.jsonl")
+    return {"model": model, "train": str(data / "train.jsonl"), "test": str(data / "test.jsonl")}
+
+
+def revisit_flags(variant: str) -> list[str]:
+    """The openrlhf command's flags for kk-revisit: its steps, evaluation and checkpoint cadence, the variant's
+    settings (``bench.allocation.VARIANTS``), and enough passes over the 128 puzzles for every step (an allocator
+    draws ``allocation.candidates`` x ``prompts_per_step`` of them per step)."""
+    from adora_openrlhf.recipes import build_run_config
+    from bench.allocation import VARIANTS as ALLOCATION_VARIANTS
+
+    revisit = build_run_config(REVISIT, {})
+    cluster = build_run_config(CLUSTER_RECIPE, {**ALLOCATION_VARIANTS[variant], "steps": revisit.steps})
+    drawn = revisit.steps * cluster.allocation.candidate_count(cluster.prompts_per_step)
+    episodes = -(-drawn // revisit.data.rl_prompts)
+    extra = {"openrlhf": {**cluster.extra["openrlhf"], "train.num_episodes": episodes}}
+    schedule = {"steps": revisit.steps, "eval_every": revisit.eval_every, "save_every": revisit.save_every}
+    return cli_flags({**schedule, **ALLOCATION_VARIANTS[variant], "extra": extra})
+
+
+def local_revisit_record(variant: str, seed: int) -> dict[str, Any]:
+    """The allocation benchmark's local run of ``variant`` and ``seed`` (made there when missing) as a record."""
+    from bench.allocation import VARIANTS as ALLOCATION_VARIANTS
+
+    model = warm_start_dir(REVISIT, seed, {}, ALLOCATION_RESULTS)
+    overrides = {**ALLOCATION_VARIANTS[variant], "model.path": model, "report_to": "none", **FROM_WARM_START}
+    run_dir = ALLOCATION_RESULTS / "runs" / f"{variant}_seed{seed}"
+    run = run_training(RunSpec(variant, seed, REVISIT, overrides, str(run_dir), reuse=True))
+    steps = [r for r in run["metrics"] if "reward/mean" in r]
+    curve = [(r["step"], r["eval/greedy_accuracy"]) for r in run["metrics"] if "eval/greedy_accuracy" in r]
+    times = [r["time/step_s"] for r in steps if "time/step_s" in r]
+    return {
+        "backend": "local",
+        "regime": REVISIT,
+        "variant": variant,
+        "seed": seed,
+        "acc_step0": curve[0][1],
+        "acc_final": curve[-1][1],
+        "wall_s": round(run["summary"].get("wall_time_s", 0.0), 1),
+        "step_s": sum(times) / len(times) if times else None,
+        "responses": int(sum(r.get("sampling/responses_generated", 0) for r in steps)),
+        "curve": curve,
+    }
 
 
 def cli_flags(overrides: dict[str, Any]) -> list[str]:
@@ -105,21 +176,24 @@ def with_rl_seed(record: dict[str, Any], rl_seed: int | None) -> dict[str, Any]:
 
 
 def run_openrlhf(
-    variant: str, seed: int, inputs: dict[str, str], out: Path, rl_seed: int | None = None
+    variant: str, seed: int, inputs: dict[str, str], out: Path, rl_seed: int | None = None, regime: str | None = None
 ) -> dict[str, Any]:
     """One ``--backend openrlhf`` run of the variant from the seed's warm start (run seed ``rl_seed`` for a
-    replicate, else ``seed``); its record."""
-    run_dir = out / "openrlhf" / run_name(variant, seed, rl_seed)
+    replicate, else ``seed``; ``regime`` kk-revisit: :func:`revisit_flags`); its record."""
+    run_dir = out / "openrlhf" / (run_name(variant, seed, rl_seed) + (f"_{regime}" if regime else ""))
     settings = with_rl_seed(
         {"backend": "openrlhf", "variant": variant, "seed": seed, "inputs": inputs, "recipe": CLUSTER_RECIPE}, rl_seed
     )
+    variant_flags = cli_flags(VARIANTS[variant]) if regime is None else revisit_flags(variant)
+    if regime is not None:
+        settings["regime"] = regime
     if (found := reuse(run_dir, settings)) is not None:
         return found
     command = [
         sys.executable, "-m", "adora_openrlhf.train", "--backend", "openrlhf", "--recipe", CLUSTER_RECIPE,
         "--model", inputs["model"], "--data.train_path", inputs["train"], "--data.eval_path", inputs["test"],
         "--seed", str(seed if rl_seed is None else rl_seed), "--output_dir", str(run_dir / "run"), "--overwrite",
-        *cli_flags(VARIANTS[variant]),
+        *variant_flags,
     ]  # fmt: skip
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     log_path = run_dir.parent / f"{run_dir.name}.log"
@@ -138,6 +212,7 @@ def run_openrlhf(
     step_s = [r["timing/step_total"] for r in steps]
     record = {
         "backend": "openrlhf",
+        **({"regime": regime} if regime else {}),
         "variant": variant,
         "seed": seed,
         "acc_step0": curve[0][1],
@@ -220,12 +295,18 @@ def replicate_table(records: list[dict[str, Any]]) -> str:
     return "Replicates: the same warm start and rows, other run seeds.\n\n" + markdown_table(header, rows)
 
 
+def variant_label(record: dict[str, Any]) -> str:
+    """The variant's name in the tables, with its regime when it is not kk-testbed's."""
+    regime = record.get("regime")
+    return record["variant"] + (f" ({regime})" if regime else "")
+
+
 def main_table(records: list[dict[str, Any]]) -> str:
     """The rows of :func:`table` for the main runs (no ``rl_seed``)."""
     rows = []
     for backend in ("local", "openrlhf"):
-        for variant in dict.fromkeys(r["variant"] for r in records):
-            runs = [r for r in records if r["backend"] == backend and r["variant"] == variant]
+        for variant in dict.fromkeys(variant_label(r) for r in records):
+            runs = [r for r in records if r["backend"] == backend and variant_label(r) == variant]
             if not runs:
                 continue
             rows.append(
@@ -262,7 +343,12 @@ def main(argv: list[str] | None = None) -> int:
         default=[0, 1, 2],
         help="warm-start seeds of the main runs (none: only --extra and --replicates)",
     )
-    parser.add_argument("--variants", nargs="*", default=["GRPO", "GRPO+ADORA"], choices=sorted(VARIANTS))
+    parser.add_argument(
+        "--variants",
+        nargs="*",
+        default=["GRPO", "GRPO+ADORA"],
+        help=f"of bench.common.VARIANTS {sorted(VARIANTS)} (with --regime {REVISIT}: of bench.allocation.VARIANTS)",
+    )
     parser.add_argument(
         "--extra",
         nargs="*",
@@ -281,7 +367,18 @@ def main(argv: list[str] | None = None) -> int:
         help="runs again from a seed's warm start and rows with another run seed, as VARIANT:SEED:RL_SEED",
     )
     parser.add_argument("--prepare-only", action="store_true", help="write the warm starts and JSONL files, then stop")
+    parser.add_argument(
+        "--regime",
+        choices=["kk-testbed", REVISIT],
+        default="kk-testbed",
+        help=f"{REVISIT}: the allocation benchmark's regime and variants, --seeds x --variants on both backends",
+    )
     args = parser.parse_args(argv)
+    if args.regime == REVISIT:
+        return main_revisit(args, parser)
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: unknown {unknown}; choose from {sorted(VARIANTS)}")
     extra = [(v, int(s)) for v, s in (item.split(":") for item in args.extra)]
     replicates = [parse_replicate(item, parser) for item in args.replicates]
     if args.prepare_only:
@@ -304,7 +401,32 @@ def main(argv: list[str] | None = None) -> int:
         if seed not in inputs:
             inputs[seed] = prepare(seed, args.out)
         record = runner(variant, seed, inputs[seed], args.out, rl_seed)
-        records = save_records(args.results, records, record, ("backend", "variant", "seed", "rl_seed"), table)
+        key = ("backend", "regime", "variant", "seed", "rl_seed")
+        records = save_records(args.results, records, record, key, table)
+    print(table(records))
+    return 0
+
+
+def main_revisit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``--regime kk-revisit``: each seed x variant (of ``bench.allocation.VARIANTS``) on the chosen backends."""
+    from bench.allocation import VARIANTS as ALLOCATION_VARIANTS
+
+    unknown = [v for v in args.variants if v not in ALLOCATION_VARIANTS]
+    if unknown:
+        parser.error(
+            f"--variants: {unknown} are not variants of bench.allocation; choose from {list(ALLOCATION_VARIANTS)}"
+        )
+    records = read_records(args.results)
+    key = ("backend", "regime", "variant", "seed", "rl_seed")
+    for seed in args.seeds:
+        for variant in args.variants:
+            for backend in args.backends:
+                print(f"[cluster_testbed] {REVISIT} {backend} {variant} seed {seed}", file=sys.stderr, flush=True)
+                if backend == "local":
+                    record = local_revisit_record(variant, seed)
+                else:
+                    record = run_openrlhf(variant, seed, prepare_revisit(seed, args.out), args.out, regime=REVISIT)
+                records = save_records(args.results, records, record, key, table)
     print(table(records))
     return 0
 

@@ -134,3 +134,20 @@ def test_replicate_runs_get_their_run_seed_and_do_not_replace_the_main_run(tmp_p
         for r in json.loads((results / "results.json").read_text())["records"]
     }
     assert kept == {("GRPO+ADORA", None, 0.88), ("GRPO", None, 0.7), ("GRPO+ADORA", 101, 0.7), ("GRPO+ADORA", 102, 0.7)}
+
+
+def test_kk_revisit_runs_the_allocation_regime_on_the_openrlhf_backend():
+    """--regime kk-revisit: the openrlhf command takes kk-revisit's schedule and the allocation variant's settings,
+    with enough passes over the 128 puzzles for 80 steps of 32 candidates (20), beside the recipe's own engine flags;
+    its rows in the table are labelled with the regime."""
+    from bench.cluster_testbed import revisit_flags
+
+    flags = revisit_flags("Knapsack-0.5")
+    values = dict(zip(flags[::2], flags[1::2], strict=True))
+    assert values["--steps"] == "80" and values["--eval_every"] == "5" and values["--allocation.budget"] == "0.5"
+    assert values["--allocation.method"] == "knapsack" and values["--allocation.candidates"] == "2"
+    extra = json.loads(values["--extra"])["openrlhf"]
+    assert extra["train.num_episodes"] == 20 and extra["vllm.num_engines"] == 1 and extra["ds.zero_stage"] == 2
+    assert json.loads(revisit_flags("GRPO")[-1])["openrlhf"]["train.num_episodes"] == 10  # 80 x 16 / 128
+    rows = table([{**record("openrlhf", "Knapsack-0.5", 0, 0.2, 0.8), "regime": "kk-revisit"}]).splitlines()
+    assert "| openrlhf | Knapsack-0.5 (kk-revisit) |" in rows[2]
