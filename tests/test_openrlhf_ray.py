@@ -28,6 +28,7 @@ sys.path.insert(0, str(FIXTURES))
 
 from gpu_stubs import import_openrlhf  # noqa: E402
 from orl_testkit import (  # noqa: E402
+    advantages_in_prompt_order,
     openrlhf_args,
     openrlhf_maker,
     plain_generator,
@@ -161,12 +162,7 @@ def test_adaptive_rounds_escalation_and_balanced_down_sampling(ray_cluster):
 
     # the experience maker takes the baseline from the pool: dr_grpo A = r - pool mean
     maker = openrlhf_maker(args, maker_mod.AdoraExperienceMaker, run_config=cfg)
-    batches = ready_for_advantages(maker, experiences)
-    maker.compute_advantages_and_returns(batches)
-    got = {}
-    for batch in batches:
-        for row, index in enumerate(batch.index):
-            got[index] = float(batch.advantages[row][batch.action_mask[row].bool()][0])
+    got = [float(a[0]) for a in advantages_in_prompt_order(maker, experiences)]
     means = [1.25] * 4 + [0.375] * 4 + [3.0] * 4
     assert [got[i] for i in range(12)] == pytest.approx([r - m for r, m in zip(rewards, means, strict=True)], abs=1e-6)
 
@@ -357,12 +353,7 @@ def test_knapsack_groups_of_their_own_sizes_get_each_groups_own_advantages(ray_c
     rewards = [float(e.rewards.reshape(-1)[0]) for e in experiences]
 
     maker = openrlhf_maker(args, maker_mod.AdoraExperienceMaker, run_config=cfg)
-    batches = ready_for_advantages(maker, experiences)
-    maker.compute_advantages_and_returns(batches)
-    got = {}
-    for batch in batches:
-        for row, index in enumerate(batch.index):
-            got[index] = float(batch.advantages[row][batch.action_mask[row].bool()][0])
+    got = [float(a[0]) for a in advantages_in_prompt_order(maker, experiences)]
     expected = torch.cat(
         [
             compute_group_advantages(part.unsqueeze(0), "group_norm", cfg.advantage.eps)[0][0]

@@ -40,7 +40,7 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 
 from gpu_stubs import import_openrlhf  # noqa: E402
-from orl_testkit import openrlhf_args, openrlhf_maker, ready_for_advantages  # noqa: E402
+from orl_testkit import advantages_in_prompt_order, openrlhf_args, openrlhf_maker  # noqa: E402
 
 (gen_mod, maker_mod, flags_mod, engine_mod, sync_mod) = import_openrlhf(
     "adora_openrlhf.backends.openrlhf.samples_generator",
@@ -193,12 +193,7 @@ def test_adaptive_sampler_over_a_real_engine(engine, model_dir):
     assert pool_mean[2] == -1.0 and -1.0 < pool_mean[0] <= 1.0 and pool_mean[1] == pytest.approx(0.0, abs=0.25)
     rewards = [float(e.rewards.reshape(-1)[0]) for e in experiences]
     maker = openrlhf_maker(args, maker_mod.AdoraExperienceMaker, run_config=cfg)
-    batches = ready_for_advantages(maker, experiences)
-    maker.compute_advantages_and_returns(batches)
-    got = {}
-    for batch in batches:
-        for row, index in enumerate(batch.index):
-            got[index] = batch.advantages[row][batch.action_mask[row].bool()].tolist()
+    got = [a.tolist() for a in advantages_in_prompt_order(maker, experiences)]
     for i in range(12):
         assert got[i] == pytest.approx([rewards[i] - pool_mean[i // 4]] * 2, abs=1e-6)
 
