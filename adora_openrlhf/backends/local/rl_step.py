@@ -1,7 +1,7 @@
 """One RL step of the local backend, top to bottom (:func:`rl_step`), and the pieces it is made of.
 
 1. sample: the next ``prompts_per_step`` prompts of the seeded data order, or those a rollout allocator picks
-   among its candidates with its own count each (``allocate.py``), through :class:`AdaptiveSampler`
+   among its candidates with its own count each (``algorithms/allocation.py``), through :class:`AdaptiveSampler`
    (:func:`sample_at`), or through DAPO dynamic filtering (:func:`filtered_sample`);
 2. advantages: :func:`compute_ragged_step_advantages` on the kept responses (:func:`group_batch`,
    :func:`step_advantages`): the estimator's group advantages (pool statistics when adaptive sampling is
@@ -69,7 +69,7 @@ def check_finite_policy(model, update: dict[str, float], step: int, lr: float) -
 @dataclass
 class StepSampling:
     """How a step picks its prompts: the sampler (rounds, exit rules, pool statistics) and the rollout allocator
-    (``allocate.py``: which prompts of the data order, how many responses each; None = the next
+    (``algorithms/allocation.py``: which prompts of the data order, how many responses each; None = the next
     ``prompts_per_step`` prompts, ``n_keep`` each)."""
 
     sampler: AdaptiveSampler
