@@ -60,13 +60,16 @@ def cluster(tmp_path_factory):
         subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
 
 
-def submit_kk_testbed(cluster: str, tmp_path: Path, shipped: bool = True) -> tuple[Path, str]:
+def submit_kk_testbed(
+    cluster: str, tmp_path: Path, shipped: bool = True, more_flags: tuple[str, ...] = ()
+) -> tuple[Path, str]:
     """Submit recipes/kk_testbed_openrlhf.sh (2 steps) to the cluster at ``cluster`` (its dashboard address) as a Ray
     job, check that the job succeeded; (OUTPUT_DIR, the submission's log). ``shipped``: the checkout goes as the
     job's ``working_dir`` and a plugin folder as ``py_modules`` (the plugin's reward scores the rows); otherwise
-    the job uses the installed package (``UPLOAD_REPO=0``) and the built-in ``dapo_math`` reward."""
+    the job uses the installed package (``UPLOAD_REPO=0``) and the built-in ``dapo_math`` reward. ``more_flags``
+    come last (``--steps 3 --resume``: a second submission continues the first one's run)."""
     data = tmp_path / "data" / "kk-testbed"
-    data.mkdir(parents=True)
+    data.mkdir(parents=True, exist_ok=True)
     from data_prep.common import write_jsonl  # writes the reward_label column the reward hook dispatches on
 
     for name, count in (("train.jsonl", 16), ("test.jsonl", 4)):
@@ -81,7 +84,7 @@ def submit_kk_testbed(cluster: str, tmp_path: Path, shipped: bool = True) -> tup
         ]
         write_jsonl(rows, data / name)
     plugins = tmp_path / "adora_job_plugins"  # a user's own plugin folder, shipped to every node as Ray py_modules
-    plugins.mkdir()
+    plugins.mkdir(exist_ok=True)
     shutil.copy(FIXTURES / "job_plugin.py", plugins / "job_plugin.py")
     out = tmp_path / "run"
     model = save_answer_model(tmp_path / "model")
@@ -96,7 +99,7 @@ def submit_kk_testbed(cluster: str, tmp_path: Path, shipped: bool = True) -> tup
     env["PYTHON"] = sys.executable
     flags = ["--steps", "2", "--prompts_per_step", "4", "--sampling.n_keep", "4", "--rollout.max_new_tokens", "4", "--data.max_prompt_tokens", "64",
              "--train.micro_batch_size", "4", "--eval_samples", "0", "--save_every", "1", "--eval_every", "1",
-             *(["--plugins", "adora_job_plugins.job_plugin"] if shipped else [])]  # fmt: skip
+             *(["--plugins", "adora_job_plugins.job_plugin"] if shipped else []), *more_flags]  # fmt: skip
     script = str(REPO / "recipes" / "kk_testbed_openrlhf.sh")
     submitted = subprocess.run(
         ["bash", script, *flags], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200

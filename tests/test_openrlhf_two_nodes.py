@@ -4,7 +4,8 @@ one logical GPU each, so OpenRLHF must place the vLLM engine and the DeepSpeed p
 installed package (``UPLOAD_REPO=0``): two raylets on one filesystem would unpack a shipped ``working_dir`` into
 the same folder, the second node's unpacking removing the driver's working directory, which two machines do not
 share. The weights reach the engine across nodes (gloo over the trainer's address) at every step, and the job
-succeeds. About 3 minutes on the 2-core machine."""
+succeeds; a second job with ``--resume`` continues the run from the checkpoint on the two nodes. About 4 minutes
+on the 2-core machine."""
 
 from __future__ import annotations
 
@@ -85,3 +86,10 @@ def test_the_engine_and_the_policy_run_on_different_nodes_and_the_job_succeeds(t
     steps = [r for r in train if not r.get("eval")]
     assert [r["step"] for r in steps] == [1, 2] and all(r["actor_grad_norm"] > 0 for r in steps)
     assert (out / "checkpoints" / "_actor" / "global_step2" / "adora_sampler_state.json").is_file()
+
+    # a second job resumes the run on the two nodes: step 3 from the step-2 checkpoint both nodes' actors wrote
+    submit_kk_testbed(dashboard, tmp_path, shipped=False, more_flags=("--steps", "3", "--resume"))
+    train = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in train if not r.get("eval")] == [1, 2, 3]
+    state = json.loads((out / "checkpoints" / "_actor" / "global_step3" / "adora_sampler_state.json").read_text())
+    assert state["sampling_step"] == 3  # one logical GPU per node: the engine and the policy on different nodes again
