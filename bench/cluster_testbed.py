@@ -54,6 +54,7 @@ from bench.common import (
     read_records,
     run_training,
     save_records,
+    saved_run_match,
     warm_start_dir,
 )
 
@@ -129,7 +130,10 @@ def local_revisit_record(variant: str, seed: int) -> dict[str, Any]:
     model = warm_start_dir(REVISIT, seed, {}, ALLOCATION_RESULTS)
     overrides = {**ALLOCATION_VARIANTS[variant], "model.path": model, "report_to": "none", **FROM_WARM_START}
     run_dir = ALLOCATION_RESULTS / "runs" / f"{variant}_seed{seed}"
-    run = run_training(RunSpec(variant, seed, REVISIT, overrides, str(run_dir), reuse=True))
+    spec = RunSpec(variant, seed, REVISIT, overrides, str(run_dir), reuse=True)
+    if (run_dir / "config.json").exists() and not saved_run_match(spec)[1]:  # never replace the other benchmark's run
+        raise SystemExit(f"{run_dir} holds a run of other settings; remake it with python -m bench.allocation")
+    run = run_training(spec)
     steps = [r for r in run["metrics"] if "reward/mean" in r]
     curve = [(r["step"], r["eval/greedy_accuracy"]) for r in run["metrics"] if "eval/greedy_accuracy" in r]
     times = [r["time/step_s"] for r in steps if "time/step_s" in r]

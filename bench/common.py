@@ -115,6 +115,26 @@ def same_run_settings(saved: Mapping[str, Any], now: Mapping[str, Any], defaults
     )
 
 
+def saved_run_match(spec: RunSpec) -> tuple[bool, bool]:
+    """(same config, same settings) of the run ``spec`` asks for and the one its directory holds (``config.json``;
+    both False without one): the config exactly, and up to fields added since at their defaults
+    (:func:`same_run_settings`)."""
+    from adora_openrlhf.cli_args import format_config
+    from adora_openrlhf.config import RunConfig
+    from adora_openrlhf.recipes import build_run_config
+
+    path = Path(spec.output_dir) / "config.json"
+    if not path.exists():
+        return False, False
+    cfg = build_run_config(spec.recipe, {**spec.overrides, "seed": spec.seed, "output_dir": spec.output_dir})
+    try:  # the trainer writes config.json with format_config: compare like with like, every field
+        saved, now = json.loads(path.read_text()), json.loads(format_config(cfg))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False, False
+    same_config = saved == now
+    return same_config, same_config or same_run_settings(saved, now, json.loads(format_config(RunConfig())))
+
+
 def run_training(spec: RunSpec) -> dict[str, Any]:
     """One RL run; returns its summary and per-step metrics as :func:`load_run` reads them back.
 
@@ -122,22 +142,13 @@ def run_training(spec: RunSpec) -> dict[str, Any]:
     (summary.json) whose config is this one up to fields added since at their defaults (:func:`same_run_settings`)
     is read back, an interrupted one with exactly this config resumes from its last checkpoint. Anything else in
     the directory (another config, no checkpoint) is replaced."""
-    from adora_openrlhf.cli_args import format_config
-    from adora_openrlhf.config import RunConfig
     from adora_openrlhf.recipes import build_run_config
     from adora_openrlhf.rundir import checkpoints as ckpt
     from adora_openrlhf.train import train_local as train
 
     out = Path(spec.output_dir)
     cfg = build_run_config(spec.recipe, {**spec.overrides, "seed": spec.seed, "output_dir": spec.output_dir})
-    same_config = same_settings = False
-    if spec.reuse and (out / "config.json").exists():
-        try:  # the trainer writes config.json with format_config: compare like with like, every field
-            saved, now = json.loads((out / "config.json").read_text()), json.loads(format_config(cfg))
-            same_config = saved == now
-            same_settings = same_config or same_run_settings(saved, now, json.loads(format_config(RunConfig())))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            same_config = False
+    same_config, same_settings = saved_run_match(spec) if spec.reuse else (False, False)
     if same_settings and (out / "summary.json").exists():
         return load_run(spec.variant, spec.seed, out)
     resume = same_config and bool(ckpt.list_checkpoints(out))
