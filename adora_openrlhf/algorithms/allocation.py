@@ -355,10 +355,6 @@ class RolloutAllocator:
         self._metrics: dict[str, float] = {}
         self._predicted: list[float] = []  # predicted signal fraction of each sampler call of the step
 
-    def num_candidates(self, prompts: int) -> int:
-        """Prompts of the data order examined for ``prompts`` sampled ones: round(candidates * prompts), at least ``prompts``."""
-        return self.cfg.candidate_count(prompts)
-
     def choose(self, keys: Sequence[str], prompts: int, group_size: int, step: int, position: int) -> Allocation:
         """The counts of the candidates ``keys`` (data positions ``position`` on) for a call that wants ``prompts`` groups."""
         rng = random.Random(f"allocation:{self.seed}:{step}:{position}")

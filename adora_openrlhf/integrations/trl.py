@@ -330,7 +330,7 @@ class AdoraGRPOTrainer(GRPOTrainer):
         """The rows the allocator samples among ``rows`` and ``allocation_candidates`` x as many candidates in all (the
         extra ones from train_dataset, as refills are drawn), each with ``num_generations`` completions."""
         n = self.num_generations
-        candidates = rows + self._refill_rows(self._allocator.num_candidates(len(rows)) - len(rows))
+        candidates = rows + self._refill_rows(self._allocator.cfg.candidate_count(len(rows)) - len(rows))
         keys = [_prompt_key(r["prompt"]) for r in candidates]
         self._allocation_calls += 1
         allocation = self._allocator.choose(keys, len(rows), n, step, self._allocation_calls)

@@ -245,7 +245,7 @@ def sample_at(
         return sampling.sampler.sample(
             count, engine.generate_fn(rows), step=step, prompt_keys=[row_key(train_rows[i]) for i in rows]
         ), count
-    examined = allocator.num_candidates(count)
+    examined = allocator.cfg.candidate_count(count)
     candidates = batch_indices(position, examined, num_rows, cfg.seed)
     keys = [row_key(train_rows[i]) for i in candidates]
     allocation = allocator.choose(keys, count, cfg.sampling.n_keep, step, position)

@@ -289,7 +289,7 @@ class AdoraSamplesGenerator(SamplesGenerator):
         """One batch through the sampler: ``num_prompts`` prompts, ``n_keep`` responses each; with an allocator, its
         candidates (``allocation.candidates`` x ``num_prompts`` prompts of the dataloader), the ones it gives
         responses to sampled with their own group sizes, and the store told what each sampled group showed."""
-        candidates = self.allocator.num_candidates(num_prompts) if self.allocator is not None else num_prompts
+        candidates = self.run_config.allocation.candidate_count(num_prompts)
         prompts, labels, images, exhausted = _collect_prompt_batch(dataloader_iter, candidates)
         if not prompts:
             return [], 0, True
