@@ -144,8 +144,8 @@ def test_openrlhf_flags_pass_through_and_win(capsys):
             "error: --vllm.enforce_eager: an OpenRLHF switch takes no value, got 'true'; give --vllm.enforce_eager alone",
         ),
         (
-            ["--ds.packing_samples", "false"],
-            "error: --ds.packing_samples: an OpenRLHF switch takes no value, got 'false'",
+            ["--train.enable_ema", "false"],  # a switch the recipe leaves off
+            "error: --train.enable_ema: an OpenRLHF switch takes no value, got 'false'",
         ),
         (
             ["--vllm.num_engines", "four"],
@@ -162,9 +162,28 @@ def test_openrlhf_flags_it_refuses_are_one_line(capsys, extra, needle):
     assert captured.out == ""
 
 
+def test_a_recipes_switch_is_turned_off_with_false(capsys):
+    """A recipe's OpenRLHF switches (dapo-math-ada: colocation, sleep modes, packed samples) are turned off by
+    ``--name false``, as a user scaling an 8-GPU recipe down to one engine and one actor does; ``--name true`` keeps
+    one on."""
+    flags = ["--train.colocate_all", "false", "--vllm.enable_sleep", "false", "--ds.enable_sleep", "false",
+             "--ds.packing_samples", "False", "--actor.gradient_checkpointing_enable", "true"]  # fmt: skip
+    assert main(["--backend", "openrlhf", "--recipe", "dapo-math-ada", *flags, "--print-args"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    args, command = report["openrlhf_args"], report["command"].split()
+    assert not args["train"]["colocate_all"] and not args["vllm"]["enable_sleep"] and not args["ds"]["enable_sleep"]
+    assert not args["ds"]["packing_samples"] and args["actor"]["gradient_checkpointing_enable"]
+    assert "--train.colocate_all" not in command and "false" not in command
+
+
 @pytest.mark.parametrize(
     "recipe, extra, message",
     [
+        (  # an 8-GPU recipe scaled down to 4 prompts x 4 responses, its train.batch_size (512) kept
+            "dapo-math-ada",
+            ["--prompts_per_step", "4", "--sampling.n_keep", "4", "--actor.num_gpus_per_node", "1"],
+            "train.batch_size: 512 is more than a step's 16 responses",
+        ),
         (
             "dapo-math-adora",
             ["--algo.dynamic_filtering_enable"],
@@ -643,6 +662,46 @@ def test_an_actor_failure_is_summarised_in_one_line():
         == "AdoraPPOTrainer.fit: RuntimeError: EngineCore encountered an issue."
     )
     assert run_failure(ValueError("")) == "ValueError"
+
+
+def test_an_actor_lost_with_its_node_is_named_in_one_line():
+    """Ray's ActorDiedError for an actor whose node died, as the driver gets it (directly, or as the cause of the task
+    that waited on the actor): the actor's class, its node's address and the reason, not Ray's generic first line."""
+    from ray.core.generated.common_pb2 import ActorDiedErrorContext
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    from adora_openrlhf.backends.openrlhf.launcher import run_failure
+
+    context = ActorDiedErrorContext(
+        class_name="AdoraRolloutActor",
+        actor_id=bytes(16),
+        pid=4321,
+        node_ip_address="10.0.0.7",
+        error_message="The actor is dead because its node has died. Node Id: 5f3a",
+    )
+    died = ActorDiedError(context)
+    expected = "ActorDied: AdoraRolloutActor (ip 10.0.0.7): The actor is dead because its node has died. Node Id: 5f3a"
+    assert run_failure(died) == expected
+    # an actor that waited on the dead one: Ray keeps the traceback text when the cause does not pickle
+    traceback = f"Traceback (most recent call last):\n  File ..., in fit\nray.exceptions.ActorDiedError: {died}"
+    waited = RayTaskError("AdoraPolicyModelActor.fit", traceback, died, actor_repr="AdoraPolicyModelActor")
+    assert run_failure(waited) == f"AdoraPolicyModelActor.fit: {expected}"
+    assert "\n" not in run_failure(ActorDiedError())  # no context: Ray's own first line
+
+
+def test_an_unavailable_actor_is_named_from_rays_state_api(monkeypatch):
+    """An actor on a node that is going away is first reported by id only (ActorUnavailableError); the line names
+    its class as Ray's state API knows it, and keeps the id when no state API answers."""
+    from ray.exceptions import ActorUnavailableError
+
+    from adora_openrlhf.backends.openrlhf import launcher
+
+    err = ActorUnavailableError("RpcError: failed to connect to all addresses", bytes.fromhex("6ad5" * 8))
+    monkeypatch.setattr(launcher, "actor_class_name", lambda actor_id: "AdoraRolloutActor")
+    line = launcher.run_failure(err)
+    assert line.startswith(f"ActorUnavailableError: The actor {'6ad5' * 8} (AdoraRolloutActor) is unavailable")
+    monkeypatch.setattr(launcher, "actor_class_name", lambda actor_id: None)
+    assert "(AdoraRolloutActor)" not in launcher.run_failure(err) and "6ad5" in launcher.run_failure(err)
 
 
 def test_a_submitted_job_asks_the_cluster_whether_its_gpus_are_real(monkeypatch):

@@ -60,19 +60,24 @@ def cluster(tmp_path_factory):
         subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
 
 
-def submit_kk_testbed(
-    cluster: str, tmp_path: Path, shipped: bool = True, more_flags: tuple[str, ...] = ()
-) -> tuple[Path, str]:
-    """Submit recipes/kk_testbed_openrlhf.sh (2 steps) to the cluster at ``cluster`` (its dashboard address) as a Ray
-    job, check that the job succeeded; (OUTPUT_DIR, the submission's log). ``shipped``: the checkout goes as the
-    job's ``working_dir`` and a plugin folder as ``py_modules`` (the plugin's reward scores the rows); otherwise
-    the job uses the installed package (``UPLOAD_REPO=0``) and the built-in ``dapo_math`` reward. ``more_flags``
-    come last (``--steps 3 --resume``: a second submission continues the first one's run)."""
-    data = tmp_path / "data" / "kk-testbed"
-    data.mkdir(parents=True, exist_ok=True)
+def recipe_command(
+    cluster: str,
+    tmp_path: Path,
+    recipe: str = "kk_testbed_openrlhf.sh",
+    shipped: bool = True,
+    more_flags: tuple[str, ...] = (),
+) -> tuple[list[str], dict[str, str], Path]:
+    """(argv, environment, OUTPUT_DIR) that submit ``recipes/<recipe>`` to the cluster at ``cluster`` (its dashboard
+    address) as a Ray job, scaled down to 2 steps of 4 prompts and 4-token answers; the recipe's train and eval
+    files are written under DATA_DIR. ``shipped``: the checkout goes as the job's ``working_dir`` and a plugin
+    folder as ``py_modules`` (the plugin's reward scores the rows); otherwise the job uses the installed package
+    (``UPLOAD_REPO=0``) and the built-in ``dapo_math`` reward. ``more_flags`` come last (``--steps 3 --resume``: a
+    second submission continues the first one's run)."""
+    script = REPO / "recipes" / recipe
+    files = dict(re.findall(r'^(TRAIN_FILE|EVAL_FILE)="([^"]+)"', script.read_text(), re.M))
     from data_prep.common import write_jsonl  # writes the reward_label column the reward hook dispatches on
 
-    for name, count in (("train.jsonl", 16), ("test.jsonl", 4)):
+    for key, count in (("TRAIN_FILE", 32), ("EVAL_FILE", 4)):
         rows = [
             {
                 "prompt": [{"role": "user", "content": PROMPT.format(tag=f"[p{i}]")}],
@@ -82,7 +87,9 @@ def submit_kk_testbed(
             }
             for i in range(count)
         ]
-        write_jsonl(rows, data / name)
+        path = tmp_path / "data" / files[key]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl(rows, path)
     plugins = tmp_path / "adora_job_plugins"  # a user's own plugin folder, shipped to every node as Ray py_modules
     plugins.mkdir(exist_ok=True)
     shutil.copy(FIXTURES / "job_plugin.py", plugins / "job_plugin.py")
@@ -100,10 +107,15 @@ def submit_kk_testbed(
     flags = ["--steps", "2", "--prompts_per_step", "4", "--sampling.n_keep", "4", "--rollout.max_new_tokens", "4", "--data.max_prompt_tokens", "64",
              "--train.micro_batch_size", "4", "--eval_samples", "0", "--save_every", "1", "--eval_every", "1",
              *(["--plugins", "adora_job_plugins.job_plugin"] if shipped else []), *more_flags]  # fmt: skip
-    script = str(REPO / "recipes" / "kk_testbed_openrlhf.sh")
-    submitted = subprocess.run(
-        ["bash", script, *flags], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200
-    )
+    return ["bash", str(script), *flags], env, out
+
+
+def submit_recipe(cluster: str, tmp_path: Path, **recipe: object) -> tuple[Path, str]:
+    """Submit a recipe as :func:`recipe_command` builds it (keyword arguments are its own), wait for the job and
+    check that it succeeded (the submission's exit status and ``ray job status``); (OUTPUT_DIR, the submission's
+    log)."""
+    argv, env, out = recipe_command(cluster, tmp_path, **recipe)  # type: ignore[arg-type]
+    submitted = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     log = submitted.stdout + submitted.stderr
     assert submitted.returncode == 0, log[-6000:]
     job = re.search(r"Job '(raysubmit_\w+)' succeeded", log)
@@ -117,7 +129,7 @@ def submit_kk_testbed(
 
 
 def test_a_recipe_submitted_as_a_ray_job_runs_to_the_end(cluster, tmp_path):
-    out, log = submit_kk_testbed(cluster, tmp_path)
+    out, log = submit_recipe(cluster, tmp_path)
     # the launcher set the CPU run's flags itself (a probe found the cluster's GPUs logical)
     command = (out / "openrlhf_command.txt").read_text()
     assert "--vllm.sync_backend gloo" in command and "--ds.attn_implementation sdpa" in command

@@ -119,10 +119,42 @@ def build_argv(
     flags = dict(base_flags or {})
     flags.update(derived_flags(cfg, resume))
     flags.update(recipe_flags(cfg))
+    passthrough = switch_values(flags, list(passthrough))
     argv: list[str] = []
     for name, value in flags.items():
         argv.extend(flag_tokens(name, value))
-    return argv + list(passthrough)
+    return argv + passthrough
+
+
+def switch_values(flags: dict[str, Any], passthrough: list[str]) -> list[str]:
+    """``--name false`` / ``--name true`` on the command line for an OpenRLHF switch that ``flags`` sets (a recipe's
+    ``train.colocate_all``, a machine default's ``vllm.enforce_eager``) turns it off or on in ``flags``; argparse
+    itself can only turn a switch on. The rest of ``passthrough`` is returned unchanged."""
+    switches = {f"--{name}": name for name, value in flags.items() if isinstance(value, bool)}
+    rest: list[str] = []
+    i = 0
+    while i < len(passthrough):
+        token, value = passthrough[i], passthrough[i + 1] if i + 1 < len(passthrough) else None
+        if token in switches and value is not None and value.lower() in ("true", "false"):
+            flags[switches[token]] = value.lower() == "true"
+            i += 2
+            continue
+        rest.append(token)
+        i += 1
+    return rest
+
+
+def check_step_fills_a_batch(args: SimpleNamespace) -> None:
+    """A step's responses (rollout.batch_size x n_samples_per_prompt) must fill at least one training batch: with
+    fewer, OpenRLHF's actor makes no optimiser step at all (its gradient norm stays 0), as when an 8-GPU recipe's
+    ``train.batch_size`` is kept while its prompts per step are scaled down."""
+    responses = args.rollout.batch_size * args.rollout.n_samples_per_prompt
+    if responses < args.train.batch_size:
+        raise ConfigError(
+            f"train.batch_size: {args.train.batch_size} is more than a step's {responses} responses (rollout.batch_size "
+            f"{args.rollout.batch_size} x n_samples_per_prompt {args.rollout.n_samples_per_prompt}), so no optimiser "
+            f"step would run; set --train.batch_size {responses} (or a divisor of it)"
+        )
 
 
 def check_allocation_batches(cfg: RunConfig, args: SimpleNamespace) -> None:
@@ -193,6 +225,7 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
             "splits them evenly across ranks); keep unfinished prompts (--sampling.drop_unfinished false) or use "
             "--algo.dynamic_filtering_enable without the sampler"
         )
+    check_step_fills_a_batch(args)
     if cfg.allocation.enabled:
         check_allocation_batches(cfg, args)
     buffer, max_new = args.reward.overlong_buffer_len, args.rollout.max_new_tokens or args.data.max_len

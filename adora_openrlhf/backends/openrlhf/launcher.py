@@ -230,8 +230,40 @@ def run_failure(err: BaseException) -> str:
     while isinstance(getattr(err, "cause", None), BaseException):
         err = err.cause
     lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(err)).splitlines() if line.strip()]
-    text = f"{type(err).__name__}: {lines[0][:200]}" if lines else type(err).__name__
+    text = actor_death(lines) or (f"{type(err).__name__}: {lines[0][:200]}" if lines else type(err).__name__)
+    actor_id = getattr(err, "actor_id", None)  # a RayActorError whose text has only the actor's id
+    if isinstance(actor_id, str) and actor_id in text and (named := actor_class_name(actor_id)):
+        text = text.replace(f"actor {actor_id}", f"actor {actor_id} ({named})", 1)
     return f"{where}: {text}" if where else text
+
+
+def actor_class_name(actor_id: str) -> str | None:
+    """The class of the actor ``actor_id``, from Ray's state API (None without a reachable one): an actor on a node
+    that is going away is reported by id only (``ActorUnavailableError``) before Ray knows that it died."""
+    try:
+        from ray.util.state import get_actor
+
+        state = get_actor(actor_id, timeout=10)
+    except Exception:  # noqa: BLE001 - no dashboard, or the cluster is going down: the id stays as it is
+        return None
+    return getattr(state, "class_name", None)
+
+
+def actor_death(lines: list[str]) -> str | None:
+    """``ActorDied: <class> (ip <address>): <why>`` from the lines of Ray's ``ActorDiedError`` (an actor's process or
+    its node gone: its first line names neither the actor nor the reason), or None for any other error."""
+    keys = [line.split(": ", 1)[0] for line in lines]
+    if "class_name" not in keys:
+        return None
+    start = keys.index("class_name")  # the fields block, then the reason (also inside a task's traceback text)
+    end = next((i for i in range(start, len(lines)) if keys[i] not in _ACTOR_FIELDS), len(lines))
+    fields = dict(line.split(": ", 1) for line in lines[start:end])
+    why = lines[end] if end < len(lines) else lines[start - 1]
+    ip = f" (ip {fields['ip']})" if "ip" in fields else ""
+    return f"ActorDied: {fields['class_name']}{ip}: {why[:200]}"
+
+
+_ACTOR_FIELDS = ("class_name", "actor_id", "pid", "name", "namespace", "ip")
 
 
 def with_absolute_paths(cfg: RunConfig) -> RunConfig:

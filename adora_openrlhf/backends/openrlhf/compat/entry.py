@@ -206,7 +206,8 @@ def parser_error_line(parser: argparse.ArgumentParser, message: str, argv: Seque
                 switch = argv[i - 1]
                 return (
                     f"{switch}: an OpenRLHF switch takes no value, got {token!r}; "
-                    f"give {switch} alone to turn it on, or leave it out to keep it off"
+                    f"give {switch} alone to turn it on, or leave it out to keep it off (a switch that the recipe "
+                    "or the machine's defaults turn on is turned off with --name false)"
                 )
         unknown = [t for t in message.removeprefix("unrecognized arguments: ").split() if t.startswith("--")]
         if unknown:
