@@ -190,9 +190,9 @@ def test_a_recipes_switch_is_turned_off_with_false(capsys):
             "sampling.enabled: adaptive multi-round sampling and --algo.dynamic_filtering_enable are alternatives on this backend",
         ),
         (
-            "geo3k-qwen2.5vl-7b-adora",
-            ["--train.async_enable"],
-            "train.async_enable: the adora_openrlhf trainer runs OpenRLHF's synchronous PPOTrainer",
+            "kk-testbed-openrlhf",
+            ["--train.async_enable", "--train.partial_rollout_enable"],
+            "train.partial_rollout_enable: partial rollouts let a weight sync land in the middle of a batch",
         ),
         (
             "dapo-math-adora",

@@ -340,3 +340,38 @@ def test_two_ranks_get_the_advantages_of_a_one_rank_run(dynamic, sizes):
     assert two == one and micro_batches >= 2
     if sizes is not None:  # the first group (2 samples: one correct, one wrong) is normalised on its own
         assert one[:2] == pytest.approx([0.7071, -0.7071], abs=1e-3)
+
+
+def test_staleness_is_the_step_minus_the_generating_policy_version():
+    """Each sample carries the policy version of the engines that generated it (``adora/policy_version``); the trainer
+    logs this step's version minus the samples' (0 in the synchronous loop, up to the queue size in the asynchronous
+    one) and hands the engines ``global_step + 1`` with the broadcast that ends the step. The step's rollout list
+    carries the generator's state through Ray's queue (pickled) to the checkpoint of the step that trains on it."""
+    import pickle
+
+    (trainer_mod, generator_mod) = import_openrlhf(
+        "adora_openrlhf.backends.openrlhf.trainer", "adora_openrlhf.backends.openrlhf.samples_generator"
+    )
+
+    class OpenRLHFStep:  # stands for BasePPOTrainer.train_step, which broadcasts the step's weights
+        def train_step(self, rollout_samples, global_step):
+            self.broadcast_version = self.policy_version
+            return {"policy_loss": 0.5}, global_step + 1
+
+    class Trainer(trainer_mod.AdoraTrainerRecords, OpenRLHFStep):
+        pass
+
+    samples = []
+    for version in (3.0, 2.0, 3.0):
+        experience = rollout_experiences(openrlhf_args(), [response_dict(3, 2, 1.0)])[0]
+        experience.info[generator_mod.POLICY_VERSION] = torch.tensor([version])
+        samples.append(experience)
+    rollout = pickle.loads(pickle.dumps(generator_mod.StepRollout(samples, sampler_state={"sampling_step": 4})))
+    assert isinstance(rollout, list) and rollout.sampler_state == {"sampling_step": 4} and len(rollout) == 3
+    trainer = Trainer()
+    status, next_step = trainer.train_step(rollout, 3)
+    assert next_step == 4 and trainer.broadcast_version == 4
+    assert status["async/staleness_mean"] == pytest.approx(1 / 3) and status["async/staleness_max"] == 1.0
+    assert status["policy_loss"] == 0.5
+    status, _ = trainer.train_step([], 0)  # samples without versions (no engines): nothing logged
+    assert "async/staleness_max" not in status

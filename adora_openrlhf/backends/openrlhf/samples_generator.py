@@ -72,6 +72,7 @@ from adora_openrlhf.config import RunConfig, SamplingParams
 logger = logging.getLogger(__name__)
 
 ROUND_KEY = "sampling/response_round"
+POLICY_VERSION = "adora/policy_version"  # optimiser steps behind the weights that generated the sample
 REWARD_MISSING = "reward_missing"  # 1 when OpenRLHF's executor returned no reward for the sample (failure reward)
 
 
@@ -190,6 +191,15 @@ def prompt_key(prompt: Any, label: Any) -> str:
     return json.dumps([prompt, label], sort_keys=True, default=str)
 
 
+class StepRollout(list):
+    """A training batch of Experiences (a list, as OpenRLHF passes it on) with the samples generator's state after
+    generating it (``sampler_state``)."""
+
+    def __init__(self, experiences: Sequence[Experience] = (), sampler_state: dict[str, Any] | None = None):
+        super().__init__(experiences)
+        self.sampler_state = sampler_state
+
+
 class AdoraSamplesGenerator(SamplesGenerator):
     """``SamplesGenerator`` running the adaptive multi-round sampler when ``sampling.enabled`` is on, and the rollout
     allocator when ``allocation.method`` is not ``uniform`` (:meth:`generate_samples`)."""
@@ -216,6 +226,8 @@ class AdoraSamplesGenerator(SamplesGenerator):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampling_step = int(state["sampling_step"])
+        if state.get("sampler") is None:  # a checkpoint without the sampler's state: the step counter only
+            return
         self.sampler.load_state_dict(state["sampler"])
         if self.allocator is not None:
             if "allocation" not in state:
@@ -223,6 +235,23 @@ class AdoraSamplesGenerator(SamplesGenerator):
             self.allocator.load_state_dict(state.get("allocation", {}))
 
     def generate_samples(self, **generate_kwargs):
+        """One training batch of rollouts (:meth:`generate_batch`) as a :class:`StepRollout`: each sample tagged with
+        the engines' policy version (``adora/policy_version``), the list carrying the generator's state after it
+        (the asynchronous trainer saves that state with the checkpoint of the step that trains on the batch)."""
+        version = self.engine_policy_version()
+        experiences, pass_rate, consumed, exhausted = self.generate_batch(**generate_kwargs)
+        for experience in experiences if version is not None else ():
+            experience.info[POLICY_VERSION] = torch.full((experience.sequences.size(0),), float(version))
+        return StepRollout(experiences, sampler_state=self.state_dict()), pass_rate, consumed, exhausted
+
+    def engine_policy_version(self) -> int | None:
+        """The policy version the engines hold (``PolicyVersionBroadcast``): the oldest, should they differ; None
+        without engines (OpenRLHF then generates with the policy actor itself)."""
+        if not self.vllm_engines:
+            return None
+        return min(ray.get([engine.get_policy_version.remote() for engine in self.vllm_engines]))
+
+    def generate_batch(self, **generate_kwargs):
         """OpenRLHF's ``generate_samples``; with an allocator, one allocation per training batch instead: every sample
         of the step's groups is returned at once (OpenRLHF's buffer would cut a batch at ``rollout.batch_size x
         n_samples_per_prompt`` samples, splitting groups whose sizes the allocator chose)."""

@@ -41,6 +41,8 @@ import time
 from pathlib import Path
 
 import ray
+import torch
+from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 from openrlhf.trainer.ppo_trainer import PPOTrainer as _OpenRLHFRemotePPOTrainer
 
 from adora_openrlhf.backends.openrlhf.experience_maker import AdoraExperienceMaker
@@ -52,7 +54,7 @@ from adora_openrlhf.backends.openrlhf.flags import (
     run_config_from_args,
     signal_description,
 )
-from adora_openrlhf.backends.openrlhf.samples_generator import AdoraSamplesGenerator
+from adora_openrlhf.backends.openrlhf.samples_generator import POLICY_VERSION, AdoraSamplesGenerator
 from adora_openrlhf.log_setup import ensure_logging
 
 OpenRLHFPPOTrainer = _OpenRLHFRemotePPOTrainer.__ray_actor_class__  # the class under OpenRLHF's @ray.remote
@@ -62,61 +64,58 @@ SAMPLER_STATE_FILE = "adora_sampler_state.json"  # the samples generator's state
 logger = logging.getLogger(__name__)
 
 
-class AdoraPPOTrainer(OpenRLHFPPOTrainer):
-    """OpenRLHF's synchronous PPO/GRPO trainer with our sampler and advantage path."""
+class PolicyVersionBroadcast(BasePPOTrainer):
+    """OpenRLHF's weight broadcast, after which every engine is told the policy version it now holds
+    (:attr:`policy_version`: the number of optimiser steps behind those weights, 0 for the starting model). The
+    samples generator tags each rollout with its engines' version; the trainer logs how many steps old the rollouts
+    it trains on are. Listed after OpenRLHF's trainer class among the bases, so that this runs inside the
+    asynchronous trainer's engine lock (``TrainingActor.broadcast_to_vllm``), where no generation is under way."""
 
-    def __init__(
-        self,
-        pretrain,
-        strategy,
-        actor_model_group,
-        critic_model_group,
-        reward_model_group,
-        reference_model_group,
-        vllm_engines,
-        **generate_kwargs,
-    ) -> None:
-        run_config = run_config_from_args(strategy.args)  # fail before any model work when it is missing
-        generate_kwargs = generate_kwargs_for(run_config, generate_kwargs)  # + rollout.top_k
-        super().__init__(
-            pretrain,
-            strategy,
-            actor_model_group,
-            critic_model_group,
-            reward_model_group,
-            reference_model_group,
-            vllm_engines,
-            **generate_kwargs,
-        )
+    policy_version = 0
+
+    def broadcast_to_vllm(self) -> None:
+        super().broadcast_to_vllm()
+        if self.vllm_engines:
+            ray.get([engine.set_policy_version.remote(self.policy_version) for engine in self.vllm_engines])
+
+
+class AdoraTrainerRecords:
+    """What our trainers add to OpenRLHF's, in the synchronous and the asynchronous loop alike: the run's records
+    (``metrics.jsonl``, :data:`MARKER_FILE`, the config and the sampler's state in each checkpoint folder), the
+    held-out evaluation before the first step, the resume of the sampler's state, and the rollouts' staleness.
+
+    The subclass says where the samples generator lives: :meth:`sampler_state`, :meth:`restore_sampler_state`,
+    :meth:`evaluate_held_out` and :meth:`component_classes`."""
+
+    def setup_records(self, run_config) -> None:
+        """Called by the subclass's ``__init__`` once OpenRLHF's has run."""
         self.run_config = run_config
-        self.samples_generator = AdoraSamplesGenerator(
-            strategy=strategy,
-            prompts_dataloader=self.prompts_dataloader,
-            eval_dataloader=self.eval_dataloader,
-            tokenizer=self.tokenizer,
-            vllm_engines=vllm_engines,
-            run_config=run_config,
-        )
-        self.experience_maker = AdoraExperienceMaker(
-            actor_model_group,
-            critic_model_group,
-            reward_model_group,
-            reference_model_group,
-            self.kl_ctl,
-            strategy,
-            self.tokenizer,
-            run_config=run_config,
-        )
         ensure_logging()  # this runs in a Ray actor, which configured no log handler
         for line in signal_description(run_config):
             logger.info("[adora_openrlhf] %s", line)
         # the run directory; OpenRLHF's final model goes to its final_model/
         self.output_dir = Path(run_config.output_dir)
         self.metrics_log = None  # opened by init_checkpoint_states, once the resume step is known
+        self.recorded_evals: set[int] = set()  # steps whose evaluation metrics.jsonl holds
         self.last_step = 0
         self.last_eval_step: int | None = None
-        self.write_marker()
 
+    # -- where the samples generator lives (the subclass) ------------------------------------------------------
+    def sampler_state(self) -> dict | None:
+        """The samples generator's state that goes with the checkpoint being saved."""
+        raise NotImplementedError
+
+    def restore_sampler_state(self, state: dict) -> None:
+        raise NotImplementedError
+
+    def evaluate_held_out(self, global_step: int) -> None:
+        """Evaluate the held-out set with the current weights, recorded at ``global_step``."""
+        raise NotImplementedError
+
+    def component_classes(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    # -- records -------------------------------------------------------------------------------------------
     def write_marker(self) -> None:
         """Record that this trainer (not OpenRLHF's stock one) runs, with the launch's id, for the launcher."""
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -129,8 +128,21 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
         }
         (self.output_dir / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
 
+    def train_step(self, rollout_samples, global_step: int):
+        """OpenRLHF's step, whose weights become policy version ``global_step + 1``, with the rollouts' staleness
+        (``async/staleness_mean`` and ``_max``: this step's policy version ``global_step`` minus the version that
+        generated each sample; always 0 in the synchronous loop)."""
+        versions = [e.info[POLICY_VERSION] for e in rollout_samples if POLICY_VERSION in e.info]
+        self.policy_version = global_step + 1  # what the broadcast at the end of the step hands the engines
+        status, next_step = super().train_step(rollout_samples, global_step)
+        if versions:
+            staleness = global_step - torch.cat(versions).float()
+            status["async/staleness_mean"] = float(staleness.mean())
+            status["async/staleness_max"] = float(staleness.max())
+        return status, next_step
+
     def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
-        """OpenRLHF's logging and checkpointing, with the samples generator's state in ``client_states`` and the
+        """OpenRLHF's logging and checkpointing, with the samples generator's state beside each checkpoint and the
         step's numbers appended to ``metrics.jsonl``."""
         self.last_step = global_step
         if self.metrics_log is not None:
@@ -145,10 +157,11 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
         renamed, so a crash never leaves half a file."""
         for tag in (f"global_step{global_step}", f"best_global_step{global_step}"):
             folder = Path(self.args.ckpt.path) / "_actor" / tag
-            if not folder.is_dir() or (folder / SAMPLER_STATE_FILE).exists():
+            state = self.sampler_state()
+            if state is None or not folder.is_dir() or (folder / SAMPLER_STATE_FILE).exists():
                 continue
             tmp = folder / (SAMPLER_STATE_FILE + ".tmp")
-            tmp.write_text(json.dumps(self.samples_generator.state_dict()) + "\n", encoding="utf-8")
+            tmp.write_text(json.dumps(state) + "\n", encoding="utf-8")
             os.replace(tmp, folder / SAMPLER_STATE_FILE)
 
     def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
@@ -172,27 +185,37 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
         """Whether this run evaluates a held-out set (``--eval.dataset`` and ``--eval.steps``)."""
         return self.eval_dataloader is not None and self.args.eval.steps != float("inf")
 
+    def record_eval(self, global_step: int, logs: dict) -> None:
+        """An evaluation's numbers appended to ``metrics.jsonl`` (``"eval": true``), once per step: OpenRLHF's
+        asynchronous generator evaluates the resumed step again, which the resumed run's records already hold."""
+        self.last_eval_step = global_step
+        if self.metrics_log is not None and global_step not in self.recorded_evals:
+            self.recorded_evals.add(global_step)
+            self.metrics_log.log(global_step, {"eval": True, **numeric_logs(logs)})
+
     def init_checkpoint_states(self) -> dict:
         """OpenRLHF's resume states (called once, at the start of ``fit``); restores the samples generator's state
         from them, opens ``metrics.jsonl`` at the resumed step, and evaluates the held-out set before the first
         step of a new run."""
-        from adora_openrlhf.rundir.metrics import MetricsLogger
+        from adora_openrlhf.rundir.metrics import MetricsLogger, read_metrics
 
         states = super().init_checkpoint_states()
-        saved = self.saved_sampler_state(int(states.get("global_step", 0))) or states.get(SAMPLER_STATE_KEY)
+        step = int(states.get("global_step", 0))
+        saved = self.saved_sampler_state(step) or states.get(SAMPLER_STATE_KEY)
         if saved is not None:
-            self.samples_generator.load_state_dict(saved)
-        elif states.get("global_step", 0) > 0:
-            self.samples_generator.sampling_step = int(states["global_step"])
+            self.restore_sampler_state(saved)
+        elif step > 0:
+            self.restore_sampler_state({"sampling_step": step, "sampler": None})
             logger.warning(
                 "resume: the checkpoint has no adaptive-sampler state; its step counter resumes at global_step=%d and the history pool starts empty",
-                self.samples_generator.sampling_step,
+                step,
             )
-        step = int(states.get("global_step", 0))
         self.last_step = step
+        self.policy_version = step  # the weights OpenRLHF's fit broadcasts on resume
         self.metrics_log = MetricsLogger(self.output_dir, resume_step=step if step > 0 else None, report_to=("none",))
+        self.recorded_evals = {int(r["step"]) for r in read_metrics(self.metrics_log.path) if r.get("eval")}
         if step == 0 and self.evaluates():
-            self.evaluate(0, **self.eval_generate_kwargs())
+            self.evaluate_held_out(0)
         return states
 
     def saved_sampler_state(self, global_step: int) -> dict | None:
@@ -233,34 +256,102 @@ class AdoraPPOTrainer(OpenRLHFPPOTrainer):
             "n_samples_per_prompt": self.args.eval.n_samples_per_prompt,
         }
 
-    def evaluate(self, global_step, **generate_kwargs):
-        """OpenRLHF's evaluation, with its numbers appended to ``metrics.jsonl`` (``"eval": true``)."""
-        logs = super().evaluate(global_step, **generate_kwargs)
-        self.last_eval_step = global_step
-        if self.metrics_log is not None:
-            self.metrics_log.log(global_step, {"eval": True, **numeric_logs(logs)})
-        return logs
-
-    def fit(self, global_step: int = 0) -> None:
-        """OpenRLHF's ``fit``, then an evaluation of the last step when ``fit`` made none (it evaluates multiples of
-        ``--eval.steps`` only); ``metrics.jsonl`` is closed at the end."""
+    def evaluate_last_step(self) -> None:
+        """After ``fit``: evaluate the last step when ``fit`` made no evaluation of it (OpenRLHF evaluates multiples
+        of ``--eval.steps`` only), then close ``metrics.jsonl``."""
         try:
-            super().fit(global_step)
             if self.evaluates() and self.last_step > 0 and self.last_eval_step != self.last_step:
                 self.wandb_logger = None  # finished by fit; TensorBoard's writer reopens its file
-                self.evaluate(self.last_step, **self.eval_generate_kwargs())
+                self.evaluate_held_out(self.last_step)
                 if self.tensorboard_logger:
                     self.tensorboard_logger.close()
         finally:
             if self.metrics_log is not None:
                 self.metrics_log.close()
 
+
+class AdoraPPOTrainer(AdoraTrainerRecords, OpenRLHFPPOTrainer, PolicyVersionBroadcast):
+    """OpenRLHF's synchronous PPO/GRPO trainer with our sampler and advantage path."""
+
+    def __init__(
+        self,
+        pretrain,
+        strategy,
+        actor_model_group,
+        critic_model_group,
+        reward_model_group,
+        reference_model_group,
+        vllm_engines,
+        **generate_kwargs,
+    ) -> None:
+        run_config = run_config_from_args(strategy.args)  # fail before any model work when it is missing
+        generate_kwargs = generate_kwargs_for(run_config, generate_kwargs)  # + rollout.top_k
+        super().__init__(
+            pretrain,
+            strategy,
+            actor_model_group,
+            critic_model_group,
+            reward_model_group,
+            reference_model_group,
+            vllm_engines,
+            **generate_kwargs,
+        )
+        self.samples_generator = AdoraSamplesGenerator(
+            strategy=strategy,
+            prompts_dataloader=self.prompts_dataloader,
+            eval_dataloader=self.eval_dataloader,
+            tokenizer=self.tokenizer,
+            vllm_engines=vllm_engines,
+            run_config=run_config,
+        )
+        self.experience_maker = AdoraExperienceMaker(
+            actor_model_group,
+            critic_model_group,
+            reward_model_group,
+            reference_model_group,
+            self.kl_ctl,
+            strategy,
+            self.tokenizer,
+            run_config=run_config,
+        )
+        self.setup_records(run_config)
+        self.write_marker()
+
+    def sampler_state(self) -> dict:
+        return self.samples_generator.state_dict()
+
+    def restore_sampler_state(self, state: dict) -> None:
+        self.samples_generator.load_state_dict(state)
+
+    def evaluate_held_out(self, global_step: int) -> None:
+        self.evaluate(global_step, **self.eval_generate_kwargs())
+
+    def evaluate(self, global_step, **generate_kwargs):
+        """OpenRLHF's evaluation, with its numbers appended to ``metrics.jsonl`` (``"eval": true``)."""
+        logs = super().evaluate(global_step, **generate_kwargs)
+        self.record_eval(global_step, logs)
+        return logs
+
+    def fit(self, global_step: int = 0) -> None:
+        """OpenRLHF's ``fit``, then an evaluation of the last step when ``fit`` made none."""
+        try:
+            super().fit(global_step)
+        except BaseException:
+            if self.metrics_log is not None:
+                self.metrics_log.close()
+            raise
+        self.evaluate_last_step()
+
     def component_classes(self) -> dict[str, str]:
         """Qualified class names of the generator and experience maker (checked after start-up)."""
         return {
-            "samples_generator": f"{type(self.samples_generator).__module__}.{type(self.samples_generator).__qualname__}",
-            "experience_maker": f"{type(self.experience_maker).__module__}.{type(self.experience_maker).__qualname__}",
+            "samples_generator": qualified_name(self.samples_generator),
+            "experience_maker": qualified_name(self.experience_maker),
         }
+
+
+def qualified_name(obj: object) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
 def numeric_logs(logs: dict) -> dict[str, float]:

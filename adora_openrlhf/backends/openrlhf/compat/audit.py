@@ -45,6 +45,18 @@ AUDITED: dict[tuple[str, str], str] = {
         "PPOTrainer",
     ): "trainer.AdoraPPOTrainer: __init__, fit, evaluate (evaluations, metrics.jsonl, marker)",
     (
+        "openrlhf.trainer.ppo_trainer_async",
+        "PPOTrainerAsync",
+    ): "async_trainer.AdoraPPOTrainerAsync re-executes its __init__ with our two actor classes; its fit restores our states",
+    (
+        "openrlhf.trainer.ppo_trainer_async",
+        "GenerateSamplesActor",
+    ): "async_trainer.AdoraGenerateSamplesActor: samples_generator, generate_kwargs, _run_eval; its fit's lock and queue",
+    (
+        "openrlhf.trainer.ppo_trainer_async",
+        "TrainingActor",
+    ): "async_trainer.AdoraTrainingActor: fit (train_step, eval payloads to save_best_checkpoint), broadcast_to_vllm's lock",
+    (
         "openrlhf.trainer.ppo_trainer",
         "prepare_datasets",
     ): "flags.derived_flags: data.max_samples caps the prompt and evaluation sets",

@@ -31,13 +31,15 @@ import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, redirect_stdout
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 from adora_openrlhf.config import ConfigError
 
 ENTRY_MODULE = "openrlhf.cli.train_ppo_ray"
 TRAINER_MODULE = "openrlhf.trainer.ppo_trainer"
 TRAINER_NAME = "PPOTrainer"
+ASYNC_TRAINER_MODULE = "openrlhf.trainer.ppo_trainer_async"  # train() imports it with --train.async_enable
+ASYNC_TRAINER_NAME = "PPOTrainerAsync"
 INSTALL_HINT = "pip install -r requirements/cluster.txt (GPU nodes) or see requirements/openrlhf-cpu-test.txt (CPU)"
 # the openrlhf releases whose functions this backend overrides or re-executes (tests/test_openrlhf_audit.py)
 TESTED_VERSIONS = ("0.11.2",)
@@ -236,29 +238,37 @@ def _one_line_parser_errors(argv: list[str]) -> Iterator[None]:
         argparse.ArgumentParser.error = original  # type: ignore[method-assign]
 
 
-def _trainer_import_in(train_fn: types.FunctionType) -> bool:
-    """Whether ``train`` imports ``PPOTrainer`` from ``openrlhf.trainer.ppo_trainer`` (the name we resolve)."""
+def _trainer_import_in(train_fn: types.FunctionType, module: str = TRAINER_MODULE, name: str = TRAINER_NAME) -> bool:
+    """Whether ``train`` imports ``name`` from ``module`` (``PPOTrainer`` from ``openrlhf.trainer.ppo_trainer``,
+    or the asynchronous trainer's class: the names we resolve)."""
     import inspect
 
     tree = ast.parse(inspect.getsource(train_fn))
     return any(
         isinstance(node, ast.ImportFrom)
-        and node.module == TRAINER_MODULE
-        and any(alias.name == TRAINER_NAME and alias.asname is None for alias in node.names)
+        and node.module == module
+        and any(alias.name == name and (alias.asname is None or module != TRAINER_MODULE) for alias in node.names)
         for node in ast.walk(tree)
     )
 
 
 def with_trainer(
-    train_fn: types.FunctionType, trainer_actor_cls: Any, names: dict[str, Any] | None = None
+    train_fn: types.FunctionType,
+    trainer_actor_cls: Any,
+    names: dict[str, Any] | None = None,
+    async_trainer_cls: Any = None,
 ) -> types.FunctionType:
     """A copy of ``train_fn`` whose ``from openrlhf.trainer.ppo_trainer import PPOTrainer`` gives
-    ``trainer_actor_cls`` and whose module globals ``names`` (actor classes, ``get_strategy``,
-    ``create_vllm_engines``) are answered with the given objects; every other import, and the real module,
-    are untouched."""
+    ``trainer_actor_cls`` (and ``from openrlhf.trainer.ppo_trainer_async import PPOTrainerAsync``, the import of
+    ``--train.async_enable``, ``async_trainer_cls`` when given) and whose module globals ``names`` (actor classes,
+    ``get_strategy``, ``create_vllm_engines``) are answered with the given objects; every other import, and the
+    real module, are untouched."""
     from adora_openrlhf.backends.openrlhf.compat.rebind import with_globals
 
-    return with_globals(train_fn, names or {}, imports={(TRAINER_MODULE, TRAINER_NAME): trainer_actor_cls})
+    imports = {(TRAINER_MODULE, TRAINER_NAME): trainer_actor_cls}
+    if async_trainer_cls is not None:
+        imports[(ASYNC_TRAINER_MODULE, ASYNC_TRAINER_NAME)] = async_trainer_cls
+    return with_globals(train_fn, names or {}, imports=imports)
 
 
 def check_train_names(train_fn: types.FunctionType, names: dict[str, Any]) -> None:
@@ -271,13 +281,30 @@ def check_train_names(train_fn: types.FunctionType, names: dict[str, Any]) -> No
         )
 
 
-def run_openrlhf_train(args: SimpleNamespace, trainer_actor_cls: Any, names: dict[str, Any] | None = None) -> None:
-    """Run OpenRLHF's ``train(args)`` with ``trainer_actor_cls`` as its trainer actor and ``names`` answered as in
-    :func:`with_trainer` (needs the GPU stack, or vLLM's CPU build and the CPU layer)."""
+class TrainerClasses(NamedTuple):
+    """Our trainer actor classes for OpenRLHF's ``train``: the synchronous one and ``--train.async_enable``'s."""
+
+    synchronous: Any
+    asynchronous: Any = None
+
+
+def run_openrlhf_train(
+    args: SimpleNamespace, trainers: TrainerClasses | Any, names: dict[str, Any] | None = None
+) -> None:
+    """Run OpenRLHF's ``train(args)`` with our trainer actor (``trainers``: :class:`TrainerClasses`, or the
+    synchronous class alone) and ``names`` answered as in :func:`with_trainer` (needs the GPU stack, or vLLM's CPU
+    build and the CPU layer)."""
+    if not isinstance(trainers, TrainerClasses):
+        trainers = TrainerClasses(trainers)
+    trainer_actor_cls, async_trainer_cls = trainers
     entry = importlib.import_module(ENTRY_MODULE)
-    if not _trainer_import_in(entry.train):
-        raise ConfigError(
-            f"backend: {ENTRY_MODULE}.train does not import {TRAINER_NAME} from {TRAINER_MODULE} as openrlhf 0.11.x does; install openrlhf==0.11.2"
-        )
+    imports = [(TRAINER_MODULE, TRAINER_NAME)] + (
+        [(ASYNC_TRAINER_MODULE, ASYNC_TRAINER_NAME)] if async_trainer_cls else []
+    )
+    for module, name in imports:
+        if not _trainer_import_in(entry.train, module, name):
+            raise ConfigError(
+                f"backend: {ENTRY_MODULE}.train does not import {name} from {module} as openrlhf 0.11.x does; install openrlhf==0.11.2"
+            )
     check_train_names(entry.train, names or {})
-    with_trainer(entry.train, trainer_actor_cls, names)(args)
+    with_trainer(entry.train, trainer_actor_cls, names, async_trainer_cls)(args)

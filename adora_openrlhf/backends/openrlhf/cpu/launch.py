@@ -140,9 +140,11 @@ def cpu_ray_init_kwargs(args: Any, env_vars: dict[str, str]) -> dict[str, Any]:
     """``ray.init`` keywords for the local CPU run of ``args`` (see the module docstring)."""
     gpus = logical_gpus(args)
     vllm_env = {key: os.environ.get(key, value) for key, value in VLLM_CPU_ENV.items()}
+    # the trainer actor, and with --train.async_enable its generator and training actors
+    drivers = 3 if args.train.async_enable else 1
     return {
         "num_gpus": gpus,
-        "num_cpus": max(os.cpu_count() or 1, gpus + 2),  # logical: one per placement bundle, plus the trainer actor
+        "num_cpus": max(os.cpu_count() or 1, gpus + 1 + drivers),  # logical: one per placement bundle, plus those
         "include_dashboard": False,
         "runtime_env": {"env_vars": {**vllm_env, **env_vars}, "worker_process_setup_hook": STANDIN_HOOK},
     }

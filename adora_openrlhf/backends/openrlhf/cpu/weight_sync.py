@@ -206,6 +206,14 @@ class AdoraRolloutActor(RolloutRayActor.__ray_actor_class__):
         kwargs["dtype"] = engine_dtype_from_env(kwargs.get("dtype", "bfloat16"))
         await super().__init__(*args, **kwargs)
 
+    async def set_policy_version(self, version: int) -> None:
+        """Record the policy version of the weights just loaded (the trainer's ``PolicyVersionBroadcast``)."""
+        self.policy_version = int(version)
+
+    async def get_policy_version(self) -> int:
+        """Optimiser steps behind the weights this engine generates with (0: the starting model)."""
+        return getattr(self, "policy_version", 0)
+
     async def reload_weights_from_dir(self, model_dir: str) -> list[int]:
         """Reload the weights on every worker of this engine from ``model_dir``; tensors loaded per worker."""
         counts = await self.llm.collective_rpc("reload_weights_from_dir", args=(str(model_dir),))
