@@ -24,6 +24,10 @@ final accuracy that RL's own randomness gives from one warm start, to judge a di
 on one seed. Replicate records carry ``rl_seed`` and are tabled apart (the local backend then reads the rows from
 the same JSONL files as the openrlhf backend).
 
+``--modes sync async`` runs each openrlhf run of the plan in OpenRLHF's synchronous loop and then in its asynchronous
+one (``--train.async_enable``: the next batch generated while this one trains); records carry ``mode``, and an
+asynchronous record ``staleness_mean`` (how many optimiser steps old its batches were, on average).
+
 ``--prepare-only`` writes the warm starts and the JSONL files and stops: the inputs of a manual
 ``--recipe kk-testbed-openrlhf`` run.
 
@@ -180,17 +184,28 @@ def with_rl_seed(record: dict[str, Any], rl_seed: int | None) -> dict[str, Any]:
 
 
 def run_openrlhf(
-    variant: str, seed: int, inputs: dict[str, str], out: Path, rl_seed: int | None = None, regime: str | None = None
+    variant: str,
+    seed: int,
+    inputs: dict[str, str],
+    out: Path,
+    rl_seed: int | None = None,
+    regime: str | None = None,
+    mode: str = "sync",
 ) -> dict[str, Any]:
     """One ``--backend openrlhf`` run of the variant from the seed's warm start (run seed ``rl_seed`` for a
-    replicate, else ``seed``; ``regime`` kk-revisit: :func:`revisit_flags`); its record."""
-    run_dir = out / "openrlhf" / (run_name(variant, seed, rl_seed) + (f"_{regime}" if regime else ""))
+    replicate, else ``seed``; ``regime`` kk-revisit: :func:`revisit_flags`; ``mode`` async: OpenRLHF's asynchronous
+    loop, ``--train.async_enable``); its record."""
+    suffix = (f"_{regime}" if regime else "") + ("_async" if mode == "async" else "")
+    run_dir = out / "openrlhf" / (run_name(variant, seed, rl_seed) + suffix)
     settings = with_rl_seed(
         {"backend": "openrlhf", "variant": variant, "seed": seed, "inputs": inputs, "recipe": CLUSTER_RECIPE}, rl_seed
     )
     variant_flags = cli_flags(VARIANTS[variant]) if regime is None else revisit_flags(variant)
     if regime is not None:
         settings["regime"] = regime
+    if mode == "async":
+        settings["mode"] = mode
+        variant_flags = [*variant_flags, "--train.async_enable"]
     if (found := reuse(run_dir, settings)) is not None:
         return found
     command = [
@@ -217,6 +232,7 @@ def run_openrlhf(
     record = {
         "backend": "openrlhf",
         **({"regime": regime} if regime else {}),
+        **({"mode": mode} if mode == "async" else {}),  # a record without one ran the synchronous loop
         "variant": variant,
         "seed": seed,
         "acc_step0": curve[0][1],
@@ -227,6 +243,8 @@ def run_openrlhf(
         "curve": curve,
         "settings": settings,
     }
+    if mode == "async":  # how many optimiser steps old the trained-on batches were
+        record["staleness_mean"] = sum(r["async/staleness_mean"] for r in steps) / len(steps)
     record = with_rl_seed(record, rl_seed)
     (run_dir / "record.json").write_text(json.dumps(record, indent=2) + "\n")
     return record
@@ -300,9 +318,10 @@ def replicate_table(records: list[dict[str, Any]]) -> str:
 
 
 def variant_label(record: dict[str, Any]) -> str:
-    """The variant's name in the tables, with its regime when it is not kk-testbed's."""
-    regime = record.get("regime")
-    return record["variant"] + (f" ({regime})" if regime else "")
+    """The variant's name in the tables, with its regime when it is not kk-testbed's and ``async`` for a run of
+    OpenRLHF's asynchronous loop."""
+    notes = [note for note in (record.get("regime"), "async" if record.get("mode") == "async" else None) if note]
+    return record["variant"] + (f" ({', '.join(notes)})" if notes else "")
 
 
 def main_table(records: list[dict[str, Any]]) -> str:
@@ -370,6 +389,14 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="runs again from a seed's warm start and rows with another run seed, as VARIANT:SEED:RL_SEED",
     )
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=["sync"],
+        choices=["sync", "async"],
+        help="openrlhf runs in OpenRLHF's synchronous loop, its asynchronous one (--train.async_enable), or both "
+        "side by side (each seed and variant in both modes, one after the other)",
+    )
     parser.add_argument("--prepare-only", action="store_true", help="write the warm starts and JSONL files, then stop")
     parser.add_argument(
         "--regime",
@@ -400,13 +427,16 @@ def main(argv: list[str] | None = None) -> int:
     for backend, variant, seed, rl_seed in plan:
         if backend not in args.backends:
             continue
-        print(f"[cluster_testbed] {backend} {run_name(variant, seed, rl_seed)}", file=sys.stderr, flush=True)
-        runner = run_local if backend == "local" else run_openrlhf
         if seed not in inputs:
             inputs[seed] = prepare(seed, args.out)
-        record = runner(variant, seed, inputs[seed], args.out, rl_seed)
-        key = ("backend", "regime", "variant", "seed", "rl_seed")
-        records = save_records(args.results, records, record, key, table)
+        for mode in args.modes if backend == "openrlhf" else ["sync"]:
+            print(f"[cluster_testbed] {backend} {run_name(variant, seed, rl_seed)} {mode}", file=sys.stderr, flush=True)
+            if backend == "local":
+                record = run_local(variant, seed, inputs[seed], args.out, rl_seed)
+            else:
+                record = run_openrlhf(variant, seed, inputs[seed], args.out, rl_seed, mode=mode)
+            key = ("backend", "regime", "mode", "variant", "seed", "rl_seed")
+            records = save_records(args.results, records, record, key, table)
     print(table(records))
     return 0
 

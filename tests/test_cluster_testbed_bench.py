@@ -64,7 +64,7 @@ def test_a_later_invocation_keeps_earlier_records_and_replaces_a_rerun(tmp_path,
     monkeypatch.setattr(
         bench,
         "run_openrlhf",
-        lambda variant, seed, inputs, out, rl_seed=None: record("openrlhf", variant, seed, 0.2, 0.9),
+        lambda variant, seed, inputs, out, rl_seed=None, **kw: record("openrlhf", variant, seed, 0.2, 0.9),
     )
     argv = [
         "--seeds",
@@ -151,3 +151,27 @@ def test_kk_revisit_runs_the_allocation_regime_on_the_openrlhf_backend():
     assert json.loads(revisit_flags("GRPO")[-1])["openrlhf"]["train.num_episodes"] == 10  # 80 x 16 / 128
     rows = table([{**record("openrlhf", "Knapsack-0.5", 0, 0.2, 0.8), "regime": "kk-revisit"}]).splitlines()
     assert "| openrlhf | Knapsack-0.5 (kk-revisit) |" in rows[2]
+
+
+def test_modes_run_each_openrlhf_run_synchronously_and_asynchronously_side_by_side(tmp_path, monkeypatch):
+    """``--modes sync async``: the same seed and variant in OpenRLHF's synchronous loop, then its asynchronous one;
+    the asynchronous record is kept beside the synchronous one and tabled as its own row."""
+    import bench.cluster_testbed as bench
+
+    calls = []
+
+    def fake_openrlhf(variant, seed, inputs, out, rl_seed=None, regime=None, mode="sync"):
+        calls.append(mode)
+        made = record("openrlhf", variant, seed, 0.2, 0.9 if mode == "sync" else 0.85)
+        return {**made, "mode": mode} if mode == "async" else made
+
+    monkeypatch.setattr(bench, "prepare", lambda seed, out: {"model": f"m{seed}", "train": "t", "test": "e"})
+    monkeypatch.setattr(bench, "run_openrlhf", fake_openrlhf)
+    results = tmp_path / "results"
+    argv = ["--seeds", "0", "--variants", "GRPO", "--extra", "--backends", "openrlhf", "--modes", "sync", "async",
+            "--out", str(tmp_path / "runs"), "--results", str(results)]  # fmt: skip
+    assert bench.main(argv) == 0 and calls == ["sync", "async"]
+    saved = json.loads((results / "results.json").read_text())["records"]
+    assert sorted((r.get("mode", "sync"), r["acc_final"]) for r in saved) == [("async", 0.85), ("sync", 0.9)]
+    table = (results / "table.md").read_text()
+    assert "| openrlhf | GRPO | 0 |" in table and "| openrlhf | GRPO (async) | 0 |" in table
