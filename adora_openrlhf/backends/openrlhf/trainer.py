@@ -213,7 +213,8 @@ class AdoraTrainerRecords:
         self.last_step = step
         self.policy_version = step  # the weights OpenRLHF's fit broadcasts on resume
         self.metrics_log = MetricsLogger(self.output_dir, resume_step=step if step > 0 else None, report_to=("none",))
-        self.recorded_evals = {int(r["step"]) for r in read_metrics(self.metrics_log.path) if r.get("eval")}
+        kept = read_metrics(self.metrics_log.path) if self.metrics_log.path.exists() else []
+        self.recorded_evals = {int(r["step"]) for r in kept if r.get("eval")}
         if step == 0 and self.evaluates():
             self.evaluate_held_out(0)
         return states
