@@ -357,7 +357,7 @@ def main_table(records: list[dict[str, Any]]) -> str:
     return markdown_table(header, rows)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.cluster_testbed", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--seeds",
@@ -404,6 +404,11 @@ def main(argv: list[str] | None = None) -> int:
         default="kk-testbed",
         help=f"{REVISIT}: the allocation benchmark's regime and variants, --seeds x --variants on both backends",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.regime == REVISIT:
         return main_revisit(args, parser)
