@@ -4,9 +4,10 @@ on different nodes. ``recipes/dapo_math_ada.sh`` (the 8-GPU adaptive-sampling re
 engine and one actor) is submitted as a Ray job (as in ``tests/test_openrlhf_job.py``), using the installed package
 (``UPLOAD_REPO=0``): raylets on one filesystem would unpack a shipped ``working_dir`` into the same folder, one
 node's unpacking removing another's working directory, which two machines do not share. The weights reach the
-engine across nodes (gloo over the trainer's address) at every step, and the job succeeds. A second job with
+engine across nodes (gloo over the trainer's address) at every step, so that the engine's log-probabilities after a
+step are the trainer's, and the job succeeds. A second job with
 ``--resume`` continues the run from the checkpoint on the two nodes; once its first step is saved, the engine's node
-is killed, and the job fails with one line naming the engine actor instead of hanging. About 5 minutes on the
+is killed, and the job fails with one line naming the engine actor instead of hanging. About 3.5 minutes on the
 2-core machine."""
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from answer_model import VLLM_ENV  # noqa: E402
 SCALED_DOWN = ("--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1", "--train.colocate_all", "false",
                "--vllm.enable_sleep", "false", "--ds.enable_sleep", "false", "--ds.packing_samples", "false",
                "--reward.overlong_buffer_len", "2", "--train.num_episodes", "1",
-               "--train.batch_size", "16")  # fmt: skip
+               "--train.batch_size", "16",
+               # a visible update (the recipe's 1e-6 would hide a failed sync), and the engine's log-probs to compare
+               "--actor.adam.lr", "0.005", "--algo.advantage.is_correction_level", "token")  # fmt: skip
 RECIPE = {"recipe": "dapo_math_ada.sh", "shipped": False}
 
 
@@ -122,6 +125,9 @@ def test_the_engine_and_the_policy_run_on_different_nodes_and_the_job_succeeds(t
     steps = [r for r in train if not r.get("eval")]
     assert [r["step"] for r in steps] == [1, 2] and all(r["actor_grad_norm"] > 0 for r in steps)
     assert all(r["sampling/rounds_used"] > 1 for r in steps)  # the recipe's multi-round sampler ran
+    # step 2's rollouts came from the weights that crossed nodes after step 1 (an lr-0.005 update): the engine's
+    # log-probs are the trainer's, bf16 rounding apart
+    assert steps[1]["adora/engine_logprob_gap"] < 0.03, steps[1]["adora/engine_logprob_gap"]
     assert (out / "checkpoints" / "_actor" / "global_step2" / "adora_sampler_state.json").is_file()
 
     # a second job resumes the run on the two nodes from the step-2 checkpoint both nodes' actors wrote; once it

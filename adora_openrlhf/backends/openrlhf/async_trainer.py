@@ -31,7 +31,6 @@ from openrlhf.trainer.ppo_trainer_async import PPOTrainerAsync as _OpenRLHFPPOTr
 from openrlhf.trainer.ppo_trainer_async import TrainingActor as _OpenRLHFTrainingActor
 
 from adora_openrlhf.backends.openrlhf.compat.rebind import with_globals
-from adora_openrlhf.backends.openrlhf.experience_maker import AdoraExperienceMaker
 from adora_openrlhf.backends.openrlhf.flags import generate_kwargs_for, run_config_from_args
 from adora_openrlhf.backends.openrlhf.samples_generator import AdoraSamplesGenerator
 from adora_openrlhf.backends.openrlhf.trainer import (
@@ -83,38 +82,10 @@ class AdoraTrainingActor(AdoraTrainerRecords, OpenRLHFTrainingActor, PolicyVersi
     """OpenRLHF's training actor with :class:`AdoraExperienceMaker`, our run records and the staleness metrics; the
     generator actor is attached after both are built (:meth:`attach_generator`)."""
 
-    def __init__(
-        self,
-        pretrain,
-        strategy,
-        actor_model_group,
-        critic_model_group,
-        reward_model_group,
-        reference_model_group,
-        vllm_engines,
-        **queues,
-    ):
+    def __init__(self, pretrain, strategy, *model_groups_and_engines, **queues):
+        """OpenRLHF's constructor (the model groups, the vLLM engines, the lock and queues), then our classes."""
         run_config = run_config_from_args(strategy.args)
-        super().__init__(
-            pretrain,
-            strategy,
-            actor_model_group,
-            critic_model_group,
-            reward_model_group,
-            reference_model_group,
-            vllm_engines,
-            **queues,
-        )
-        self.experience_maker = AdoraExperienceMaker(
-            actor_model_group,
-            critic_model_group,
-            reward_model_group,
-            reference_model_group,
-            self.kl_ctl,
-            strategy,
-            self.tokenizer,
-            run_config=run_config,
-        )
+        super().__init__(pretrain, strategy, *model_groups_and_engines, **queues)
         self.setup_records(run_config)
         self.generator_actor = None  # holds the data loaders, the held-out set among them
         self.generator_class = ""
@@ -160,16 +131,6 @@ class AdoraTrainingActor(AdoraTrainerRecords, OpenRLHFTrainingActor, PolicyVersi
         ``metrics.jsonl`` too."""
         self.record_eval(global_step, eval_metrics)
         super().save_best_checkpoint(eval_metrics, global_step, client_states)
-
-    def fit(self, global_step: int = 0) -> None:
-        """OpenRLHF's asynchronous training loop, then an evaluation of the last step when it made none."""
-        try:
-            super().fit(global_step)
-        except BaseException:
-            if self.metrics_log is not None:
-                self.metrics_log.close()
-            raise
-        self.evaluate_last_step()
 
 
 RemoteAdoraGenerateSamplesActor = ray.remote(AdoraGenerateSamplesActor)

@@ -88,7 +88,18 @@ class AdoraTrainerRecords:
     :meth:`evaluate_held_out` and :meth:`component_classes`."""
 
     def setup_records(self, run_config) -> None:
-        """Called by the subclass's ``__init__`` once OpenRLHF's has run."""
+        """Called by the subclass's ``__init__`` once OpenRLHF's has run: our experience maker in place of OpenRLHF's
+        (built from the same model groups, KL controller and tokenizer), and the run's records."""
+        self.experience_maker = AdoraExperienceMaker(
+            self.actor_model_group,
+            self.critic_model_group,
+            self.reward_model_group,
+            self.reference_model_group,
+            self.kl_ctl,
+            self.strategy,
+            self.tokenizer,
+            run_config=run_config,
+        )
         self.run_config = run_config
         ensure_logging()  # this runs in a Ray actor, which configured no log handler
         for line in signal_description(run_config):
@@ -257,6 +268,16 @@ class AdoraTrainerRecords:
             "n_samples_per_prompt": self.args.eval.n_samples_per_prompt,
         }
 
+    def fit(self, global_step: int = 0) -> None:
+        """OpenRLHF's ``fit`` (its synchronous or asynchronous loop), then :meth:`evaluate_last_step`."""
+        try:
+            super().fit(global_step)
+        except BaseException:
+            if self.metrics_log is not None:
+                self.metrics_log.close()
+            raise
+        self.evaluate_last_step()
+
     def evaluate_last_step(self) -> None:
         """After ``fit``: evaluate the last step when ``fit`` made no evaluation of it (OpenRLHF evaluates multiples
         of ``--eval.steps`` only), then close ``metrics.jsonl``."""
@@ -274,45 +295,17 @@ class AdoraTrainerRecords:
 class AdoraPPOTrainer(AdoraTrainerRecords, OpenRLHFPPOTrainer, PolicyVersionBroadcast):
     """OpenRLHF's synchronous PPO/GRPO trainer with our sampler and advantage path."""
 
-    def __init__(
-        self,
-        pretrain,
-        strategy,
-        actor_model_group,
-        critic_model_group,
-        reward_model_group,
-        reference_model_group,
-        vllm_engines,
-        **generate_kwargs,
-    ) -> None:
+    def __init__(self, pretrain, strategy, *model_groups_and_engines, **generate_kwargs) -> None:
+        """OpenRLHF's constructor (its arguments: the model groups and the vLLM engines), then our classes."""
         run_config = run_config_from_args(strategy.args)  # fail before any model work when it is missing
         generate_kwargs = generate_kwargs_for(run_config, generate_kwargs)  # + rollout.top_k
-        super().__init__(
-            pretrain,
-            strategy,
-            actor_model_group,
-            critic_model_group,
-            reward_model_group,
-            reference_model_group,
-            vllm_engines,
-            **generate_kwargs,
-        )
+        super().__init__(pretrain, strategy, *model_groups_and_engines, **generate_kwargs)
         self.samples_generator = AdoraSamplesGenerator(
             strategy=strategy,
             prompts_dataloader=self.prompts_dataloader,
             eval_dataloader=self.eval_dataloader,
             tokenizer=self.tokenizer,
-            vllm_engines=vllm_engines,
-            run_config=run_config,
-        )
-        self.experience_maker = AdoraExperienceMaker(
-            actor_model_group,
-            critic_model_group,
-            reward_model_group,
-            reference_model_group,
-            self.kl_ctl,
-            strategy,
-            self.tokenizer,
+            vllm_engines=self.vllm_engines,
             run_config=run_config,
         )
         self.setup_records(run_config)
@@ -332,16 +325,6 @@ class AdoraPPOTrainer(AdoraTrainerRecords, OpenRLHFPPOTrainer, PolicyVersionBroa
         logs = super().evaluate(global_step, **generate_kwargs)
         self.record_eval(global_step, logs)
         return logs
-
-    def fit(self, global_step: int = 0) -> None:
-        """OpenRLHF's ``fit``, then an evaluation of the last step when ``fit`` made none."""
-        try:
-            super().fit(global_step)
-        except BaseException:
-            if self.metrics_log is not None:
-                self.metrics_log.close()
-            raise
-        self.evaluate_last_step()
 
     def component_classes(self) -> dict[str, str]:
         """Qualified class names of the generator and experience maker (checked after start-up)."""
