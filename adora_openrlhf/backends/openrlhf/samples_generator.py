@@ -236,13 +236,14 @@ class AdoraSamplesGenerator(SamplesGenerator):
 
     def generate_samples(self, **generate_kwargs):
         """One training batch of rollouts (:meth:`generate_batch`) as a :class:`StepRollout`: each sample tagged with
-        the engines' policy version (``adora/policy_version``), the list carrying the generator's state after it
-        (the asynchronous trainer saves that state with the checkpoint of the step that trains on the batch)."""
+        the engines' policy version (``adora/policy_version``), the list carrying, in asynchronous training, the generator's
+        state after it (saved with the checkpoint of the step that trains on the batch)."""
         version = self.engine_policy_version()
         experiences, pass_rate, consumed, exhausted = self.generate_batch(**generate_kwargs)
         for experience in experiences if version is not None else ():
             experience.info[POLICY_VERSION] = torch.full((experience.sequences.size(0),), float(version))
-        return StepRollout(experiences, sampler_state=self.state_dict()), pass_rate, consumed, exhausted
+        state = self.state_dict() if self.args.train.async_enable else None  # the synchronous trainer asks itself
+        return StepRollout(experiences, sampler_state=state), pass_rate, consumed, exhausted
 
     def engine_policy_version(self) -> int | None:
         """The policy version the engines hold (``PolicyVersionBroadcast``): the oldest, should they differ; None

@@ -166,10 +166,12 @@ class AdoraTrainerRecords:
         """Write the samples generator's state as JSON into the checkpoint folders of ``global_step`` (OpenRLHF's
         ``global_stepN`` and ``best_global_stepN``) that this step saved; written to a temporary name, then
         renamed, so a crash never leaves half a file."""
+        state = self.sampler_state()
+        if state is None:
+            return
         for tag in (f"global_step{global_step}", f"best_global_step{global_step}"):
             folder = Path(self.args.ckpt.path) / "_actor" / tag
-            state = self.sampler_state()
-            if state is None or not folder.is_dir() or (folder / SAMPLER_STATE_FILE).exists():
+            if not folder.is_dir() or (folder / SAMPLER_STATE_FILE).exists():
                 continue
             tmp = folder / (SAMPLER_STATE_FILE + ".tmp")
             tmp.write_text(json.dumps(state) + "\n", encoding="utf-8")
