@@ -180,6 +180,26 @@ def test_conditional_and_partial_refusals():
         ok(**{"model.init_kwargs": {"trust_remote_code": False}})
 
 
+def test_openrlhf_flags_of_the_table_are_openrlhfs_and_refusals_name_them():
+    """Each entry of OPENRLHF_FLAGS is a flag of OpenRLHF 0.11.2's own parser; OpenRLHF's defaults pass; a refused
+    value is an error naming the flag."""
+    pytest.importorskip("openrlhf", reason="needs requirements/openrlhf-cpu-test.txt")
+    from adora_openrlhf.backends.openrlhf.compat.entry import parse_openrlhf_args
+    from adora_openrlhf.backends.support import OPENRLHF_FLAGS, check_openrlhf_flags
+    from adora_openrlhf.dotted import value_at
+
+    base = ["--actor.num_gpus_per_node", "1", "--rollout.n_samples_per_prompt", "2", "--reward.remote_url", "r.py"]
+    defaults = parse_openrlhf_args(base)
+    for dotted in OPENRLHF_FLAGS:
+        group, _, name = dotted.rpartition(".")
+        assert hasattr(value_at(defaults, group), name), dotted
+    check_openrlhf_flags(defaults)
+    corrected = ["--algo.advantage.is_correction_level", "token", "--algo.kl.unbiased_gradient"]
+    check_openrlhf_flags(parse_openrlhf_args([*base, "--train.async_enable", *corrected]))
+    with pytest.raises(ConfigError, match=r"^train[.]partial_rollout_enable: not supported by the openrlhf backend"):
+        check_openrlhf_flags(parse_openrlhf_args([*base, "--train.async_enable", "--train.partial_rollout_enable"]))
+
+
 def test_every_recipe_passes_its_own_backends_checks():
     for name, recipe in RECIPES.items():
         for backend in recipe.backends:

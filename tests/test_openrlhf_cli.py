@@ -192,7 +192,7 @@ def test_a_recipes_switch_is_turned_off_with_false(capsys):
         (
             "kk-testbed-openrlhf",
             ["--train.async_enable", "--train.partial_rollout_enable"],
-            "train.partial_rollout_enable: partial rollouts let a weight sync land in the middle of a batch",
+            "train.partial_rollout_enable: not supported by the openrlhf backend (got True); partial rollouts let a weight sync",
         ),
         (
             "dapo-math-adora",

@@ -375,3 +375,62 @@ def test_staleness_is_the_step_minus_the_generating_policy_version():
     assert status["policy_loss"] == 0.5
     status, _ = trainer.train_step([], 0)  # samples without versions (no engines): nothing logged
     assert "async/staleness_max" not in status
+
+
+def test_is_correction_reweights_the_loss_of_rollouts_from_an_older_policy():
+    """Asynchronous training trains on batches an older policy generated: vLLM's log-probs of the sampled tokens
+    (``rollout_log_probs``, asked for by ``--algo.advantage.is_correction_level``) differ from the trainer's
+    (``action_log_probs``, PPO's old policy). Our experience maker writes the advantages (ADORA on) and keeps both
+    on OpenRLHF's micro-batches, row for row; OpenRLHF's PolicyLoss, built from the flags as its actor builds it,
+    then applies the correction: each token's loss x pi_train / pi_rollout, tokens outside [0.5, 2] dropped
+    (mode mask), ``vllm_kl`` and ``is_filter_ratio`` logged. Hand computation: the trainer's log-prob is the
+    engine's + 0.1 on every response token (weight e^0.1, kept) but the first (+1.0: weight e > 2, dropped)."""
+    (loss_mod,) = import_openrlhf("openrlhf.models.loss")
+    correction = ["--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_threshold"]
+    args = openrlhf_args(*correction, "0.5", "2.0", "--algo.kl.unbiased_gradient", n=4, micro_batch=3)
+    cfg = run_config(**{"adora.enabled": True, "adora.rule": "length", "adora.lambda_att": 0.1})
+    maker = openrlhf_maker(args, ours.AdoraExperienceMaker, run_config=cfg)
+    responses = responses_for(GROUPS)
+    for r in responses:  # the engine's log-prob of every observation token (OpenRLHF drops the first)
+        r["rollout_log_probs"] = [-1.0 - 0.1 * (i % 3) for i in range(len(r["observation_tokens"]))]
+    batches = ready_for_advantages(maker, rollout_experiences(args, responses))
+    for batch in batches:
+        first = torch.zeros_like(batch.action_mask, dtype=torch.bool)
+        first[torch.arange(len(first)), batch.action_mask.int().argmax(dim=1)] = True
+        batch.action_log_probs = batch.rollout_log_probs + torch.where(first, 1.0, 0.1) * batch.action_mask
+        batch.first_token = first
+    trainer_log_probs = [b.action_log_probs.clone() for b in batches]
+    maker.compute_advantages_and_returns(batches)
+    policy_loss = loss_mod.PolicyLoss(
+        clip_eps_low=args.actor.eps_clip_low_high[0],
+        clip_eps_high=args.actor.eps_clip_low_high[1],
+        token_level_loss=args.actor.loss_agg_mode == "token-mean",
+        is_correction_level=args.algo.advantage.is_correction_level,
+        is_correction_mode=args.algo.advantage.is_correction_mode,
+        is_correction_gating=args.algo.advantage.is_correction_gating,
+        is_correction_threshold=args.algo.advantage.is_correction_threshold,
+    )
+    uncorrected = loss_mod.PolicyLoss()
+    tokens = sum(float(b.action_mask.sum()) for b in batches)
+    firsts = sum(len(b.index) for b in batches)
+    gap = (tokens - firsts) / tokens * 0.1 + firsts / tokens * 1.0
+    changed = []
+    for batch, before in zip(batches, trainer_log_probs, strict=True):
+        # the KL loss's unbiased gradient weighs by pi / pi_old with these: left as OpenRLHF computed them
+        assert torch.equal(batch.action_log_probs, before)
+        assert float(batch.info[ours.ENGINE_LOGPROB_GAP][0]) == pytest.approx(gap, rel=1e-5)
+        mask = batch.action_mask.float()
+        # first PPO epoch: the policy is the trainer's old policy, ratio 1, per-token loss -A
+        loss, _, _, vllm_kl, filtered = policy_loss(
+            batch.action_log_probs, batch.action_log_probs, batch.advantages, batch.action_mask, batch.rollout_log_probs
+        )
+        weight = torch.where(batch.first_token, 0.0, math.exp(0.1))
+        expected = float((weight * -batch.advantages * mask).sum() / mask.sum())
+        assert float(loss) == pytest.approx(expected, rel=1e-5)
+        plain, *_ = uncorrected(batch.action_log_probs, batch.action_log_probs, batch.advantages, batch.action_mask)
+        assert float(plain) == pytest.approx(float((-batch.advantages * mask).sum() / mask.sum()), rel=1e-5)
+        changed.append(abs(float(loss) - float(plain)) > 1e-3)
+        assert float(filtered) == pytest.approx(len(batch.index) / float(mask.sum()), rel=1e-5)
+        expected_kl = float((torch.where(batch.first_token, -1.0, -0.1) * mask).sum() / mask.sum())
+        assert float(vllm_kl) == pytest.approx(expected_kl, rel=1e-5)
+    assert any(changed)  # the correction changed the loss

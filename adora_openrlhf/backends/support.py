@@ -10,6 +10,10 @@ Every leaf field of ``RunConfig`` has one entry per backend:
 
 :func:`check_backend_fields` runs the table of ``cfg.backend``; both backends call it before anything is built,
 so no field is silently ignored.
+
+:data:`OPENRLHF_FLAGS` does the same for OpenRLHF's own flags that have no ``RunConfig`` field but meet this
+package's classes (asynchronous training, the off-policy corrections): :func:`check_openrlhf_flags` reads them
+from OpenRLHF's parsed namespace (``flags.reconcile``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 from adora_openrlhf.backends.openrlhf.field_flags import mapped_fields
 from adora_openrlhf.config import ConfigError, RunConfig
-from adora_openrlhf.dotted import flatten
+from adora_openrlhf.dotted import flatten, value_at
 
 MAPPED = "mapped"
 USED = "used"
@@ -37,10 +41,11 @@ def _sampling_off(cfg: RunConfig) -> bool:
 @dataclass(frozen=True)
 class Refused:
     """The backend cannot honour the field: ``fix`` says what to do instead; ``when`` limits the refusal (e.g.
-    to runs with adaptive sampling off); ``allowed`` decides which non-default values are fine anyway."""
+    to runs with adaptive sampling off; it gets the ``RunConfig``, or OpenRLHF's namespace for an entry of
+    :data:`OPENRLHF_FLAGS`); ``allowed`` decides which non-default values are fine anyway."""
 
     fix: str
-    when: Callable[[RunConfig], bool] = _always
+    when: Callable[[Any], bool] = _always
     allowed: Callable[[Any], bool] = lambda value: False
 
 
@@ -216,6 +221,36 @@ LOCAL: dict[str, Support] = {
 }
 
 BACKEND_FIELDS: dict[str, Mapping[str, Support]] = {"local": LOCAL, "openrlhf": OPENRLHF}
+
+
+# OpenRLHF 0.11.2 flags without a RunConfig field (they pass through: extra.openrlhf or the command line) whose
+# effect on this package's classes is tested; every other OpenRLHF flag is OpenRLHF's business alone.
+OPENRLHF_FLAGS: dict[str, Support] = {
+    # async_trainer: OpenRLHF's asynchronous loop with AdoraSamplesGenerator and AdoraExperienceMaker
+    # (tests/test_openrlhf_e2e.py: three ZeRO-3 steps, staleness logged, --resume)
+    "train.async_enable": USED,
+    "train.partial_rollout_enable": Refused(
+        "partial rollouts let a weight sync land in the middle of a batch, so one group's rounds would come from "
+        "different policy versions (the sampler's pool and ADORA's classes assume one); drop "
+        "--train.partial_rollout_enable (asynchronous training without it keeps one version per batch)"
+    ),  # OpenRLHF accepts it with --train.async_enable only
+    # AdoraSamplesGenerator asks vLLM for the sampled tokens' log-probs when the level is not off; the
+    # experience maker keeps them (rollout_log_probs) beside the advantages it writes, and OpenRLHF's PolicyLoss
+    # reweights or masks each token by pi_train / pi_rollout (tests/test_openrlhf_experience_maker.py)
+    **{f"algo.advantage.is_correction_{name}": USED for name in ("level", "mode", "gating", "threshold")},
+    # OpenRLHF's KL loss weights its gradient by pi / pi_old, with pi_old the trainer's action_log_probs, which
+    # AdoraExperienceMaker leaves as OpenRLHF computed them (same test)
+    "algo.kl.unbiased_gradient": USED,
+}
+
+
+def check_openrlhf_flags(args: Any) -> None:
+    """ConfigError for the first entry of :data:`OPENRLHF_FLAGS` that refuses its value in OpenRLHF's parsed
+    namespace ``args``."""
+    for dotted, support in OPENRLHF_FLAGS.items():
+        value = value_at(args, dotted)
+        if isinstance(support, Refused) and value and support.when(args) and not support.allowed(value):
+            raise ConfigError(f"{dotted}: not supported by the openrlhf backend (got {value!r}); {support.fix}")
 
 
 def leaf_values(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -189,13 +189,9 @@ def check_allocation_batches(cfg: RunConfig, args: SimpleNamespace) -> None:
 def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
     """RunConfig with the shared fields taken from OpenRLHF's final namespace; unsupported combinations raise."""
     from adora_openrlhf.algorithms.advantages import ADVANTAGE_ESTIMATORS
+    from adora_openrlhf.backends.support import check_openrlhf_flags
 
-    if args.train.async_enable and getattr(args.train, "partial_rollout_enable", False):
-        raise ConfigError(
-            "train.partial_rollout_enable: partial rollouts let a weight sync land in the middle of a batch, so one "
-            "group's rounds would come from different policy versions (the sampler's pool and ADORA's classes assume "
-            "one); drop --train.partial_rollout_enable (asynchronous training without it keeps one version per batch)"
-        )
+    check_openrlhf_flags(args)  # OpenRLHF's own flags that meet our classes (async, off-policy corrections)
     estimator = args.algo.advantage.estimator
     ours = estimator in ADVANTAGE_ESTIMATORS
     if not ours and (cfg.adora.enabled or cfg.sampling.enabled):
