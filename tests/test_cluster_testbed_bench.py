@@ -160,10 +160,11 @@ def test_modes_run_each_openrlhf_run_synchronously_and_asynchronously_side_by_si
 
     calls = []
 
-    def fake_openrlhf(variant, seed, inputs, out, rl_seed=None, regime=None, mode="sync"):
+    def fake_openrlhf(variant, seed, inputs, out, rl_seed=None, regime=None, mode="sync", is_correction="off"):
         calls.append(mode)
         made = record("openrlhf", variant, seed, 0.2, 0.9 if mode == "sync" else 0.85)
-        return {**made, "mode": mode} if mode == "async" else made
+        made = {**made, "mode": mode} if mode == "async" else made
+        return {**made, "is_correction": is_correction} if is_correction != "off" else made
 
     monkeypatch.setattr(bench, "prepare", lambda seed, out: {"model": f"m{seed}", "train": "t", "test": "e"})
     monkeypatch.setattr(bench, "run_openrlhf", fake_openrlhf)
@@ -175,3 +176,8 @@ def test_modes_run_each_openrlhf_run_synchronously_and_asynchronously_side_by_si
     assert sorted((r.get("mode", "sync"), r["acc_final"]) for r in saved) == [("async", 0.85), ("sync", 0.9)]
     table = (results / "table.md").read_text()
     assert "| openrlhf | GRPO | 0 |" in table and "| openrlhf | GRPO (async) | 0 |" in table
+    # the IS correction's asynchronous run is a record of its own, beside the uncorrected one
+    assert bench.main([*argv[:-6], "async", "--is-correction", "token", *argv[-4:]]) == 0
+    saved = json.loads((results / "results.json").read_text())["records"]
+    assert sorted(r.get("is_correction", "off") for r in saved) == ["off", "off", "token"]
+    assert "| openrlhf | GRPO (async, IS token) | 0 |" in (results / "table.md").read_text()
