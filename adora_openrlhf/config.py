@@ -22,8 +22,10 @@ the section's own :func:`check_number` calls.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,15 +41,14 @@ from adora_openrlhf.errors import ConfigError  # defined beside the registries (
 from adora_openrlhf.plugins import import_plugins
 from adora_openrlhf.prompt_templates import PROMPT_TEMPLATES
 from adora_openrlhf.rewards.grading import GradingConfig
-from adora_openrlhf.tasks import geo_synth
-from adora_openrlhf.tasks.kk import NAME_ORDERS
+from adora_openrlhf.tasks.geo_synth import GeoDataConfig
+from adora_openrlhf.tasks.kk import KKDataConfig
 from adora_openrlhf.tasks.registry import TASKS, is_vision_task
 
 # ---------------------------------------------------------------------------------------------------------
 # Model, data, optimisation, and the whole run
 # ---------------------------------------------------------------------------------------------------------
 
-GEO_TASKS = tuple(geo_synth.TASKS)  # the generated images' question kinds
 BACKENDS = ("local", "openrlhf")
 KV_CACHES = ("growing", "dynamic")  # engine/kv_cache.py: model.generate's key/value cache
 DECODINGS = ("compact", "generate")  # engine/decoding.py: the local backend's decoding loop
@@ -273,21 +274,9 @@ class DataConfig:
     eval_path: str | None = field(
         default=None, metadata={"help": "held-out JSONL; None -> generated K&K puzzles disjoint from training"}
     )
-    kk_num_people: list[int] = field(
-        default_factory=lambda: [2, 3],
-        metadata={"help": "people per generated puzzle (task kk), cycled: [2, 2, 3] = two 2-person per 3-person"},
-    )
-    kk_name_pool: int = field(
-        default=26,
-        metadata={
-            "help": "generated K&K puzzles draw their names from the first k of 26 names (a small pool eases copying for a tiny model)"
-        },
-    )
-    kk_name_order: str = field(
-        default="random",
-        metadata={
-            "help": "generated K&K puzzles list their names in random order or in pool order ('pool': Alice before Bob before Carol)"
-        },
+    kk: KKDataConfig = field(
+        default_factory=KKDataConfig,
+        metadata={"help": "task kk: the generated puzzles and the answer parser (tasks/kk.py)"},
     )
     num_train: int = field(default=2000, metadata={"help": "generated training puzzles"})
     num_eval: int = field(default=100, metadata={"help": "generated held-out puzzles"})
@@ -301,17 +290,9 @@ class DataConfig:
     max_prompt_tokens: int = field(
         default=512, metadata={"help": "prompts longer than this are rejected with their row index"}
     )
-    geo_tasks: list[str] = field(
-        default_factory=lambda: ["count", "most", "larger"],
-        metadata={
-            "help": "task geometry without train_path: question kinds of the generated images (tasks/geo_synth.py)"
-        },
-    )
-    geo_levels: list[int] = field(
-        default_factory=lambda: [1, 2, 3, 4],
-        metadata={
-            "help": "task geometry without train_path: difficulty levels 1..4 of the generated images (more shapes, distractors, closer sizes)"
-        },
+    geo: GeoDataConfig = field(
+        default_factory=GeoDataConfig,
+        metadata={"help": "task geometry: the generated shape images (tasks/geo_synth.py)"},
     )
     prompt_template: str = field(
         default="auto",
@@ -319,27 +300,11 @@ class DataConfig:
             "help": 'local backend: "auto" (chat template if the tokenizer has one, else "compact") | "chat" | "compact"'
         },
     )
-    kk_parser: str = field(
-        default="lenient",
-        metadata={
-            "help": "K&K answer parser: 'lenient' (phrasing variants such as 'Name: knight') or 'logic_rl' "
-            "(Logic-RL's role-count rule and 'Name is a knight' statements exactly); a row's meta.kk_parser wins"
-        },
-    )
 
     def __post_init__(self) -> None:
         check_field_types(self, "data")
         PROMPT_TEMPLATES.check(self.prompt_template)
         TASKS.check(self.task)
-        require(
-            isinstance(self.kk_num_people, list) and len(self.kk_num_people) > 0,
-            "data.kk_num_people",
-            f"must be a non-empty list of people counts such as [2, 3], got {self.kk_num_people!r}",
-        )
-        for i, people in enumerate(self.kk_num_people):
-            check_number(people, f"data.kk_num_people[{i}]", integer=True, ge=2, le=8)
-        check_choice(self.kk_name_order, NAME_ORDERS, "data.kk_name_order", "name order")
-        check_number(self.kk_name_pool, "data.kk_name_pool", integer=True, ge=max(self.kk_num_people), le=26)
         check_number(self.num_train, "data.num_train", integer=True, ge=1)
         check_number(self.num_eval, "data.num_eval", integer=True, ge=1)
         check_number(self.rl_prompts, "data.rl_prompts", integer=True, ge=1, also=(None,))
@@ -351,21 +316,52 @@ class DataConfig:
                 f"data.{name}",
                 f"must be a file path or dataset name, got {value!r}",
             )
-        check_choice(self.kk_parser, ("lenient", "logic_rl"), "data.kk_parser", "K&K answer parser")
-        require(
-            isinstance(self.geo_tasks, list) and bool(self.geo_tasks),
-            "data.geo_tasks",
-            f"must be a non-empty list of tasks from {list(GEO_TASKS)}, got {self.geo_tasks!r}",
-        )
-        for i, task in enumerate(self.geo_tasks):
-            check_choice(task, GEO_TASKS, f"data.geo_tasks[{i}]", "geometry task")
-        require(
-            isinstance(self.geo_levels, list) and bool(self.geo_levels),
-            "data.geo_levels",
-            f"must be a non-empty list of levels 1..4, got {self.geo_levels!r}",
-        )
-        for i, level in enumerate(self.geo_levels):
-            check_number(level, f"data.geo_levels[{i}]", integer=True, ge=1, le=4)
+
+
+# Options that moved into a section of their own: old dotted name -> new one. The old names are still read, with
+# a warning, until the next release: flags, config files, recipes' overrides and saved run configs (resume).
+MOVED_OPTIONS: dict[str, str] = {
+    "data.kk_num_people": "data.kk.num_people",
+    "data.kk_name_pool": "data.kk.name_pool",
+    "data.kk_name_order": "data.kk.name_order",
+    "data.kk_parser": "data.kk.parser",
+    "data.geo_tasks": "data.geo.tasks",
+    "data.geo_levels": "data.geo.levels",
+}
+
+
+def _warn_moved(names: list[str]) -> None:
+    moves = ", ".join(f"{old} -> {MOVED_OPTIONS[old]}" for old in names)
+    logging.getLogger(__name__).warning("options renamed (%s); the old names are read until the next release", moves)
+
+
+def warn_moved(old: str) -> str:
+    """The new name of moved option ``old``, after a warning that names both."""
+    _warn_moved([old])
+    return MOVED_OPTIONS[old]
+
+
+def with_moved_options(values: Mapping[str, Any], warn: bool = True) -> dict[str, Any]:
+    """Nested config ``values`` with each option of :data:`MOVED_OPTIONS` given under its old name moved to its new
+    place (a value given under both names keeps the new one); one warning names the moves unless ``warn`` is off."""
+    out, moved = copy.deepcopy(dict(values)), []
+    for old, new in MOVED_OPTIONS.items():
+        *parents, leaf = old.split(".")
+        node: Any = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        value = node.pop(leaf)
+        moved.append(old)
+        *parents, leaf = new.split(".")
+        target = out
+        for part in parents:
+            target = target.setdefault(part, {})
+        target.setdefault(leaf, value)
+    if moved and warn:
+        _warn_moved(moved)
+    return out
 
 
 @dataclass
@@ -618,4 +614,4 @@ class RunConfig:
         """The config of ``values`` (nested mappings, unknown keys an error); the ``plugins`` it names are imported
         first, so that the names they register are valid choices of the other fields."""
         import_plugins(values.get("plugins", []))
-        return from_dict(RunConfig, values)
+        return from_dict(RunConfig, with_moved_options(values))

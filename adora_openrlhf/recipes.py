@@ -71,8 +71,8 @@ _KK_TINY = {
     "rollout": {"temperature": 1.0, "max_new_tokens": 64},
     "adora": {"correct_threshold": 1.0},  # Logic-RL reward: format +1, answer up to +2
     "sampling": {"n_keep": 8, "positive_threshold": 1.0},
-    # 2-person puzzles: the tiny model learns them within the time budget; add 3 with --data.kk_num_people [2,3]
-    "data": {"task": "kk", "kk_num_people": [2], "num_train": 2000, "num_eval": 200, "prompt_template": "auto"},
+    # 2-person puzzles: the tiny model learns them within the time budget; add 3 with --data.kk.num_people [2,3]
+    "data": {"task": "kk", "kk": {"num_people": [2]}, "num_train": 2000, "num_eval": 200, "prompt_template": "auto"},
     "model": {"tiny": {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4}},
     "warmup": {"steps": 400, "lr": 3e-3, "batch_size": 32},
     "train": {"lr": 5e-4, "micro_batch_size": 32},
@@ -97,9 +97,7 @@ _KK_TESTBED = {
     # 2- and 3-person puzzles over a pool of 3 names, alternating: 1200 for training and 200 held out (no quiz in common)
     "data": {
         "task": "kk",
-        "kk_num_people": [2, 3],
-        "kk_name_pool": 3,
-        "kk_name_order": "pool",
+        "kk": {"num_people": [2, 3], "name_pool": 3, "name_order": "pool"},
         "num_train": 1200,
         "num_eval": 200,
         "prompt_template": "auto",
@@ -175,7 +173,7 @@ _GEO_TINY = {
     "sampling": {"n_keep": 8, "positive_threshold": 0.5},
     "data": {
         "task": "geometry",
-        "geo_tasks": ["colour", "larger"],
+        "geo": {"tasks": ["colour", "larger"]},
         "num_train": 2000,
         "num_eval": 200,
         "max_prompt_tokens": 128,
@@ -216,7 +214,7 @@ _GEO_TESTBED = merge(
         "prompts_per_step": 16,
         "eval_every": 10,
         "eval_samples": 0,  # held-out: greedy only
-        "data": {"geo_tasks": ["colour"], "geo_levels": [1, 2, 3]},
+        "data": {"geo": {"tasks": ["colour"], "levels": [1, 2, 3]}},
         "warmup": {
             "steps": 1600,
             "style_shares": {"read": 0.85, "default": 0.15},
@@ -280,7 +278,7 @@ _KK_7B = {
         "train_path": "data/kk/train.jsonl",
         "eval_path": "data/kk/test.jsonl",
         "max_prompt_tokens": 400,
-        "kk_parser": "logic_rl",
+        "kk": {"parser": "logic_rl"},
     },
     # constant lr: verl's default (ADORA.sh sets no schedule); OpenRLHF's own default is cosine_with_min_lr
     "train": {

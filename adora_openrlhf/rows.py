@@ -198,11 +198,11 @@ def _without_overlap(train: list[Row], held: list[Row], option: str) -> list[Row
 
 def load_run_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
     """(train rows, held-out rows) for ``cfg``; held-out prompts never appear among the training prompts. K&K rows
-    get ``meta["kk_parser"] = cfg.kk_parser`` unless they name one."""
+    get ``meta["kk_parser"] = cfg.kk.parser`` unless they name one."""
     train, held = _load_rows(cfg, seed)
     for row in (*train, *held):
         if row.source == "kk":
-            row.meta.setdefault("kk_parser", cfg.kk_parser)
+            row.meta.setdefault("kk_parser", cfg.kk.parser)
     return train, held
 
 

@@ -95,7 +95,9 @@ def same_run_settings(saved: Mapping[str, Any], now: Mapping[str, Any], defaults
     """Whether a finished run's saved config (``config.json``) describes the run ``now`` asks for: every saved field
     equal (``output_dir`` and the path options of ``rundir.checks.PATH_OPTIONS`` by the location they name), and
     each field added to the config since (absent from ``saved``) at its default in ``defaults``, the behaviour the
-    run had before the field existed. A field removed since (only in ``saved``) differs."""
+    run had before the field existed. A field removed since (only in ``saved``) differs; a moved one
+    (``config.MOVED_OPTIONS``) is compared under its new name."""
+    from adora_openrlhf.config import with_moved_options
     from adora_openrlhf.dotted import flatten
     from adora_openrlhf.rundir.checks import PATH_OPTIONS
 
@@ -105,7 +107,8 @@ def same_run_settings(saved: Mapping[str, Any], now: Mapping[str, Any], defaults
         flat = flatten(values)
         return {k: str(Path(v).resolve()) if k in path_fields and isinstance(v, str) else v for k, v in flat.items()}
 
-    saved_flat, now_flat, default_flat = located(saved), located(now), flatten(defaults)
+    saved_flat, now_flat = located(with_moved_options(saved, warn=False)), located(now)
+    default_flat = flatten(defaults)
     if set(saved_flat) - set(now_flat):
         return False
     missing = object()
@@ -120,7 +123,7 @@ def saved_run_match(spec: RunSpec) -> tuple[bool, bool]:
     both False without one): the config exactly, and up to fields added since at their defaults
     (:func:`same_run_settings`)."""
     from adora_openrlhf.cli_args import format_config
-    from adora_openrlhf.config import RunConfig
+    from adora_openrlhf.config import RunConfig, with_moved_options
     from adora_openrlhf.recipes import build_run_config
 
     path = Path(spec.output_dir) / "config.json"
@@ -131,7 +134,7 @@ def saved_run_match(spec: RunSpec) -> tuple[bool, bool]:
         saved, now = json.loads(path.read_text()), json.loads(format_config(cfg))
     except (json.JSONDecodeError, UnicodeDecodeError):
         return False, False
-    same_config = saved == now
+    same_config = with_moved_options(saved, warn=False) == now
     return same_config, same_config or same_run_settings(saved, now, json.loads(format_config(RunConfig())))
 
 

@@ -53,7 +53,7 @@ def test_parse_value_types():
     assert parse_value("train.lr", LEAF_TYPES["train.lr"], "3e-4") == 3e-4
     assert parse_value("model.path", LEAF_TYPES["model.path"], "none") is None
     assert parse_value("sampling.escalation", LEAF_TYPES["sampling.escalation"], '[{"top_p": 0.9}]') == [{"top_p": 0.9}]
-    assert parse_value("data.kk_num_people", LEAF_TYPES["data.kk_num_people"], "3") == [3]
+    assert parse_value("data.kk.num_people", LEAF_TYPES["data.kk.num_people"], "3") == [3]
     with pytest.raises(ConfigError, match="--adora.enabled"):
         parse_value("adora.enabled", LEAF_TYPES["adora.enabled"], "maybe")
     with pytest.raises(ConfigError, match="--sampling.escalation"):
@@ -240,3 +240,40 @@ def test_a_mapping_field_override_replaces_the_recipes_mapping_and_a_section_map
 def test_mapping_field_override_from_the_command_line_replaces(capsys):
     assert main(["--recipe", "kk-testbed", "--warmup.mix", '{"thorough": 1.0}', "--print-config"]) == 0
     assert '"mix": {\n      "thorough": 1.0\n    }' in capsys.readouterr().out
+
+
+def test_moved_options_are_read_under_their_old_names_with_one_warning(tmp_path, capsys, caplog):
+    """``data.kk_num_people`` & co. moved into ``data.kk`` / ``data.geo`` (config.MOVED_OPTIONS): the old flag, a
+    config file's old key, a recipe override and a saved run config (what --resume compares) still mean the new
+    option, with a warning naming both; the new name wins when both are given."""
+    from adora_openrlhf.config import MOVED_OPTIONS, with_moved_options
+    from adora_openrlhf.rundir.checks import config_differences
+
+    assert (
+        main(["--recipe", "kk-tiny", "--print-config", "--data.kk_num_people", "[3]", "--data.kk_parser", "logic_rl"])
+        == 0
+    )
+    printed = json.loads(capsys.readouterr().out)["data"]
+    assert (
+        printed["kk"]["num_people"] == [3] and printed["kk"]["parser"] == "logic_rl" and "kk_num_people" not in printed
+    )
+    assert "data.kk_num_people -> data.kk.num_people" in caplog.text
+    both = ["--data.kk_num_people", "[3]", "--data.kk.num_people", "[2, 3]"]
+    assert main(["--recipe", "kk-tiny", "--print-config", *both]) == 0
+    assert json.loads(capsys.readouterr().out)["data"]["kk"]["num_people"] == [2, 3]
+    file = tmp_path / "old.yaml"
+    file.write_text("data:\n  geo_levels: [1, 2]\n  kk_name_pool: 5\n")
+    assert main(["--recipe", "kk-tiny", "--config", str(file), "--print-config"]) == 0
+    printed = json.loads(capsys.readouterr().out)["data"]
+    assert printed["geo"]["levels"] == [1, 2] and printed["kk"]["name_pool"] == 5
+    assert build_run_config("kk-testbed", {"data.geo_tasks": ["count"]}).data.geo.tasks == ["count"]
+    cfg = build_run_config("kk-testbed")
+    saved = cfg.to_dict()  # as an earlier release wrote it: the old names, flat in data
+    for old, new in MOVED_OPTIONS.items():
+        section, name = new.split(".")[1:]
+        saved["data"][old.split(".")[1]] = saved["data"][section].pop(name)
+    for section in ("kk", "geo"):
+        assert saved["data"].pop(section) == {}
+    assert with_moved_options(saved, warn=False) == cfg.to_dict()
+    assert config_differences(saved, cfg.to_dict()) == []  # a run of the earlier release resumes
+    assert RunConfig.from_dict(saved) == cfg

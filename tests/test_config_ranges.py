@@ -32,8 +32,8 @@ def test_escalation_entries_are_range_checked_at_parse_time():
 
 
 def test_list_elements_and_types_are_named():
-    with pytest.raises(ConfigError, match=r"^data.kk_num_people\[2\]: must be an integer >= 2 and <= 8, got 9"):
-        build_run_config("kk-tiny", {"data.kk_num_people": [2, 3, 9]})
+    with pytest.raises(ConfigError, match=r"^data.kk.num_people\[2\]: must be an integer >= 2 and <= 8, got 9"):
+        build_run_config("kk-tiny", {"data.kk.num_people": [2, 3, 9]})
     with pytest.raises(ConfigError, match=r"^rollout.temperature: must be a finite number > 0, got 'hot'"):
         SamplingParams(temperature="hot")
     with pytest.raises(ConfigError, match=r"^steps: must be an integer >= 1, got True"):
@@ -70,7 +70,7 @@ def test_any_value_of_any_numeric_field_is_accepted_or_refused_by_name(name, val
     accepted = cfg.to_dict()
     for part in name.split("."):
         accepted = accepted[part]
-    # list fields (data.kk_num_people, ...): every element
+    # list fields (data.kk.num_people, ...): every element
     values = accepted if isinstance(accepted, list) else [accepted]
     assert all(v is None or (not isinstance(v, bool) and math.isfinite(v)) for v in values), (name, value)
 
@@ -100,12 +100,12 @@ def test_any_flag_text_is_parsed_or_refused_by_flag_name(name, text):
             "model.dtype: unknown dtype 'float8'; choose one of ['float32', 'bfloat16', 'float16']",
         ),
         (
-            "data.kk_parser",
+            "data.kk.parser",
             "strict",
-            "data.kk_parser: unknown K&K answer parser 'strict'; choose one of ['lenient', 'logic_rl']",
+            "data.kk.parser: unknown K&K answer parser 'strict'; choose one of ['lenient', 'logic_rl']",
         ),
-        ("data.kk_name_order", "shuffled", "data.kk_name_order: unknown name order 'shuffled'; choose one of"),
-        ("data.geo_tasks", ["count", "shade"], "data.geo_tasks[1]: unknown geometry task 'shade'; choose one of"),
+        ("data.kk.name_order", "shuffled", "data.kk.name_order: unknown name order 'shuffled'; choose one of"),
+        ("data.geo.tasks", ["count", "shade"], "data.geo.tasks[1]: unknown geometry task 'shade'; choose one of"),
         ("sampling.pool_scope", "epoch", "sampling.pool_scope: unknown pool scope 'epoch'; choose one of"),
         ("adora.mode", "both", "adora.mode: unknown mode 'both'; choose one of ['attenuate', 'amplify']"),
         ("adora.rule", "both", "adora.rule: unknown ADORA rule 'both'; choose one of"),

@@ -21,9 +21,9 @@ TINY = {
     "model.generation_batch_size": 8,  # several batches of held-out prompts, as in the testbed (128 of 200)
     "data.num_train": 24,
     "data.num_eval": 20,
-    "data.kk_num_people": [2],
-    "data.kk_name_pool": 3,  # a small name pool, as in kk-testbed: the tiny model learns to answer about the right people
-    "data.kk_name_order": "pool",
+    "data.kk.num_people": [2],
+    "data.kk.name_pool": 3,  # a small name pool, as in kk-testbed: the tiny model learns to answer about the right people
+    "data.kk.name_order": "pool",
     "warmup.steps": 150,
     "warmup.lr": 1e-2,
     "warmup.batch_size": 8,
@@ -53,7 +53,7 @@ def test_the_run_saves_its_heldout_rows_and_settings(tiny_run):
     assert [(r["prompt"], r["label"], r["source"], r["meta"]) for r in saved] == [
         (h.prompt, h.label, h.source, h.meta) for h in held
     ]
-    assert all(r["meta"]["kk_parser"] == cfg.data.kk_parser for r in saved)  # graded with the run's parser
+    assert all(r["meta"]["kk_parser"] == cfg.data.kk.parser for r in saved)  # graded with the run's parser
     settings = json.loads((out / "heldout.json").read_text())
     assert settings["count"] == 20 and settings["prompt_template"] == "auto" and settings["generation_batch_size"] == 8
     assert settings["rollout"]["max_new_tokens"] == 40 and settings["rollout"]["repetition_penalty"] == 1.0

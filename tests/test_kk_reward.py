@@ -248,19 +248,22 @@ def test_parser_choice_from_meta_and_environment(monkeypatch):
 def test_recipes_choose_the_parser():
     from adora_openrlhf.recipes import build_run_config
 
-    assert build_run_config("kk-tiny").data.kk_parser == "lenient"
-    assert build_run_config("kk-qwen2.5-7b-adora").data.kk_parser == "logic_rl"
-    assert build_run_config("kk-qwen2.5-7b-grpo").data.kk_parser == "logic_rl"
+    assert build_run_config("kk-tiny").data.kk.parser == "lenient"
+    assert build_run_config("kk-qwen2.5-7b-adora").data.kk.parser == "logic_rl"
+    assert build_run_config("kk-qwen2.5-7b-grpo").data.kk.parser == "logic_rl"
 
 
 def test_config_parser_reaches_local_rows_and_is_validated():
     from adora_openrlhf.config import ConfigError, DataConfig
     from adora_openrlhf.rows import load_run_rows
+    from adora_openrlhf.tasks.kk import KKDataConfig
 
-    train, held = load_run_rows(DataConfig(kk_parser="logic_rl", num_train=3, num_eval=2, kk_num_people=[2]), 0)
+    train, held = load_run_rows(
+        DataConfig(num_train=3, num_eval=2, kk=KKDataConfig(num_people=[2], parser="logic_rl")), 0
+    )
     assert {row.meta["kk_parser"] for row in (*train, *held)} == {"logic_rl"}
-    with pytest.raises(ConfigError, match="data.kk_parser"):
-        DataConfig(kk_parser="strict")
+    with pytest.raises(ConfigError, match="data.kk.parser"):
+        KKDataConfig(parser="strict")
 
 
 _HEDGES = st.sampled_from(

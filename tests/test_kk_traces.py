@@ -253,12 +253,12 @@ def test_name_pool_and_order():
         kk.generate_puzzle(3, random.Random(0), name_pool=2)
     with pytest.raises(ValueError, match="name_order"):
         kk.generate_puzzle(2, random.Random(0), name_order="alphabetical")
-    from adora_openrlhf.config import DataConfig
+    from adora_openrlhf.tasks.kk import KKDataConfig
 
-    with pytest.raises(ConfigError, match="data.kk_name_pool"):
-        DataConfig(kk_num_people=[2, 3], kk_name_pool=2)
-    with pytest.raises(ConfigError, match="data.kk_name_order"):
-        DataConfig(kk_name_order="sorted")
+    with pytest.raises(ConfigError, match="data.kk.name_pool"):
+        KKDataConfig(num_people=[2, 3], name_pool=2)
+    with pytest.raises(ConfigError, match="data.kk.name_order"):
+        KKDataConfig(name_order="sorted")
 
 
 def test_guessing_styles_are_registered_as_randomised_so_the_warm_up_redraws_them():

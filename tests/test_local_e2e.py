@@ -22,7 +22,7 @@ TINY = {
     "model.tiny.num_key_value_heads": 1,
     "data.num_train": 24,
     "data.num_eval": 4,
-    "data.kk_num_people": [2],
+    "data.kk.num_people": [2],
     "warmup.steps": 150,  # enough for some well-formed answers, so groups have mixed rewards
     "warmup.lr": 1e-2,
     "warmup.batch_size": 8,

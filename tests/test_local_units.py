@@ -28,7 +28,7 @@ from adora_openrlhf.prompt_templates import render_prompt
 from adora_openrlhf.rewards.kk import kk_reward
 from adora_openrlhf.rows import Row, batch_indices, load_run_rows, validate_rows
 from adora_openrlhf.rundir import checkpoints as ckpt
-from adora_openrlhf.tasks.kk import direct_demonstration
+from adora_openrlhf.tasks.kk import KKDataConfig, direct_demonstration
 
 TINY = TinyModelConfig(
     vocab_size=300,
@@ -306,7 +306,7 @@ def test_jsonl_rows_load_and_bad_rows_are_named(tmp_path):
         validate_rows([ok, {"label": "x"}], "train.jsonl", "kk", lines=[3, 7])
     with pytest.raises(ConfigError, match=r"train.jsonl:1: field 'label': the 'kk' reward cannot parse it"):
         validate_rows([{"prompt": "a", "label": "x"}], "train.jsonl", "kk")
-    gen_train, gen_eval = load_run_rows(DataConfig(num_train=10, num_eval=5, kk_num_people=[2]), seed=0)
+    gen_train, gen_eval = load_run_rows(DataConfig(num_train=10, num_eval=5, kk=KKDataConfig(num_people=[2])), seed=0)
     assert not {repr(r.prompt) for r in gen_train} & {repr(r.prompt) for r in gen_eval}
 
 
@@ -398,9 +398,9 @@ def test_impossible_generation_request_names_the_option(monkeypatch):
 
     monkeypatch.setattr(kk, "generate_splits", too_many)
     with pytest.raises(
-        ConfigError, match=r"^data.num_train: cannot generate 50 \+ 5 puzzles for kk_num_people \[2\] \(num: only 12"
+        ConfigError, match=r"^data.num_train: cannot generate 50 \+ 5 puzzles for kk.num_people \[2\] \(num: only 12"
     ):
-        load_run_rows(DataConfig(num_train=50, num_eval=5, kk_num_people=[2]), seed=0)
+        load_run_rows(DataConfig(num_train=50, num_eval=5, kk=KKDataConfig(num_people=[2])), seed=0)
 
 
 @pytest.mark.parametrize("greedy", [True, False])

@@ -424,7 +424,7 @@ def test_kk_parser_reaches_the_ray_reward_workers(capsys, monkeypatch):
 
     assert ray_env_vars(build_run_config("kk-qwen2.5-7b-adora"))[KK_PARSER_ENV] == "logic_rl"
     assert (
-        ray_env_vars(build_run_config("kk-qwen2.5-7b-adora", {"data.kk_parser": "lenient"}))[KK_PARSER_ENV] == "lenient"
+        ray_env_vars(build_run_config("kk-qwen2.5-7b-adora", {"data.kk.parser": "lenient"}))[KK_PARSER_ENV] == "lenient"
     )
     monkeypatch.setenv("NCCL_DEBUG", "INFO")  # OpenRLHF's own env_vars keep the user's values
     assert ray_env_vars(build_run_config("kk-qwen2.5-7b-grpo"))["NCCL_DEBUG"] == "INFO"

@@ -26,14 +26,14 @@ def test_flat_hparams_hand_case():
     config = {
         "seed": 3,
         "model": {"path": None, "tiny": {"hidden_size": 32}},
-        "data": {"kk_num_people": [2, 3]},
+        "data": {"kk": {"num_people": [2, 3]}},
         "extra": {},
     }
     assert flat_hparams(config) == {
         "seed": 3,
         "model.path": "null",
         "model.tiny.hidden_size": 32,
-        "data.kk_num_people": "[2, 3]",
+        "data.kk.num_people": "[2, 3]",
         "extra": "{}",
     }
 
@@ -52,7 +52,7 @@ def test_tensorboard_events_hold_the_config_as_hparams_and_text(tmp_path):
         start[0].metadata.plugin_data.content
     ).session_start_info.hparams
     assert hparams["seed"].number_value == 7 and hparams["train.lr"].number_value == pytest.approx(1e-5)
-    assert hparams["data.kk_num_people"].string_value == "[2, 3]" and hparams["model.path"].string_value == "null"
+    assert hparams["data.kk.num_people"].string_value == "[2, 3]" and hparams["model.path"].string_value == "null"
     assert hparams["report_to"].string_value == '["tensorboard"]'
     text = [v for _, v in values if v.tag.startswith("config")]
     assert text and '"lr": 1e-05' in text[0].tensor.string_val[0].decode()

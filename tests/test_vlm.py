@@ -119,12 +119,11 @@ def test_generated_labels_are_right_by_construction(seed, task, level):
 
 
 def test_config_knows_every_question_kind():
-    from adora_openrlhf.config import GEO_TASKS
-
-    assert sorted(GEO_TASKS) == sorted(geo_synth.TASKS)
-    assert build_run_config("geo-tiny", {"data.geo_tasks": ["colour"]}).data.geo_tasks == ["colour"]
-    with pytest.raises(ConfigError, match="data.geo_tasks"):
-        build_run_config("geo-tiny", {"data.geo_tasks": ["shade"]})
+    for kind in geo_synth.TASKS:  # every registered question kind is a valid data.geo.tasks entry
+        assert geo_synth.GeoDataConfig(tasks=[kind]).tasks == [kind]
+    assert build_run_config("geo-tiny", {"data.geo.tasks": ["colour"]}).data.geo.tasks == ["colour"]
+    with pytest.raises(ConfigError, match="data.geo.tasks"):
+        build_run_config("geo-tiny", {"data.geo.tasks": ["shade"]})
 
 
 def test_colour_question_has_one_shape_of_the_asked_kind():
@@ -583,7 +582,7 @@ def test_geo_testbed_short_run_logs_reading_guessing_and_the_majority_baseline(t
         "output_dir": str(tmp_path / "run"),
     }
     cfg = build_run_config("geo-testbed-adora", small)
-    assert cfg.data.geo_tasks == ["colour"] and cfg.data.geo_levels == [1, 2, 3]
+    assert cfg.data.geo.tasks == ["colour"] and cfg.data.geo.levels == [1, 2, 3]
     assert cfg.warmup.style_shares == {"read": 0.85, "default": 0.15} and cfg.warmup.mix == {
         "read": 0.5,
         "default": 0.5,

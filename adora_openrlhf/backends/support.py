@@ -180,14 +180,14 @@ OPENRLHF: dict[str, Support] = {
     **{
         f"data.{name}": _GENERATED
         for name in (
-            "kk_num_people",
-            "kk_name_pool",
-            "kk_name_order",
+            "kk.num_people",
+            "kk.name_pool",
+            "kk.name_order",
             "num_train",
             "num_eval",
             "rl_prompts",
-            "geo_tasks",
-            "geo_levels",
+            "geo.tasks",
+            "geo.levels",
         )
     },
     # auto/chat: MAPPED to --data.apply_chat_template
@@ -197,7 +197,7 @@ OPENRLHF: dict[str, Support] = {
     ),
     "grading.deadline_s": USED,  # ADORA_GRADING_DEADLINE_S in every Ray worker (launcher.ray_env_vars); the reward file reads it
     "grading.workers": USED,  # ADORA_GRADING_WORKERS
-    "data.kk_parser": USED,  # ADORA_KK_PARSER in every Ray worker (launcher.ray_env_vars)
+    "data.kk.parser": USED,  # ADORA_KK_PARSER in every Ray worker (launcher.ray_env_vars)
     **{
         f"warmup.{name}": _WARMUP
         for name in ("steps", "lr", "batch_size", "style", "style_shares", "lr_ramp", "mix_steps", "mix_lr", "mix")

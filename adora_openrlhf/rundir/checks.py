@@ -35,7 +35,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.config import ConfigError, RunConfig, with_moved_options
 from adora_openrlhf.dotted import flatten
 from adora_openrlhf.rundir import checkpoints as ckpt
 from adora_openrlhf.rundir.heldout import HELDOUT_IMAGES, HELDOUT_ROWS, HELDOUT_SETTINGS
@@ -85,8 +85,9 @@ def same_location(a: str | None, b: str | None) -> bool:
 
 
 def config_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """Flattened option names whose values differ in a way that matters for resuming (module docstring)."""
-    flat_saved, flat_now = flatten(saved), flatten(now)
+    """Flattened option names whose values differ in a way that matters for resuming (module docstring). A saved
+    config of an earlier release names its moved options by their new names (``config.MOVED_OPTIONS``)."""
+    flat_saved, flat_now = flatten(with_moved_options(saved, warn=False)), flatten(now)
     changed = []
     for key in sorted(set(flat_saved) | set(flat_now)):
         old, new = flat_saved.get(key), flat_now.get(key)

@@ -33,7 +33,7 @@ WANDB_PROJECT_ENV = "WANDB_PROJECT"  # wandb project of the run; default "adora_
 
 
 def flat_hparams(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"train.lr": 1e-05, "model.path": "null", "data.kk_num_people": "[2, 3]", ...}``: one entry per config
+    """``{"train.lr": 1e-05, "model.path": "null", "data.kk.num_people": "[2, 3]", ...}``: one entry per config
     leaf; numbers, strings and bools stay, anything else (None, lists, mappings) becomes its JSON text."""
     return {
         name: value if _plain(value) else json.dumps(value, default=str)

@@ -12,26 +12,26 @@ from adora_openrlhf.tasks.registry import Task, register_task
 
 
 def kk_rows(data: Any, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``data.num_train`` + ``data.num_eval`` distinct puzzles of ``data.kk_num_people`` people (``tasks/kk.py``)."""
+    """``data.num_train`` + ``data.num_eval`` distinct puzzles of ``data.kk.num_people`` people (``tasks/kk.py``)."""
     try:
         return kk.generate_splits(
             data.num_train,
             data.num_eval,
-            data.kk_num_people,
+            data.kk.num_people,
             seed,
-            name_pool=data.kk_name_pool,
-            name_order=data.kk_name_order,
+            name_pool=data.kk.name_pool,
+            name_order=data.kk.name_order,
         )
     except (ValueError, RuntimeError) as err:  # e.g. more puzzles asked for than exist for these people counts
         raise ConfigError(
-            f"data.num_train: cannot generate {data.num_train} + {data.num_eval} puzzles for kk_num_people "
-            f"{data.kk_num_people} ({err})"
+            f"data.num_train: cannot generate {data.num_train} + {data.num_eval} puzzles for kk.num_people "
+            f"{data.kk.num_people} ({err})"
         ) from None
 
 
 def geometry_rows(data: Any, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Generated shape images (``tasks/geo_synth.py``) of ``data.geo_tasks`` at ``data.geo_levels``."""
-    return geo_synth.generate_splits(data.num_train, data.num_eval, seed, data.geo_tasks, data.geo_levels)
+    """Generated shape images (``tasks/geo_synth.py``) of ``data.geo.tasks`` at ``data.geo.levels``."""
+    return geo_synth.generate_splits(data.num_train, data.num_eval, seed, data.geo.tasks, data.geo.levels)
 
 
 register_task(

@@ -42,9 +42,10 @@ import logging
 import random
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, require
 from adora_openrlhf.tasks.behaviours import register_demonstration, register_probe
 
 logger = logging.getLogger(__name__)
@@ -292,6 +293,37 @@ def response_style(response: str) -> str:
 
 def _signature(row: dict[str, Any]) -> str:
     return json.dumps([row["prompt"], row["meta"]["shapes"]])
+
+
+@dataclass
+class GeoDataConfig:
+    """``data.geo``: the shape images task ``geometry`` generates when no ``data.train_path`` is given."""
+
+    tasks: list[str] = field(
+        default_factory=lambda: ["count", "most", "larger"],
+        metadata={"help": "question kinds of the generated images"},
+    )
+    levels: list[int] = field(
+        default_factory=lambda: [1, 2, 3, 4],
+        metadata={"help": "difficulty levels 1..4 of the generated images (more shapes, distractors, closer sizes)"},
+    )
+
+    def __post_init__(self) -> None:
+        check_field_types(self, "data.geo")
+        require(
+            isinstance(self.tasks, list) and bool(self.tasks),
+            "data.geo.tasks",
+            f"must be a non-empty list of tasks from {list(TASKS)}, got {self.tasks!r}",
+        )
+        for i, task in enumerate(self.tasks):
+            check_choice(task, tuple(TASKS), f"data.geo.tasks[{i}]", "geometry task")
+        require(
+            isinstance(self.levels, list) and bool(self.levels),
+            "data.geo.levels",
+            f"must be a non-empty list of levels 1..4, got {self.levels!r}",
+        )
+        for i, level in enumerate(self.levels):
+            check_number(level, f"data.geo.levels[{i}]", integer=True, ge=1, le=4)
 
 
 def generate_splits(

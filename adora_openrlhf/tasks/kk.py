@@ -23,9 +23,10 @@ import itertools
 import logging
 import random
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, require
 from adora_openrlhf.errors import ConfigError
 from adora_openrlhf.tasks.behaviours import register_demonstration, register_probe
 
@@ -200,6 +201,50 @@ def render_quiz(names: Sequence[str], statements: Sequence[Statement]) -> str:
 
 
 NAME_ORDERS = ("random", "pool")
+KK_PARSER_NAMES = ("lenient", "logic_rl")  # rewards/kk.py: KK_PARSERS
+
+
+@dataclass
+class KKDataConfig:
+    """``data.kk``: the puzzles task ``kk`` generates when no ``data.train_path`` is given, and the answer parser
+    that grades every K&K row of the run."""
+
+    num_people: list[int] = field(
+        default_factory=lambda: [2, 3],
+        metadata={"help": "people per generated puzzle, cycled: [2, 2, 3] = two 2-person puzzles per 3-person one"},
+    )
+    name_pool: int = field(
+        default=26,
+        metadata={
+            "help": "generated puzzles draw their names from the first k of 26 names (a small pool eases copying for a tiny model)"
+        },
+    )
+    name_order: str = field(
+        default="random",
+        metadata={
+            "help": "generated puzzles list their names in random order or in pool order ('pool': Alice before Bob before Carol)"
+        },
+    )
+    parser: str = field(
+        default="lenient",
+        metadata={
+            "help": "answer parser: 'lenient' (phrasing variants such as 'Name: knight') or 'logic_rl' "
+            "(Logic-RL's role-count rule and 'Name is a knight' statements exactly); a row's meta.kk_parser wins"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        check_field_types(self, "data.kk")
+        require(
+            isinstance(self.num_people, list) and len(self.num_people) > 0,
+            "data.kk.num_people",
+            f"must be a non-empty list of people counts such as [2, 3], got {self.num_people!r}",
+        )
+        for i, people in enumerate(self.num_people):
+            check_number(people, f"data.kk.num_people[{i}]", integer=True, ge=2, le=8)
+        check_choice(self.name_order, NAME_ORDERS, "data.kk.name_order", "name order")
+        check_number(self.name_pool, "data.kk.name_pool", integer=True, ge=max(self.num_people), le=26)
+        check_choice(self.parser, KK_PARSER_NAMES, "data.kk.parser", "K&K answer parser")
 
 
 def generate_puzzle(

@@ -84,7 +84,7 @@ def prepare(
 def ray_env_vars(cfg: RunConfig) -> dict[str, str]:
     """``env_vars`` of the Ray job's runtime env: OpenRLHF 0.11's own (the values its ``train()`` would set,
     from the environment or its defaults) plus what the reward file reads in every rollout worker, the run's
-    K&K answer parser (``data.kk_parser``; ``rewards/kk.py`` reads ``ADORA_KK_PARSER`` when a row names none) and the
+    K&K answer parser (``data.kk.parser``; ``rewards/kk.py`` reads ``ADORA_KK_PARSER`` when a row names none) and the
     run's plugins (``ADORA_PLUGINS``: the reward registry imports them) and its grading section (``ADORA_GRADING_*``).
     The launcher starts Ray with them, so OpenRLHF's ``train()`` finds Ray initialised and keeps them. The vLLM
     engines compute in the training dtype (``precision.ENGINE_DTYPE_ENV``; OpenRLHF's engines: always bfloat16)."""
@@ -97,7 +97,7 @@ def ray_env_vars(cfg: RunConfig) -> dict[str, str]:
         "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
         "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
         "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),
-        KK_PARSER_ENV: cfg.data.kk_parser,
+        KK_PARSER_ENV: cfg.data.kk.parser,
         ENGINE_DTYPE_ENV: cfg.model.dtype,
         PLUGINS_ENV: ",".join(cfg.plugins),  # the reward worker imports them (rewards/base.py)
         # the reward file's per-call deadline (rewards/grading.py)
