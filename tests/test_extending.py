@@ -1,5 +1,6 @@
 """Adding a task and an estimator is one file: a plugin module, named by ``--plugins``, that registers a task (its
-reward for a new row ``source``, its row generator and row check) and an advantage estimator. The local backend
+reward for a new row ``source``, its row generator, row check, warm-up demonstration, response probe and benchmark
+subsets) and an advantage estimator. The local backend
 trains with both and ``eval.run --run`` evaluates the run; the openrlhf backend
 passes the estimator to OpenRLHF as its stand-in and keeps the name, and OpenRLHF's reward worker (the reward
 file, in a fresh process with the run's ``ADORA_PLUGINS``) scores the new source."""
@@ -23,12 +24,13 @@ from adora_openrlhf.recipes import build_run_config
 
 PLUGIN = textwrap.dedent(
     '''
-    """A toy task (is a number odd or even?: its reward, generator and row check) and a toy estimator, registered
-    on import."""
+    """A toy task (is a number odd or even?: its reward, generator, row check, demonstration, probe and subsets) and
+    a toy estimator, registered on import."""
     import random
 
     from adora_openrlhf.algorithms.advantages import register_estimator
     from adora_openrlhf.rewards.base import RewardResult, register_reward
+    from adora_openrlhf.tasks.behaviours import Probe
     from adora_openrlhf.tasks.registry import RowFieldError, Task, register_task
 
     ESTIMATOR_CALLS = []
@@ -53,10 +55,26 @@ PLUGIN = textwrap.dedent(
         """data.num_train numbers to train on and data.num_eval others held out."""
         numbers = random.Random(seed).sample(range(10_000), data.num_train + data.num_eval)
         rows = [
-            {"prompt": f"Is {n} odd or even?", "label": "odd" if n % 2 else "even", "source": "toy_parity"}
+            {"prompt": f"Is {n} odd or even?", "label": "odd" if n % 2 else "even", "source": "toy_parity",
+             "meta": {"digits": len(str(n))}}
             for n in numbers
         ]
         return rows[: data.num_train], rows[data.num_train :]
+
+
+    def parity_demonstration(row, rng):
+        """The warm-up's answer: the label, said in words."""
+        return f"It is {row.label}"
+
+
+    def parity_probe(response):
+        """worded: the answer comes in a sentence; bare: one word."""
+        return "worded" if len(response.split()) > 1 else "bare"
+
+
+    def parity_subsets(row):
+        """Held-out accuracy by the number's count of digits."""
+        return [f"digits={row['meta']['digits']}"] if "digits" in (row.get("meta") or {}) else []
 
 
     def parity_row_ok(prompt, label, meta):
@@ -64,7 +82,17 @@ PLUGIN = textwrap.dedent(
             raise RowFieldError("label", f"expected odd or even, got {label!r}")
 
 
-    register_task(Task("toy_parity", ("toy_parity",), generate=parity_rows, row_check=parity_row_ok))
+    register_task(
+        Task(
+            "toy_parity",
+            ("toy_parity",),
+            generate=parity_rows,
+            row_check=parity_row_ok,
+            demonstrations={"toy_parity": {"direct": parity_demonstration}},
+            probes={"toy_parity": Probe(parity_probe, ("worded", "bare"))},
+            subsets={"toy_parity": parity_subsets},
+        )
+    )
     '''
 )
 MODULE = "toy_adora_plugin"  # one name for the whole test session: the registries are per process
@@ -137,12 +165,20 @@ def test_a_plugin_task_generates_its_rows_is_trained_and_is_evaluated_from_the_r
     from adora_openrlhf.train import train_local
     from eval.run import main as eval_main
 
-    assert "toy_parity" in TASKS.names()
-    summary = train_local(_tiny_parity(tmp_path))
+    # a warm-up on the plugin's demonstrations (its rows have no meta.solution_text to fall back on), then RL; held-out numbers of 3 and 4 digits (two subsets)
+    cfg = _tiny_parity(tmp_path, **{"warmup.steps": 2, "warmup.batch_size": 4, "data.num_eval": 60})
+    assert "toy_parity" in TASKS.names()  # building the config imported the plugin
+    summary = train_local(cfg)
     out = tmp_path / "run"
     held = [json.loads(line) for line in (out / "heldout.jsonl").read_text().splitlines()]
-    assert len(held) == 6 and {r["source"] for r in held} == {"toy_parity"}  # the plugin's generator made them
+    assert len(held) == 60 and {r["source"] for r in held} == {"toy_parity"}  # the plugin's generator made them
     assert all(r["prompt"].endswith("odd or even?") for r in held)
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in steps if "response/worded_fraction" in r]  # the plugin's probe on every RL step
+    assert len(trained) == 2 and all(r["response/worded_fraction"] + r["response/bare_fraction"] <= 1 for r in trained)
+    final = summary["eval_final"]
+    digits = {len(str(row["prompt"].split()[1])) for row in held}
+    assert {f"eval/greedy_accuracy/digits_{d}" for d in digits} <= set(final) and len(digits) > 1  # its subsets
     assert eval_main(["--run", str(out), "--temperature", "0", "--k", "1", "--engine", "hf"]) == 0
     (eval_dir,) = (out / "eval").glob("final_model-*")
     (line,) = json.loads((eval_dir / "report.json").read_text())["comparison"]

@@ -90,7 +90,7 @@ def _registries():
     from adora_openrlhf.prompt_templates import PROMPT_TEMPLATES
     from adora_openrlhf.recipes import RECIPES
     from adora_openrlhf.rewards.base import REWARD_FUNCTIONS
-    from adora_openrlhf.tasks.behaviours import DEMONSTRATIONS, RESPONSE_PROBES
+    from adora_openrlhf.tasks.behaviours import DEMONSTRATIONS, RESPONSE_PROBES, SUBSET_RULES
 
     return {
         "advantage.estimator": (ADVANTAGE_ESTIMATORS, {"group_norm", "dr_grpo", "reinforce_baseline", "rloo"}),
@@ -102,8 +102,19 @@ def _registries():
         "source": (REWARD_FUNCTIONS, {"kk", "dapo_math", "geometry3k", "mathvista", "geo_synth"}),
         "recipe": (RECIPES, {"kk-tiny", "kk-testbed", "geo-tiny", "dapo-math-adora"}),
         "demonstrations": (DEMONSTRATIONS, {"kk"}),
-        "probes": (RESPONSE_PROBES, {"kk"}),
+        "probes": (RESPONSE_PROBES, {"kk", "geo_synth"}),
+        "subsets": (SUBSET_RULES, {"kk", "geo_synth", "math500", "mathvista"}),
     }
+
+
+def test_a_task_declares_its_behaviours_for_its_own_sources_only():
+    from adora_openrlhf.tasks.behaviours import Probe
+    from adora_openrlhf.tasks.registry import Task
+
+    with pytest.raises(ValueError, match=r"task 'toy': probes for sources \['other'\] it does not read"):
+        Task("toy", ("toy",), probes={"other": Probe(str, ("a",))})
+    with pytest.raises(ValueError, match="randomised_styles must name"):
+        Task("toy", ("toy",), demonstrations={"toy": {"direct": str}}, randomised_styles=frozenset({("toy", "guess")}))
 
 
 @pytest.mark.parametrize("key", list(_registries()))

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from adora_openrlhf import tasks
 from adora_openrlhf.config import SamplingParams
 from adora_openrlhf.engine.rollout import GenerationSettings
 from adora_openrlhf.tasks.behaviours import style_fractions
+from adora_openrlhf.tasks.behaviours import subset_labels as source_subsets
 
 
 def evaluate(
@@ -29,7 +29,7 @@ def evaluate(
     """Metrics ``eval/greedy_accuracy``, ``eval/greedy_reward``, ``eval/greedy_format``,
     ``eval/greedy_length_mean``, the behaviour shares of the task's probe (``eval/greedy_thorough_fraction``
     for K&K), the accuracy on each subset that holds some but not all rows (``eval/greedy_accuracy/ppl_3``: the
-    subsets of ``tasks.SUBSET_RULES``, K&K by number of people) and the same for ``sampled`` when ``samples > 0``.
+    subsets of ``tasks.behaviours.SUBSET_RULES``, K&K by number of people) and the same for ``sampled`` when ``samples > 0``.
     ``extras`` holds each row's extra model inputs (images), or is None for text rows."""
     views = [("greedy", 1, True)] + ([("sampled", samples, False)] if samples > 0 else [])
     labels = subset_labels(rows)
@@ -71,7 +71,7 @@ def evaluate(
 
 def majority_accuracy(train_rows: Sequence[Any], eval_rows: Sequence[Any]) -> float:
     """The held-out accuracy of a policy that ignores the input: each held-out row answered with the most frequent
-    training label among the training rows of its subsets (the same tuple of ``tasks.SUBSET_RULES`` labels, e.g.
+    training label among the training rows of its subsets (the same tuple of ``tasks.behaviours.SUBSET_RULES`` labels, e.g.
     question kind and level; all training rows when none share it), right when it equals the row's label (labels
     compared stripped; ties go to the label seen first). The baseline a policy must beat to be reading its inputs."""
     from collections import Counter
@@ -90,6 +90,6 @@ def majority_accuracy(train_rows: Sequence[Any], eval_rows: Sequence[Any]) -> fl
 
 
 def subset_labels(rows: Sequence[Any]) -> list[list[str]]:
-    """Each row's subset labels by its source (``tasks.SUBSET_RULES``, as the evaluation benchmarks name them:
+    """Each row's subset labels by its source (``tasks.behaviours.SUBSET_RULES``, as the evaluation benchmarks name them:
     K&K ``ppl=N`` and ``ID``/``OOD``, MATH500 ``level=L`` ...); none for sources without a benchmark."""
-    return [tasks.subset_labels({"source": row.source, "meta": row.meta}) for row in rows]
+    return [source_subsets({"source": row.source, "meta": row.meta}) for row in rows]

@@ -1,7 +1,8 @@
 """Tasks: the task registry (``registry.py``: what ``data.task`` names: row sources, modality, generator, row
-checks; the built-in tasks in ``builtin.py``, their row checks in ``row_checks.py``), each task's logic in one
-module (``kk.py``: K&K puzzles; ``geo_synth.py``: generated shape images), and :data:`SUBSET_RULES`, the
-benchmark subsets of a row by its ``source`` (the evaluation's per-subset accuracy).
+checks, demonstrations, response probes, benchmark subsets; the built-in tasks in ``builtin.py``, their row checks
+in ``row_checks.py``), the per-source lookups of demonstrations, probes and subsets (``behaviours.py``), each
+task's logic in one module (``kk.py``: K&K puzzles; ``geo_synth.py``: generated shape images), and here the subset
+rules of the benchmarks read from files (MATH500, MathVista).
 
 The rewards are in ``rewards/`` (registry by source); ``data_prep/`` holds the command-line converters and
 ``eval/`` the evaluation command, both built on these modules (the library never imports them).
@@ -9,14 +10,8 @@ The rewards are in ``rewards/`` (registry by source); ``data_prep/`` holds the c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
-
-from adora_openrlhf.registry import Registry
-from adora_openrlhf.tasks import geo_synth, kk
-
-SubsetRule = Callable[[Mapping[str, Any]], list[str]]  # row -> its subset labels
-SUBSET_RULES: Registry[SubsetRule] = Registry("subset rule", "source")
 
 
 def _meta(row: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -40,15 +35,3 @@ def mathvista_subsets(row: Mapping[str, Any]) -> list[str]:
     if task:
         labels.append(f"task={task}")
     return labels
-
-
-SUBSET_RULES.add(kk.SOURCE, kk.subsets)
-SUBSET_RULES.add(geo_synth.SOURCE, geo_synth.subsets)
-SUBSET_RULES.add("math500", math500_subsets)
-SUBSET_RULES.add("mathvista", mathvista_subsets)
-
-
-def subset_labels(row: Mapping[str, Any]) -> list[str]:
-    """The subset labels of a row by its ``source``; none for a source without a rule."""
-    source = row.get("source")
-    return SUBSET_RULES.get(source)(row) if source in SUBSET_RULES.names() else []

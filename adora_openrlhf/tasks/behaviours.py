@@ -1,26 +1,35 @@
-"""What a task's responses look like: its demonstrations (for the supervised warm-up) and its response probe (the
-behaviour a response shows, for the metrics), registered per row ``source`` by the task's module (``tasks/kk.py``; importing this module imports the package
-``adora_openrlhf.tasks`` first, whose ``__init__`` imports the task modules, so the built-in entries are there).
+"""What a task's rows and responses look like, per row ``source``: its demonstrations (for the supervised warm-up),
+its response probe (the behaviour a response shows, for the metrics) and its benchmark subsets (the evaluation's
+per-subset accuracy). A task declares them on its :class:`~adora_openrlhf.tasks.registry.Task`, and
+``register_task`` files them here; the built-in tasks (``tasks/builtin.py``) are loaded on the first lookup.
 
-- :data:`DEMONSTRATIONS`: source -> (style -> ``fn(row, rng) -> response text``), :func:`register_demonstration`;
-  :func:`demonstration_for` falls back to a row's ``meta.solution_text``;
-- :data:`RESPONSE_PROBES`: source -> ``fn(response text) -> style name``, :func:`register_probe`;
-  :func:`style_fractions` gives the share of each style over a batch of responses.
+- :data:`DEMONSTRATIONS`: source -> (style -> ``fn(row, rng) -> response text``); :func:`demonstration_for` falls
+  back to a row's ``meta.solution_text``;
+- :data:`RESPONSE_PROBES`: source -> :class:`Probe` (``fn(response text) -> style name``); :func:`style_fractions`
+  gives the share of each style over a batch of responses;
+- :data:`SUBSET_RULES`: source -> ``fn(row) -> subset labels``; :func:`subset_labels`.
 """
 
 from __future__ import annotations
 
+import importlib
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from adora_openrlhf.errors import ConfigError
 from adora_openrlhf.registry import Registry
 
+
+def _load_builtin() -> None:
+    # the built-in tasks declare their behaviours (by name: no import circle)
+    importlib.import_module("adora_openrlhf.tasks.builtin")
+
+
 Demonstration = Callable[[Any, random.Random], str]  # (row, rng) -> response text (without the eos token)
 # source -> (style -> builder): DEMONSTRATIONS.get(source).get(style), each level a Registry
-DEMONSTRATIONS: Registry[Registry[Demonstration]] = Registry("demonstration source", "source")
+DEMONSTRATIONS: Registry[Registry[Demonstration]] = Registry("demonstration source", "source", loader=_load_builtin)
 
 
 # (source, style) pairs whose demonstration is drawn at random each time (e.g. a guessed answer): never cached
@@ -51,17 +60,16 @@ class Probe:
     styles: tuple[str, ...]
 
 
-RESPONSE_PROBES: Registry[Probe] = Registry("response probe", "source")
+RESPONSE_PROBES: Registry[Probe] = Registry("response probe", "source", loader=_load_builtin)
+
+SubsetRule = Callable[[Mapping[str, Any]], list[str]]  # row -> its subset labels (K&K: ppl=N ...)
+SUBSET_RULES: Registry[SubsetRule] = Registry("subset rule", "source", loader=_load_builtin)
 
 
-def register_probe(source: str, styles: Sequence[str]) -> Callable[[ResponseProbe], ResponseProbe]:
-    """Register ``fn(response text) -> style name`` as the probe of rows of ``source``."""
-
-    def wrap(fn: ResponseProbe) -> ResponseProbe:
-        RESPONSE_PROBES.add(source, Probe(fn, tuple(styles)))
-        return fn
-
-    return wrap
+def subset_labels(row: Mapping[str, Any]) -> list[str]:
+    """The subset labels of a row by its ``source``; none for a source without a rule."""
+    source = row.get("source")
+    return SUBSET_RULES.get(source)(row) if source in SUBSET_RULES else []
 
 
 def style_fractions(sources: Sequence[str], texts: Sequence[str], prefix: str) -> dict[str, float]:

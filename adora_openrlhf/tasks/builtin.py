@@ -7,7 +7,7 @@ from typing import Any
 
 from adora_openrlhf.errors import ConfigError
 from adora_openrlhf.rewards.math import MATH_SOURCES
-from adora_openrlhf.tasks import geo_synth, kk, row_checks
+from adora_openrlhf.tasks import geo_synth, kk, math500_subsets, mathvista_subsets, row_checks
 from adora_openrlhf.tasks.registry import Task, register_task
 
 
@@ -35,9 +35,19 @@ def geometry_rows(data: Any, seed: int) -> tuple[list[dict[str, Any]], list[dict
 
 
 register_task(
-    Task(kk.SOURCE, (kk.SOURCE,), generate=kk_rows, row_check=row_checks.kk_row_ok, label_check=row_checks.kk_label_ok)
+    Task(
+        kk.SOURCE,
+        (kk.SOURCE,),
+        generate=kk_rows,
+        row_check=row_checks.kk_row_ok,
+        label_check=row_checks.kk_label_ok,
+        demonstrations={kk.SOURCE: kk.DEMONSTRATION_STYLES},
+        randomised_styles=frozenset((kk.SOURCE, style) for style in kk.RANDOMISED_STYLES),
+        probes={kk.SOURCE: kk.PROBE},
+        subsets={kk.SOURCE: kk.subsets},
+    )
 )
-register_task(Task("math", tuple(MATH_SOURCES), row_check=row_checks.math_row_ok))
+register_task(Task("math", tuple(MATH_SOURCES), row_check=row_checks.math_row_ok, subsets={"math500": math500_subsets}))
 register_task(
     Task(
         "geometry",
@@ -45,5 +55,9 @@ register_task(
         modality="vision",
         generate=geometry_rows,
         row_check=row_checks.geometry_row_ok,
+        demonstrations={geo_synth.SOURCE: geo_synth.DEMONSTRATION_STYLES},
+        randomised_styles=frozenset((geo_synth.SOURCE, style) for style in geo_synth.RANDOMISED_STYLES),
+        probes={geo_synth.SOURCE: geo_synth.PROBE},
+        subsets={"mathvista": mathvista_subsets, geo_synth.SOURCE: geo_synth.subsets},
     )
 )

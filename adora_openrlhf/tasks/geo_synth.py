@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, require
-from adora_openrlhf.tasks.behaviours import register_demonstration, register_probe
+from adora_openrlhf.tasks.behaviours import Probe
 
 logger = logging.getLogger(__name__)
 SOURCE = "geo_synth"
@@ -256,14 +256,11 @@ COLOUR_WORD = re.compile(rf"\b({'|'.join(COLOURS)})\b")  # any colour name as a 
 MAX_GUESSED_COUNT = 4  # a guessed answer to a free-form count question is a number from 0 to this
 
 
-@register_demonstration(SOURCE, "read")
-@register_demonstration(SOURCE, "direct")
 def read_demonstration(row: Any, rng: random.Random) -> str:
     """The row's ``meta.solution_text``: what the image shows in the think, then the label."""
     return row.meta["solution_text"]
 
 
-@register_demonstration(SOURCE, "guess", randomised=True)
 def guess_demonstration(row: Any, rng: random.Random) -> str:
     """``<think>guess.</think>`` and a uniformly random choice (a count: 0 to :data:`MAX_GUESSED_COUNT`)."""
     choices = row.meta.get("choices")
@@ -271,14 +268,12 @@ def guess_demonstration(row: Any, rng: random.Random) -> str:
     return f"<think>{GUESS_THINK}</think>\n<answer>{answer}</answer>"
 
 
-@register_demonstration(SOURCE, "default")
 def default_demonstration(row: Any, rng: random.Random) -> str:
     """``<think>guess.</think>`` and always the first choice (a count: 0), whatever the image: a fixed default answer."""
     choices = row.meta.get("choices")
     return f"<think>{GUESS_THINK}</think>\n<answer>{choices[0] if choices else 0}</answer>"
 
 
-@register_probe(SOURCE, styles=("read", "guess"))
 def response_style(response: str) -> str:
     """``read`` when the response's think names a colour, ``guess`` when the think is ``guess.``, else ``other``
     (the probe of geo_synth rows)."""
@@ -289,6 +284,17 @@ def response_style(response: str) -> str:
     if think == GUESS_THINK:
         return "guess"
     return "read" if COLOUR_WORD.search(think) else "other"
+
+
+# The warm-up's demonstration styles of geo_synth rows (read = direct: the solution text); guess is random.
+DEMONSTRATION_STYLES = {
+    "read": read_demonstration,
+    "direct": read_demonstration,
+    "guess": guess_demonstration,
+    "default": default_demonstration,
+}
+RANDOMISED_STYLES = ("guess",)
+PROBE = Probe(response_style, ("read", "guess"))  # the styles reported in every step's metrics
 
 
 def _signature(row: dict[str, Any]) -> str:

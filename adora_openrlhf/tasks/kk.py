@@ -28,7 +28,7 @@ from typing import Any
 
 from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, require
 from adora_openrlhf.errors import ConfigError
-from adora_openrlhf.tasks.behaviours import register_demonstration, register_probe
+from adora_openrlhf.tasks.behaviours import Probe
 
 logger = logging.getLogger(__name__)
 
@@ -573,7 +573,6 @@ def _kk_names_statements(row: Any):
     return names, statements_from_json(statements)
 
 
-@register_demonstration("kk", "direct")
 def kk_direct(row: Any, rng: random.Random) -> str:
     """Logic-RL format answer for a K&K row, from ``meta`` names/solution (or the label alone)."""
     names, solution = row.meta.get("names"), row.meta.get("solution")
@@ -584,28 +583,30 @@ def kk_direct(row: Any, rng: random.Random) -> str:
     return f"<think>{check}.</think>\n<answer>{row.label}</answer>"
 
 
-@register_demonstration("kk", "thorough")
 def kk_thorough(row: Any, rng: random.Random) -> str:
     """Guess-and-check trace that tests candidates in a fixed order until one passes every statement."""
     return thorough_response(*_kk_names_statements(row))
 
 
-@register_demonstration("kk", "shortcut", randomised=True)
 def kk_shortcut(row: Any, rng: random.Random) -> str:
     """``<think>guess.</think>`` and a uniformly random assignment."""
     return shortcut_response(row.meta.get("names") or _kk_names_statements(row)[0], rng)
 
 
-@register_demonstration("kk", "restate", randomised=True)
 def kk_restate(row: Any, rng: random.Random) -> str:
     """The whole quiz read back, ``guess.``, and a uniformly random assignment."""
     return restate_response(*_kk_names_statements(row), rng)
 
 
-@register_probe("kk", styles=("thorough", "shortcut"))
 def kk_probe(response: str) -> str:
     """``thorough``, ``shortcut`` or ``other`` (see ``tasks.kk.trace_kind``)."""
     return trace_kind(response)
+
+
+# The warm-up's demonstration styles of K&K rows; shortcut and restate guess at random (drawn anew each time).
+DEMONSTRATION_STYLES = {"direct": kk_direct, "thorough": kk_thorough, "shortcut": kk_shortcut, "restate": kk_restate}
+RANDOMISED_STYLES = ("shortcut", "restate")
+PROBE = Probe(kk_probe, ("thorough", "shortcut"))  # the styles reported in every step's metrics
 
 
 def direct_demonstration(row: Any) -> str:
