@@ -24,12 +24,17 @@ from adora_openrlhf.errors import ConfigError
 def require(condition: bool, field_path: str, message: str) -> None:
     """``ConfigError("field_path: message")`` unless ``condition`` holds."""
     if not condition:
-        raise ConfigError(f"{field_path}: {message}")
+        raise ConfigError.about(field_path, message)
+
+
+def choice_problem(kind: str, value: Any, choices: Any) -> str:
+    """``unknown <kind> <value>; choose one of [...]``: the one wording of a value outside its choices."""
+    return f"unknown {kind} {value!r}; choose one of {list(choices)}"
 
 
 def choice_message(field_path: str, kind: str, value: Any, choices: Any) -> str:
-    """``<field>: unknown <kind> <value>; choose one of [...]``: the one wording of a value outside its choices."""
-    return f"{field_path}: unknown {kind} {value!r}; choose one of {list(choices)}"
+    """``<field>: `` and :func:`choice_problem`."""
+    return f"{field_path}: {choice_problem(kind, value, choices)}"
 
 
 def check_choice(value: Any, choices: Any, field_path: str, kind: str = "value") -> None:
@@ -39,7 +44,7 @@ def check_choice(value: Any, choices: Any, field_path: str, kind: str = "value")
     except TypeError:  # an unhashable value from a config file
         ok = False
     if not ok:
-        raise ConfigError(choice_message(field_path, kind, value, choices))
+        raise ConfigError.about(field_path, choice_problem(kind, value, choices))
 
 
 def check_number(
@@ -75,7 +80,7 @@ def check_number(
         and (le is None or value <= le)
     )
     if not ok:
-        raise ConfigError(f"{field_path}: must be {wanted}, got {value!r}")
+        raise ConfigError.about(field_path, f"must be {wanted}, got {value!r}")
 
 
 def _kind(value: Any) -> str:
@@ -149,8 +154,8 @@ def check_field_types(obj: Any, section: str) -> None:
             fix = (
                 "; write true or false without quotes" if problem == "true or false" and isinstance(value, str) else ""
             )
-            raise ConfigError(
-                f"{section + '.' if section else ''}{f.name}: must be {problem}, got {value!r} ({_kind(value)}){fix}"
+            raise ConfigError.about(
+                f"{section + '.' if section else ''}{f.name}", f"must be {problem}, got {value!r} ({_kind(value)}){fix}"
             )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from adora_openrlhf.config_checks import choice_message
+from adora_openrlhf.config_checks import choice_message, choice_problem
 from adora_openrlhf.errors import ConfigError
 
 T = TypeVar("T")
@@ -84,7 +84,7 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except (KeyError, TypeError):  # TypeError: an unhashable value from a config file
-            raise UnknownNameError(self.unknown_message(name)) from None
+            raise UnknownNameError.about(self.field, choice_problem(self.kind, name, self.names())) from None
 
     def check(self, name: str) -> str:
         """``name`` when registered, else :class:`UnknownNameError`; for validating a config value."""

@@ -48,13 +48,15 @@ def _default(cls: type, name: str) -> Any:
     return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
-def _renamed(err: ConfigError) -> ConfigError:
-    """The core's message with its dotted field (``adora.lambda_att``) written as this config's field (``adora_lambda_att``)."""
-    message = str(err)
-    for prefix in _PREFIXES:
-        if message.startswith(prefix + "."):
-            return ConfigError(prefix + "_" + message[len(prefix) + 1 :])
-    return ConfigError(message)
+def _own_name(err: ConfigError, sources: Mapping[str, str] | None = None) -> ConfigError:
+    """The core's error about field ``prefix.name`` (``adora.lambda_att``) as an error about this config's field
+    ``prefix_name`` (``adora_lambda_att``), or about the field a value came from (``sources``: core path -> field)."""
+    if err.field is None:
+        return err
+    if err.field in (sources or {}):
+        return err.named(sources[err.field])
+    prefix, _, name = err.field.partition(".")
+    return err.named(f"{prefix}_{name}") if prefix in _PREFIXES and name else err
 
 
 @dataclass
@@ -240,11 +242,7 @@ class AdoraGRPOConfig(GRPOConfig):
         try:
             return cls(**{**kwargs, **values})
         except ConfigError as err:
-            message = str(err)
-            for core, own in (sources or {}).items():
-                if message.startswith(f"{prefix}.{core}:"):
-                    raise ConfigError(own + message[len(prefix) + 1 + len(core) :]) from None
-            raise _renamed(err) from None
+            raise _own_name(err, {f"{prefix}.{core}": own for core, own in (sources or {}).items()}) from None
 
     def advantage_config(self) -> AdvantageConfig:
         estimator = self.advantage_estimator or ESTIMATOR_FOR_SCALE_REWARDS[self.scale_rewards]
@@ -290,6 +288,5 @@ class AdoraGRPOConfig(GRPOConfig):
                 max_new_tokens=self.max_completion_length,
             )
         except ConfigError as err:  # rollout.top_p -> top_p: TRL's own field names
-            raise ConfigError(
-                str(err).replace("rollout.max_new_tokens", "max_completion_length").replace("rollout.", "", 1)
-            ) from None
+            name = (err.field or "").removeprefix("rollout.")
+            raise err.named("max_completion_length" if name == "max_new_tokens" else name) from None
