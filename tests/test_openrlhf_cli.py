@@ -723,3 +723,20 @@ def test_a_submitted_job_asks_the_cluster_whether_its_gpus_are_real(monkeypatch)
         match=r"^RAY_ADDRESS: the Ray cluster at 127.0.0.1:6379 offers no GPU .*ray start --head --num-gpus 2",
     ):
         launcher.runs_on_cpu()
+
+
+def test_local_paths_become_absolute_and_hub_names_stay(tmp_path, monkeypatch):
+    """Ray's actors do not run in the driver's working directory: the launcher makes the output folder and the local
+    model and data paths absolute, keeping hub names, without building the config again."""
+    from adora_openrlhf.backends.openrlhf.launcher import with_absolute_paths
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.jsonl").write_text("")
+    cfg = build_run_config(
+        "dapo-math-adora",
+        {"data.train_path": "train.jsonl", "data.eval_path": "org/hub-dataset", "output_dir": "out"},
+    )
+    located = with_absolute_paths(cfg)
+    assert located.data.train_path == str(tmp_path / "train.jsonl") and located.output_dir == str(tmp_path / "out")
+    assert located.data.eval_path == "org/hub-dataset" and located.model.path == cfg.model.path  # a hub model name
+    assert located.adora == cfg.adora and located.sampling is cfg.sampling  # the other sections are the same objects

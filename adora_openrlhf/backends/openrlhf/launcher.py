@@ -18,6 +18,7 @@ final model in ``final_model/``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -269,14 +270,16 @@ _ACTOR_FIELDS = ("class_name", "actor_id", "pid", "name", "namespace", "ip")
 
 def with_absolute_paths(cfg: RunConfig) -> RunConfig:
     """``output_dir`` and the local model and data paths made absolute: Ray's actors do not run in the driver's
-    working directory. Names that are not local paths (hub models and datasets) stay as they are."""
-    values = cfg.to_dict()
-    values["output_dir"] = str(Path(cfg.output_dir).resolve())
-    for section, key in (("model", "path"), ("data", "train_path"), ("data", "eval_path")):
-        value = values[section][key]
-        if value and Path(value).exists():
-            values[section][key] = str(Path(value).resolve())
-    return RunConfig.from_dict(values)
+    working directory. Names that are not local paths (hub models and datasets) stay as they are. The config is not
+    built again: the three sections are copied with their paths changed (the launcher's one build of the config is
+    ``flags.reconcile``, from OpenRLHF's parsed arguments)."""
+
+    def located(value: str | None) -> str | None:
+        return str(Path(value).resolve()) if value and Path(value).exists() else value
+
+    data = dataclasses.replace(cfg.data, train_path=located(cfg.data.train_path), eval_path=located(cfg.data.eval_path))
+    model = dataclasses.replace(cfg.model, path=located(cfg.model.path))
+    return dataclasses.replace(cfg, output_dir=str(Path(cfg.output_dir).resolve()), model=model, data=data)
 
 
 def check_engines_installed() -> None:
