@@ -26,6 +26,7 @@ from typing import Any
 
 from adora_openrlhf.config import RunConfig
 from adora_openrlhf.dotted import value_at
+from adora_openrlhf.tasks.registry import is_vision_task
 
 FINAL_MODEL_DIR = "final_model"  # output_dir/final_model: OpenRLHF's --ckpt.output_dir (the model saved at the end)
 
@@ -258,9 +259,9 @@ FIELD_FLAGS: tuple[FieldFlags, ...] = (
         ("data.task",),
         "--data.image_key, --data.max_images_per_prompt",
         lambda cfg: (
-            {"data.image_key": "images", "data.max_images_per_prompt": 1} if cfg.data.task == "geometry" else {}
+            {"data.image_key": "images", "data.max_images_per_prompt": 1} if is_vision_task(cfg.data.task) else {}
         ),
-        note="geometry only: one diagram per prompt (the task also picks the reward)",
+        note="a vision task (geometry): one image per prompt (the task also picks the reward)",
     ),
 )
 
