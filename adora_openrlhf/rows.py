@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from adora_openrlhf.config import ConfigError, DataConfig
-from adora_openrlhf.tasks.registry import TASKS, row_problem
+from adora_openrlhf.tasks.registry import TASKS, row_problem, task_of_source
 
 logger = logging.getLogger(__name__)
 
@@ -197,12 +197,15 @@ def _without_overlap(train: list[Row], held: list[Row], option: str) -> list[Row
 
 
 def load_run_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
-    """(train rows, held-out rows) for ``cfg``; held-out prompts never appear among the training prompts. K&K rows
-    get ``meta["kk_parser"] = cfg.kk.parser`` unless they name one."""
+    """(train rows, held-out rows) for ``cfg``; held-out prompts never appear among the training prompts. Each row
+    gets the meta defaults of the task that reads its source (``Task.meta_defaults``; K&K rows the run's answer
+    parser, ``meta["kk_parser"] = cfg.kk.parser``) where it names none."""
     train, held = _load_rows(cfg, seed)
     for row in (*train, *held):
-        if row.source == "kk":
-            row.meta.setdefault("kk_parser", cfg.kk.parser)
+        task = task_of_source(row.source)
+        if task is not None and task.meta_defaults is not None:
+            for key, value in task.meta_defaults(cfg).items():
+                row.meta.setdefault(key, value)
     return train, held
 
 

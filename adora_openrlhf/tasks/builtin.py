@@ -45,6 +45,7 @@ register_task(
         randomised_styles=frozenset((kk.SOURCE, style) for style in kk.RANDOMISED_STYLES),
         probes={kk.SOURCE: kk.PROBE},
         subsets={kk.SOURCE: kk.subsets},
+        meta_defaults=lambda data: {"kk_parser": data.kk.parser},  # the run's answer parser (rewards/kk.py)
     )
 )
 register_task(Task("math", tuple(MATH_SOURCES), row_check=row_checks.math_row_ok, subsets={"math500": math500_subsets}))

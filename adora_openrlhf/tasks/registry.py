@@ -49,10 +49,11 @@ class RowFieldError(ValueError):
 @dataclass(frozen=True)
 class Task:
     """One task: its row sources (the first is the default of a row without ``source``), modality, generator,
-    row checks and, keyed by source, its demonstrations (style -> builder; ``randomised_styles``: the (source,
-    style) pairs drawn anew each time), response probes and benchmark subset rules. Fields other than ``name``
-    and ``sources`` are optional: a task without a generator needs ``data.train_path``; a source without checks
-    is checked for the common schema only; one without demonstrations falls back to ``meta.solution_text``."""
+    row checks, the meta defaults of its rows and, keyed by source, its demonstrations (style -> builder;
+    ``randomised_styles``: the (source, style) pairs drawn anew each time), response probes and benchmark subset
+    rules. Fields other than ``name`` and ``sources`` are optional: a task without a generator needs
+    ``data.train_path``; a source without checks is checked for the common schema only; one without
+    demonstrations falls back to ``meta.solution_text``."""
 
     name: str
     sources: tuple[str, ...]
@@ -64,6 +65,8 @@ class Task:
     randomised_styles: frozenset[tuple[str, str]] = frozenset()
     probes: Mapping[str, Probe] = field(default_factory=dict)
     subsets: Mapping[str, SubsetRule] = field(default_factory=dict)
+    # meta keys every row of the task's sources gets from the run's DataConfig unless it names them (K&K: kk_parser)
+    meta_defaults: Callable[[Any], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not self.sources or not all(isinstance(s, str) and s for s in self.sources):
