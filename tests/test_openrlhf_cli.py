@@ -740,3 +740,14 @@ def test_local_paths_become_absolute_and_hub_names_stay(tmp_path, monkeypatch):
     assert located.data.train_path == str(tmp_path / "train.jsonl") and located.output_dir == str(tmp_path / "out")
     assert located.data.eval_path == "org/hub-dataset" and located.model.path == cfg.model.path  # a hub model name
     assert located.adora == cfg.adora and located.sampling is cfg.sampling  # the other sections are the same objects
+
+
+def test_asynchronous_training_without_the_is_correction_is_warned(caplog):
+    from adora_openrlhf.backends.openrlhf.launcher import prepare
+
+    cfg = build_run_config("kk-testbed-openrlhf")
+    prepare(cfg, ["--train.async_enable"])
+    assert "add --algo.advantage.is_correction_level token" in caplog.text
+    caplog.clear()
+    prepare(cfg, ["--train.async_enable", "--algo.advantage.is_correction_level", "token"])
+    assert "is_correction_level" not in caplog.text

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -192,6 +193,12 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
     from adora_openrlhf.backends.support import check_openrlhf_flags
 
     check_openrlhf_flags(args)  # OpenRLHF's own flags that meet our classes (async, off-policy corrections)
+    if args.train.async_enable and args.algo.advantage.is_correction_level == "off":
+        logging.getLogger(__name__).warning(
+            "train.async_enable: batches one policy version old are trained on as if on-policy; add "
+            "--algo.advantage.is_correction_level token (docs/results.md: two of three uncorrected asynchronous "
+            "testbed runs collapsed, none of three corrected ones)"
+        )
     estimator = args.algo.advantage.estimator
     ours = estimator in ADVANTAGE_ESTIMATORS
     if not ours and (cfg.adora.enabled or cfg.sampling.enabled):
