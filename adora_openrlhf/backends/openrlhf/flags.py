@@ -197,7 +197,7 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
         logging.getLogger(__name__).warning(
             "train.async_enable: batches one policy version old are trained on as if on-policy; add "
             "--algo.advantage.is_correction_level token (docs/results.md: two of three uncorrected asynchronous "
-            "testbed runs collapsed, none of three corrected ones)"
+            "testbed runs fell far behind the synchronous ones, none of three corrected ones)"
         )
     estimator = args.algo.advantage.estimator
     ours = estimator in ADVANTAGE_ESTIMATORS
