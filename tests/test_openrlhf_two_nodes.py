@@ -124,7 +124,9 @@ def test_the_engine_and_the_policy_run_on_different_nodes_and_the_job_succeeds(t
     train = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in train if not r.get("eval")]
     assert [r["step"] for r in steps] == [1, 2] and all(r["actor_grad_norm"] > 0 for r in steps)
-    assert all(r["sampling/rounds_used"] > 1 for r in steps)  # the recipe's multi-round sampler ran
+    # the recipe's multi-round sampler ran (a second round only when some prompt's group had no signal after the
+    # first, which depends on the draw: not asserted here; tests/test_openrlhf_e2e.py checks the rounds)
+    assert all(r["sampling/rounds_used"] >= 1 for r in steps)
     # step 2's rollouts came from the weights that crossed nodes after step 1 (an lr-0.005 update): the engine's
     # log-probs are the trainer's, bf16 rounding apart
     assert steps[1]["adora/engine_logprob_gap"] < 0.03, steps[1]["adora/engine_logprob_gap"]
