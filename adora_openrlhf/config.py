@@ -37,6 +37,7 @@ from adora_openrlhf.algorithms.dynamic_filtering import DynamicFilteringConfig
 from adora_openrlhf.algorithms.policy_loss import PolicyLossConfig
 from adora_openrlhf.algorithms.sampling import AdaptiveSamplingConfig, SamplingParams
 from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, from_dict, require
+from adora_openrlhf.dotted import value_at
 from adora_openrlhf.errors import ConfigError  # defined beside the registries (no import circle); exported here
 from adora_openrlhf.plugins import import_plugins
 from adora_openrlhf.prompt_templates import PROMPT_TEMPLATES
@@ -346,10 +347,8 @@ def with_moved_options(values: Mapping[str, Any], warn: bool = True) -> dict[str
     place (a value given under both names keeps the new one); one warning names the moves unless ``warn`` is off."""
     out, moved = copy.deepcopy(dict(values)), []
     for old, new in MOVED_OPTIONS.items():
-        *parents, leaf = old.split(".")
-        node: Any = out
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
+        parent, _, leaf = old.rpartition(".")
+        node = value_at(out, parent)
         if not isinstance(node, dict) or leaf not in node:
             continue
         value = node.pop(leaf)
