@@ -28,6 +28,7 @@ from typing import Any
 
 from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, require
 from adora_openrlhf.errors import ConfigError
+from adora_openrlhf.rewards.kk import KK_PARSERS
 from adora_openrlhf.tasks.behaviours import Probe
 
 logger = logging.getLogger(__name__)
@@ -201,7 +202,6 @@ def render_quiz(names: Sequence[str], statements: Sequence[Statement]) -> str:
 
 
 NAME_ORDERS = ("random", "pool")
-KK_PARSER_NAMES = ("lenient", "logic_rl")  # rewards/kk.py: KK_PARSERS
 
 
 @dataclass
@@ -244,7 +244,7 @@ class KKDataConfig:
             check_number(people, f"data.kk.num_people[{i}]", integer=True, ge=2, le=8)
         check_choice(self.name_order, NAME_ORDERS, "data.kk.name_order", "name order")
         check_number(self.name_pool, "data.kk.name_pool", integer=True, ge=max(self.num_people), le=26)
-        check_choice(self.parser, KK_PARSER_NAMES, "data.kk.parser", "K&K answer parser")
+        check_choice(self.parser, tuple(KK_PARSERS), "data.kk.parser", "K&K answer parser")
 
 
 def generate_puzzle(
