@@ -26,12 +26,14 @@ the same JSONL files as the openrlhf backend).
 
 ``--modes sync async`` runs each openrlhf run of the plan in OpenRLHF's synchronous loop and then in its asynchronous
 one (``--train.async_enable``: the next batch generated while this one trains); records carry ``mode``, and an
-asynchronous record ``staleness_mean`` (how many optimiser steps old its batches were, on average).
+asynchronous record ``staleness_mean`` (how many optimiser steps old its batches were, on average). Every openrlhf
+record also carries its step profile (:func:`step_profile`: median step, generation and update seconds, the largest
+gradient norm), and ``table.md`` sets each seed's runs of the modes side by side (:func:`mode_table`).
 ``--is-correction token`` adds OpenRLHF's importance-sampling correction (``--algo.advantage.is_correction_level``)
 to the openrlhf runs; their records carry ``is_correction``.
 
 ``--prepare-only`` writes the warm starts and the JSONL files and stops: the inputs of a manual
-``--recipe kk-testbed-openrlhf`` run.
+``--recipe kk-testbed-openrlhf`` run. ``--report-only`` rewrites ``table.md`` from ``results.json`` and stops.
 
 ``--regime kk-revisit`` compares the backends on the allocation benchmark's regime instead (``bench/allocation.py``:
 80 steps on the first 128 training puzzles, 1000 held out, evaluated every 5 steps), with its variants (e.g.
@@ -62,6 +64,7 @@ from bench.common import (
     save_records,
     saved_run_match,
     warm_start_dir,
+    write_json,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -180,6 +183,62 @@ def run_name(variant: str, seed: int, rl_seed: int | None) -> str:
     return f"{variant}_seed{seed}" + ("" if rl_seed is None else f"_rl{rl_seed}")
 
 
+def openrlhf_run_dir(
+    out: Path,
+    variant: str,
+    seed: int,
+    rl_seed: int | None = None,
+    regime: str | None = None,
+    mode: str = "sync",
+    is_correction: str = "off",
+) -> Path:
+    """An openrlhf run's folder: :func:`run_name` with ``_REGIME``, ``_async`` and ``_is-LEVEL`` as they apply."""
+    suffix = (f"_{regime}" if regime else "") + ("_async" if mode == "async" else "")
+    suffix += f"_is-{is_correction}" if is_correction != "off" else ""
+    return out / "openrlhf" / (run_name(variant, seed, rl_seed) + suffix)
+
+
+def step_profile(steps: list[dict[str, Any]]) -> dict[str, float | None]:
+    """What the synchronous/asynchronous table compares, from an openrlhf run's per-step metrics: the medians over
+    the steps of the step time (``timing/step_total``), vLLM generation (``timing/generation``) and the DeepSpeed
+    update (``timing/ppo_train``), in seconds, and the largest actor gradient norm (``actor_grad_norm``)."""
+    import statistics
+
+    def median(key: str) -> float | None:
+        values = [r[key] for r in steps if key in r]
+        return round(statistics.median(values), 3) if values else None
+
+    norms = [r["actor_grad_norm"] for r in steps if "actor_grad_norm" in r]
+    return {
+        "step_s_median": median("timing/step_total"),
+        "generation_s": median("timing/generation"),
+        "update_s": median("timing/ppo_train"),
+        "grad_norm_max": round(max(norms), 4) if norms else None,
+    }
+
+
+def with_step_profile(record: dict[str, Any], out: Path) -> dict[str, Any]:
+    """An openrlhf ``record`` with its :func:`step_profile` read from its run folder under ``out`` when it lacks one
+    (records made before the profile was recorded) and the folder's metrics are there; otherwise as it is."""
+    if record.get("backend") != "openrlhf" or "step_s_median" in record:
+        return record
+    run_dir = openrlhf_run_dir(
+        out,
+        record["variant"],
+        record["seed"],
+        record.get("rl_seed"),
+        record.get("regime"),
+        record.get("mode", "sync"),
+        record.get("is_correction", "off"),
+    )
+    metrics_path = run_dir / "run" / "metrics.jsonl"
+    if not metrics_path.exists():
+        return record
+    from adora_openrlhf.rundir.metrics import read_metrics
+
+    return {**record, **step_profile([r for r in read_metrics(metrics_path) if not r.get("eval")])}
+
+
 def with_rl_seed(record: dict[str, Any], rl_seed: int | None) -> dict[str, Any]:
     """``record`` with ``rl_seed`` set when the run is a replicate (main runs carry none)."""
     return record if rl_seed is None else {**record, "rl_seed": rl_seed}
@@ -199,9 +258,7 @@ def run_openrlhf(
     replicate, else ``seed``; ``regime`` kk-revisit: :func:`revisit_flags`; ``mode`` async: OpenRLHF's asynchronous
     loop, ``--train.async_enable``; ``is_correction`` token or seq: ``--algo.advantage.is_correction_level``); its
     record."""
-    suffix = (f"_{regime}" if regime else "") + ("_async" if mode == "async" else "")
-    suffix += f"_is-{is_correction}" if is_correction != "off" else ""
-    run_dir = out / "openrlhf" / (run_name(variant, seed, rl_seed) + suffix)
+    run_dir = openrlhf_run_dir(out, variant, seed, rl_seed, regime, mode, is_correction)
     settings = with_rl_seed(
         {"backend": "openrlhf", "variant": variant, "seed": seed, "inputs": inputs, "recipe": CLUSTER_RECIPE}, rl_seed
     )
@@ -250,6 +307,7 @@ def run_openrlhf(
         "step_s": sum(step_s) / len(step_s),
         "responses": int(sum(r.get("sampling/responses_generated", r.get("rollout/num_samples", 0)) for r in steps)),
         "curve": curve,
+        **step_profile(steps),
         "settings": settings,
     }
     if mode == "async":  # how many optimiser steps old the trained-on batches were
@@ -291,7 +349,52 @@ def table(records: list[dict[str, Any]]) -> str:
     """One row per (backend, variant): accuracy at step 0 and at the end, gain, per seed and as mean ± 95% interval;
     then, when there are replicates, :func:`replicate_table`."""
     main_runs = [r for r in records if r.get("rl_seed") is None]
-    return "\n\n".join(part for part in (main_table(main_runs) if main_runs else "", replicate_table(records)) if part)
+    parts = (main_table(main_runs) if main_runs else "", replicate_table(records), mode_table(records))
+    return "\n\n".join(part for part in parts if part)
+
+
+def mode_label(record: dict[str, Any]) -> str:
+    """``synchronous`` or ``asynchronous``, with ``IS token`` (or ``seq``) for a run with OpenRLHF's IS correction."""
+    mode = "asynchronous" if record.get("mode") == "async" else "synchronous"
+    return mode + (f", IS {record['is_correction']}" if record.get("is_correction") else "")
+
+
+def mode_table(records: list[dict[str, Any]]) -> str:
+    """Per variant and seed run asynchronously on the openrlhf backend (main runs on kk-testbed), every mode's run
+    side by side: held-out accuracy at each evaluation, the :func:`step_profile` medians, wall time, mean staleness
+    and the largest gradient norm. Empty when no run was asynchronous."""
+    runs = [r for r in records if r["backend"] == "openrlhf" and not r.get("regime") and r.get("rl_seed") is None]
+    pairs = sorted({(r["variant"], r["seed"]) for r in runs if r.get("mode") == "async"})
+    order = ["synchronous", "synchronous, IS token", "synchronous, IS seq", "asynchronous"]
+    order += ["asynchronous, IS token", "asynchronous, IS seq"]
+
+    def cell(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    rows = []
+    for variant, seed in pairs:
+        mine = [r for r in runs if (r["variant"], r["seed"]) == (variant, seed)]
+        for r in sorted(mine, key=lambda r: order.index(mode_label(r))):
+            rows.append(
+                [
+                    variant,
+                    str(seed),
+                    mode_label(r),
+                    ", ".join(f"{acc:.3f}" for _, acc in r["curve"]),
+                    cell(r.get("step_s_median"), ".1f"),
+                    cell(r.get("generation_s"), ".1f"),
+                    cell(r.get("update_s"), ".1f"),
+                    f"{r['wall_s']:.0f}",
+                    cell(r.get("staleness_mean", 0.0), ".2f"),
+                    cell(r.get("grad_norm_max"), ".2f"),
+                ]
+            )
+    if not rows:
+        return ""
+    header = ["variant", "seed", "mode", "held-out accuracy at each evaluation", "s / step (median)"]
+    header += ["generation s", "update s", "wall s", "staleness (mean)", "largest grad norm"]
+    intro = "Synchronous against asynchronous (openrlhf), per seed; step times are medians over the steps.\n\n"
+    return intro + markdown_table(header, rows)
 
 
 def replicate_table(records: list[dict[str, Any]]) -> str:
@@ -418,6 +521,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--prepare-only", action="store_true", help="write the warm starts and JSONL files, then stop")
     parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite table.md from --results' results.json and stop (an openrlhf record without a step profile gets "
+        "one from its run folder's metrics under --out)",
+    )
+    parser.add_argument(
         "--regime",
         choices=["kk-testbed", REVISIT],
         default="kk-testbed",
@@ -429,6 +538,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.report_only:
+        return report_only(args.results, args.out)
     if args.regime == REVISIT:
         return main_revisit(args, parser)
     unknown = [v for v in args.variants if v not in VARIANTS]
@@ -463,6 +574,18 @@ def main(argv: list[str] | None = None) -> int:
                 )
             key = ("backend", "regime", "mode", "is_correction", "variant", "seed", "rl_seed")
             records = save_records(args.results, records, record, key, table)
+    print(table(records))
+    return 0
+
+
+def report_only(results: Path, out: Path) -> int:
+    """``--report-only``: the records of ``results`` (each completed by :func:`with_step_profile`) written back with
+    their table; nothing runs."""
+    records = [with_step_profile(r, out) for r in read_records(results)]
+    if not records:
+        raise SystemExit(f"--report-only: no records in {results / 'results.json'}; run the benchmark first")
+    write_json(results / "results.json", {"records": records})
+    (results / "table.md").write_text(table(records) + "\n")
     print(table(records))
     return 0
 

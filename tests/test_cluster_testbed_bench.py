@@ -20,6 +20,7 @@ def record(backend: str, variant: str, seed: int, acc0: float, acc: float) -> di
         "step_s": 2.0,
         "responses": 5120,
         "wall_s": 100.0,
+        "curve": [[0, acc0], [40, acc]],
     }
 
 
@@ -181,3 +182,63 @@ def test_modes_run_each_openrlhf_run_synchronously_and_asynchronously_side_by_si
     saved = json.loads((results / "results.json").read_text())["records"]
     assert sorted(r.get("is_correction", "off") for r in saved) == ["off", "off", "token"]
     assert "| openrlhf | GRPO (async, IS token) | 0 |" in (results / "table.md").read_text()
+
+
+def test_step_profile_takes_medians_of_the_timings_and_the_largest_gradient_norm():
+    from bench.cluster_testbed import step_profile
+
+    steps = [
+        {"timing/step_total": 10.0, "timing/generation": 4.0, "timing/ppo_train": 5.0, "actor_grad_norm": 0.2},
+        {"timing/step_total": 30.0, "timing/generation": 6.0, "timing/ppo_train": 3.0, "actor_grad_norm": 1.5},
+        {"timing/step_total": 12.0, "timing/generation": 5.0, "timing/ppo_train": 4.0, "actor_grad_norm": 0.3},
+    ]
+    assert step_profile(steps) == {"step_s_median": 12.0, "generation_s": 5.0, "update_s": 4.0, "grad_norm_max": 1.5}
+    # a run whose metrics lack a timing: that cell is None, not a made-up 0
+    assert step_profile([{"timing/step_total": 2.0}]) == {
+        "step_s_median": 2.0,
+        "generation_s": None,
+        "update_s": None,
+        "grad_norm_max": None,
+    }
+
+
+def test_mode_table_sets_each_seeds_runs_side_by_side_and_report_only_fills_old_records(tmp_path):
+    """Synchronous first, then the IS-corrected and asynchronous runs of the same variant and seed; a record saved
+    before the step profile was recorded gets it from its run folder's metrics on ``--report-only``."""
+    import bench.cluster_testbed as bench
+
+    def made(mode: str, correction: str, acc: float) -> dict:
+        out = record("openrlhf", "GRPO", 0, 0.2, acc)
+        out |= {"mode": "async", "staleness_mean": 0.9} if mode == "async" else {}
+        return out | ({"is_correction": correction} if correction != "off" else {})
+
+    runs = tmp_path / "runs"
+    for mode, correction in (("sync", "off"), ("async", "off"), ("async", "token")):
+        folder = bench.openrlhf_run_dir(runs, "GRPO", 0, mode=mode, is_correction=correction) / "run"
+        folder.mkdir(parents=True)
+        step = {"step": 1, "timing/step_total": 8.0 if mode == "sync" else 14.0, "timing/generation": 4.0}
+        (folder / "metrics.jsonl").write_text(json.dumps({**step, "actor_grad_norm": 0.25}) + "\n")
+    assert (
+        bench.openrlhf_run_dir(runs, "GRPO", 0, mode="async", is_correction="token").name == "GRPO_seed0_async_is-token"
+    )
+    saved = [made("async", "token", 0.88), made("sync", "off", 0.9), made("async", "off", 0.6)]
+    saved.append(record("local", "GRPO", 0, 0.2, 0.85))  # a local run has no mode row
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "results.json").write_text(json.dumps({"records": saved}))
+    assert bench.main(["--report-only", "--results", str(results), "--out", str(runs)]) == 0
+    lines = (results / "table.md").read_text().split("Synchronous against asynchronous")[1].splitlines()
+    rows = [line for line in lines if line.startswith("| GRPO |")]
+    assert [row.split(" | ")[2] for row in rows] == ["synchronous", "asynchronous", "asynchronous, IS token"]
+    assert rows[0] == "| GRPO | 0 | synchronous | 0.200, 0.900 | 8.0 | 4.0 | - | 100 | 0.00 | 0.25 |"
+    assert rows[1].startswith("| GRPO | 0 | asynchronous | 0.200, 0.600 | 14.0 | 4.0 | - | 100 | 0.90 |")
+    kept = json.loads((results / "results.json").read_text())["records"]
+    assert [r.get("step_s_median") for r in kept] == [14.0, 8.0, 14.0, None]
+    assert "Synchronous against asynchronous" not in bench.table([made("sync", "off", 0.9)])  # no async run: no table
+
+
+def test_report_only_without_records_says_so(tmp_path):
+    import bench.cluster_testbed as bench
+
+    with pytest.raises(SystemExit, match="no records"):
+        bench.main(["--report-only", "--results", str(tmp_path / "none"), "--out", str(tmp_path)])
