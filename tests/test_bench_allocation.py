@@ -64,3 +64,18 @@ def test_run_record_reads_tokens_and_zero_signal_from_metrics():
         rec["curve"] == [[0.0, 0.2], [400.0, 0.5]] and rec["tokens_total"] == 400.0 and rec["responses_total"] == 32.0
     )
     assert rec["zero_signal_second_half"] == pytest.approx(0.35) and rec["eval_s"] == 2.5 and rec["train_s"] == 8.0
+
+
+def test_every_variant_builds_a_valid_run_on_the_regime_and_the_long_knapsack_spends_grpos_budget():
+    """Each variant's overrides give a valid RunConfig of kk-revisit (checked where the config is parsed); the
+    equal-budget knapsack runs twice GRPO's steps at half its responses per step and is evaluated at the same
+    responses as GRPO (every 640 responses)."""
+    from adora_openrlhf.recipes import build_run_config
+    from bench.allocation import VARIANTS
+
+    configs = {name: build_run_config("kk-revisit", dict(overrides)) for name, overrides in VARIANTS.items()}
+    grpo, long = configs["GRPO"], configs["Knapsack-0.5-long"]
+    grpo_responses = grpo.prompts_per_step * grpo.sampling.n_keep
+    long_responses = long.allocation.knapsack_budget(long.prompts_per_step, long.sampling.n_keep)
+    assert long.steps * long_responses == grpo.steps * grpo_responses
+    assert long.eval_every * long_responses == grpo.eval_every * grpo_responses == 640
