@@ -398,15 +398,16 @@ def mode_table(records: list[dict[str, Any]]) -> str:
 
 
 def replicate_table(records: list[dict[str, Any]]) -> str:
-    """Per (variant, warm-start seed) that has replicates, per backend: the final accuracy of each run seed (the
-    main run's seed first), their mean, range and standard deviation. Empty without replicates."""
+    """Per (variant as :func:`variant_label` names it, warm-start seed) that has replicates, per backend: the final
+    accuracy of each run seed (the main run's seed first), their mean, range and standard deviation; runs of another
+    mode or IS correction are another variant. Empty without replicates."""
     import statistics
 
-    wanted = dict.fromkeys((r["variant"], r["seed"]) for r in records if r.get("rl_seed") is not None)
+    wanted = dict.fromkeys((variant_label(r), r["seed"]) for r in records if r.get("rl_seed") is not None)
     rows = []
     for variant, seed in wanted:
         for backend in ("local", "openrlhf"):
-            runs = [r for r in records if (r["backend"], r["variant"], r["seed"]) == (backend, variant, seed)]
+            runs = [r for r in records if (r["backend"], variant_label(r), r["seed"]) == (backend, variant, seed)]
             runs.sort(key=lambda r: (r.get("rl_seed") is not None, r.get("rl_seed") or 0))
             if not runs:
                 continue

@@ -242,3 +242,15 @@ def test_report_only_without_records_says_so(tmp_path):
 
     with pytest.raises(SystemExit, match="no records"):
         bench.main(["--report-only", "--results", str(tmp_path / "none"), "--out", str(tmp_path)])
+
+
+def test_a_replicate_is_set_beside_the_runs_of_its_own_mode_only():
+    """An asynchronous replicate joins the asynchronous main run of its seed, not the synchronous or the IS-corrected
+    one (each mode and correction is a variant of its own)."""
+    sync = record("openrlhf", "GRPO", 1, 0.17, 0.845)
+    async_main = {**record("openrlhf", "GRPO", 1, 0.17, 0.0), "mode": "async"}
+    corrected = {**async_main, "acc_final": 0.87, "is_correction": "token"}
+    replicate = {**async_main, "acc_final": 0.8, "rl_seed": 101}
+    second = table([sync, async_main, corrected, replicate]).split("Replicates")[1].split("Synchronous against")[0]
+    assert "| openrlhf | GRPO (async) | 1 | 1 101 | 0.000 0.800 | 0.400 | 0.000-0.800 | 0.566 |" in second
+    assert "| openrlhf | GRPO | 1 |" not in second and "IS token" not in second
