@@ -64,7 +64,7 @@ from bench.common import (
     save_records,
     saved_run_match,
     warm_start_dir,
-    write_json,
+    write_records,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -353,10 +353,15 @@ def table(records: list[dict[str, Any]]) -> str:
     return "\n\n".join(part for part in parts if part)
 
 
+def correction_note(record: dict[str, Any]) -> str | None:
+    """``IS token`` (or ``seq``) for a run with OpenRLHF's IS correction, else None."""
+    return f"IS {record['is_correction']}" if record.get("is_correction") else None
+
+
 def mode_label(record: dict[str, Any]) -> str:
-    """``synchronous`` or ``asynchronous``, with ``IS token`` (or ``seq``) for a run with OpenRLHF's IS correction."""
+    """``synchronous`` or ``asynchronous``, with :func:`correction_note` when the run had the IS correction."""
     mode = "asynchronous" if record.get("mode") == "async" else "synchronous"
-    return mode + (f", IS {record['is_correction']}" if record.get("is_correction") else "")
+    return ", ".join(note for note in (mode, correction_note(record)) if note)
 
 
 def mode_table(records: list[dict[str, Any]]) -> str:
@@ -365,8 +370,6 @@ def mode_table(records: list[dict[str, Any]]) -> str:
     and the largest gradient norm. Empty when no run was asynchronous."""
     runs = [r for r in records if r["backend"] == "openrlhf" and not r.get("regime") and r.get("rl_seed") is None]
     pairs = sorted({(r["variant"], r["seed"]) for r in runs if r.get("mode") == "async"})
-    order = ["synchronous", "synchronous, IS token", "synchronous, IS seq", "asynchronous"]
-    order += ["asynchronous, IS token", "asynchronous, IS seq"]
 
     def cell(value: float | None, spec: str) -> str:
         return "-" if value is None else format(value, spec)
@@ -374,7 +377,8 @@ def mode_table(records: list[dict[str, Any]]) -> str:
     rows = []
     for variant, seed in pairs:
         mine = [r for r in runs if (r["variant"], r["seed"]) == (variant, seed)]
-        for r in sorted(mine, key=lambda r: order.index(mode_label(r))):
+        # synchronous before asynchronous, each uncorrected before corrected
+        for r in sorted(mine, key=lambda r: (r.get("mode") == "async", r.get("is_correction") or "")):
             rows.append(
                 [
                     variant,
@@ -433,9 +437,8 @@ def replicate_table(records: list[dict[str, Any]]) -> str:
 def variant_label(record: dict[str, Any]) -> str:
     """The variant's name in the tables, with its regime when it is not kk-testbed's, ``async`` for a run of
     OpenRLHF's asynchronous loop and ``IS token`` (or ``seq``) for a run with OpenRLHF's IS correction."""
-    correction = f"IS {record['is_correction']}" if record.get("is_correction") else None
     async_note = "async" if record.get("mode") == "async" else None
-    notes = [note for note in (record.get("regime"), async_note, correction) if note]
+    notes = [note for note in (record.get("regime"), async_note, correction_note(record)) if note]
     return record["variant"] + (f" ({', '.join(notes)})" if notes else "")
 
 
@@ -585,9 +588,7 @@ def report_only(results: Path, out: Path) -> int:
     records = [with_step_profile(r, out) for r in read_records(results)]
     if not records:
         raise SystemExit(f"--report-only: no records in {results / 'results.json'}; run the benchmark first")
-    write_json(results / "results.json", {"records": records})
-    (results / "table.md").write_text(table(records) + "\n")
-    print(table(records))
+    print(write_records(results, records, table))
     return 0
 
 

@@ -260,11 +260,21 @@ def save_records(
     counts as None; appended otherwise),
     written to ``results_dir`` as ``results.json`` and ``table.md`` (``table(records)``); returns the new list."""
     records = [r for r in records if any(r.get(k) != record.get(k) for k in keys)] + [record]
+    write_records(results_dir, records, table)
+    return records
+
+
+def write_records(
+    results_dir: Path, records: list[dict[str, Any]], table: Callable[[list[dict[str, Any]]], str]
+) -> str:
+    """Write ``records`` to ``results_dir`` as ``results.json`` and their ``table(records)`` as ``table.md``;
+    returns the table."""
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     write_json(results_dir / "results.json", {"records": records})
-    (results_dir / "table.md").write_text(table(records) + "\n")
-    return records
+    text = table(records)
+    (results_dir / "table.md").write_text(text + "\n")
+    return text
 
 
 def gain_cells(runs: Sequence[Mapping[str, Any]]) -> list[str]:
