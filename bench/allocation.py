@@ -19,7 +19,12 @@ kept or not; ``sampling/tokens_generated``), evaluated every ``eval_every`` step
   censored an upper bound;
 - ``acc_at_<f>``: accuracy at f = 25 / 50 / 100 % of GRPO's total tokens of the seed, linearly interpolated along
   the run's curve (a run that stopped before that budget keeps its last accuracy), as a difference;
+- ``acc_at_50pct_vs_ref_final``: accuracy at 50 % of GRPO's tokens minus GRPO's final accuracy (the goal's
+  question as a difference: >= 0 where half the tokens buy GRPO's final accuracy);
 - ``acc_final`` (difference) and ``tokens_total`` (log ratio).
+
+The goal itself, GRPO's final accuracy of the seed reached at an evaluation within :data:`GOAL_FRACTION` of GRPO's
+tokens, is counted per variant (:func:`goal_records`: reached on k of n seeds, which seeds).
 
 Tests: the exact sign-flip test (primary) and the paired t test beside it, each Holm-adjusted over the variants of
 the metric (``bench/paired_stats.py``); a difference is **established** only where both adjusted p-values are below
@@ -88,6 +93,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 FIXED_TARGETS = (0.75, 0.8)  # absolute accuracy targets besides GRPO's final accuracy of the seed
 BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
+GOAL_FRACTION = 0.5  # the goal: GRPO's final accuracy of the seed within this fraction of GRPO's generated tokens
 ESTABLISHED = 0.05
 
 
@@ -154,8 +160,32 @@ def _metric_pairs(rec: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, t
             False,
             False,
         )
+    at_goal = accuracy_at(rec["curve"], GOAL_FRACTION * ref["tokens_total"])
+    out[f"acc_at_{round(GOAL_FRACTION * 100)}pct_vs_ref_final"] = (at_goal - ref["acc_final"], False, False)
     out["acc_final"] = (rec["acc_final"] - ref["acc_final"], False, False)
     out["tokens_total"] = (math.log(rec["tokens_total"] / ref["tokens_total"]), False, False)
+    return out
+
+
+def reaches_goal(rec: Mapping[str, Any], ref: Mapping[str, Any], fraction: float = GOAL_FRACTION) -> bool:
+    """Whether ``rec`` reaches ``ref``'s final accuracy at an evaluation with at most ``fraction`` x ``ref``'s total
+    generated tokens: tokens_to_reach(curve, acc_final(ref)) <= fraction * tokens_total(ref), reached."""
+    tokens, reached = tokens_to_reach(rec["curve"], ref["acc_final"])
+    return reached and tokens <= fraction * ref["tokens_total"] + 1e-9
+
+
+def goal_records(records: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> list[dict[str, Any]]:
+    """Per variant other than ``reference``: on how many of the seeds both ran it reaches the reference's final
+    accuracy within :data:`GOAL_FRACTION` of the reference's tokens (:func:`reaches_goal`), and on which."""
+    runs = {(r["variant"], r["seed"]): r for r in records}
+    out = []
+    for variant in dict.fromkeys(r["variant"] for r in records):
+        seeds = sorted(s for v, s in runs if v == variant and (reference, s) in runs)
+        if variant == reference or not seeds:
+            continue
+        reached = [s for s in seeds if reaches_goal(runs[(variant, s)], runs[(reference, s)])]
+        out.append({"variant": variant, "fraction": GOAL_FRACTION, "n": len(seeds), "reached": len(reached),
+                    "seeds_reached": reached})  # fmt: skip
     return out
 
 
@@ -284,6 +314,16 @@ def report(
         "",
         markdown_table(header, rows),
         "",
+        f"The goal, GRPO's final accuracy of the seed reached within {GOAL_FRACTION}x GRPO's tokens (at an evaluation):",
+        "",
+        markdown_table(
+            ["variant", "reached", "seeds reached"],
+            [
+                [g["variant"], f"{g['reached']} of {g['n']}", " ".join(map(str, g["seeds_reached"])) or "none"]
+                for g in goal_records(records)
+            ],
+        ),  # fmt: skip
+        "",
         markdown_table(paired_header, paired_rows),
     ]
     return "\n".join(lines)
@@ -368,7 +408,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "variants": {v: VARIANTS[v] for v in variants},
         "wall_s_this_invocation": time.time() - started,
     }
-    write_json(out / "results.json", {"settings": settings, "records": records, "paired": paired})
+    write_json(
+        out / "results.json",
+        {"settings": settings, "records": records, "paired": paired, "goal": goal_records(records)},
+    )
     (out / "table.md").write_text(report(records, paired, settings) + "\n")
     plot(records, out / "curves.png")
     print(report(records, paired, settings))

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from bench.allocation import accuracy_at, paired_metric_records, run_record, tokens_to_reach
+from bench.allocation import accuracy_at, goal_records, paired_metric_records, reaches_goal, run_record, tokens_to_reach
 
 CURVE = [[0.0, 0.2], [100.0, 0.6], [200.0, 0.8], [300.0, 0.85]]
 
@@ -44,6 +44,20 @@ def test_paired_records_by_hand():
     assert half["established"] is False  # every log ratio equal: the t test's p is 0, but Holm's sign-flip is 0.0625
     assert paired[("acc_final", "Never")]["mean_diff"] == pytest.approx(-0.2)
     assert all(math.isfinite(r["p_sign_flip"]) for r in paired.values())
+
+
+def test_the_goal_counts_grpos_final_accuracy_reached_within_half_of_grpos_tokens():
+    grpo = _rec("GRPO", 0, [[0.0, 0.2], [100.0, 0.8], [200.0, 0.85]])
+    early = _rec("Early", 0, [[0.0, 0.2], [50.0, 0.7], [100.0, 0.86]])  # 0.86 at 100 tokens = 0.5x: reached
+    late = _rec("Late", 0, [[0.0, 0.2], [100.0, 0.8], [110.0, 0.9]])  # 0.9 only at 110 tokens > 0.5 x 200
+    assert reaches_goal(early, grpo) and not reaches_goal(late, grpo)
+    second = [_rec("GRPO", 1, grpo["curve"]), _rec("Early", 1, late["curve"]), _rec("Late", 1, late["curve"])]
+    goal = {g["variant"]: g for g in goal_records([grpo, early, late, *second])}
+    assert goal["Early"] == {"variant": "Early", "fraction": 0.5, "n": 2, "reached": 1, "seeds_reached": [0]}
+    assert goal["Late"]["reached"] == 0 and "GRPO" not in goal
+    paired = {(r["metric"], r["variant"]): r for r in paired_metric_records([grpo, early, late, *second])}
+    # at 100 tokens Early is at 0.86 on seed 0 and 0.8 on seed 1 (the late curve), against GRPO's final 0.85
+    assert paired[("acc_at_50pct_vs_ref_final", "Early")]["per_seed"] == pytest.approx({"0": 0.01, "1": -0.05})
 
 
 def test_run_record_reads_tokens_and_zero_signal_from_metrics():
