@@ -91,51 +91,104 @@ def load_run(variant: str, seed: int, run_dir: Path) -> dict[str, Any]:
     return {"variant": variant, "seed": seed, "summary": summary, "metrics": read_metrics(run_dir / "metrics.jsonl")}
 
 
-def same_run_settings(saved: Mapping[str, Any], now: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
-    """Whether a finished run's saved config (``config.json``) describes the run ``now`` asks for: every saved field
-    equal (``output_dir`` and the path options of ``rundir.checks.PATH_OPTIONS`` by the location they name), and
-    each field added to the config since (absent from ``saved``) at its default in ``defaults``, the behaviour the
-    run had before the field existed. A field removed since (only in ``saved``) differs; a moved one
-    (``config.MOVED_OPTIONS``) is compared under its new name."""
+def _started_from(saved_output_dir: Any, run_dir: Path | None) -> Path:
+    """The folder a run was started from, which its config's relative paths are relative to: the one in which
+    the saved ``output_dir`` names ``run_dir`` (the folder holding the config); the current one otherwise."""
+    if run_dir is None or not isinstance(saved_output_dir, str) or Path(saved_output_dir).is_absolute():
+        return Path.cwd()
+    here, parts = run_dir.resolve(), Path(saved_output_dir).parts
+    if parts and here.parts[-len(parts) :] == parts:
+        return Path(*here.parts[: -len(parts)])
+    return Path.cwd()
+
+
+def setting_differences(
+    saved: Mapping[str, Any], now: Mapping[str, Any], defaults: Mapping[str, Any], run_dir: Path | None = None
+) -> list[str]:
+    """The fields in which a saved run's config (``config.json`` in ``run_dir``) differs from the run ``now`` asks
+    for, as "field: saved -> now": a saved field of another value, a field added since (absent from ``saved``)
+    not at its default in ``defaults`` (the behaviour the run had before the field existed), a field removed
+    since (only in ``saved``). A moved field (``config.MOVED_OPTIONS``) is compared under its new name; a path
+    (``output_dir``, ``rundir.checks.PATH_OPTIONS``) by the location it names, a relative one read from the
+    folder the run was started from (:func:`_started_from`)."""
     from adora_openrlhf.config import with_moved_options
     from adora_openrlhf.dotted import flatten
     from adora_openrlhf.rundir.checks import PATH_OPTIONS
 
     path_fields = {"output_dir", *PATH_OPTIONS}
 
-    def located(values: Mapping[str, Any]) -> dict[str, Any]:  # a path field by the file it names, not its spelling
+    def located(values: Mapping[str, Any], base: Path) -> dict[str, Any]:  # a path field by the file it names
         flat = flatten(values)
-        return {k: str(Path(v).resolve()) if k in path_fields and isinstance(v, str) else v for k, v in flat.items()}
+        return {k: str((base / v).resolve()) if k in path_fields and isinstance(v, str) else v for k, v in flat.items()}
 
-    saved_flat, now_flat = located(with_moved_options(saved, warn=False)), located(now)
-    default_flat = flatten(defaults)
-    if set(saved_flat) - set(now_flat):
-        return False
+    saved = with_moved_options(saved, warn=False)
+    saved_flat = located(saved, _started_from(saved.get("output_dir"), run_dir))
+    now_flat, default_flat = located(now, Path.cwd()), flatten(defaults)
     missing = object()
-    return all(
-        saved_flat[name] == value if name in saved_flat else default_flat.get(name, missing) == value
-        for name, value in now_flat.items()
-    )
+    changed = [f"{name}: {saved_flat[name]!r} -> removed" for name in sorted(set(saved_flat) - set(now_flat))]
+    for name, value in now_flat.items():
+        before = saved_flat.get(name, default_flat.get(name, missing))
+        if before != value:
+            changed.append(f"{name}: {'(absent)' if before is missing else repr(before)} -> {value!r}")
+    return changed
 
 
-def saved_run_match(spec: RunSpec) -> tuple[bool, bool]:
-    """(same config, same settings) of the run ``spec`` asks for and the one its directory holds (``config.json``;
-    both False without one): the config exactly, and up to fields added since at their defaults
-    (:func:`same_run_settings`)."""
+def same_run_settings(
+    saved: Mapping[str, Any], now: Mapping[str, Any], defaults: Mapping[str, Any], run_dir: Path | None = None
+) -> bool:
+    """Whether a finished run's saved config describes the run ``now`` asks for: no :func:`setting_differences`."""
+    return not setting_differences(saved, now, defaults, run_dir)
+
+
+def _saved_and_now(spec: RunSpec) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The config saved in ``spec``'s run folder and the one ``spec`` asks for, both as the trainer writes them
+    (``format_config``), or None without a readable saved one."""
     from adora_openrlhf.cli_args import format_config
-    from adora_openrlhf.config import RunConfig, with_moved_options
     from adora_openrlhf.recipes import build_run_config
 
     path = Path(spec.output_dir) / "config.json"
     if not path.exists():
-        return False, False
+        return None
     cfg = build_run_config(spec.recipe, {**spec.overrides, "seed": spec.seed, "output_dir": spec.output_dir})
-    try:  # the trainer writes config.json with format_config: compare like with like, every field
-        saved, now = json.loads(path.read_text()), json.loads(format_config(cfg))
+    try:
+        return json.loads(path.read_text()), json.loads(format_config(cfg))
     except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def saved_run_match(spec: RunSpec) -> tuple[bool, bool]:
+    """(same config, same settings) of the run ``spec`` asks for and the one its directory holds (``config.json``;
+    both False without one): the config exactly, and up to fields added since at their defaults and paths
+    spelled from another folder (:func:`same_run_settings`)."""
+    from adora_openrlhf.cli_args import format_config
+    from adora_openrlhf.config import RunConfig, with_moved_options
+
+    configs = _saved_and_now(spec)
+    if configs is None:
         return False, False
+    saved, now = configs
     same_config = with_moved_options(saved, warn=False) == now
-    return same_config, same_config or same_run_settings(saved, now, json.loads(format_config(RunConfig())))
+    defaults = json.loads(format_config(RunConfig()))
+    return same_config, same_config or same_run_settings(saved, now, defaults, Path(spec.output_dir))
+
+
+def _refuse_to_replace(spec: RunSpec) -> None:
+    """Stop, naming the differing fields, where ``spec``'s run folder holds saved work (a finished run or a
+    checkpoint) of other settings: a benchmark never deletes a run it did not make with these settings."""
+    from adora_openrlhf.cli_args import format_config
+    from adora_openrlhf.config import RunConfig
+    from adora_openrlhf.rundir import checkpoints as ckpt
+
+    out = Path(spec.output_dir)
+    configs = _saved_and_now(spec)
+    if configs is None or not ((out / "summary.json").exists() or ckpt.list_checkpoints(out)):
+        return
+    changed = setting_differences(*configs, json.loads(format_config(RunConfig())), out)
+    if changed:
+        shown = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise SystemExit(
+            f"{out} holds a run of other settings ({shown}); move it away or delete it to recompute it there"
+        )
 
 
 def run_training(spec: RunSpec) -> dict[str, Any]:
@@ -143,8 +196,10 @@ def run_training(spec: RunSpec) -> dict[str, Any]:
 
     With ``spec.reuse`` a run directory that already holds this config is not recomputed: a finished run
     (summary.json) whose config is this one up to fields added since at their defaults (:func:`same_run_settings`)
-    is read back, an interrupted one with exactly this config resumes from its last checkpoint. Anything else in
-    the directory (another config, no checkpoint) is replaced."""
+    is read back, an interrupted one with exactly this config resumes from its last checkpoint, one with these
+    settings otherwise is recomputed; a folder holding a finished run or checkpoints of other settings is refused
+    (:func:`_refuse_to_replace`), never replaced. Without ``reuse`` (a benchmark's ``--fresh``) the run is
+    recomputed over whatever its directory holds."""
     from adora_openrlhf.recipes import build_run_config
     from adora_openrlhf.rundir import checkpoints as ckpt
     from adora_openrlhf.train import train_local as train
@@ -154,8 +209,9 @@ def run_training(spec: RunSpec) -> dict[str, Any]:
     same_config, same_settings = saved_run_match(spec) if spec.reuse else (False, False)
     if same_settings and (out / "summary.json").exists():
         return load_run(spec.variant, spec.seed, out)
+    if spec.reuse and not same_settings:
+        _refuse_to_replace(spec)
     resume = same_config and bool(ckpt.list_checkpoints(out))
-    # otherwise a benchmark rerun recomputes the run: replace what an earlier invocation left in its directory
     train(cfg, resume=resume, overwrite=not resume)
     return load_run(spec.variant, spec.seed, out)
 

@@ -354,10 +354,12 @@ def test_finished_runs_with_the_same_config_are_reused(tmp_path, monkeypatch):
     again = run_training(spec)
     assert calls == [] and again == "read back"
 
-    run_training(RunSpec("GRPO", 0, "kk-tiny", {**overrides, "train.lr": 1e-4}, spec.output_dir, reuse=True))
-    assert calls == [(1e-4, {"resume": False, "overwrite": True})]  # another config: recomputed over the old run
+    other = RunSpec("GRPO", 0, "kk-tiny", {**overrides, "train.lr": 1e-4}, spec.output_dir, reuse=True)
+    with pytest.raises(SystemExit, match=r"holds a run of other settings \(train\.lr: .* -> 0\.0001\)"):
+        run_training(other)  # another config: the finished run is kept, not replaced
+    assert calls == [] and (tmp_path / "run" / "summary.json").exists()
     run_training(RunSpec("GRPO", 0, "kk-tiny", overrides, spec.output_dir, reuse=False))
-    assert len(calls) == 2  # --fresh recomputes even the same config
+    assert len(calls) == 1 and calls[0][1] == {"resume": False, "overwrite": True}  # --fresh recomputes it
 
 
 def test_kv_cache_bench_writes_its_table(tmp_path):
@@ -492,3 +494,23 @@ def test_a_run_config_names_its_paths_by_location(tmp_path, monkeypatch):
     absolute = {"output_dir": str(tmp_path / "bench/runs/GRPO_seed0"), "model": {"path": str(tmp_path / "bench/warm")}}
     assert same_run_settings(relative, absolute, relative)
     assert not same_run_settings(relative, {**absolute, "output_dir": str(tmp_path / "elsewhere")}, relative)
+
+
+def test_a_run_made_from_another_folder_is_read_from_that_folder(tmp_path, monkeypatch):
+    """A config saved with relative paths by a run started in ``tmp_path`` describes the same run when the
+    benchmark is later run from elsewhere with absolute paths: the saved output_dir names the folder the config
+    sits in, which tells the folder the run was started from."""
+    from bench.common import same_run_settings, setting_differences
+
+    run_dir = tmp_path / "bench/runs/GRPO_seed0"
+    run_dir.mkdir(parents=True)
+    saved = {"output_dir": "bench/runs/GRPO_seed0", "model": {"path": "bench/warm"}, "steps": 80}
+    now = {"output_dir": str(run_dir), "model": {"path": str(tmp_path / "bench/warm")}, "steps": 80}
+    monkeypatch.chdir(tmp_path / "bench")  # another folder than the one the run was started from
+    assert same_run_settings(saved, now, saved, run_dir)
+    assert not same_run_settings(saved, now, saved)  # without the run's folder: read from the current one
+    moved = {**now, "model": {"path": str(tmp_path / "other_warm")}, "steps": 40}
+    assert setting_differences(saved, moved, saved, run_dir) == [
+        f"model.path: {str(tmp_path / 'bench/warm')!r} -> {str(tmp_path / 'other_warm')!r}",
+        "steps: 80 -> 40",
+    ]
