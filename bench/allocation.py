@@ -28,7 +28,7 @@ tokens, is counted per variant (:func:`goal_records`: reached on k of n seeds, w
 
 Tests: the exact sign-flip test (primary) and the paired t test beside it, each Holm-adjusted over the variants of
 the metric (``bench/paired_stats.py``); a difference is **established** only where both adjusted p-values are below
-0.05. Writes ``results.json`` (per-run records and ``paired`` records), ``table.md`` and ``curves.png`` (accuracy
+0.05. Writes ``results.json`` (per-run records, ``paired`` records and ``goal`` records), ``table.md`` and ``curves.png`` (accuracy
 against tokens, each seed a thin line, the mean over seeds in bold).
 """
 
@@ -330,7 +330,7 @@ def report(
                 ]
                 for g in goal_records(records)
             ],
-        ),  # fmt: skip
+        ),
         "",
         markdown_table(paired_header, paired_rows),
     ]
