@@ -28,8 +28,8 @@ tokens, is counted per variant (:func:`goal_records`: reached on k of n seeds, w
 
 Tests: the exact sign-flip test (primary) and the paired t test beside it, each Holm-adjusted over the variants of
 the metric (``bench/paired_stats.py``); a difference is **established** only where both adjusted p-values are below
-0.05. Writes ``results.json`` (per-run records, ``paired`` records and ``goal`` records), ``table.md`` and ``curves.png`` (accuracy
-against tokens, each seed a thin line, the mean over seeds in bold).
+0.05. Writes ``results.json`` (per-run records, ``paired`` records and ``goal`` records), ``table.md`` and
+``curves.png`` (accuracy against tokens, each seed a thin line, the mean over seeds in bold).
 """
 
 from __future__ import annotations
