@@ -156,39 +156,28 @@ def _saved_and_now(spec: RunSpec) -> tuple[dict[str, Any], dict[str, Any]] | Non
         return None
 
 
-def saved_run_match(spec: RunSpec) -> tuple[bool, bool]:
-    """(same config, same settings) of the run ``spec`` asks for and the one its directory holds (``config.json``;
-    both False without one): the config exactly, and up to fields added since at their defaults and paths
-    spelled from another folder (:func:`same_run_settings`)."""
+def _saved_run_differences(spec: RunSpec) -> tuple[bool, list[str] | None]:
+    """(same config exactly, :func:`setting_differences`) of the run ``spec`` asks for and the one its directory
+    holds (``config.json``); (False, None) without a readable one."""
     from adora_openrlhf.cli_args import format_config
     from adora_openrlhf.config import RunConfig, with_moved_options
 
     configs = _saved_and_now(spec)
     if configs is None:
-        return False, False
+        return False, None
     saved, now = configs
-    same_config = with_moved_options(saved, warn=False) == now
     defaults = json.loads(format_config(RunConfig()))
-    return same_config, same_config or same_run_settings(saved, now, defaults, Path(spec.output_dir))
+    return with_moved_options(saved, warn=False) == now, setting_differences(
+        saved, now, defaults, Path(spec.output_dir)
+    )
 
 
-def _refuse_to_replace(spec: RunSpec) -> None:
-    """Stop, naming the differing fields, where ``spec``'s run folder holds saved work (a finished run or a
-    checkpoint) of other settings: a benchmark never deletes a run it did not make with these settings."""
-    from adora_openrlhf.cli_args import format_config
-    from adora_openrlhf.config import RunConfig
-    from adora_openrlhf.rundir import checkpoints as ckpt
-
-    out = Path(spec.output_dir)
-    configs = _saved_and_now(spec)
-    if configs is None or not ((out / "summary.json").exists() or ckpt.list_checkpoints(out)):
-        return
-    changed = setting_differences(*configs, json.loads(format_config(RunConfig())), out)
-    if changed:
-        shown = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
-        raise SystemExit(
-            f"{out} holds a run of other settings ({shown}); move it away or delete it to recompute it there"
-        )
+def saved_run_match(spec: RunSpec) -> tuple[bool, bool]:
+    """(same config, same settings) of the run ``spec`` asks for and the one its directory holds (``config.json``;
+    both False without one): the config exactly, and up to fields added since at their defaults and paths
+    spelled from another folder (:func:`same_run_settings`)."""
+    same_config, changed = _saved_run_differences(spec)
+    return same_config, same_config or changed == []
 
 
 def run_training(spec: RunSpec) -> dict[str, Any]:
@@ -197,20 +186,24 @@ def run_training(spec: RunSpec) -> dict[str, Any]:
     With ``spec.reuse`` a run directory that already holds this config is not recomputed: a finished run
     (summary.json) whose config is this one up to fields added since at their defaults (:func:`same_run_settings`)
     is read back, an interrupted one with exactly this config resumes from its last checkpoint, one with these
-    settings otherwise is recomputed; a folder holding a finished run or checkpoints of other settings is refused
-    (:func:`_refuse_to_replace`), never replaced. Without ``reuse`` (a benchmark's ``--fresh``) the run is
-    recomputed over whatever its directory holds."""
+    settings otherwise is recomputed; a folder holding a finished run or checkpoints of other settings stops the
+    benchmark with the differing fields named, never replaced. Without ``reuse`` (a benchmark's ``--fresh``) the
+    run is recomputed over whatever its directory holds."""
     from adora_openrlhf.recipes import build_run_config
     from adora_openrlhf.rundir import checkpoints as ckpt
     from adora_openrlhf.train import train_local as train
 
     out = Path(spec.output_dir)
     cfg = build_run_config(spec.recipe, {**spec.overrides, "seed": spec.seed, "output_dir": spec.output_dir})
-    same_config, same_settings = saved_run_match(spec) if spec.reuse else (False, False)
+    same_config, changed = _saved_run_differences(spec) if spec.reuse else (False, None)
+    same_settings = same_config or changed == []
     if same_settings and (out / "summary.json").exists():
         return load_run(spec.variant, spec.seed, out)
-    if spec.reuse and not same_settings:
-        _refuse_to_replace(spec)
+    if not same_settings and changed and ((out / "summary.json").exists() or ckpt.list_checkpoints(out)):
+        shown = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise SystemExit(
+            f"{out} holds a run of other settings ({shown}); move it away or delete it to recompute it there"
+        )
     resume = same_config and bool(ckpt.list_checkpoints(out))
     train(cfg, resume=resume, overwrite=not resume)
     return load_run(spec.variant, spec.seed, out)
