@@ -13,10 +13,13 @@ kept or not; ``sampling/tokens_generated``), evaluated every ``eval_every`` step
 (:func:`paired_metric_records`):
 
 - ``tokens_to_<target>``: tokens generated until the first evaluation at or above the target, as
-  d = ln(cost(variant) / cost(GRPO)); targets are GRPO's final accuracy of the seed (``ref_final``) and fixed
-  accuracies. A run that never reaches a target is **censored at its whole budget** (its cost is at least that
-  much), counted in ``censored`` and never dropped; with the variant censored the ratio is a lower bound, with GRPO
-  censored an upper bound;
+  d = ln(cost(variant) / cost(GRPO)); targets are GRPO's final accuracy of the seed (``ref_final``), GRPO's plateau
+  of the seed (``ref_plateau``: the mean of its last :data:`PLATEAU_EVALS` evaluations, steadier than one evaluation)
+  and fixed accuracies. A run that never reaches a target is **censored at its whole budget** (its cost is at least
+  that much), counted in ``censored`` and never dropped: with the variant censored the log ratio is a lower bound,
+  with GRPO censored an upper bound. Where the bound leaves the sign open (the variant censored below GRPO's cost,
+  GRPO censored above the variant's, or both censored) the seed is **undetermined**: it enters the tests as d = 0
+  (no evidence either way, as in Gehan's scoring of censored pairs) and is counted apart, never as a win or loss;
 - ``acc_at_<f>``: accuracy at f = 25 / 50 / 100 % of GRPO's total tokens of the seed, linearly interpolated along
   the run's curve (a run that stopped before that budget keeps its last accuracy), as a difference;
 - ``acc_at_50pct_vs_ref_final``: accuracy at 50 % of GRPO's tokens minus GRPO's final accuracy (the goal's
@@ -24,7 +27,15 @@ kept or not; ``sampling/tokens_generated``), evaluated every ``eval_every`` step
 - ``acc_final`` (difference) and ``tokens_total`` (log ratio).
 
 The goal itself, GRPO's final accuracy of the seed reached at an evaluation within :data:`GOAL_FRACTION` of GRPO's
-tokens, is counted per variant (:func:`goal_records`: reached on k of n seeds, which seeds).
+tokens, is counted per variant (:func:`goal_records`: reached on k of n seeds, which seeds), and so is the same
+question for GRPO's plateau.
+
+Records accumulate: ``results.json`` keeps every finished run's record, and a later invocation (another machine, a
+fresh checkout without the run folders) reads them back (:func:`stored_records`) instead of running them again, as
+long as the recipe and the variant's settings are the ones stored; ``--variants`` and ``--seeds`` choose what to
+run, and the report covers every record of the recipe. The local backend is deterministic on one torch thread, and
+every variant of a seed starts from the same warm start: a seed whose variants disagree at step 0 is named in the
+table (:func:`warm_start_mismatches`).
 
 Tests: the exact sign-flip test (primary) and the paired t test beside it, each Holm-adjusted over the variants of
 the metric (``bench/paired_stats.py``); a difference is **established** only where both adjusted p-values are below
@@ -35,6 +46,7 @@ the metric (``bench/paired_stats.py``); a difference is **established** only whe
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -93,6 +105,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 FIXED_TARGETS = (0.75, 0.8)  # absolute accuracy targets besides GRPO's final accuracy of the seed
 BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
+PLATEAU_EVALS = 4  # GRPO's plateau of a seed: the mean of its last 4 evaluations (kk-revisit: its last 20 steps)
 GOAL_FRACTION = 0.5  # the goal: GRPO's final accuracy of the seed within this fraction of GRPO's generated tokens
 ESTABLISHED = 0.05
 
@@ -142,10 +155,35 @@ def accuracy_at(curve: Sequence[Sequence[float]], budget: float) -> float:
     return curve[-1][1] if budget >= curve[-1][0] else curve[0][1]
 
 
+def plateau(curve: Sequence[Sequence[float]], evals: int = PLATEAU_EVALS) -> float:
+    """The mean accuracy of a curve's last ``evals`` evaluations: (1/k) sum_{j > m-k} acc_j (all of them if fewer)."""
+    tail = curve[-evals:]
+    return sum(acc for _, acc in tail) / len(tail)
+
+
+def censored_log_ratio(d: float, variant_censored: bool, reference_censored: bool) -> float | None:
+    """The log ratio d = ln(cost(variant) / cost(GRPO)) where censoring leaves its sign known, else None.
+
+    Variant censored: the true d >= d, so its sign is known (a loss) only if d >= 0; GRPO censored: the true
+    d <= d, known (a win) only if d <= 0; both censored: unknown. The known value stays the bound (conservative
+    in size)."""
+    if variant_censored and reference_censored:
+        return None
+    if variant_censored:
+        return d if d >= 0 else None
+    if reference_censored:
+        return d if d <= 0 else None
+    return d
+
+
 def _metric_pairs(rec: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, tuple[float, bool, bool]]:
     """Per metric (d, variant censored, reference censored) of one seed; d as in the module docstring."""
     out: dict[str, tuple[float, bool, bool]] = {}
-    targets = {"ref_final": ref["acc_final"], **{f"{t:.2f}": t for t in FIXED_TARGETS}}
+    targets = {
+        "ref_final": ref["acc_final"],
+        "ref_plateau": plateau(ref["curve"]),
+        **{f"{t:.2f}": t for t in FIXED_TARGETS},
+    }
     for name, target in targets.items():
         (mine, reached), (theirs, ref_reached) = (
             tokens_to_reach(rec["curve"], target),
@@ -167,32 +205,44 @@ def _metric_pairs(rec: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, t
     return out
 
 
-def reaches_goal(rec: Mapping[str, Any], ref: Mapping[str, Any], fraction: float = GOAL_FRACTION) -> bool:
-    """Whether ``rec`` reaches ``ref``'s final accuracy at an evaluation with at most ``fraction`` x ``ref``'s total
-    generated tokens: tokens_to_reach(curve, acc_final(ref)) <= fraction * tokens_total(ref), reached."""
-    tokens, reached = tokens_to_reach(rec["curve"], ref["acc_final"])
+def reaches_goal(
+    rec: Mapping[str, Any], ref: Mapping[str, Any], fraction: float = GOAL_FRACTION, target: float | None = None
+) -> bool:
+    """Whether ``rec`` reaches ``target`` (default ``ref``'s final accuracy) at an evaluation with at most
+    ``fraction`` x ``ref``'s total generated tokens: tokens_to_reach(curve, target) <= fraction * tokens_total(ref),
+    reached."""
+    tokens, reached = tokens_to_reach(rec["curve"], ref["acc_final"] if target is None else target)
     return reached and tokens <= fraction * ref["tokens_total"] + 1e-9
 
 
 def goal_records(records: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> list[dict[str, Any]]:
     """Per variant: on how many of the seeds it ran beside the reference it reaches the reference's final accuracy
-    within :data:`GOAL_FRACTION` of the reference's tokens (:func:`reaches_goal`), and on which. The reference's
-    own row reads its own curve: how often GRPO itself was at its final accuracy by then (the target is one
-    evaluation, so a plateau reached early can meet it or miss it by evaluation noise alone)."""
+    within :data:`GOAL_FRACTION` of the reference's tokens (:func:`reaches_goal`), and on which; the same for the
+    reference's plateau (:func:`plateau`) as the target. The reference's own row reads its own curve: how often GRPO
+    itself was at its final accuracy by then (that target is one evaluation, so a plateau reached early can meet it or
+    miss it by evaluation noise alone)."""
     runs = {(r["variant"], r["seed"]): r for r in records}
     out = []
     for variant in dict.fromkeys(r["variant"] for r in records):
         seeds = sorted(s for v, s in runs if v == variant and (reference, s) in runs)
         reached = [s for s in seeds if reaches_goal(runs[(variant, s)], runs[(reference, s)])]
+        on_plateau = [
+            s
+            for s in seeds
+            if reaches_goal(runs[(variant, s)], runs[(reference, s)], target=plateau(runs[(reference, s)]["curve"]))
+        ]
         out.append({"variant": variant, "fraction": GOAL_FRACTION, "n": len(seeds), "reached": len(reached),
-                    "seeds_reached": reached})  # fmt: skip
+                    "seeds_reached": reached, "reached_plateau": len(on_plateau),
+                    "seeds_reached_plateau": on_plateau})  # fmt: skip
     return out
 
 
 def paired_metric_records(records: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> list[dict[str, Any]]:
     """One record per (metric, variant) over the seeds both ran: n, mean difference with its 95% paired-t interval
-    (and the ratio exp(mean) for ``tokens_*``), wins/ties/losses, censored seeds, the sign-flip and t p-values, both
-    Holm-adjusted over the variants of the metric, and ``established`` (both adjusted p < 0.05)."""
+    (and the ratio exp(mean) for ``tokens_*``), wins/ties/losses, censored seeds, the seeds whose sign censoring
+    leaves open (``undetermined``: d = 0 in the mean and the tests, in no win/tie/loss; :func:`censored_log_ratio`),
+    the sign-flip and t p-values, both Holm-adjusted over the variants of the metric, and ``established`` (both
+    adjusted p < 0.05)."""
     runs = {(r["variant"], r["seed"]): r for r in records}
     variants = [v for v in dict.fromkeys(r["variant"] for r in records) if v != reference]
     per_variant = {
@@ -209,10 +259,12 @@ def paired_metric_records(records: Sequence[Mapping[str, Any]], reference: str =
         block = []
         for variant, seeds in per_variant.items():
             values = {s: pairs[metric] for s, pairs in seeds.items() if metric in pairs}
-            diffs = [d for d, _, _ in values.values()]
-            test = paired_t(diffs)
             log_scale = metric.startswith("tokens_")
-            wins, ties, losses = wins_ties_losses(diffs, "lower" if log_scale else "higher")
+            known = {s: censored_log_ratio(*v) if log_scale else v[0] for s, v in values.items()}
+            diffs = [0.0 if d is None else d for d in known.values()]  # an undetermined seed: no evidence either way
+            test = paired_t(diffs)
+            wins, ties, losses = wins_ties_losses([d for d in known.values() if d is not None],
+                                                  "lower" if log_scale else "higher")  # fmt: skip
             rec = {
                 "metric": metric,
                 "variant": variant,
@@ -226,9 +278,10 @@ def paired_metric_records(records: Sequence[Mapping[str, Any]], reference: str =
                 "losses": losses,
                 "censored_variant": sum(c for _, c, _ in values.values()),
                 "censored_reference": sum(c for _, _, c in values.values()),
+                "undetermined": [s for s, d in known.items() if d is None],
                 "p_value": test.p_value,
                 "p_sign_flip": sign_flip_p(diffs) if diffs else None,
-                "per_seed": {str(s): d for s, (d, _, _) in values.items()},
+                "per_seed": {str(s): d for s, (d, _, _) in values.items()},  # as measured: a censored seed's bound
             }
             if log_scale:
                 rec.update(
@@ -258,8 +311,37 @@ def _effect(rec: Mapping[str, Any]) -> str:
     return f"{_fmt(rec['mean_diff'], '+.3f')} [{_fmt(rec['ci_low'], '+.3f')}, {_fmt(rec['ci_high'], '+.3f')}]"
 
 
-def _goal_label(variant: str) -> str:
-    return f"{variant} (its own curve)" if variant == REFERENCE else variant
+def _wtl(rec: Mapping[str, Any]) -> str:
+    undetermined = rec.get("undetermined") or []
+    extra = f" (+{len(undetermined)} undetermined)" if undetermined else ""
+    return f"{rec['wins']}/{rec['ties']}/{rec['losses']}{extra}"
+
+
+def _goal_table(goal: Sequence[Mapping[str, Any]]) -> str:
+    def seeds(key: str, g: Mapping[str, Any]) -> str:
+        return " ".join(map(str, g[key])) or "none"
+
+    label = {REFERENCE: f"{REFERENCE} (its own curve)"}
+    return markdown_table(
+        ["variant", "final: reached", "seeds", "plateau: reached", "seeds"],
+        [[label.get(g["variant"], g["variant"]), f"{g['reached']} of {g['n']}", seeds("seeds_reached", g),
+          f"{g['reached_plateau']} of {g['n']}", seeds("seeds_reached_plateau", g)] for g in goal],
+    )  # fmt: skip
+
+
+def warm_start_mismatches(records: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The seeds whose variants differ in step-0 accuracy: their runs did not start from the same warm start."""
+    first: dict[int, set[float]] = {}
+    for r in records:
+        first.setdefault(r["seed"], set()).add(round(r["acc_step0"], 6))
+    return sorted(s for s, accs in first.items() if len(accs) > 1)
+
+
+def _warm_start_warning(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    seeds = warm_start_mismatches(records)
+    if not seeds:
+        return []
+    return [f"**Warning**: step-0 accuracy differs across the variants of seeds {seeds}: not one warm start.", ""]
 
 
 def report(
@@ -294,7 +376,7 @@ def report(
         "RL step s",
     ]
     paired_rows = [
-        [r["metric"], r["variant"], str(r["n"]), _effect(r), f"{r['wins']}/{r['ties']}/{r['losses']}", f"{r['censored_variant']}/{r['censored_reference']}",
+        [r["metric"], r["variant"], str(r["n"]), _effect(r), _wtl(r), f"{r['censored_variant']}/{r['censored_reference']}",
          _fmt(r["p_sign_flip"], ".4f"), _fmt(r["p_sign_flip_holm"], ".4f"), _fmt(r["p_value"], ".4f"), _fmt(r["p_value_holm"], ".4f"),
          "yes" if r["established"] else "no"]
         for r in paired
@@ -316,24 +398,18 @@ def report(
         f"# Rollout allocation: recipe {settings['recipe']}, seeds {settings['seeds']}",
         "",
         "Means over seeds ± 95% interval (Student t). `tokens_to_X` is a ratio to GRPO (< 1: fewer tokens); a run that never "
-        "reaches X counts at its whole budget (censored). `acc_at_N` compares accuracy at N% of GRPO's tokens. "
+        "reaches X counts at its whole budget (censored); a seed whose sign censoring leaves open is undetermined "
+        f"(d = 0 in the mean and tests). `ref_plateau` is the mean of GRPO's last {PLATEAU_EVALS} evaluations of the "
+        "seed. `acc_at_N` compares accuracy at N% of GRPO's tokens. "
         "Established = sign-flip and t both below 0.05 after Holm over the variants.",
         "",
+        *_warm_start_warning(records),
         markdown_table(header, rows),
         "",
-        f"The goal, GRPO's final accuracy of the seed reached within {GOAL_FRACTION}x GRPO's tokens (at an evaluation):",
+        f"The goal, GRPO's final accuracy of the seed reached within {GOAL_FRACTION}x GRPO's tokens (at an evaluation), "
+        "and the same for GRPO's plateau:",
         "",
-        markdown_table(
-            ["variant", "reached", "seeds reached"],
-            [
-                [
-                    _goal_label(g["variant"]),
-                    f"{g['reached']} of {g['n']}",
-                    " ".join(map(str, g["seeds_reached"])) or "none",
-                ]
-                for g in goal
-            ],
-        ),
+        _goal_table(goal),
         "",
         markdown_table(paired_header, paired_rows),
     ]
@@ -367,6 +443,43 @@ def plot(records: Sequence[Mapping[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def _settings_key(overrides: Mapping[str, Any]) -> str:
+    return json.dumps(overrides, sort_keys=True, default=str)
+
+
+def stored_records(path: Path, recipe: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """The per-run records of an earlier ``results.json`` that today's benchmark would reproduce: same recipe, and
+    each record's variant still defined with the settings it ran with (others are left out, and named)."""
+    if not path.exists():
+        return {}
+    saved = json.loads(path.read_text())
+    settings = saved.get("settings", {})
+    if settings.get("recipe") != recipe:
+        print(f"{path}: records of recipe {settings.get('recipe')!r}, not {recipe!r}; not reused")
+        return {}
+    ran_with = settings.get("variants", {})
+    kept, dropped = {}, set()
+    for rec in saved.get("records", []):
+        v = rec["variant"]
+        if v in VARIANTS and v in ran_with and _settings_key(ran_with[v]) == _settings_key(VARIANTS[v]):
+            kept[(v, rec["seed"])] = rec
+        else:
+            dropped.add(v)
+    if dropped:
+        print(f"{path}: records of {sorted(dropped)} ran with other settings than today's variants; not reused")
+    return kept
+
+
+def finished_runs(runs: Path) -> list[tuple[str, int]]:
+    """(variant, seed) of every finished run folder ``<variant>_seed<seed>`` (with summary.json) of a known variant."""
+    found = []
+    for folder in sorted(runs.glob("*_seed*")) if runs.is_dir() else []:
+        variant, _, seed = folder.name.rpartition("_seed")
+        if variant in VARIANTS and seed.isdigit() and (folder / "summary.json").exists():
+            found.append((variant, int(seed)))
+    return found
+
+
 def _warm(args: tuple[str, int, Path]) -> str:
     recipe, seed, out = args
     return warm_start_dir(recipe, seed, {}, out)
@@ -377,10 +490,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--recipe", default="kk-revisit", help="local-backend recipe every variant uses")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument(
-        "--variants", nargs="+", default=list(VARIANTS), help=f"from {list(VARIANTS)}; GRPO is always run"
+        "--variants",
+        nargs="+",
+        default=list(VARIANTS),
+        help=f"from {list(VARIANTS)}; GRPO is always included (run unless its record is stored)",
     )
     parser.add_argument("--workers", type=int, default=2, help="runs side by side, one torch thread each")
-    parser.add_argument("--report-only", action="store_true", help="analyse the finished runs under --out only")
+    parser.add_argument(
+        "--report-only", action="store_true", help="analyse the records under --out (results.json, run folders) only"
+    )
     parser.add_argument("--out", default="bench/results/allocation")
     args = parser.parse_args(argv)
     unknown = [v for v in args.variants if v not in VARIANTS]
@@ -388,35 +506,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--variants: unknown {unknown}; choose from {list(VARIANTS)}")
     variants = [REFERENCE] + [v for v in args.variants if v != REFERENCE]
     out, started = Path(args.out), time.time()
-    if not args.report_only:
-        inits = dict(
-            zip(args.seeds, run_pool(_warm, [(args.recipe, s, out) for s in args.seeds], args.workers), strict=True)
-        )
+    stored = stored_records(out / "results.json", args.recipe)
+
+    def run_dir(v: str, s: int) -> Path:
+        return out / "runs" / f"{v}_seed{s}"
+
+    if not args.report_only:  # a run with its record stored and no folder of its own is not run again
+        todo = [(v, s) for v in variants for s in args.seeds if (v, s) not in stored or run_dir(v, s).exists()]
+        seeds = list(dict.fromkeys(s for _, s in todo))
+        inits = dict(zip(seeds, run_pool(_warm, [(args.recipe, s, out) for s in seeds], args.workers), strict=True))
         specs = [
-            RunSpec(
-                v,
-                s,
-                args.recipe,
-                {**VARIANTS[v], "model.path": inits[s], "report_to": "none", **FROM_WARM_START},
-                str(out / "runs" / f"{v}_seed{s}"),
-                reuse=True,
-            )
-            for v in variants
-            for s in args.seeds
-        ]
+            RunSpec(v, s, args.recipe, {**VARIANTS[v], "model.path": inits[s], "report_to": "none", **FROM_WARM_START},
+                    str(run_dir(v, s)), reuse=True)
+            for v, s in todo
+        ]  # fmt: skip
         run_pool(run_training, specs, args.workers)
-    runs = [
-        load_run(v, s, out / "runs" / f"{v}_seed{s}")
-        for v in variants
-        for s in args.seeds
-        if (out / "runs" / f"{v}_seed{s}" / "summary.json").exists()
-    ]
-    records = [run_record(r) for r in runs]
+    found = {(v, s): run_record(load_run(v, s, run_dir(v, s))) for v, s in finished_runs(out / "runs")}
+    by_run = {**stored, **found}
+    records = [by_run[k] for k in sorted(by_run, key=lambda k: (list(VARIANTS).index(k[0]), k[1]))]
     paired = paired_metric_records(records)
     settings = {
         "recipe": args.recipe,
-        "seeds": args.seeds,
-        "variants": {v: VARIANTS[v] for v in variants},
+        "seeds": sorted({r["seed"] for r in records}),
+        "variants": {v: VARIANTS[v] for v in dict.fromkeys(r["variant"] for r in records)},
         "wall_s_this_invocation": time.time() - started,
     }
     goal = goal_records(records)

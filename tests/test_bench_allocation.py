@@ -1,11 +1,24 @@
 """bench/allocation.py's analysis on hand-made records: censoring at the whole budget, interpolation at matched
 budgets, the paired records (sign-flip and t, Holm, "established" only where both hold)."""
 
+import json
 import math
 
 import pytest
 
-from bench.allocation import accuracy_at, goal_records, paired_metric_records, reaches_goal, run_record, tokens_to_reach
+from bench import allocation
+from bench.allocation import (
+    accuracy_at,
+    censored_log_ratio,
+    goal_records,
+    paired_metric_records,
+    plateau,
+    reaches_goal,
+    run_record,
+    stored_records,
+    tokens_to_reach,
+    warm_start_mismatches,
+)
 
 CURVE = [[0.0, 0.2], [100.0, 0.6], [200.0, 0.8], [300.0, 0.85]]
 
@@ -53,7 +66,9 @@ def test_the_goal_counts_grpos_final_accuracy_reached_within_half_of_grpos_token
     assert reaches_goal(early, grpo) and not reaches_goal(late, grpo)
     second = [_rec("GRPO", 1, grpo["curve"]), _rec("Early", 1, late["curve"]), _rec("Late", 1, late["curve"])]
     goal = {g["variant"]: g for g in goal_records([grpo, early, late, *second])}
-    assert goal["Early"] == {"variant": "Early", "fraction": 0.5, "n": 2, "reached": 1, "seeds_reached": [0]}
+    assert goal["Early"] == {"variant": "Early", "fraction": 0.5, "n": 2, "reached": 1, "seeds_reached": [0],
+                             "reached_plateau": 2, "seeds_reached_plateau": [0, 1]}  # fmt: skip
+    # GRPO's three evaluations average 0.617 (its plateau): the late curve's 0.8 at 100 tokens meets that too
     assert goal["Late"]["reached"] == 0
     assert goal["GRPO"]["seeds_reached"] == []  # GRPO's own 0.85 comes at its last evaluation, 200 tokens
     paired = {(r["metric"], r["variant"]): r for r in paired_metric_records([grpo, early, late, *second])}
@@ -94,3 +109,89 @@ def test_every_variant_builds_a_valid_run_on_the_regime_and_the_long_knapsack_sp
     long_responses = long.allocation.knapsack_budget(long.prompts_per_step, long.sampling.n_keep)
     assert long.steps * long_responses == grpo.steps * grpo_responses
     assert long.eval_every * long_responses == grpo.eval_every * grpo_responses == 640
+
+
+def test_censoring_decides_a_sign_only_where_the_bound_does():
+    assert censored_log_ratio(-0.7, False, False) == -0.7  # both reached: the measured log ratio
+    assert censored_log_ratio(0.3, True, False) == 0.3  # variant spent more than GRPO's cost and never got there
+    assert censored_log_ratio(-0.6, True, False) is None  # variant stopped below GRPO's cost: could be either
+    assert censored_log_ratio(-0.2, False, True) == -0.2  # GRPO spent more than the variant's cost and never got there
+    assert censored_log_ratio(0.4, False, True) is None
+    assert censored_log_ratio(0.0, True, True) is None
+
+
+def test_an_undetermined_seed_is_no_win_and_enters_the_tests_as_zero():
+    """Seed 0: the variant stops at 100 tokens below 0.9 while GRPO reaches 0.9 at 200: sign unknown. Seeds 1-2:
+    the variant reaches it at 50 tokens (ln 0.25). Seed 3: the variant never reaches it in 300 tokens (>= ln 1.5)."""
+    grpo = [[0.0, 0.2], [100.0, 0.5], [200.0, 0.9]]
+    short = [[0.0, 0.2], [100.0, 0.8]]
+    fast = [[0.0, 0.2], [50.0, 0.9], [100.0, 0.9]]
+    slow = [[0.0, 0.2], [300.0, 0.8]]
+    records = [_rec("GRPO", s, grpo) for s in range(4)]
+    records += [_rec("V", 0, short), _rec("V", 1, fast), _rec("V", 2, fast), _rec("V", 3, slow)]
+    rec = {(r["metric"], r["variant"]): r for r in paired_metric_records(records)}[("tokens_to_ref_final", "V")]
+    assert (rec["wins"], rec["ties"], rec["losses"], rec["undetermined"]) == (2, 0, 1, [0])
+    assert rec["censored_variant"] == 2 and rec["per_seed"]["0"] == pytest.approx(math.log(0.5))  # the bound, kept
+    assert rec["mean_diff"] == pytest.approx((0 + 2 * math.log(0.25) + math.log(1.5)) / 4)
+    assert rec["p_sign_flip"] == pytest.approx(8 / 16)  # |sum| reached by 8 of the 16 sign vectors (the 0 twice each)
+
+
+def test_plateau_is_the_mean_of_the_last_evaluations_and_a_target_of_its_own():
+    """GRPO's last evaluation is a high draw (0.95): its own curve meets that only at the end, but its plateau
+    (0.8525) already at 100 of its 500 tokens."""
+    curve = [[0.0, 0.2], [100.0, 0.9], [200.0, 0.8], [300.0, 0.84], [400.0, 0.82], [500.0, 0.95]]
+    assert plateau(curve) == pytest.approx((0.8 + 0.84 + 0.82 + 0.95) / 4)
+    assert plateau(curve[:2]) == pytest.approx(0.55)  # fewer evaluations than the window: all of them
+    grpo = _rec("GRPO", 0, curve)
+    assert not reaches_goal(grpo, grpo) and reaches_goal(grpo, grpo, target=plateau(curve))
+    goal = goal_records([grpo])[0]
+    assert (goal["reached"], goal["reached_plateau"], goal["seeds_reached_plateau"]) == (0, 1, [0])
+    short = _rec("V", 0, [[0.0, 0.2], [50.0, 0.86]])  # at the plateau after 50 tokens, then stops
+    paired = {(r["metric"], r["variant"]): r for r in paired_metric_records([grpo, short])}
+    assert paired[("tokens_to_ref_plateau", "V")]["per_seed"] == {"0": pytest.approx(math.log(0.5))}
+    assert paired[("tokens_to_ref_final", "V")]["undetermined"] == [0]  # stopped at 50 < GRPO's 500: sign unknown
+
+
+def _full(variant, seed, curve, step0=None):
+    rec = _rec(variant, seed, curve)
+    rec.update({"acc_step0": curve[0][1] if step0 is None else step0, "responses_total": 8.0 * len(curve),
+                "zero_signal_second_half": 0.5, "eval_s": 1.0, "train_s": 2.0, "steps": list(range(len(curve)))})  # fmt: skip
+    return rec
+
+
+def _results(tmp_path, records, variants, recipe="kk-revisit"):
+    settings = {"recipe": recipe, "seeds": sorted({r["seed"] for r in records}), "variants": variants}
+    (tmp_path / "results.json").write_text(json.dumps({"settings": settings, "records": records}))
+
+
+def test_stored_records_keep_only_what_todays_variants_would_reproduce(tmp_path, capsys):
+    recs = [_full("GRPO", 0, CURVE), _full("Skip", 0, CURVE), _full("Difficulty", 0, CURVE), _full("Gone", 0, CURVE)]
+    ran_with = {"GRPO": {}, "Skip": {"allocation.method": "skip"}, "Difficulty": {"allocation.method": "knapsack"}}
+    _results(tmp_path, recs, {**ran_with, "Gone": {}})
+    assert set(stored_records(tmp_path / "results.json", "kk-revisit")) == {("GRPO", 0), ("Skip", 0)}
+    assert "['Difficulty', 'Gone'] ran with other settings" in capsys.readouterr().out
+    assert stored_records(tmp_path / "results.json", "kk-testbed") == {}  # another recipe's records
+    assert stored_records(tmp_path / "missing.json", "kk-revisit") == {}
+
+
+def test_a_fresh_checkout_reruns_nothing_whose_record_is_stored_and_adds_new_runs(tmp_path, monkeypatch):
+    """Only results.json is committed: the report is rebuilt from it, the stored runs are not trained again, and a
+    finished run folder of a new variant joins the records."""
+
+    def refuse(*_):
+        raise AssertionError("a stored run was trained again")
+
+    monkeypatch.setattr(allocation, "warm_start_dir", refuse)
+    monkeypatch.setattr(allocation, "run_training", refuse)
+    grpo = [_full("GRPO", s, [[0.0, 0.2], [100.0, 0.8], [200.0, 0.85]]) for s in (0, 1)]
+    _results(tmp_path, grpo, {"GRPO": {}})
+    new = [_full("Skip", 1, [[0.0, 0.2], [60.0, 0.85], [120.0, 0.86]], step0=0.3)]  # another warm start
+    monkeypatch.setattr(allocation, "finished_runs", lambda runs: [("Skip", 1)])
+    monkeypatch.setattr(allocation, "load_run", lambda v, s, d: {"variant": v, "seed": s})
+    monkeypatch.setattr(allocation, "run_record", lambda run: new[0])
+    assert allocation.main(["--seeds", "0", "1", "--variants", "GRPO", "--workers", "1", "--out", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert [(r["variant"], r["seed"]) for r in saved["records"]] == [("GRPO", 0), ("GRPO", 1), ("Skip", 1)]
+    assert saved["settings"]["variants"] == {"GRPO": {}, "Skip": {"allocation.method": "skip"}}
+    assert warm_start_mismatches(saved["records"]) == [1]
+    assert "step-0 accuracy differs across the variants of seeds [1]" in (tmp_path / "table.md").read_text()
