@@ -63,6 +63,7 @@ from bench.common import (
     mean_ci,
     run_pool,
     run_training,
+    setting_differences,
     warm_start_dir,
     write_json,
 )
@@ -447,9 +448,23 @@ def _settings_key(overrides: Mapping[str, Any]) -> str:
     return json.dumps(overrides, sort_keys=True, default=str)
 
 
+def recipe_config(recipe: str) -> dict[str, Any]:
+    """The recipe's resolved config as the trainer writes it (``format_config``), less ``output_dir``: the settings
+    every run of the benchmark shares before its variant's overrides."""
+    from adora_openrlhf.cli_args import format_config
+    from adora_openrlhf.recipes import build_run_config
+
+    return {k: v for k, v in json.loads(format_config(build_run_config(recipe, {}))).items() if k != "output_dir"}
+
+
 def stored_records(path: Path, recipe: str) -> dict[tuple[str, int], dict[str, Any]]:
-    """The per-run records of an earlier ``results.json`` that today's benchmark would reproduce: same recipe, and
-    each record's variant still defined with the settings it ran with (others are left out, and named)."""
+    """The per-run records of an earlier ``results.json`` that today's benchmark would reproduce: same recipe with
+    the same resolved settings (``recipe_config``, :func:`bench.common.setting_differences`), and each record's
+    variant still defined with the overrides it ran with (others are left out, and named). A change of the code
+    that changes what a run computes is not seen here, as with a reused run folder."""
+    from adora_openrlhf.cli_args import format_config
+    from adora_openrlhf.config import RunConfig
+
     if not path.exists():
         return {}
     saved = json.loads(path.read_text())
@@ -457,6 +472,12 @@ def stored_records(path: Path, recipe: str) -> dict[tuple[str, int], dict[str, A
     if settings.get("recipe") != recipe:
         print(f"{path}: records of recipe {settings.get('recipe')!r}, not {recipe!r}; not reused")
         return {}
+    if "recipe_config" in settings:
+        defaults = json.loads(format_config(RunConfig()))
+        changed = setting_differences(settings["recipe_config"], recipe_config(recipe), defaults)
+        if changed:
+            print(f"{path}: recipe {recipe} has changed since its records ({'; '.join(changed)}); not reused")
+            return {}
     ran_with = settings.get("variants", {})
     kept, dropped = {}, set()
     for rec in saved.get("records", []):
@@ -529,6 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "recipe": args.recipe,
         "seeds": sorted({r["seed"] for r in records}),
         "variants": {v: VARIANTS[v] for v in dict.fromkeys(r["variant"] for r in records)},
+        "recipe_config": recipe_config(args.recipe),
         "wall_s_this_invocation": time.time() - started,
     }
     goal = goal_records(records)

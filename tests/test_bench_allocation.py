@@ -174,6 +174,19 @@ def test_stored_records_keep_only_what_todays_variants_would_reproduce(tmp_path,
     assert stored_records(tmp_path / "missing.json", "kk-revisit") == {}
 
 
+def test_stored_records_of_a_recipe_changed_since_are_not_reused(tmp_path, capsys):
+    recs = [_full("GRPO", 0, CURVE)]
+    _results(tmp_path, recs, {"GRPO": {}})
+    saved = json.loads((tmp_path / "results.json").read_text())
+    saved["settings"]["recipe_config"] = allocation.recipe_config("kk-revisit")
+    (tmp_path / "results.json").write_text(json.dumps(saved))
+    assert set(stored_records(tmp_path / "results.json", "kk-revisit")) == {("GRPO", 0)}  # the same recipe today
+    saved["settings"]["recipe_config"]["steps"] = 40
+    (tmp_path / "results.json").write_text(json.dumps(saved))
+    assert stored_records(tmp_path / "results.json", "kk-revisit") == {}
+    assert "recipe kk-revisit has changed since its records (steps: 40 -> 80)" in capsys.readouterr().out
+
+
 def test_a_fresh_checkout_reruns_nothing_whose_record_is_stored_and_adds_new_runs(tmp_path, monkeypatch):
     """Only results.json is committed: the report is rebuilt from it, the stored runs are not trained again, and a
     finished run folder of a new variant joins the records."""
