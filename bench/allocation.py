@@ -97,6 +97,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "sampling.max_rounds": 2,
         "sampling.exit_rule": "balance",
     },
+    # the learning rate decayed to 0 over the run (cosine) instead of constant: does the knapsack's plateau gap come
+    # from the noisier gradient of half the responses per step (then a decaying learning rate narrows it)?
+    "GRPO-cosine": {"train.lr_scheduler": "cosine"},
+    "Knapsack-0.5-cosine": {
+        "allocation.method": "knapsack",
+        "allocation.candidates": 2,
+        "allocation.budget": 0.5,
+        "train.lr_scheduler": "cosine",
+    },
     "Knapsack-0.5+ADORA": {
         "allocation.method": "knapsack",
         "allocation.candidates": 2,
