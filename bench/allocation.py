@@ -39,8 +39,11 @@ table (:func:`warm_start_mismatches`).
 
 Tests: the exact sign-flip test (primary) and the paired t test beside it, each Holm-adjusted over the variants of
 the metric (``bench/paired_stats.py``); a difference is **established** only where both adjusted p-values are below
-0.05. Writes ``results.json`` (per-run records, ``paired`` records and ``goal`` records), ``table.md`` and
-``curves.png`` (accuracy against tokens, each seed a thin line, the mean over seeds in bold).
+0.05. The Holm family is the variants run on at least :data:`CONFIRMATORY_SEEDS` paired seeds; a variant on fewer
+is a pilot, shown with its raw p-values, never established and not diluting the family.
+
+Writes ``results.json`` (per-run records, ``paired`` records and ``goal`` records), ``table.md`` and ``curves.png``
+(accuracy against tokens, each seed a thin line, the mean over seeds in bold).
 """
 
 from __future__ import annotations
@@ -118,6 +121,7 @@ BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
 PLATEAU_EVALS = 4  # GRPO's plateau of a seed: the mean of its last 4 evaluations (kk-revisit: its last 20 steps)
 GOAL_FRACTION = 0.5  # the goal: GRPO's final accuracy of the seed within this fraction of GRPO's generated tokens
 ESTABLISHED = 0.05
+CONFIRMATORY_SEEDS = 10  # a variant on fewer paired seeds is a pilot: outside the Holm family, never established
 
 
 def run_record(run: Mapping[str, Any]) -> dict[str, Any]:
@@ -247,12 +251,15 @@ def goal_records(records: Sequence[Mapping[str, Any]], reference: str = REFERENC
     return out
 
 
-def paired_metric_records(records: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> list[dict[str, Any]]:
+def paired_metric_records(
+    records: Sequence[Mapping[str, Any]], reference: str = REFERENCE, min_seeds: int = CONFIRMATORY_SEEDS
+) -> list[dict[str, Any]]:
     """One record per (metric, variant) over the seeds both ran: n, mean difference with its 95% paired-t interval
     (and the ratio exp(mean) for ``tokens_*``), wins/ties/losses, censored seeds, the seeds whose sign censoring
     leaves open (``undetermined``: d = 0 in the mean and the tests, in no win/tie/loss; :func:`censored_log_ratio`),
-    the sign-flip and t p-values, both Holm-adjusted over the variants of the metric, and ``established`` (both
-    adjusted p < 0.05)."""
+    the sign-flip and t p-values, both Holm-adjusted over the variants of the metric run on at least ``min_seeds``
+    seeds, and ``established`` (both adjusted p < 0.05); a variant on fewer seeds is a ``pilot``
+    (:func:`_holm_over_confirmatory`)."""
     runs = {(r["variant"], r["seed"]): r for r in records}
     variants = [v for v in dict.fromkeys(r["variant"] for r in records) if v != reference]
     per_variant = {
@@ -301,14 +308,24 @@ def paired_metric_records(records: Sequence[Mapping[str, Any]], reference: str =
                     }
                 )
             block.append(rec)
-        for key in ("p_value", "p_sign_flip"):
-            for rec, adjusted in zip(block, holm([r[key] for r in block]), strict=True):
-                rec[f"{key}_holm"] = adjusted
-        for rec in block:
-            both = (rec["p_value_holm"], rec["p_sign_flip_holm"])
-            rec["established"] = all(p is not None and p < ESTABLISHED for p in both)
-        out.extend(block)
+        out.extend(_holm_over_confirmatory(block, min_seeds))
     return out
+
+
+def _holm_over_confirmatory(block: list[dict[str, Any]], min_seeds: int) -> list[dict[str, Any]]:
+    """Holm over the variants of one metric run on at least ``min_seeds`` seeds (the confirmatory family); a variant
+    on fewer seeds is a pilot: raw p-values only, no Holm, never established, and not in the family."""
+    family = [r for r in block if r["n"] >= min_seeds]
+    for rec in block:
+        rec["pilot"] = rec["n"] < min_seeds
+        rec["p_value_holm"] = rec["p_sign_flip_holm"] = None
+    for key in ("p_value", "p_sign_flip"):
+        for rec, adjusted in zip(family, holm([r[key] for r in family]), strict=True):
+            rec[f"{key}_holm"] = adjusted
+    for rec in block:
+        both = (rec["p_value_holm"], rec["p_sign_flip_holm"])
+        rec["established"] = all(p is not None and p < ESTABLISHED for p in both)
+    return block
 
 
 def _fmt(x: float | None, spec: str = ".3f") -> str:
@@ -388,7 +405,7 @@ def report(
     paired_rows = [
         [r["metric"], r["variant"], str(r["n"]), _effect(r), _wtl(r), f"{r['censored_variant']}/{r['censored_reference']}",
          _fmt(r["p_sign_flip"], ".4f"), _fmt(r["p_sign_flip_holm"], ".4f"), _fmt(r["p_value"], ".4f"), _fmt(r["p_value_holm"], ".4f"),
-         "yes" if r["established"] else "no"]
+         "pilot" if r.get("pilot") else "yes" if r["established"] else "no"]
         for r in paired
     ]  # fmt: skip
     paired_header = [
@@ -411,7 +428,8 @@ def report(
         "reaches X counts at its whole budget (censored); a seed whose sign censoring leaves open is undetermined "
         f"(d = 0 in the mean and tests). `ref_plateau` is the mean of GRPO's last {PLATEAU_EVALS} evaluations of the "
         "seed. `acc_at_N` compares accuracy at N% of GRPO's tokens. "
-        "Established = sign-flip and t both below 0.05 after Holm over the variants.",
+        f"Established = sign-flip and t both below 0.05 after Holm over the variants run on at least "
+        f"{CONFIRMATORY_SEEDS} seeds; a variant on fewer seeds is a pilot (raw p-values, no Holm).",
         "",
         *_warm_start_warning(records),
         markdown_table(header, rows),

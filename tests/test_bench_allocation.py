@@ -45,7 +45,7 @@ def test_paired_records_by_hand():
         records.append(_rec("GRPO", seed, [[0.0, 0.2], [100.0, 0.7], [200.0, 0.8]]))
         records.append(_rec("Half", seed, [[0.0, 0.2], [50.0, 0.8], [100.0, 0.8 + 0.01 * seed]]))
         records.append(_rec("Never", seed, [[0.0, 0.2], [100.0, 0.5], [200.0, 0.6]]))
-    paired = {(r["metric"], r["variant"]): r for r in paired_metric_records(records)}
+    paired = {(r["metric"], r["variant"]): r for r in paired_metric_records(records, min_seeds=6)}
     half = paired[("tokens_to_ref_final", "Half")]
     assert half["ratio"] == pytest.approx(0.25) and half["censored_variant"] == 0  # 50 tokens against GRPO's 200
     assert half["p_sign_flip"] == pytest.approx(2 / 64) and half["p_sign_flip_holm"] == pytest.approx(2 * 2 / 64)
@@ -208,3 +208,17 @@ def test_a_fresh_checkout_reruns_nothing_whose_record_is_stored_and_adds_new_run
     assert saved["settings"]["variants"] == {"GRPO": {}, "Skip": {"allocation.method": "skip"}}
     assert warm_start_mismatches(saved["records"]) == [1]
     assert "step-0 accuracy differs across the variants of seeds [1]" in (tmp_path / "table.md").read_text()
+
+
+def test_a_variant_on_fewer_seeds_is_a_pilot_outside_the_holm_family():
+    """Ten seeds of a clear saving and two of a pilot: Holm runs over the ten-seed variant alone (its adjusted p
+    equals its raw p), the pilot keeps its raw p-values and is never established."""
+    records = [_rec("GRPO", s, [[0.0, 0.2], [100.0, 0.7], [200.0, 0.8]]) for s in range(10)]
+    records += [_rec("Half", s, [[0.0, 0.2], [50.0, 0.8 + 0.001 * s], [100.0, 0.8]]) for s in range(10)]
+    records += [_rec("Pilot", s, [[0.0, 0.2], [50.0, 0.8], [100.0, 0.8]]) for s in range(2)]
+    paired = {(r["metric"], r["variant"]): r for r in paired_metric_records(records)}
+    half, pilot = paired[("tokens_to_0.80", "Half")], paired[("tokens_to_0.80", "Pilot")]
+    assert half["p_sign_flip"] == pytest.approx(2 / 1024) and half["p_sign_flip_holm"] == half["p_sign_flip"]
+    assert half["established"] and not half["pilot"]
+    assert pilot["pilot"] and pilot["p_sign_flip"] == pytest.approx(0.5) and pilot["p_sign_flip_holm"] is None
+    assert not pilot["established"]
