@@ -33,9 +33,12 @@ question for GRPO's plateau.
 Records accumulate: ``results.json`` keeps every finished run's record, and a later invocation (another machine, a
 fresh checkout without the run folders) reads them back (:func:`stored_records`) instead of running them again, as
 long as the recipe and the variant's settings are the ones stored; ``--variants`` and ``--seeds`` choose what to
-run, and the report covers every record of the recipe. The local backend is deterministic on one torch thread, and
-every variant of a seed starts from the same warm start: a seed whose variants disagree at step 0 is named in the
-table (:func:`warm_start_mismatches`).
+run, and the report covers every record of the recipe. The local backend is deterministic on one machine (one torch
+thread), but a warm start made on another machine differs by float rounding: each new record carries the
+fingerprint of its warm start's weights (``warm_start``, :func:`warm_start_fingerprint`), runs pair only with a GRPO
+run of the same seed and warm start (:func:`paired_runs`; records from before fingerprints pair by seed), and a
+variant run on a new warm start brings a GRPO run on it. A unit whose variants still disagree at step 0 is named in
+the table (:func:`warm_start_mismatches`).
 
 Tests: the exact sign-flip test (primary) and the paired t test beside it, each Holm-adjusted over the variants of
 the metric (``bench/paired_stats.py``); a difference is **established** only where both adjusted p-values are below
@@ -49,6 +52,7 @@ Writes ``results.json`` (per-run records, ``paired`` records and ``goal`` record
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -229,23 +233,38 @@ def reaches_goal(
     return reached and tokens <= fraction * ref["tokens_total"] + 1e-9
 
 
+def unit_label(rec: Mapping[str, Any]) -> int | str:
+    """A record's paired unit: its seed, and where known the warm start it began from (``warm_start``, a fingerprint
+    of the weights: a warm start made on another machine differs by float rounding). Legacy records without a
+    fingerprint are their seed alone; others ``"<seed>/<fingerprint>"``."""
+    ws = rec.get("warm_start")
+    return rec["seed"] if ws is None else f"{rec['seed']}/{ws}"
+
+
+def paired_runs(
+    records: Sequence[Mapping[str, Any]], reference: str = REFERENCE
+) -> dict[str, dict[int | str, tuple[Mapping[str, Any], Mapping[str, Any]]]]:
+    """Per variant (the reference included), {unit: (its run, the reference's run)} over the units
+    (:func:`unit_label`: same seed, same warm start) both ran, in seed order."""
+    refs = {unit_label(r): r for r in records if r["variant"] == reference}
+    out: dict[str, dict[int | str, tuple[Mapping[str, Any], Mapping[str, Any]]]] = {}
+    for r in sorted(records, key=lambda r: (r["seed"], str(r.get("warm_start")))):
+        if unit_label(r) in refs:
+            out.setdefault(r["variant"], {})[unit_label(r)] = (r, refs[unit_label(r)])
+    return {v: out[v] for v in dict.fromkeys(r["variant"] for r in records) if v in out}
+
+
 def goal_records(records: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> list[dict[str, Any]]:
     """Per variant: on how many of the seeds it ran beside the reference it reaches the reference's final accuracy
     within :data:`GOAL_FRACTION` of the reference's tokens (:func:`reaches_goal`), and on which; the same for the
     reference's plateau (:func:`plateau`) as the target. The reference's own row reads its own curve: how often GRPO
     itself was at its final accuracy by then (that target is one evaluation, so a plateau reached early can meet it or
     miss it by evaluation noise alone)."""
-    runs = {(r["variant"], r["seed"]): r for r in records}
     out = []
-    for variant in dict.fromkeys(r["variant"] for r in records):
-        seeds = sorted(s for v, s in runs if v == variant and (reference, s) in runs)
-        reached = [s for s in seeds if reaches_goal(runs[(variant, s)], runs[(reference, s)])]
-        on_plateau = [
-            s
-            for s in seeds
-            if reaches_goal(runs[(variant, s)], runs[(reference, s)], target=plateau(runs[(reference, s)]["curve"]))
-        ]
-        out.append({"variant": variant, "fraction": GOAL_FRACTION, "n": len(seeds), "reached": len(reached),
+    for variant, units in paired_runs(records, reference).items():
+        reached = [u for u, (rec, ref) in units.items() if reaches_goal(rec, ref)]
+        on_plateau = [u for u, (rec, ref) in units.items() if reaches_goal(rec, ref, target=plateau(ref["curve"]))]
+        out.append({"variant": variant, "fraction": GOAL_FRACTION, "n": len(units), "reached": len(reached),
                     "seeds_reached": reached, "reached_plateau": len(on_plateau),
                     "seeds_reached_plateau": on_plateau})  # fmt: skip
     return out
@@ -260,15 +279,10 @@ def paired_metric_records(
     the sign-flip and t p-values, both Holm-adjusted over the variants of the metric run on at least ``min_seeds``
     seeds, and ``established`` (both adjusted p < 0.05); a variant on fewer seeds is a ``pilot``
     (:func:`_holm_over_confirmatory`)."""
-    runs = {(r["variant"], r["seed"]): r for r in records}
-    variants = [v for v in dict.fromkeys(r["variant"] for r in records) if v != reference]
     per_variant = {
-        v: {
-            s: _metric_pairs(runs[(v, s)], runs[(reference, s)])
-            for vv, s in sorted(runs)
-            if vv == v and (reference, s) in runs
-        }
-        for v in variants
+        v: {unit: _metric_pairs(rec, ref) for unit, (rec, ref) in units.items()}
+        for v, units in paired_runs(records, reference).items()
+        if v != reference
     }
     metrics = list(dict.fromkeys(m for seeds in per_variant.values() for pairs in seeds.values() for m in pairs))
     out: list[dict[str, Any]] = []
@@ -356,12 +370,12 @@ def _goal_table(goal: Sequence[Mapping[str, Any]]) -> str:
     )  # fmt: skip
 
 
-def warm_start_mismatches(records: Sequence[Mapping[str, Any]]) -> list[int]:
-    """The seeds whose variants differ in step-0 accuracy: their runs did not start from the same warm start."""
-    first: dict[int, set[float]] = {}
+def warm_start_mismatches(records: Sequence[Mapping[str, Any]]) -> list[int | str]:
+    """The units (:func:`unit_label`) whose variants differ in step-0 accuracy: not one warm start after all."""
+    first: dict[int | str, set[float]] = {}
     for r in records:
-        first.setdefault(r["seed"], set()).add(round(r["acc_step0"], 6))
-    return sorted(s for s, accs in first.items() if len(accs) > 1)
+        first.setdefault(unit_label(r), set()).add(round(r["acc_step0"], 6))
+    return sorted((u for u, accs in first.items() if len(accs) > 1), key=str)
 
 
 def _warm_start_warning(records: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -388,7 +402,7 @@ def report(
             return "n/a" if math.isnan(m) else f"{format(m, spec)} ± {format(h, spec)}"
 
         rows.append(
-            [v, " ".join(str(r["seed"]) for r in sorted(mine, key=lambda r: r["seed"])), cell("acc_step0"), cell("acc_final"), cell("tokens_total", ".0f"),
+            [v, " ".join(str(unit_label(r)) for r in sorted(mine, key=lambda r: r["seed"])), cell("acc_step0"), cell("acc_final"), cell("tokens_total", ".0f"),
              cell("responses_total", ".0f"), cell("zero_signal_second_half", ".2f"), cell("eval_s", ".0f"), cell("train_s", ".0f")]
         )  # fmt: skip
     header = [
@@ -484,10 +498,11 @@ def recipe_config(recipe: str) -> dict[str, Any]:
     return {k: v for k, v in json.loads(format_config(build_run_config(recipe, {}))).items() if k != "output_dir"}
 
 
-def stored_records(path: Path, recipe: str) -> dict[tuple[str, int], dict[str, Any]]:
+def stored_records(path: Path, recipe: str) -> dict[tuple[str, int, str | None], dict[str, Any]]:
     """The per-run records of an earlier ``results.json`` that today's benchmark would reproduce: same recipe with
     the same resolved settings (``recipe_config``, :func:`bench.common.setting_differences`), and each record's
-    variant still defined with the overrides it ran with (others are left out, and named). A change of the code
+    variant still defined with the overrides it ran with (others are left out, and named); keyed by (variant, seed,
+    warm-start fingerprint). A change of the code
     that changes what a run computes is not seen here, as with a reused run folder."""
     from adora_openrlhf.cli_args import format_config
     from adora_openrlhf.config import RunConfig
@@ -510,12 +525,32 @@ def stored_records(path: Path, recipe: str) -> dict[tuple[str, int], dict[str, A
     for rec in saved.get("records", []):
         v = rec["variant"]
         if v in VARIANTS and v in ran_with and _settings_key(ran_with[v]) == _settings_key(VARIANTS[v]):
-            kept[(v, rec["seed"])] = rec
+            kept[(v, rec["seed"], rec.get("warm_start"))] = rec
         else:
             dropped.add(v)
     if dropped:
         print(f"{path}: records of {sorted(dropped)} ran with other settings than today's variants; not reused")
     return kept
+
+
+def warm_start_fingerprint(model_dir: str | Path) -> str | None:
+    """The first 12 hex digits of sha256 over a saved model's weight files (sorted by name): which warm start a run
+    began from. None where the folder holds no weights."""
+    files = sorted(Path(model_dir).glob("*.safetensors")) + sorted(Path(model_dir).glob("*.bin"))
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _record_of(run_dir: Path, variant: str, seed: int) -> dict[str, Any]:
+    """A finished run folder's record, with the fingerprint of the warm start its config names (``model.path``)."""
+    record = run_record(load_run(variant, seed, run_dir))
+    model = json.loads((run_dir / "config.json").read_text()).get("model", {}).get("path")
+    record["warm_start"] = warm_start_fingerprint(model) if isinstance(model, str) else None
+    return record
 
 
 def finished_runs(runs: Path) -> list[tuple[str, int]]:
@@ -560,18 +595,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return out / "runs" / f"{v}_seed{s}"
 
     if not args.report_only:  # a run with its record stored and no folder of its own is not run again
-        todo = [(v, s) for v in variants for s in args.seeds if (v, s) not in stored or run_dir(v, s).exists()]
+        have = {(v, s) for v, s, _ in stored}
+        todo = [(v, s) for v in variants for s in args.seeds if (v, s) not in have or run_dir(v, s).exists()]
         seeds = list(dict.fromkeys(s for _, s in todo))
         inits = dict(zip(seeds, run_pool(_warm, [(args.recipe, s, out) for s in seeds], args.workers), strict=True))
+        for s in seeds:  # runs here pair with a GRPO run of this warm start, not with one stored from another
+            if (REFERENCE, s, warm_start_fingerprint(inits[s])) not in stored and (REFERENCE, s) not in todo:
+                todo.insert(0, (REFERENCE, s))
         specs = [
             RunSpec(v, s, args.recipe, {**VARIANTS[v], "model.path": inits[s], "report_to": "none", **FROM_WARM_START},
                     str(run_dir(v, s)), reuse=True)
             for v, s in todo
         ]  # fmt: skip
         run_pool(run_training, specs, args.workers)
-    found = {(v, s): run_record(load_run(v, s, run_dir(v, s))) for v, s in finished_runs(out / "runs")}
-    by_run = {**stored, **found}
-    records = [by_run[k] for k in sorted(by_run, key=lambda k: (list(VARIANTS).index(k[0]), k[1]))]
+    found = [_record_of(run_dir(v, s), v, s) for v, s in finished_runs(out / "runs")]
+    by_run = {**stored, **{(r["variant"], r["seed"], r["warm_start"]): r for r in found}}
+    records = [by_run[k] for k in sorted(by_run, key=lambda k: (list(VARIANTS).index(k[0]), k[1], str(k[2])))]
     paired = paired_metric_records(records)
     settings = {
         "recipe": args.recipe,

@@ -168,7 +168,7 @@ def test_stored_records_keep_only_what_todays_variants_would_reproduce(tmp_path,
     recs = [_full("GRPO", 0, CURVE), _full("Skip", 0, CURVE), _full("Difficulty", 0, CURVE), _full("Gone", 0, CURVE)]
     ran_with = {"GRPO": {}, "Skip": {"allocation.method": "skip"}, "Difficulty": {"allocation.method": "knapsack"}}
     _results(tmp_path, recs, {**ran_with, "Gone": {}})
-    assert set(stored_records(tmp_path / "results.json", "kk-revisit")) == {("GRPO", 0), ("Skip", 0)}
+    assert set(stored_records(tmp_path / "results.json", "kk-revisit")) == {("GRPO", 0, None), ("Skip", 0, None)}
     assert "['Difficulty', 'Gone'] ran with other settings" in capsys.readouterr().out
     assert stored_records(tmp_path / "results.json", "kk-testbed") == {}  # another recipe's records
     assert stored_records(tmp_path / "missing.json", "kk-revisit") == {}
@@ -180,7 +180,7 @@ def test_stored_records_of_a_recipe_changed_since_are_not_reused(tmp_path, capsy
     saved = json.loads((tmp_path / "results.json").read_text())
     saved["settings"]["recipe_config"] = allocation.recipe_config("kk-revisit")
     (tmp_path / "results.json").write_text(json.dumps(saved))
-    assert set(stored_records(tmp_path / "results.json", "kk-revisit")) == {("GRPO", 0)}  # the same recipe today
+    assert set(stored_records(tmp_path / "results.json", "kk-revisit")) == {("GRPO", 0, None)}  # same recipe today
     saved["settings"]["recipe_config"]["steps"] = 40
     (tmp_path / "results.json").write_text(json.dumps(saved))
     assert stored_records(tmp_path / "results.json", "kk-revisit") == {}
@@ -199,9 +199,9 @@ def test_a_fresh_checkout_reruns_nothing_whose_record_is_stored_and_adds_new_run
     grpo = [_full("GRPO", s, [[0.0, 0.2], [100.0, 0.8], [200.0, 0.85]]) for s in (0, 1)]
     _results(tmp_path, grpo, {"GRPO": {}})
     new = [_full("Skip", 1, [[0.0, 0.2], [60.0, 0.85], [120.0, 0.86]], step0=0.3)]  # another warm start
+    new[0]["warm_start"] = None  # claims the stored GRPO run's warm start, but does not start where it did
     monkeypatch.setattr(allocation, "finished_runs", lambda runs: [("Skip", 1)])
-    monkeypatch.setattr(allocation, "load_run", lambda v, s, d: {"variant": v, "seed": s})
-    monkeypatch.setattr(allocation, "run_record", lambda run: new[0])
+    monkeypatch.setattr(allocation, "_record_of", lambda d, v, s: new[0])
     assert allocation.main(["--seeds", "0", "1", "--variants", "GRPO", "--workers", "1", "--out", str(tmp_path)]) == 0
     saved = json.loads((tmp_path / "results.json").read_text())
     assert [(r["variant"], r["seed"]) for r in saved["records"]] == [("GRPO", 0), ("GRPO", 1), ("Skip", 1)]
@@ -222,3 +222,42 @@ def test_a_variant_on_fewer_seeds_is_a_pilot_outside_the_holm_family():
     assert half["established"] and not half["pilot"]
     assert pilot["pilot"] and pilot["p_sign_flip"] == pytest.approx(0.5) and pilot["p_sign_flip_holm"] is None
     assert not pilot["established"]
+
+
+def test_runs_pair_only_with_grpo_of_the_same_warm_start():
+    """Seed 0 twice: the stored runs from one machine's warm start (no fingerprint) and new runs from another's
+    ("abc"): Knapsack pairs with the first GRPO run, Skip with the second."""
+    grpo_old = _full("GRPO", 0, [[0.0, 0.2], [100.0, 0.8]])
+    grpo_new = {**_full("GRPO", 0, [[0.0, 0.19], [100.0, 0.6]]), "warm_start": "abc"}
+    knap = _full("Knapsack-0.5", 0, [[0.0, 0.2], [50.0, 0.9]])
+    skip = {**_full("Skip", 0, [[0.0, 0.19], [80.0, 0.7]]), "warm_start": "abc"}
+    records = [grpo_old, grpo_new, knap, skip]
+    units = allocation.paired_runs(records)
+    assert units["Knapsack-0.5"] == {0: (knap, grpo_old)} and units["Skip"] == {"0/abc": (skip, grpo_new)}
+    assert list(units["GRPO"]) == [0, "0/abc"]
+    final = {r["variant"]: r for r in paired_metric_records(records, min_seeds=1) if r["metric"] == "acc_final"}
+    assert final["Knapsack-0.5"]["per_seed"] == {"0": pytest.approx(0.1)}
+    assert final["Skip"]["per_seed"] == {"0/abc": pytest.approx(0.1)}
+    assert warm_start_mismatches(records) == []
+
+
+def test_the_warm_start_fingerprint_follows_the_weights(tmp_path):
+    assert allocation.warm_start_fingerprint(tmp_path) is None
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    first = allocation.warm_start_fingerprint(tmp_path)
+    assert first is not None and len(first) == 12 and first == allocation.warm_start_fingerprint(str(tmp_path))
+    (tmp_path / "model.safetensors").write_bytes(b"weights, rounded otherwise")
+    assert allocation.warm_start_fingerprint(tmp_path) != first
+
+
+def test_a_new_warm_start_runs_grpo_again_beside_the_new_variant(tmp_path, monkeypatch):
+    """GRPO seed 0 is stored from another machine's warm start: asking for Skip on seed 0 here also runs GRPO on
+    this warm start, and trains nothing else."""
+    _results(tmp_path, [_full("GRPO", 0, CURVE)], {"GRPO": {}})
+    trained = []
+    monkeypatch.setattr(allocation, "_warm", lambda args: str(tmp_path / "ws"))
+    monkeypatch.setattr(allocation, "warm_start_fingerprint", lambda path: "abc")
+    monkeypatch.setattr(allocation, "run_training", lambda spec: trained.append((spec.variant, spec.seed)))
+    monkeypatch.setattr(allocation, "finished_runs", lambda runs: [])
+    allocation.main(["--seeds", "0", "--variants", "Skip", "--workers", "1", "--out", str(tmp_path)])
+    assert trained == [("GRPO", 0), ("Skip", 0)]
