@@ -34,7 +34,7 @@ Records accumulate: ``results.json`` keeps every finished run's record, and a la
 fresh checkout without the run folders) reads them back (:func:`stored_records`) instead of running them again, as
 long as the recipe and the variant's settings are the ones stored; ``--variants`` and ``--seeds`` choose what to
 run, and the report covers every record of the recipe. The local backend is deterministic on one machine (one torch
-thread), but a warm start made on another machine differs by float rounding: each new record carries the
+thread), but a warm start made on another machine can differ: each new record carries the
 fingerprint of its warm start's weights (``warm_start``, :func:`warm_start_fingerprint`), runs pair only with a GRPO
 run of the same seed and warm start (:func:`paired_runs`; records from before fingerprints pair by seed), and a
 variant run on a new warm start brings a GRPO run on it. A unit whose variants still disagree at step 0 is named in
@@ -235,7 +235,7 @@ def reaches_goal(
 
 def unit_label(rec: Mapping[str, Any]) -> int | str:
     """A record's paired unit: its seed, and where known the warm start it began from (``warm_start``, a fingerprint
-    of the weights: a warm start made on another machine differs by float rounding). Legacy records without a
+    of the weights: a warm start made on another machine can differ). Legacy records without a
     fingerprint are their seed alone; others ``"<seed>/<fingerprint>"``."""
     ws = rec.get("warm_start")
     return rec["seed"] if ws is None else f"{rec['seed']}/{ws}"
