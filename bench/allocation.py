@@ -459,7 +459,8 @@ def report(
 
 
 def plot(records: Sequence[Mapping[str, Any]], path: Path) -> None:
-    """Accuracy against generated tokens: each seed a thin line, the mean over seeds (at each evaluation) in bold."""
+    """Accuracy against generated tokens: each seed a thin line, the mean over seeds (at each evaluation) in bold,
+    labelled with its number of runs (a pilot's mean is over other seeds than a ten-seed variant's)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -475,7 +476,7 @@ def plot(records: Sequence[Mapping[str, Any]], path: Path) -> None:
         length = min(len(r["curve"]) for r in mine)
         xs = [sum(r["curve"][k][0] for r in mine) / len(mine) for k in range(length)]
         ys = [sum(r["curve"][k][1] for r in mine) / len(mine) for k in range(length)]
-        ax.plot(xs, ys, color=color, linewidth=2.2, label=v)
+        ax.plot(xs, ys, color=color, linewidth=2.2, label=f"{v} ({len(mine)} runs)")
     ax.set_xlabel("generated tokens")
     ax.set_ylabel("held-out greedy accuracy")
     ax.legend(fontsize=8)
