@@ -704,6 +704,34 @@ def test_an_unavailable_actor_is_named_from_rays_state_api(monkeypatch):
     assert "(AdoraRolloutActor)" not in launcher.run_failure(err) and "6ad5" in launcher.run_failure(err)
 
 
+def test_a_lost_collective_peer_is_named_by_the_actor_ray_then_reports_dead(monkeypatch):
+    """A gloo operation whose peer's node died reaches the driver before Ray knows the actor died: the note polls
+    Ray's state API until a dead actor shows (here on the second poll) and names it; nothing without one."""
+    import types
+
+    import ray.util.state
+
+    from adora_openrlhf.backends.openrlhf import launcher
+
+    dead = types.SimpleNamespace(class_name="AdoraRolloutActor", death_cause="The node running the actor died.\nmore")
+    answers = iter([[], [dead]])
+    monkeypatch.setattr(ray.util.state, "list_actors", lambda **kwargs: next(answers))
+    note = launcher.dead_actors_note(wait_s=5, poll_s=0)
+    assert note == "; after it: ActorDied: AdoraRolloutActor (The node running the actor died.)"
+    monkeypatch.setattr(ray.util.state, "list_actors", lambda **kwargs: [])
+    assert launcher.dead_actors_note(wait_s=0, poll_s=0) == ""
+
+    def no_state_api(**kwargs):
+        raise ConnectionError("no dashboard")
+
+    monkeypatch.setattr(ray.util.state, "list_actors", no_state_api)
+    assert launcher.dead_actors_note(wait_s=5, poll_s=0) == ""
+    gloo = (
+        "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:6852. This is typically caused by a remote"
+    )
+    assert any(sign in gloo for sign in launcher.PEER_LOST)
+
+
 def test_a_submitted_job_asks_the_cluster_whether_its_gpus_are_real(monkeypatch):
     """A job on a running cluster (RAY_ADDRESS) is a CPU run when a probe on one of the cluster's GPUs sees no CUDA (logical
     GPUs of `ray start --head --num-gpus N` on CPU machines); a cluster with no GPU is refused in one line. The probe

@@ -216,7 +216,10 @@ def train_in_ray(args: Any, cfg: RunConfig, on_cpu: bool, trainer_cls: Any, name
     try:
         run_openrlhf_train(args, trainer_cls, names)
     except Exception as err:  # noqa: BLE001 - an actor's failure, raised by Ray in the driver: one line
-        return run_failure(err)
+        failure = run_failure(err)
+        if "ActorDied" not in failure and any(sign in failure for sign in PEER_LOST):
+            failure += dead_actors_note()
+        return failure
     finally:
         if started_ray:  # the engines and model actors of this launch end with it
             ray.shutdown()
@@ -237,6 +240,36 @@ def run_failure(err: BaseException) -> str:
     if isinstance(actor_id, str) and actor_id in text and (named := actor_class_name(actor_id)):
         text = text.replace(f"actor {actor_id}", f"actor {actor_id} ({named})", 1)
     return f"{where}: {text}" if where else text
+
+
+# A collective (gloo / NCCL) operation that lost its peer: the peer's actor or node died, which Ray may learn only
+# seconds later (node health checks), so the error that reaches the driver first names the collective, not the actor.
+PEER_LOST = ("Connection closed by peer", "remote worker crashing")
+
+
+def dead_actors_note(wait_s: float = 60.0, poll_s: float = 2.0) -> str:
+    """``"; after it: ActorDied: <class> (<why>)"`` for the actors Ray's state API reports dead within ``wait_s``
+    seconds (polled every ``poll_s``), or "" when none is (no state API, or every actor alive): the actor whose
+    death a collective's lost peer stands for."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            from ray.util.state import list_actors
+
+            dead = list_actors(filters=[("state", "=", "DEAD")], detail=True, timeout=10)
+        except Exception:  # noqa: BLE001 - no dashboard, or the cluster is going down: nothing to add
+            return ""
+        named = [f"{a.class_name} ({_first_line(getattr(a, 'death_cause', None))})" for a in dead]
+        if named or time.monotonic() >= deadline:
+            return f"; after it: ActorDied: {', '.join(named)}" if named else ""
+        time.sleep(poll_s)
+
+
+def _first_line(value: Any) -> str:
+    text = str(value or "no cause given").strip()
+    return (text.splitlines() or ["no cause given"])[0][:160]
 
 
 def actor_class_name(actor_id: str) -> str | None:
