@@ -714,18 +714,24 @@ def test_a_lost_collective_peer_is_named_by_the_actor_ray_then_reports_dead(monk
     from adora_openrlhf.backends.openrlhf import launcher
 
     dead = types.SimpleNamespace(class_name="AdoraRolloutActor", death_cause="The node running the actor died.\nmore")
-    answers = iter([[], [dead]])
-    monkeypatch.setattr(ray.util.state, "list_actors", lambda **kwargs: next(answers))
-    note = launcher.dead_actors_note(wait_s=5, poll_s=0)
+    answers, asked = iter([[], [dead]]), []
+
+    def list_actors(**kwargs):
+        asked.append(kwargs["filters"])
+        return next(answers)
+
+    monkeypatch.setattr(ray.util.state, "list_actors", list_actors)
+    note = launcher.dead_actors_note("02000000", wait_s=5, poll_s=0)
     assert note == "; after it: ActorDied: AdoraRolloutActor (The node running the actor died.)"
+    assert asked[-1] == [("state", "=", "DEAD"), ("job_id", "=", "02000000")]  # this job's actors, not earlier ones
     monkeypatch.setattr(ray.util.state, "list_actors", lambda **kwargs: [])
-    assert launcher.dead_actors_note(wait_s=0, poll_s=0) == ""
+    assert launcher.dead_actors_note("02000000", wait_s=0, poll_s=0) == ""
 
     def no_state_api(**kwargs):
         raise ConnectionError("no dashboard")
 
     monkeypatch.setattr(ray.util.state, "list_actors", no_state_api)
-    assert launcher.dead_actors_note(wait_s=5, poll_s=0) == ""
+    assert launcher.dead_actors_note("02000000", wait_s=5, poll_s=0) == ""
     gloo = (
         "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:6852. This is typically caused by a remote"
     )

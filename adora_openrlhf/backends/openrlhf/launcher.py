@@ -218,7 +218,7 @@ def train_in_ray(args: Any, cfg: RunConfig, on_cpu: bool, trainer_cls: Any, name
     except Exception as err:  # noqa: BLE001 - an actor's failure, raised by Ray in the driver: one line
         failure = run_failure(err)
         if "ActorDied" not in failure and any(sign in failure for sign in PEER_LOST):
-            failure += dead_actors_note()
+            failure += dead_actors_note(ray.get_runtime_context().get_job_id())
         return failure
     finally:
         if started_ray:  # the engines and model actors of this launch end with it
@@ -247,10 +247,10 @@ def run_failure(err: BaseException) -> str:
 PEER_LOST = ("Connection closed by peer", "remote worker crashing")
 
 
-def dead_actors_note(wait_s: float = 60.0, poll_s: float = 2.0) -> str:
-    """``"; after it: ActorDied: <class> (<why>)"`` for the actors Ray's state API reports dead within ``wait_s``
-    seconds (polled every ``poll_s``), or "" when none is (no state API, or every actor alive): the actor whose
-    death a collective's lost peer stands for."""
+def dead_actors_note(job_id: str, wait_s: float = 60.0, poll_s: float = 2.0) -> str:
+    """``"; after it: ActorDied: <class> (<why>)"`` for the actors of the job ``job_id`` (not those of earlier jobs on
+    the cluster) that Ray's state API reports dead within ``wait_s`` seconds (polled every ``poll_s``), or "" when
+    none is (no state API, or every actor alive): the actor whose death a collective's lost peer stands for."""
     import time
 
     deadline = time.monotonic() + wait_s
@@ -258,7 +258,7 @@ def dead_actors_note(wait_s: float = 60.0, poll_s: float = 2.0) -> str:
         try:
             from ray.util.state import list_actors
 
-            dead = list_actors(filters=[("state", "=", "DEAD")], detail=True, timeout=10)
+            dead = list_actors(filters=[("state", "=", "DEAD"), ("job_id", "=", job_id)], detail=True, timeout=10)
         except Exception:  # noqa: BLE001 - no dashboard, or the cluster is going down: nothing to add
             return ""
         named = [f"{a.class_name} ({_first_line(getattr(a, 'death_cause', None))})" for a in dead]
