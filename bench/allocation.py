@@ -120,6 +120,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
         **_ADORA,
     },
 }
+# A variant that changes GRPO's training settings besides the allocation is also paired with GRPO under the same
+# settings: what allocation saves at that learning-rate schedule, apart from what the schedule itself buys.
+MATCHED_REFERENCES: dict[str, str] = {"Knapsack-0.5-cosine": "GRPO-cosine"}
 FIXED_TARGETS = (0.75, 0.8)  # absolute accuracy targets besides GRPO's final accuracy of the seed
 BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
 PLATEAU_EVALS = 4  # GRPO's plateau of a seed: the mean of its last 4 evaluations (kk-revisit: its last 20 steps)
@@ -342,6 +345,20 @@ def _holm_over_confirmatory(block: list[dict[str, Any]], min_seeds: int) -> list
     return block
 
 
+def matched_comparisons(
+    records: Sequence[Mapping[str, Any]], min_seeds: int = CONFIRMATORY_SEEDS
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Per matched reference (:data:`MATCHED_REFERENCES`) with runs of its own and of a variant matched to it: the
+    paired records (:func:`paired_metric_records`, Holm over these variants) and the goal (:func:`goal_records`) of
+    its variants against it, exactly as against GRPO."""
+    out = {}
+    for ref in dict.fromkeys(MATCHED_REFERENCES.values()):
+        mine = [r for r in records if ref in (r["variant"], MATCHED_REFERENCES.get(r["variant"]))]
+        if len({r["variant"] for r in mine}) > 1 and any(r["variant"] == ref for r in mine):
+            out[ref] = {"paired": paired_metric_records(mine, ref, min_seeds), "goal": goal_records(mine, ref)}
+    return out
+
+
 def _fmt(x: float | None, spec: str = ".3f") -> str:
     return "n/a" if x is None else format(x, spec)
 
@@ -358,11 +375,11 @@ def _wtl(rec: Mapping[str, Any]) -> str:
     return f"{rec['wins']}/{rec['ties']}/{rec['losses']}{extra}"
 
 
-def _goal_table(goal: Sequence[Mapping[str, Any]]) -> str:
+def _goal_table(goal: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> str:
     def seeds(key: str, g: Mapping[str, Any]) -> str:
         return " ".join(map(str, g[key])) or "none"
 
-    label = {REFERENCE: f"{REFERENCE} (its own curve)"}
+    label = {reference: f"{reference} (its own curve)"}
     return markdown_table(
         ["variant", "final: reached", "seeds", "plateau: reached", "seeds"],
         [[label.get(g["variant"], g["variant"]), f"{g['reached']} of {g['n']}", seeds("seeds_reached", g),
@@ -385,13 +402,36 @@ def _warm_start_warning(records: Sequence[Mapping[str, Any]]) -> list[str]:
     return [f"**Warning**: step-0 accuracy differs across the variants of seeds {seeds}: not one warm start.", ""]
 
 
+def _paired_table(paired: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> str:
+    header = ["metric", "variant", "n", "effect [95% CI]", "wins/ties/losses", f"censored (variant/{reference})",
+              "p sign-flip", "Holm", "p t", "Holm", "established"]  # fmt: skip
+    rows = [
+        [r["metric"], r["variant"], str(r["n"]), _effect(r), _wtl(r), f"{r['censored_variant']}/{r['censored_reference']}",
+         _fmt(r["p_sign_flip"], ".4f"), _fmt(r["p_sign_flip_holm"], ".4f"), _fmt(r["p_value"], ".4f"), _fmt(r["p_value_holm"], ".4f"),
+         "pilot" if r.get("pilot") else "yes" if r["established"] else "no"]
+        for r in paired
+    ]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def _matched_sections(matched: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]]) -> list[str]:
+    lines = []
+    for ref, block in matched.items():
+        variants = ", ".join(dict.fromkeys(r["variant"] for r in block["paired"]))
+        lines += ["", f"## Against {ref}: {variants} paired with GRPO under the same training settings", "",
+                  _goal_table(block["goal"], ref), "", _paired_table(block["paired"], ref)]  # fmt: skip
+    return lines
+
+
 def report(
     records: Sequence[Mapping[str, Any]],
     paired: Sequence[Mapping[str, Any]],
     goal: Sequence[Mapping[str, Any]],
     settings: Mapping[str, Any],
+    matched: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]] | None = None,
 ) -> str:
-    """table.md: per variant the means over seeds, then every paired record."""
+    """table.md: per variant the means over seeds, the goal, every paired record against GRPO, then the same against
+    each matched reference (:func:`matched_comparisons`)."""
     variants = list(dict.fromkeys(r["variant"] for r in records))
     rows = []
     for v in variants:
@@ -416,25 +456,6 @@ def report(
         "eval s",
         "RL step s",
     ]
-    paired_rows = [
-        [r["metric"], r["variant"], str(r["n"]), _effect(r), _wtl(r), f"{r['censored_variant']}/{r['censored_reference']}",
-         _fmt(r["p_sign_flip"], ".4f"), _fmt(r["p_sign_flip_holm"], ".4f"), _fmt(r["p_value"], ".4f"), _fmt(r["p_value_holm"], ".4f"),
-         "pilot" if r.get("pilot") else "yes" if r["established"] else "no"]
-        for r in paired
-    ]  # fmt: skip
-    paired_header = [
-        "metric",
-        "variant",
-        "n",
-        "effect [95% CI]",
-        "wins/ties/losses",
-        "censored (variant/GRPO)",
-        "p sign-flip",
-        "Holm",
-        "p t",
-        "Holm",
-        "established",
-    ]
     lines = [
         f"# Rollout allocation: recipe {settings['recipe']}, seeds {settings['seeds']}",
         "",
@@ -453,7 +474,8 @@ def report(
         "",
         _goal_table(goal),
         "",
-        markdown_table(paired_header, paired_rows),
+        _paired_table(paired),
+        *_matched_sections(matched or {}),
     ]
     return "\n".join(lines)
 
@@ -601,8 +623,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds = list(dict.fromkeys(s for _, s in todo))
         inits = dict(zip(seeds, run_pool(_warm, [(args.recipe, s, out) for s in seeds], args.workers), strict=True))
         for s in seeds:  # runs here pair with a GRPO run of this warm start, not with one stored from another
-            if (REFERENCE, s, warm_start_fingerprint(inits[s])) not in stored and (REFERENCE, s) not in todo:
-                todo.insert(0, (REFERENCE, s))
+            refs = dict.fromkeys(
+                [REFERENCE, *(MATCHED_REFERENCES[v] for v, t in todo if t == s and v in MATCHED_REFERENCES)]
+            )
+            for ref in refs:
+                if (ref, s, warm_start_fingerprint(inits[s])) not in stored and (ref, s) not in todo:
+                    todo.insert(0, (ref, s))
         specs = [
             RunSpec(v, s, args.recipe, {**VARIANTS[v], "model.path": inits[s], "report_to": "none", **FROM_WARM_START},
                     str(run_dir(v, s)), reuse=True)
@@ -620,9 +646,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "recipe_config": recipe_config(args.recipe),
         "wall_s_this_invocation": time.time() - started,
     }
-    goal = goal_records(records)
-    write_json(out / "results.json", {"settings": settings, "records": records, "paired": paired, "goal": goal})
-    text = report(records, paired, goal, settings)
+    goal, matched = goal_records(records), matched_comparisons(records)
+    write_json(out / "results.json",
+               {"settings": settings, "records": records, "paired": paired, "goal": goal, "matched": matched})  # fmt: skip
+    text = report(records, paired, goal, settings, matched)
     (out / "table.md").write_text(text + "\n")
     plot(records, out / "curves.png")
     print(text)

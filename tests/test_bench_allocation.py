@@ -261,3 +261,39 @@ def test_a_new_warm_start_runs_grpo_again_beside_the_new_variant(tmp_path, monke
     monkeypatch.setattr(allocation, "finished_runs", lambda runs: [])
     allocation.main(["--seeds", "0", "--variants", "Skip", "--workers", "1", "--out", str(tmp_path)])
     assert trained == [("GRPO", 0), ("Skip", 0)]
+
+
+def test_a_matched_variant_is_also_paired_with_grpo_under_its_own_schedule():
+    """Knapsack-0.5-cosine against GRPO (constant rate, which it beats) and against GRPO-cosine (which it only
+    matches): the second comparison holds GRPO-cosine's runs as the reference and the matched variants alone."""
+    records = []
+    for s in range(3):
+        records.append(_rec("GRPO", s, [[0.0, 0.2], [100.0, 0.8], [200.0, 0.8]]))
+        records.append(_rec("GRPO-cosine", s, [[0.0, 0.2], [100.0, 0.8], [200.0, 0.9]]))
+        records.append(_rec("Knapsack-0.5-cosine", s, [[0.0, 0.2], [50.0, 0.8], [100.0, 0.9]]))
+        records.append(_rec("Skip", s, [[0.0, 0.2], [100.0, 0.8], [150.0, 0.8]]))
+    matched = allocation.matched_comparisons(records, min_seeds=3)
+    assert list(matched) == ["GRPO-cosine"]
+    paired = {(r["metric"], r["variant"]): r for r in matched["GRPO-cosine"]["paired"]}
+    assert {v for _, v in paired} == {"Knapsack-0.5-cosine"}
+    assert paired[("acc_final", "Knapsack-0.5-cosine")]["mean_diff"] == pytest.approx(0.0)
+    assert paired[("tokens_to_ref_final", "Knapsack-0.5-cosine")]["ratio"] == pytest.approx(0.5)  # 100 vs 200
+    goal = {g["variant"]: g for g in matched["GRPO-cosine"]["goal"]}
+    assert goal["Knapsack-0.5-cosine"]["reached"] == 3 and goal["GRPO-cosine"]["reached"] == 0
+    against_grpo = {(r["metric"], r["variant"]): r for r in paired_metric_records(records, min_seeds=3)}
+    assert against_grpo[("acc_final", "Knapsack-0.5-cosine")]["mean_diff"] == pytest.approx(0.1)
+    text = allocation.report([_full(r["variant"], r["seed"], r["curve"]) for r in records],
+                             list(against_grpo.values()), goal_records(records), {"recipe": "r", "seeds": [0, 1, 2]},
+                             matched)  # fmt: skip
+    assert "## Against GRPO-cosine" in text and "censored (variant/GRPO-cosine)" in text
+    assert allocation.matched_comparisons([r for r in records if r["variant"] != "GRPO-cosine"]) == {}
+
+
+def test_a_matched_variant_on_a_new_warm_start_runs_its_matched_reference_too(tmp_path, monkeypatch):
+    trained = []
+    monkeypatch.setattr(allocation, "_warm", lambda args: str(tmp_path / "ws"))
+    monkeypatch.setattr(allocation, "warm_start_fingerprint", lambda path: "abc")
+    monkeypatch.setattr(allocation, "run_training", lambda spec: trained.append((spec.variant, spec.seed)))
+    monkeypatch.setattr(allocation, "finished_runs", lambda runs: [])
+    allocation.main(["--seeds", "0", "--variants", "Knapsack-0.5-cosine", "--workers", "1", "--out", str(tmp_path)])
+    assert sorted(trained) == [("GRPO", 0), ("GRPO-cosine", 0), ("Knapsack-0.5-cosine", 0)]
