@@ -459,7 +459,9 @@ def report(
     lines = [
         f"# Rollout allocation: recipe {settings['recipe']}, seeds {settings['seeds']}",
         "",
-        "Means over seeds ± 95% interval (Student t). `tokens_to_X` is a ratio to GRPO (< 1: fewer tokens); a run that never "
+        "Means over each variant's own runs ± 95% interval (Student t); a unit `seed/fingerprint` is a warm start made on "
+        "another machine, so variants run on other units are compared by the paired tables, not by these means. "
+        "`tokens_to_X` is a ratio to GRPO (< 1: fewer tokens); a run that never "
         "reaches X counts at its whole budget (censored); a seed whose sign censoring leaves open is undetermined "
         f"(d = 0 in the mean and tests). `ref_plateau` is the mean of GRPO's last {PLATEAU_EVALS} evaluations of the "
         "seed. `acc_at_N` compares accuracy at N% of GRPO's tokens. "
