@@ -713,7 +713,8 @@ def test_a_lost_collective_peer_is_named_by_the_actor_ray_then_reports_dead(monk
 
     from adora_openrlhf.backends.openrlhf import launcher
 
-    dead = types.SimpleNamespace(class_name="AdoraRolloutActor", death_cause="The node running the actor died.\nmore")
+    context = {"error_message": "The actor is dead because its worker process has died.\nmore", "pid": 7943}
+    dead = types.SimpleNamespace(class_name="AdoraRolloutActor", death_cause={"actor_died_error_context": context})
     answers, asked = iter([[], [dead]]), []
 
     def list_actors(**kwargs):
@@ -722,8 +723,16 @@ def test_a_lost_collective_peer_is_named_by_the_actor_ray_then_reports_dead(monk
 
     monkeypatch.setattr(ray.util.state, "list_actors", list_actors)
     note = launcher.dead_actors_note("02000000", wait_s=5, poll_s=0)
-    assert note == "; after it: ActorDied: AdoraRolloutActor (The node running the actor died.)"
+    assert note == "; after it: ActorDied: AdoraRolloutActor (The actor is dead because its worker process has died.)"
     assert asked[-1] == [("state", "=", "DEAD"), ("job_id", "=", "02000000")]  # this job's actors, not earlier ones
+    for cause, shown in (
+        ("The node died.\nmore", "The node died."),
+        ({"node_died": {}}, "no cause given"),
+        (None, "no cause given"),
+    ):
+        other = types.SimpleNamespace(class_name="PolicyActor", death_cause=cause)
+        monkeypatch.setattr(ray.util.state, "list_actors", lambda other=other, **kwargs: [other])
+        assert launcher.dead_actors_note("02000000", wait_s=0, poll_s=0).endswith(f"PolicyActor ({shown})")
     monkeypatch.setattr(ray.util.state, "list_actors", lambda **kwargs: [])
     assert launcher.dead_actors_note("02000000", wait_s=0, poll_s=0) == ""
 

@@ -261,14 +261,19 @@ def dead_actors_note(job_id: str, wait_s: float = 60.0, poll_s: float = 2.0) -> 
             dead = list_actors(filters=[("state", "=", "DEAD"), ("job_id", "=", job_id)], detail=True, timeout=10)
         except Exception:  # noqa: BLE001 - no dashboard, or the cluster is going down: nothing to add
             return ""
-        named = [f"{a.class_name} ({_first_line(getattr(a, 'death_cause', None))})" for a in dead]
+        named = [f"{a.class_name} ({_death_reason(getattr(a, 'death_cause', None))})" for a in dead]
         if named or time.monotonic() >= deadline:
             return f"; after it: ActorDied: {', '.join(named)}" if named else ""
         time.sleep(poll_s)
 
 
-def _first_line(value: Any) -> str:
-    text = str(value or "no cause given").strip()
+def _death_reason(cause: Any) -> str:
+    """The first line of a dead actor's ``death_cause``: Ray's state API gives a mapping of one context (e.g.
+    ``{"actor_died_error_context": {"error_message": ..., "pid": ...}}``); its ``error_message`` is the reason."""
+    if isinstance(cause, dict):
+        messages = [c.get("error_message") for c in cause.values() if isinstance(c, dict) and c.get("error_message")]
+        cause = messages[0] if messages else None
+    text = str(cause or "no cause given").strip()
     return (text.splitlines() or ["no cause given"])[0][:160]
 
 
