@@ -250,17 +250,24 @@ def test_the_warm_start_fingerprint_follows_the_weights(tmp_path):
     assert allocation.warm_start_fingerprint(tmp_path) != first
 
 
-def test_a_new_warm_start_runs_grpo_again_beside_the_new_variant(tmp_path, monkeypatch):
-    """GRPO seed 0 is stored from another machine's warm start: asking for Skip on seed 0 here also runs GRPO on
-    this warm start, and trains nothing else."""
+@pytest.mark.parametrize(
+    ("variant", "expected"),
+    [
+        ("Skip", [("GRPO", 0), ("Skip", 0)]),
+        ("Knapsack-0.5-cosine", [("GRPO", 0), ("GRPO-cosine", 0), ("Knapsack-0.5-cosine", 0)]),  # its matched one too
+    ],
+)
+def test_a_new_warm_start_runs_grpo_again_beside_the_new_variant(tmp_path, monkeypatch, variant, expected):
+    """GRPO seed 0 is stored from another machine's warm start: asking for a variant on seed 0 here also runs GRPO
+    (and the variant's matched reference) on this warm start, and trains nothing else."""
     _results(tmp_path, [_full("GRPO", 0, CURVE)], {"GRPO": {}})
     trained = []
     monkeypatch.setattr(allocation, "_warm", lambda args: str(tmp_path / "ws"))
     monkeypatch.setattr(allocation, "warm_start_fingerprint", lambda path: "abc")
     monkeypatch.setattr(allocation, "run_training", lambda spec: trained.append((spec.variant, spec.seed)))
     monkeypatch.setattr(allocation, "finished_runs", lambda runs: [])
-    allocation.main(["--seeds", "0", "--variants", "Skip", "--workers", "1", "--out", str(tmp_path)])
-    assert trained == [("GRPO", 0), ("Skip", 0)]
+    allocation.main(["--seeds", "0", "--variants", variant, "--workers", "1", "--out", str(tmp_path)])
+    assert sorted(trained) == expected
 
 
 def test_a_matched_variant_is_also_paired_with_grpo_under_its_own_schedule():
@@ -287,13 +294,3 @@ def test_a_matched_variant_is_also_paired_with_grpo_under_its_own_schedule():
                              matched)  # fmt: skip
     assert "## Against GRPO-cosine" in text and "censored (variant/GRPO-cosine)" in text
     assert allocation.matched_comparisons([r for r in records if r["variant"] != "GRPO-cosine"]) == {}
-
-
-def test_a_matched_variant_on_a_new_warm_start_runs_its_matched_reference_too(tmp_path, monkeypatch):
-    trained = []
-    monkeypatch.setattr(allocation, "_warm", lambda args: str(tmp_path / "ws"))
-    monkeypatch.setattr(allocation, "warm_start_fingerprint", lambda path: "abc")
-    monkeypatch.setattr(allocation, "run_training", lambda spec: trained.append((spec.variant, spec.seed)))
-    monkeypatch.setattr(allocation, "finished_runs", lambda runs: [])
-    allocation.main(["--seeds", "0", "--variants", "Knapsack-0.5-cosine", "--workers", "1", "--out", str(tmp_path)])
-    assert sorted(trained) == [("GRPO", 0), ("GRPO-cosine", 0), ("Knapsack-0.5-cosine", 0)]
