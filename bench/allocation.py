@@ -628,8 +628,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             refs = dict.fromkeys(
                 [REFERENCE, *(MATCHED_REFERENCES[v] for v, t in todo if t == s and v in MATCHED_REFERENCES)]
             )
+            fingerprint = warm_start_fingerprint(inits[s])
             for ref in refs:
-                if (ref, s, warm_start_fingerprint(inits[s])) not in stored and (ref, s) not in todo:
+                if (ref, s, fingerprint) not in stored and (ref, s) not in todo:
                     todo.insert(0, (ref, s))
         specs = [
             RunSpec(v, s, args.recipe, {**VARIANTS[v], "model.path": inits[s], "report_to": "none", **FROM_WARM_START},
