@@ -113,6 +113,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "allocation.budget": 0.5,
         "train.lr_scheduler": "cosine",
     },
+    # the knapsack maximising Knapsack RL's value (signal probability x p (1 - p)^2) instead of the expected number of
+    # groups with signal: its budget moves from nearly solved prompts to those still being learned
+    "Knapsack-0.5-info-cosine": {
+        "allocation.method": "knapsack",
+        "allocation.candidates": 2,
+        "allocation.budget": 0.5,
+        "allocation.value": "information",
+        "train.lr_scheduler": "cosine",
+    },
     "Knapsack-0.5+ADORA": {
         "allocation.method": "knapsack",
         "allocation.candidates": 2,
@@ -122,7 +131,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 # A variant that changes GRPO's training settings besides the allocation is also paired with GRPO under the same
 # settings: what allocation saves at that learning-rate schedule, apart from what the schedule itself buys.
-MATCHED_REFERENCES: dict[str, str] = {"Knapsack-0.5-cosine": "GRPO-cosine"}
+MATCHED_REFERENCES: dict[str, str] = {"Knapsack-0.5-cosine": "GRPO-cosine", "Knapsack-0.5-info-cosine": "GRPO-cosine"}
 FIXED_TARGETS = (0.75, 0.8)  # absolute accuracy targets besides GRPO's final accuracy of the seed
 BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
 PLATEAU_EVALS = 4  # GRPO's plateau of a seed: the mean of its last 4 evaluations (kk-revisit: its last 20 steps)

@@ -20,7 +20,9 @@ from adora_openrlhf.algorithms.allocation import (
     AllocationRequest,
     PromptStatsStore,
     allocate,
+    beta_mixed_moment,
     beta_moment,
+    information_value,
     signal_probability,
     zero_variance_probability,
 )
@@ -47,6 +49,36 @@ def test_beta_moments_by_hand():
     assert signal_probability(1, 1, 1) == 0.0 and zero_variance_probability(2, 3, 1) == 1.0
     # Beta(8.5, 0.5), 4 responses: E[p^4] = 8.5*9.5*10.5*11.5 / (9*10*11*12), E[(1-p)^4] = 0.5*1.5*2.5*3.5 / (9*10*11*12)
     assert zero_variance_probability(*SURE, 4) == pytest.approx((9750.5625 + 6.5625) / 11880)
+
+
+def test_information_value_by_hand():
+    # uniform prior: M(1, 2) = B(2, 3) = 1/12, M(3, 2) = B(4, 3) = 1/60, M(1, 4) = B(2, 5) = 1/30, so
+    # v(2) = 1/12 - 1/60 - 1/30 = 1/30, which is also 2 E[p^2 (1 - p)^3] = 2 B(3, 4) computed directly
+    assert beta_mixed_moment(1, 1, 1, 2) == pytest.approx(1 / 12)
+    assert beta_mixed_moment(1, 1, 3, 2) == pytest.approx(1 / 60)
+    assert information_value(1, 1, 2) == pytest.approx(1 / 30)
+    assert information_value(1, 1, 1) == 0.0 and information_value(3, 2, 0) == 0.0
+    # Beta(2, 3), k = 4 against a midpoint rule over the density 12 p (1 - p)^2
+    grid = [(i + 0.5) / 20000 for i in range(20000)]
+    numeric = sum(12 * p * (1 - p) ** 2 * (1 - p**4 - (1 - p) ** 4) * p * (1 - p) ** 2 for p in grid) / len(grid)
+    assert information_value(2, 3, 4) == pytest.approx(numeric, rel=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.05, 50), st.floats(0.05, 50), st.integers(1, 30))
+def test_information_value_is_bounded_rising_and_concave(a, b, k):
+    v = [information_value(a, b, j) for j in (k, k + 1, k + 2)]
+    assert all(0.0 <= x <= beta_mixed_moment(a, b, 1, 2) + 1e-12 <= 4 / 27 + 1e-12 for x in v)
+    assert v[1] >= v[0] - 1e-12 and v[2] - v[1] <= v[1] - v[0] + 1e-12
+
+
+def test_knapsack_information_value_prefers_the_prompt_still_being_learned():
+    # pass rates near 0.7 and 0.3 give the same signal probability, so "signal" keeps the data order; the information
+    # gain p (1 - p)^2 is 0.063 against 0.147, so "information" takes the harder prompt
+    posteriors = [(70.0, 30.0), (30.0, 70.0)]
+    assert signal_probability(*posteriors[0], 2) == signal_probability(*posteriors[1], 2)
+    assert ALLOCATORS.get("knapsack")(_request(posteriors, 1, 2, value="signal")) == [2, 0]
+    assert ALLOCATORS.get("knapsack")(_request(posteriors, 1, 2, value="information")) == [0, 2]
 
 
 def test_store_update_with_decay_and_bound():
@@ -129,9 +161,10 @@ def test_allocate_explores_and_never_samples_nothing():
     st.floats(0.1, 2.0),
     st.integers(2, 4),
     st.integers(0, 6),
+    st.sampled_from(["signal", "information"]),
 )
-def test_knapsack_properties(posteriors, prompts, n, budget, min_responses, extra):
-    cfg = {"budget": budget, "min_responses": min_responses, "max_responses": min_responses + extra}
+def test_knapsack_properties(posteriors, prompts, n, budget, min_responses, extra, value):
+    cfg = {"budget": budget, "min_responses": min_responses, "max_responses": min_responses + extra, "value": value}
     counts = ALLOCATORS.get("knapsack")(_request(posteriors, prompts, n, **cfg))
     limit = max(min_responses, round(budget * prompts * n))
     assert len(counts) == len(posteriors) and sum(counts) <= limit
@@ -177,6 +210,8 @@ def test_config_errors_name_the_field():
         AllocationConfig(min_responses=4, max_responses=3)
     with pytest.raises(ConfigError, match="allocation.min_responses"):
         AllocationConfig(min_responses=1)
+    with pytest.raises(ConfigError, match="allocation.value"):
+        AllocationConfig(method="knapsack", value="gain")
     with pytest.raises(ConfigError, match=r"allocation.prior\[1\]"):
         AllocationConfig(prior=[1.0, 0.0])
     with pytest.raises(ConfigError, match="allocation.decay"):

@@ -101,6 +101,7 @@ REFUSED_VALUES = {
     "allocation.budget": 0.5,
     "allocation.min_responses": 4,
     "allocation.max_responses": 8,
+    "allocation.value": "information",
     "allocation.skip_threshold": 0.9,
     "allocation.explore": 0.2,
     "allocation.prior": [1.0, 1.0],

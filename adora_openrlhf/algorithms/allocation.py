@@ -26,11 +26,17 @@ count k_c >= 0 per candidate (0 = not sampled):
   z_c(n) >= ``skip_threshold`` (unless explored); give n to each kept one until P are kept. With C = P
   (``candidates`` 1) a skipped prompt is simply not sampled this step: the step generates fewer responses;
 - ``difficulty`` (online difficulty filtering, DOTS-style): the P candidates with the highest s_c(n), n each;
-- ``knapsack`` (budgeted allocation): maximise sum_c s_c(k_c) subject to sum_c k_c <= B, k_c = 0 or
-  ``min_responses`` <= k_c <= ``max_responses``, at most P prompts sampled, B = round(``budget`` * P * n). s_c(k) is concave in k for
-  k >= 1 (its increments z(k) - z(k+1) = E[p^k (1 - p)] + E[(1 - p)^k p] shrink), so greedy allocation by gain per
-  response is exact for the increments; a prompt's first item is ``min_responses`` at once (a group of one has
-  no signal).
+- ``knapsack`` (budgeted allocation): maximise sum_c v_c(k_c) subject to sum_c k_c <= B, k_c = 0 or
+  ``min_responses`` <= k_c <= ``max_responses``, at most P prompts sampled, B = round(``budget`` * P * n). The value
+  v of a group of k is chosen by ``value`` (registry :data:`KNAPSACK_VALUES`):
+  - ``signal``: v(k) = s(k), the expected number of groups with signal;
+  - ``information`` (Knapsack RL's task value): v(k) = E[s(k; p) p (1 - p)^2], the chance of a non-zero gradient
+    times an information gain p (1 - p)^2 that peaks at p = 1/3 and favours the prompts still being learned over
+    the nearly solved ones; under Beta(a, b), with M(m, n) = E[p^m (1 - p)^n] (:func:`beta_mixed_moment`),
+    v(k) = M(1, 2) - M(k + 1, 2) - M(1, k + 2).
+  Both are concave in k for k >= 1 (the increments of s(k; p) are p^k (1 - p) + (1 - p)^k p, which shrink for every
+  p, and a non-negative weight keeps that), so greedy allocation by gain per response is exact for the increments;
+  a prompt's first item is ``min_responses`` at once (a group of one has no signal).
 Ties are broken by the candidates' order. An allocation that samples no candidate gives n responses to the one
 with the highest s(n), so that every step trains on something.
 """
@@ -75,6 +81,13 @@ class AllocationConfig:
         metadata={"help": "knapsack: fewest responses a sampled prompt gets (>= 2: a group of one has no signal)"},
     )
     max_responses: int = field(default=16, metadata={"help": "knapsack: most responses one prompt gets"})
+    value: str = field(
+        default="signal",
+        metadata={
+            "help": 'knapsack: the value it maximises, one of algorithms.allocation.KNAPSACK_VALUES: "signal" (expected '
+            'groups with signal) or "information" (Knapsack RL: signal probability x p (1 - p)^2)'
+        },
+    )
     skip_threshold: float = field(
         default=0.7, metadata={"help": "skip: a prompt is skipped when its predicted zero-variance probability >= this"}
     )
@@ -104,6 +117,7 @@ class AllocationConfig:
         check_number(self.budget, "allocation.budget", gt=0)
         check_number(self.min_responses, "allocation.min_responses", integer=True, ge=2)
         check_number(self.max_responses, "allocation.max_responses", integer=True, ge=2)
+        KNAPSACK_VALUES.check(self.value)
         require(
             self.max_responses >= self.min_responses,
             "allocation.max_responses",
@@ -154,6 +168,11 @@ def beta_moment(a: float, b: float, k: int) -> float:
     return out
 
 
+def beta_mixed_moment(a: float, b: float, m: int, n: int) -> float:
+    """E[p^m (1 - p)^n] for p ~ Beta(a, b) = B(a + m, b + n) / B(a, b) = E_{Beta(a, b)}[p^m] x E_{Beta(b, a + m)}[p^n]."""
+    return beta_moment(a, b, m) * beta_moment(b, a + m, n)
+
+
 def zero_variance_probability(a: float, b: float, k: int) -> float:
     """P(a group of k responses is all positive or all negative) = E[p^k] + E[(1 - p)^k]; 1 for k <= 1."""
     if k <= 1:
@@ -164,6 +183,21 @@ def zero_variance_probability(a: float, b: float, k: int) -> float:
 def signal_probability(a: float, b: float, k: int) -> float:
     """P(a group of k responses holds both a positive and a negative) = 1 - E[p^k] - E[(1 - p)^k]; 0 for k <= 1."""
     return max(0.0, 1.0 - zero_variance_probability(a, b, k))
+
+
+def information_value(a: float, b: float, k: int) -> float:
+    """Knapsack RL's task value of a group of k: E[(1 - p^k - (1 - p)^k) p (1 - p)^2] under Beta(a, b)
+    = M(1, 2) - M(k + 1, 2) - M(1, k + 2), M(m, n) = E[p^m (1 - p)^n]; 0 for k <= 1."""
+    if k <= 1:
+        return 0.0
+    total = beta_mixed_moment(a, b, 1, 2) - beta_mixed_moment(a, b, k + 1, 2) - beta_mixed_moment(a, b, 1, k + 2)
+    return max(0.0, total)
+
+
+KnapsackValue = Callable[[float, float, int], float]
+KNAPSACK_VALUES: Registry[KnapsackValue] = Registry("knapsack value", "allocation.value")
+KNAPSACK_VALUES.register("signal")(signal_probability)
+KNAPSACK_VALUES.register("information")(information_value)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -270,9 +304,10 @@ def difficulty_allocation(req: AllocationRequest) -> list[int]:
 
 @register_allocator("knapsack")
 def knapsack_allocation(req: AllocationRequest) -> list[int]:
-    """Greedy by signal gained per response under the budget B (module docstring)."""
+    """Greedy by value (``allocation.value``) gained per response under the budget B (module docstring)."""
     cfg = req.cfg
     budget = cfg.knapsack_budget(req.prompts, req.group_size)
+    value = KNAPSACK_VALUES.get(cfg.value)
     counts = [0] * len(req.posteriors)
 
     def next_item(i: int) -> tuple[float, int] | None:  # (gain per response, cost) of the candidate's next item
@@ -281,7 +316,7 @@ def knapsack_allocation(req: AllocationRequest) -> list[int]:
         if k >= cfg.max_responses:
             return None
         step = cfg.min_responses if k == 0 else 1
-        return (signal_probability(a, b, k + step) - signal_probability(a, b, k)) / step, step
+        return (value(a, b, k + step) - value(a, b, k)) / step, step
 
     spent = opened = 0
     while True:

@@ -124,6 +124,7 @@ OPENRLHF: dict[str, Support] = {
             "budget",
             "min_responses",
             "max_responses",
+            "value",
             "skip_threshold",
             "explore",
             "prior",
