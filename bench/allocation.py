@@ -78,20 +78,15 @@ from bench.paired_stats import holm, paired_t, sign_flip_p, wins_ties_losses
 
 REFERENCE = "GRPO"
 _ADORA = {"adora.enabled": True, "adora.mode": "attenuate", "adora.edge_policy": "llm"}
+_KNAPSACK_HALF = {"allocation.method": "knapsack", "allocation.candidates": 2, "allocation.budget": 0.5}
+_COSINE = {"train.lr_scheduler": "cosine"}
 VARIANTS: dict[str, dict[str, Any]] = {
     "GRPO": {},
     # allocators (algorithms/allocation.py): each spends the step's responses where its store predicts a signal
-    "Knapsack-0.5": {"allocation.method": "knapsack", "allocation.candidates": 2, "allocation.budget": 0.5},
+    "Knapsack-0.5": _KNAPSACK_HALF,
     # the same knapsack for GRPO's whole token budget: twice the steps, evaluated on GRPO's token grid (every 10 of
     # its half-sized steps = every 5 of GRPO's); accuracy at equal budget, GRPO's final accuracy reached or not in it
-    "Knapsack-0.5-long": {
-        "allocation.method": "knapsack",
-        "allocation.candidates": 2,
-        "allocation.budget": 0.5,
-        "steps": 160,
-        "eval_every": 10,
-        "save_every": 40,
-    },
+    "Knapsack-0.5-long": {**_KNAPSACK_HALF, "steps": 160, "eval_every": 10, "save_every": 40},
     # GRPO with half the responses per prompt: what the knapsack's budget alone buys, without choosing
     "GRPO-n4": {"sampling.n_keep": 4},
     "Skip": {"allocation.method": "skip"},
@@ -106,28 +101,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     # the learning rate decayed to 0 over the run (cosine) instead of constant: does the knapsack's plateau gap come
     # from the noisier gradient of half the responses per step (then a decaying learning rate narrows it)?
-    "GRPO-cosine": {"train.lr_scheduler": "cosine"},
-    "Knapsack-0.5-cosine": {
-        "allocation.method": "knapsack",
-        "allocation.candidates": 2,
-        "allocation.budget": 0.5,
-        "train.lr_scheduler": "cosine",
-    },
+    "GRPO-cosine": _COSINE,
+    "Knapsack-0.5-cosine": {**_KNAPSACK_HALF, **_COSINE},
     # the knapsack maximising Knapsack RL's value (signal probability x p (1 - p)^2) instead of the expected number of
     # groups with signal: its budget moves from nearly solved prompts to those still being learned
-    "Knapsack-0.5-info-cosine": {
-        "allocation.method": "knapsack",
-        "allocation.candidates": 2,
-        "allocation.budget": 0.5,
-        "allocation.value": "information",
-        "train.lr_scheduler": "cosine",
-    },
-    "Knapsack-0.5+ADORA": {
-        "allocation.method": "knapsack",
-        "allocation.candidates": 2,
-        "allocation.budget": 0.5,
-        **_ADORA,
-    },
+    "Knapsack-0.5-info-cosine": {**_KNAPSACK_HALF, "allocation.value": "information", **_COSINE},
+    "Knapsack-0.5+ADORA": {**_KNAPSACK_HALF, **_ADORA},
 }
 # A variant that changes GRPO's training settings besides the allocation is also paired with GRPO under the same
 # settings: what allocation saves at that learning-rate schedule, apart from what the schedule itself buys.
