@@ -244,7 +244,8 @@ def run_failure(err: BaseException) -> str:
 
 # A collective (gloo / NCCL) operation that lost its peer: the peer's actor or node died, which Ray may learn only
 # seconds later (node health checks), so the error that reaches the driver first names the collective, not the actor.
-PEER_LOST = ("Connection closed by peer", "remote worker crashing")
+# Gloo's TCP pair says which side saw the loss: a read of a closed socket, a read of a reset one, a write to a closed one.
+PEER_LOST = ("Connection closed by peer", "remote worker crashing", "Connection reset by peer", "Broken pipe")
 
 
 def dead_actors_note(job_id: str, wait_s: float = 60.0, poll_s: float = 2.0) -> str:
