@@ -15,7 +15,7 @@ whenever every group keeps its whole pool, so it is no sign of a signal), a fina
 model unlike the initial one, the engine's log-probabilities equal to the trainer's at every step
 (``adora/engine_logprob_gap``) while the policy's log-probability of a fixed response changes from step to step
 (so the engine followed every update), DeepSpeed checkpoints holding the sampler state and the run's config,
-``--resume`` continuing at step 3 with the sampler's step counter, a changed config refused on resume, and
+``--resume`` continuing at step 3 with the sampler's step counter and the earlier records kept (on two ranks), a changed config refused on resume, and
 ``--overwrite`` replacing the run with a ZeRO-3 one in fp32.
 """
 
@@ -201,19 +201,6 @@ def test_resume_refuses_a_changed_config_and_a_plain_relaunch(setup, first_run):
     assert again.returncode == 2 and "holds a previous run" in again.stderr
 
 
-def test_resume_continues_at_step_three(setup, first_run):
-    before, _ = records(first_run)
-    result = run(command(setup, first_run, "--resume", steps=4))
-    assert result.returncode == 0, result.stderr[-6000:]
-    train, evals = records(first_run)
-    assert sorted(train) == [1, 2, 3, 4] and sorted(evals) == [0, 1, 2, 3, 4]
-    assert train[1] == before[1] and train[2] == before[2]  # the first run's records are kept as they were
-    actor = first_run / "checkpoints" / "_actor"
-    assert (actor / "latest").read_text().strip() in ("global_step4", "best_global_step4")
-    assert sampler_state(actor / "global_step3")["sampling_step"] == 3  # restored at 2, one more batch sampled
-    assert sampler_state(actor / "global_step4")["sampling_step"] == 4
-
-
 ASYNC_FP32 = ("--train.async_enable", "--model.dtype", "float32")
 
 
@@ -291,10 +278,13 @@ def test_two_deepspeed_ranks_train_with_zero3_an_allocator_checkpoint_and_resume
     assert state2["sampling_step"] == 2
     keys2 = {k for k, *_ in state2["allocation"]["posteriors"]}
     assert 2 <= len(keys2) <= 10  # the prompts sampled in steps 1-2, of their 10 candidates (--data.max_samples 10)
+    before, _ = records(out)
     resumed = run(command(setup, out, *ALLOCATOR, "--resume", steps=3, zero_stage=3, ranks=2))
     assert resumed.returncode == 0, resumed.stderr[-6000:]
-    train, _ = records(out)
+    train, evals = records(out)
     assert sorted(train) == [1, 2, 3] and all(train[s]["actor_grad_norm"] > GRAD_NORM_FLOOR for s in (1, 2, 3))
+    assert sorted(evals) == [0, 1, 2, 3] and train[1] == before[1] and train[2] == before[2]  # kept as they were
+    assert (actor / "latest").read_text().strip() in ("global_step3", "best_global_step3")
     for step in (1, 2, 3):
         assert train[step]["allocation/candidates"] == 5 and train[step]["allocation/responses_allocated"] == 16
     # the resumed store is step 2's plus what step 3 observed (one observation per sampled group)
