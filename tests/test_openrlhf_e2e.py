@@ -15,8 +15,8 @@ whenever every group keeps its whole pool, so it is no sign of a signal), a fina
 model unlike the initial one, the engine's log-probabilities equal to the trainer's at every step
 (``adora/engine_logprob_gap``) while the policy's log-probability of a fixed response changes from step to step
 (so the engine followed every update), DeepSpeed checkpoints holding the sampler state and the run's config,
-``--resume`` continuing at step 3 with the sampler's step counter and the earlier records kept (on two ranks), a changed config refused on resume, and
-``--overwrite`` replacing the run with a ZeRO-3 one in fp32.
+``--resume`` continuing at step 3 with the sampler's step counter and the earlier records kept (on two ranks), a
+changed config refused on resume, and ``--overwrite`` replacing the run with a ZeRO-3 one in fp32.
 """
 
 from __future__ import annotations
