@@ -575,3 +575,17 @@ def test_trainer_actor_builds_our_classes_in_its_own_process(ray_cluster, tmp_pa
     assert {p for p, _, _ in samples} == set(PROMPTS)  # chat template: the message text + newline
     pools = {p: count for p, _, count in samples}
     assert pools == {PROMPTS[0]: 4.0, PROMPTS[1]: 8.0, PROMPTS[2]: 12.0}
+
+
+def test_a_step_whose_policy_loss_is_not_finite_stops_the_run():
+    """OpenRLHF would go on training from a NaN policy (DeepSpeed's stage 3 reports the NaN gradient's norm as -1);
+    the trainer stops at the step, naming the statistic, the step and what to check."""
+    (trainer_mod,) = import_openrlhf("adora_openrlhf.backends.openrlhf.trainer")
+
+    trainer_mod.check_finite_step({"policy_loss": 0.25, "ppo_kl": 0.0, "actor_lr": 1e-6}, step=3)
+    trainer_mod.check_finite_step({"actor_lr": 1e-6}, step=1)  # a frozen actor's step has no policy loss
+    for key, value in (("policy_loss", float("nan")), ("ppo_kl", float("inf"))):
+        with pytest.raises(
+            trainer_mod.PolicyNotFinite, match=rf"the policy's {key} is {value} at step 2: .*--model.path"
+        ):
+            trainer_mod.check_finite_step({"policy_loss": 0.1, "ppo_kl": 0.0, key: value}, step=2)

@@ -20,5 +20,6 @@ need vLLM and DeepSpeed (GPU builds or vLLM's CPU build).
 - ``cpu/device.py``          the CPU answers to OpenRLHF's ``torch.cuda`` calls, device mesh and barriers
 - ``cpu/weight_sync.py``     the gloo weight sync and the vLLM engine actor that receives it
 - ``cpu/precision.py``       ``--ds.param_dtype fp32`` (OpenRLHF trains in bf16 or fp16)
+- ``cpu/zero3_gathers.py``   ZeRO-3 gathers one parameter at a time on gloo (DeepSpeed's batched gathers race there)
 - ``cpu/flash_attn_standin.py`` the ``flash_attn`` import answered on a CPU-only machine
 """

@@ -32,6 +32,7 @@ from adora_openrlhf.backends.openrlhf.compat.rebind import inherit_rebound, with
 from adora_openrlhf.backends.openrlhf.cpu import precision
 from adora_openrlhf.backends.openrlhf.cpu.device import cpu_names, needs_cpu_layer
 from adora_openrlhf.backends.openrlhf.cpu.weight_sync import gloo_process_group
+from adora_openrlhf.backends.openrlhf.cpu.zero3_gathers import sequential_zero3_gathers
 
 CPU_NAMES: dict[str, Any] = cpu_names()  # empty where this process has CUDA
 precision.install()  # --ds.param_dtype fp32 loads the models in float32, in every process that imports these classes
@@ -50,8 +51,9 @@ class AdoraReplayBuffer(NaiveReplayBuffer):
 @inherit_rebound(CPU_NAMES)
 class AdoraDeepspeedStrategy(DeepspeedStrategy):
     """OpenRLHF's DeepSpeed strategy; on the CPU: no ``set_device``, a CPU device mesh, gloo collectives
-    (DeepSpeed's CPU accelerator chooses gloo when oneCCL is not installed), and torch's AdamW as DeepSpeed's
-    optimizer (:meth:`get_ds_train_config`)."""
+    (DeepSpeed's CPU accelerator chooses gloo when oneCCL is not installed), ZeRO-3 gathers one parameter at a
+    time (:mod:`adora_openrlhf.backends.openrlhf.cpu.zero3_gathers`), and torch's AdamW as DeepSpeed's optimizer
+    (:meth:`get_ds_train_config`)."""
 
     def get_ds_train_config(self, optim_dict: dict | None = None, *, max_norm: float | None = None) -> dict:
         """OpenRLHF's DeepSpeed training config; in a process without CUDA its AdamW runs as torch's
@@ -61,7 +63,13 @@ class AdoraDeepspeedStrategy(DeepspeedStrategy):
         optimizer = config.get("optimizer")
         if needs_cpu_layer() and optimizer and optimizer.get("type") in ("Adam", "AdamW") and not self.adam_offload:
             optimizer.setdefault("params", {})["torch_adam"] = True
-        return config
+        return sequential_zero3_gathers(config) if needs_cpu_layer() else config
+
+    def get_ds_eval_config(self, offload: bool = False) -> dict:
+        """OpenRLHF's DeepSpeed config of a model that does not train (the reference model); in a process without
+        CUDA, ZeRO-3 gathers one parameter at a time, as for the policy."""
+        config = super().get_ds_eval_config(offload=offload)
+        return sequential_zero3_gathers(config) if needs_cpu_layer() else config
 
 
 def _nccl_or_cuda_refused(backend: str) -> None:

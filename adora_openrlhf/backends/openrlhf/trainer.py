@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -146,6 +147,7 @@ class AdoraTrainerRecords:
         versions = [e.info[POLICY_VERSION] for e in rollout_samples if POLICY_VERSION in e.info]
         self.policy_version = global_step + 1  # what the broadcast at the end of the step hands the engines
         status, next_step = super().train_step(rollout_samples, global_step)
+        check_finite_step(status, global_step + 1)
         if versions:
             staleness = global_step - torch.cat(versions).float()
             status["async/staleness_mean"] = float(staleness.mean())
@@ -338,6 +340,28 @@ class AdoraPPOTrainer(AdoraTrainerRecords, OpenRLHFPPOTrainer, PolicyVersionBroa
 
 def qualified_name(obj: object) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+class PolicyNotFinite(FloatingPointError):
+    """OpenRLHF's policy loss of a training step is not finite (NaN or infinite log-probabilities, or a diverged
+    update); the run stops before the step's checkpoint is written."""
+
+
+# OpenRLHF's step statistics that a finite policy always gives finite values
+FINITE_STEP_KEYS = ("policy_loss", "ppo_kl")
+
+
+def check_finite_step(status: dict, step: int) -> None:
+    """:class:`PolicyNotFinite` naming ``step`` (1-based) when a :data:`FINITE_STEP_KEYS` value of OpenRLHF's step
+    ``status`` is not finite. OpenRLHF itself trains on: DeepSpeed's stage 3 reports a NaN gradient's norm as -1 and
+    applies it, and every later step samples from the broken policy."""
+    for key in FINITE_STEP_KEYS:
+        value = status.get(key)
+        if isinstance(value, (int, float)) and not math.isfinite(value):
+            raise PolicyNotFinite(
+                f"the policy's {key} is {value} at step {step}: its log-probabilities or update are not finite; "
+                "lower --train.lr, or check that the model's weights load as saved (--model.path)"
+            )
 
 
 def numeric_logs(logs: dict) -> dict[str, float]:

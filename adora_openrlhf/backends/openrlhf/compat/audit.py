@@ -103,7 +103,7 @@ AUDITED: dict[tuple[str, str], str] = {
     (
         "openrlhf.utils.deepspeed.deepspeed",
         "DeepspeedStrategy",
-    ): "actors.AdoraDeepspeedStrategy: CPU copies (set_device, mesh, collectives, barriers)",
+    ): "actors.AdoraDeepspeedStrategy: CPU copies (set_device, mesh, collectives, barriers); its DeepSpeed configs (torch_adam, sequential ZeRO-3 gathers)",
     (
         "openrlhf.utils.utils",
         "get_strategy",
