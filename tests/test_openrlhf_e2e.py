@@ -15,8 +15,9 @@ whenever every group keeps its whole pool, so it is no sign of a signal), a fina
 model unlike the initial one, the engine's log-probabilities equal to the trainer's at every step
 (``adora/engine_logprob_gap``) while the policy's log-probability of a fixed response changes from step to step
 (so the engine followed every update), DeepSpeed checkpoints holding the sampler state and the run's config,
-``--resume`` continuing at step 3 with the sampler's step counter and the earlier records kept (on two ranks), a
-changed config refused on resume, and ``--overwrite`` replacing the run with a ZeRO-3 one in fp32.
+``--resume`` continuing at step 3 with the sampler's step counter, the allocator's store and the earlier records
+kept (the first run has two ZeRO-3 ranks and the knapsack allocator), a changed config refused on resume, and
+``--overwrite`` replacing the run with an asynchronous ZeRO-3 one in fp32.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import json
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -113,8 +113,11 @@ def records(out: Path) -> tuple[dict[int, dict], dict[int, dict]]:
 
 def sampler_state(checkpoint: Path) -> dict:
     """The samples generator's state, JSON in the DeepSpeed checkpoint's folder (never in DeepSpeed's pickles)."""
-    state = torch.load(checkpoint / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False)
-    assert "adora_samples_generator" not in state  # our state is plain data of its own, not in DeepSpeed's pickle
+    pickles = sorted(checkpoint.glob("*mp_rank_00_model_states.pt"))  # one per ZeRO-3 rank
+    assert pickles
+    for path in pickles:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        assert "adora_samples_generator" not in state  # our state is plain data of its own, not in DeepSpeed's pickle
     return json.loads((checkpoint / "adora_sampler_state.json").read_text())
 
 
@@ -139,11 +142,20 @@ def weights(model_dir: Path) -> dict[str, torch.Tensor]:
     return {k: v.float() for k, v in load_file(str(model_dir / "model.safetensors")).items()}
 
 
+ALLOCATOR = ["--allocation.method", "knapsack", "--allocation.candidates", "1.25", "--allocation.max_responses", "8"]
+TWO_ZERO3_RANKS = {"zero_stage": 3, "ranks": 2}
+
+
 @pytest.fixture(scope="module")
 def first_run(setup):
+    """Two steps with data parallelism: two policy ranks (ZeRO-3 partitions, gloo collectives) share each step's
+    micro-batches, which OpenRLHF hands out whole after our experience maker has written the advantages of the whole
+    rollout. The knapsack allocator runs in the samples generator: 5 candidates per step of 4 prompts, 16 responses
+    spread over groups of their own sizes."""
     out = setup["root"] / "run"
-    result = run(command(setup, out))
+    result = run(command(setup, out, *ALLOCATOR, **TWO_ZERO3_RANKS))
     assert result.returncode == 0, result.stderr[-6000:]
+    assert len(set(re.findall(r"AdoraPolicyModelActor pid=(\d+)", result.stderr))) == 2  # two rank processes
     return out
 
 
@@ -163,6 +175,9 @@ def test_two_steps_train_sync_and_checkpoint(setup, first_run):
         )
         # the engine generated with the trainer's weights of that step (bf16 rounding only)
         assert record["adora/engine_logprob_gap"] < 0.03, record["adora/engine_logprob_gap"]
+        assert record["allocation/candidates"] == 5 and record["allocation/responses_allocated"] == 16
+    # before any update both ranks' partitions hold the weights the engine loaded (ZeRO-3 loads them as saved)
+    assert train[1]["adora/engine_logprob_gap"] < 1e-3
     assert all("eval_default_pass1" in evals[step] for step in (0, 1, 2))
 
     # the policy moved at every step, and step 1 moved log p("Answer: 7") by far more than the engine-trainer gap of
@@ -183,6 +198,8 @@ def test_two_steps_train_sync_and_checkpoint(setup, first_run):
         "global_step2",
         "best_global_step2",
     )
+    step2 = {p.name for p in (actor / "global_step2").iterdir()}
+    assert {"zero_pp_rank_0_mp_rank_00_model_states.pt", "zero_pp_rank_1_mp_rank_00_model_states.pt"} <= step2
     for step in (1, 2):
         assert sampler_state(actor / f"global_step{step}")["sampling_step"] == step
         saved = json.loads((actor / f"global_step{step}" / "adora_run_config.json").read_text())
@@ -193,12 +210,38 @@ def test_two_steps_train_sync_and_checkpoint(setup, first_run):
     )
 
 
+def test_two_ranks_resume_with_the_allocators_store(setup, first_run):
+    """``--resume`` on two ranks: both restore their partition of step 2's checkpoint; the allocator's per-prompt
+    store is saved with each checkpoint and restored (the store after step 3 holds every prompt of steps 1-2 plus
+    step 3's)."""
+    out = first_run
+    actor = out / "checkpoints" / "_actor"
+    state2 = json.loads((actor / "global_step2" / "adora_sampler_state.json").read_text())
+    keys2 = {k for k, *_ in state2["allocation"]["posteriors"]}
+    assert 2 <= len(keys2) <= 10  # the prompts sampled in steps 1-2, of their 10 candidates
+    before, _ = records(out)
+    resumed = run(command(setup, out, *ALLOCATOR, "--resume", steps=3, **TWO_ZERO3_RANKS))
+    assert resumed.returncode == 0, resumed.stderr[-6000:]
+    train, evals = records(out)
+    assert sorted(train) == [1, 2, 3] and train[3]["actor_grad_norm"] > GRAD_NORM_FLOOR
+    assert math.isfinite(train[3]["policy_loss"])
+    assert sorted(evals) == [0, 1, 2, 3] and train[1] == before[1] and train[2] == before[2]  # kept as they were
+    assert (actor / "latest").read_text().strip() in ("global_step3", "best_global_step3")
+    assert train[3]["allocation/candidates"] == 5 and train[3]["allocation/responses_allocated"] == 16
+    # the resumed store is step 2's plus what step 3 observed (one observation per sampled group)
+    state3 = json.loads((actor / "global_step3" / "adora_sampler_state.json").read_text())
+    keys3 = {k for k, *_ in state3["allocation"]["posteriors"]}
+    observed = [sum(n for *_, n in state["allocation"]["posteriors"]) for state in (state2, state3)]
+    assert state3["sampling_step"] == 3 and keys2 <= keys3
+    assert observed[1] == observed[0] + train[3]["allocation/prompts_sampled"]
+
+
 def test_resume_refuses_a_changed_config_and_a_plain_relaunch(setup, first_run):
-    changed = run(command(setup, first_run, "--resume", "--train.lr", "0.01"))
+    changed = run(command(setup, first_run, *ALLOCATOR, "--resume", "--train.lr", "0.01", steps=3, **TWO_ZERO3_RANKS))
     assert (
         changed.returncode == 2 and "differs from the checkpoint's" in changed.stderr and "train.lr" in changed.stderr
     )
-    again = run(command(setup, first_run))
+    again = run(command(setup, first_run, *ALLOCATOR, steps=3, **TWO_ZERO3_RANKS))
     assert again.returncode == 2 and "holds a previous run" in again.stderr
 
 
@@ -257,48 +300,6 @@ def saved_sampling_step(checkpoint: Path) -> int:
     return json.loads((checkpoint / "adora_sampler_state.json").read_text())["sampling_step"]
 
 
-ALLOCATOR = ["--allocation.method", "knapsack", "--allocation.candidates", "1.25", "--allocation.max_responses", "8"]
-
-
-def test_two_deepspeed_ranks_train_with_zero3_an_allocator_checkpoint_and_resume(setup, tmp_path):
-    """Data parallelism: two policy ranks (ZeRO-3 partitions, gloo collectives) share each step's micro-batches,
-    which OpenRLHF hands out whole after our experience maker has written the advantages of the whole rollout;
-    both ranks write their partition of each checkpoint, and ``--resume`` restores them on two ranks.
-
-    The knapsack allocator runs in the samples generator: 5 candidates per step of 4 prompts, 16 responses spread
-    over groups of their own sizes; its per-prompt store is saved with each checkpoint and restored on resume (the
-    store after step 3 holds every prompt of steps 1-2 plus step 3's)."""
-    out = tmp_path / "two_ranks"
-    result = run(command(setup, out, *ALLOCATOR, zero_stage=3, ranks=2))
-    assert result.returncode == 0, result.stderr[-6000:]
-    assert len(set(re.findall(r"AdoraPolicyModelActor pid=(\d+)", result.stderr))) == 2  # two rank processes
-    actor = out / "checkpoints" / "_actor"
-    step2 = {p.name for p in (actor / "global_step2").iterdir()}
-    assert {"zero_pp_rank_0_mp_rank_00_model_states.pt", "zero_pp_rank_1_mp_rank_00_model_states.pt"} <= step2
-    state2 = json.loads((actor / "global_step2" / "adora_sampler_state.json").read_text())
-    assert state2["sampling_step"] == 2
-    keys2 = {k for k, *_ in state2["allocation"]["posteriors"]}
-    assert 2 <= len(keys2) <= 10  # the prompts sampled in steps 1-2, of their 10 candidates (--data.max_samples 10)
-    before, _ = records(out)
-    resumed = run(command(setup, out, *ALLOCATOR, "--resume", steps=3, zero_stage=3, ranks=2))
-    assert resumed.returncode == 0, resumed.stderr[-6000:]
-    train, evals = records(out)
-    assert sorted(train) == [1, 2, 3] and all(train[s]["actor_grad_norm"] > GRAD_NORM_FLOOR for s in (1, 2, 3))
-    assert all(math.isfinite(train[s]["policy_loss"]) for s in (1, 2, 3))
-    # the partitioned policy computes what the engine sampled with (the weights loaded on both ranks as saved)
-    assert abs(train[1]["adora/engine_logprob_gap"]) < 1e-3
-    assert sorted(evals) == [0, 1, 2, 3] and train[1] == before[1] and train[2] == before[2]  # kept as they were
-    assert (actor / "latest").read_text().strip() in ("global_step3", "best_global_step3")
-    for step in (1, 2, 3):
-        assert train[step]["allocation/candidates"] == 5 and train[step]["allocation/responses_allocated"] == 16
-    # the resumed store is step 2's plus what step 3 observed (one observation per sampled group)
-    state3 = json.loads((actor / "global_step3" / "adora_sampler_state.json").read_text())
-    keys3 = {k for k, *_ in state3["allocation"]["posteriors"]}
-    observed = [sum(n for *_, n in state["allocation"]["posteriors"]) for state in (state2, state3)]
-    assert state3["sampling_step"] == 3 and keys2 <= keys3
-    assert observed[1] == observed[0] + train[3]["allocation/prompts_sampled"]
-
-
 def test_an_engine_that_cannot_start_stops_the_launch(setup, tmp_path):
     """vLLM's CPU attention needs heads of at least 32 dimensions: with heads of 16 the engine dies while starting.
     The launch stops with an error line (the trainer does not wait for the dead engine to join its sync group)."""
@@ -320,12 +321,6 @@ def test_an_engine_that_cannot_start_stops_the_launch(setup, tmp_path):
     assert len(errors) == 1, result.stderr[-3000:]  # after it: the line is found among all of stderr's lines
     line = errors[0]
     assert line.startswith("error: the OpenRLHF run failed (") and "Error" in line and "\x1b" not in line, line
-
-
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_checkpoint_loads_exactly_into_two_zero3_gloo_ranks(tmp_path):
@@ -353,7 +348,7 @@ def test_a_checkpoint_loads_exactly_into_two_zero3_gloo_ranks(tmp_path):
     (tmp_path / "ds.json").write_text(json.dumps(ds_config))
     result = subprocess.run(
         [sys.executable, str(FIXTURES / "zero3_loads.py"), str(tmp_path / "model"), str(tmp_path / "ds.json"),
-         str(free_tcp_port()), "6"],
+         "6"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
