@@ -172,6 +172,45 @@ def test_knapsack_properties(posteriors, prompts, n, budget, min_responses, extr
     assert sum(c > 0 for c in counts) <= prompts
 
 
+def knapsack_by_full_rescan(req: AllocationRequest) -> list[int]:
+    """The knapsack greedy as its docstring states it, rescanning every candidate's next item each round."""
+    cfg, value = req.cfg, {"signal": signal_probability, "information": information_value}[req.cfg.value]
+    budget, counts, spent, opened = cfg.knapsack_budget(req.prompts, req.group_size), [0] * len(req.posteriors), 0, 0
+    while True:
+        best = None  # (gain per response, candidate, cost)
+        for i, (a, b) in enumerate(req.posteriors):
+            k = counts[i]
+            if k >= cfg.max_responses or (k == 0 and opened >= req.prompts):
+                continue
+            step = cfg.min_responses if k == 0 else 1
+            gain = (value(a, b, k + step) - value(a, b, k)) / step
+            if step <= budget - spent and gain > 0 and (best is None or gain > best[0]):
+                best = (gain, i, step)
+        if best is None:
+            return counts
+        opened += counts[best[1]] == 0
+        counts[best[1]] += best[2]
+        spent += best[2]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from([0.5, 1.5, 4.5, 8.5]), st.sampled_from([0.5, 1.5, 4.5, 8.5])), max_size=16)
+    | st.lists(st.tuples(st.floats(0.05, 30), st.floats(0.05, 30)), min_size=1, max_size=16),
+    st.integers(1, 6),
+    st.integers(2, 8),
+    st.floats(0.1, 2.0),
+    st.integers(2, 4),
+    st.integers(0, 6),
+    st.sampled_from(["signal", "information"]),
+)
+def test_knapsack_heap_greedy_equals_the_full_rescan(posteriors, prompts, n, budget, min_responses, extra, value):
+    """Same allocation as the round-by-round rescan, ties (repeated posteriors) included."""
+    cfg = {"budget": budget, "min_responses": min_responses, "max_responses": min_responses + extra, "value": value}
+    req = _request(posteriors, prompts, n, **cfg)
+    assert ALLOCATORS.get("knapsack")(req) == knapsack_by_full_rescan(req)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.floats(0.01, 50), st.floats(0.01, 50), st.integers(1, 30))
 def test_signal_probability_is_a_probability_rising_with_k(a, b, k):

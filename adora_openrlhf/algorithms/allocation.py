@@ -43,6 +43,7 @@ with the highest s(n), so that every step trains on something.
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections import OrderedDict
@@ -304,32 +305,41 @@ def difficulty_allocation(req: AllocationRequest) -> list[int]:
 
 @register_allocator("knapsack")
 def knapsack_allocation(req: AllocationRequest) -> list[int]:
-    """Greedy by value (``allocation.value``) gained per response under the budget B (module docstring)."""
+    """Greedy by value (``allocation.value``) gained per response under the budget B (module docstring).
+
+    Each round takes the item of largest gain per response (earlier candidate on ties) among those that fit in
+    what is left of B, have a positive gain, and do not open a prompt beyond the P-th. The candidates' next items
+    wait in a heap: taking an item changes only its own candidate's next one, and an item that is refused stays
+    refused (what is left of B and the number of prompts still to open only shrink), so a step costs
+    O(B log C) value evaluations instead of O(B C)."""
     cfg = req.cfg
     budget = cfg.knapsack_budget(req.prompts, req.group_size)
     value = KNAPSACK_VALUES.get(cfg.value)
     counts = [0] * len(req.posteriors)
+    heap: list[tuple[float, int, int]] = []  # (-gain per response, candidate, cost) of each candidate's next item
 
-    def next_item(i: int) -> tuple[float, int] | None:  # (gain per response, cost) of the candidate's next item
+    def push_next_item(i: int) -> None:
         a, b = req.posteriors[i]
         k = counts[i]
         if k >= cfg.max_responses:
-            return None
+            return
         step = cfg.min_responses if k == 0 else 1
-        return (value(a, b, k + step) - value(a, b, k)) / step, step
+        gain = (value(a, b, k + step) - value(a, b, k)) / step
+        if gain > 0:
+            heapq.heappush(heap, (-gain, i, step))
 
+    for i in range(len(counts)):
+        push_next_item(i)
     spent = opened = 0
-    while True:
-        best, best_i = None, -1
-        for i in range(len(counts)):
-            item = None if counts[i] == 0 and opened >= req.prompts else next_item(i)
-            if item is not None and item[1] <= budget - spent and item[0] > 0 and (best is None or item[0] > best[0]):
-                best, best_i = item, i
-        if best is None:
-            return counts
-        opened += counts[best_i] == 0
-        counts[best_i] += best[1]
-        spent += best[1]
+    while heap:
+        _, i, cost = heapq.heappop(heap)
+        if cost > budget - spent or (counts[i] == 0 and opened >= req.prompts):
+            continue
+        opened += counts[i] == 0
+        counts[i] += cost
+        spent += cost
+        push_next_item(i)
+    return counts
 
 
 @dataclass(frozen=True)
