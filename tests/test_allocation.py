@@ -153,25 +153,6 @@ def test_allocate_explores_and_never_samples_nothing():
     assert explored.counts == [8, 8, 0, 0]  # every candidate scored with the prior
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(st.tuples(st.floats(0.05, 30), st.floats(0.05, 30)), min_size=1, max_size=12),
-    st.integers(1, 6),
-    st.integers(2, 8),
-    st.floats(0.1, 2.0),
-    st.integers(2, 4),
-    st.integers(0, 6),
-    st.sampled_from(["signal", "information"]),
-)
-def test_knapsack_properties(posteriors, prompts, n, budget, min_responses, extra, value):
-    cfg = {"budget": budget, "min_responses": min_responses, "max_responses": min_responses + extra, "value": value}
-    counts = ALLOCATORS.get("knapsack")(_request(posteriors, prompts, n, **cfg))
-    limit = max(min_responses, round(budget * prompts * n))
-    assert len(counts) == len(posteriors) and sum(counts) <= limit
-    assert all(c == 0 or min_responses <= c <= min_responses + extra for c in counts)
-    assert sum(c > 0 for c in counts) <= prompts
-
-
 def knapsack_by_full_rescan(req: AllocationRequest) -> list[int]:
     """The knapsack greedy as its docstring states it, rescanning every candidate's next item each round."""
     cfg, value = req.cfg, {"signal": signal_probability, "information": information_value}[req.cfg.value]
@@ -204,11 +185,17 @@ def knapsack_by_full_rescan(req: AllocationRequest) -> list[int]:
     st.integers(0, 6),
     st.sampled_from(["signal", "information"]),
 )
-def test_knapsack_heap_greedy_equals_the_full_rescan(posteriors, prompts, n, budget, min_responses, extra, value):
-    """Same allocation as the round-by-round rescan, ties (repeated posteriors) included."""
+def test_knapsack_properties(posteriors, prompts, n, budget, min_responses, extra, value):
+    """Within the budget, group sizes and prompt count; and the same allocation as the round-by-round rescan, ties
+    (repeated posteriors) included."""
     cfg = {"budget": budget, "min_responses": min_responses, "max_responses": min_responses + extra, "value": value}
     req = _request(posteriors, prompts, n, **cfg)
-    assert ALLOCATORS.get("knapsack")(req) == knapsack_by_full_rescan(req)
+    counts = ALLOCATORS.get("knapsack")(req)
+    assert counts == knapsack_by_full_rescan(req)
+    limit = max(min_responses, round(budget * prompts * n))
+    assert len(counts) == len(posteriors) and sum(counts) <= limit
+    assert all(c == 0 or min_responses <= c <= min_responses + extra for c in counts)
+    assert sum(c > 0 for c in counts) <= prompts
 
 
 @settings(max_examples=60, deadline=None)
