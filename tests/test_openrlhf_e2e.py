@@ -323,6 +323,17 @@ def test_an_engine_that_cannot_start_stops_the_launch(setup, tmp_path):
     assert line.startswith("error: the OpenRLHF run failed (") and "Error" in line and "\x1b" not in line, line
 
 
+def cpu_strategy(*flags: str):
+    """The DeepSpeed strategy the policy actor builds from OpenRLHF's flags, in this process (no CUDA)."""
+    from adora_openrlhf.backends.openrlhf.compat.entry import parse_openrlhf_args
+    from adora_openrlhf.backends.openrlhf.cpu.flash_attn_standin import install_if_needed
+
+    install_if_needed()  # as the launcher does on a machine without CUDA and flash-attn
+    from adora_openrlhf.backends.openrlhf.actors import adora_get_strategy
+
+    return adora_get_strategy(parse_openrlhf_args(["--reward.remote_url", "r.py", *flags]))
+
+
 def test_a_checkpoint_loads_exactly_into_two_zero3_gloo_ranks(tmp_path):
     """Six loads of a two-layer model of width 256 (q/k/v weights and biases per module, gathered together) with
     the CPU strategy's ZeRO-3 config: every parameter equals the checkpoint's on both ranks after each load. Run with
@@ -337,14 +348,7 @@ def test_a_checkpoint_loads_exactly_into_two_zero3_gloo_ranks(tmp_path):
         num_key_value_heads=2, tie_word_embeddings=False,
     )  # fmt: skip
     Qwen2ForCausalLM(config).save_pretrained(tmp_path / "model")
-    from adora_openrlhf.backends.openrlhf.compat.entry import parse_openrlhf_args
-    from adora_openrlhf.backends.openrlhf.cpu.flash_attn_standin import install_if_needed
-
-    install_if_needed()  # as the launcher does on a machine without CUDA and flash-attn
-    from adora_openrlhf.backends.openrlhf.actors import adora_get_strategy
-
-    strategy = adora_get_strategy(parse_openrlhf_args(["--reward.remote_url", "r.py", "--ds.zero_stage", "3"]))
-    ds_config = strategy.get_ds_train_config()
+    ds_config = cpu_strategy("--ds.zero_stage", "3").get_ds_train_config()
     (tmp_path / "ds.json").write_text(json.dumps(ds_config))
     result = subprocess.run(
         [sys.executable, str(FIXTURES / "zero3_loads.py"), str(tmp_path / "model"), str(tmp_path / "ds.json"),
@@ -359,19 +363,13 @@ def test_a_checkpoint_loads_exactly_into_two_zero3_gloo_ranks(tmp_path):
 def test_the_cpu_strategy_uses_torch_adamw():
     """Without CUDA, OpenRLHF's AdamW runs as torch's (DeepSpeed's torch_adam): DeepSpeed's fused CPU kernel, which it
     would compile first, is not needed; Adam offload keeps DeepSpeed's CPU Adam."""
-    from adora_openrlhf.backends.openrlhf.compat.entry import parse_openrlhf_args
-    from adora_openrlhf.backends.openrlhf.cpu.flash_attn_standin import install_if_needed
-
-    install_if_needed()  # as the launcher does on a machine without CUDA and flash-attn
-    from adora_openrlhf.backends.openrlhf.actors import adora_get_strategy
-
     optim = {"type": "AdamW", "params": {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}}
-    strategy = adora_get_strategy(parse_openrlhf_args(["--reward.remote_url", "r.py"]))
+    strategy = cpu_strategy()
     assert (
         strategy.get_ds_train_config(dict(optim, params=dict(optim["params"])))["optimizer"]["params"]["torch_adam"]
         is True
     )
-    offload = adora_get_strategy(parse_openrlhf_args(["--reward.remote_url", "r.py", "--ds.adam_offload"]))
+    offload = cpu_strategy("--ds.adam_offload")
     assert (
         "torch_adam"
         not in offload.get_ds_train_config(dict(optim, params=dict(optim["params"])))["optimizer"]["params"]
