@@ -107,10 +107,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # groups with signal: its budget moves from nearly solved prompts to those still being learned
     "Knapsack-0.5-info-cosine": {**_KNAPSACK_HALF, "allocation.value": "information", **_COSINE},
     "Knapsack-0.5+ADORA": {**_KNAPSACK_HALF, **_ADORA},
+    # the schedule alone at the knapsack's budget: GRPO for half the steps (half its tokens), the learning rate
+    # decayed to 0 by step 40; what a cosine knapsack saves beyond stopping early with a decayed rate
+    "GRPO-40-cosine": {**_COSINE, "steps": 40},
 }
 # A variant that changes GRPO's training settings besides the allocation is also paired with GRPO under the same
-# settings: what allocation saves at that learning-rate schedule, apart from what the schedule itself buys.
-MATCHED_REFERENCES: dict[str, str] = {"Knapsack-0.5-cosine": "GRPO-cosine", "Knapsack-0.5-info-cosine": "GRPO-cosine"}
+# settings: what allocation saves at that learning-rate schedule, apart from what the schedule itself buys. The
+# cosine knapsacks have two such references: GRPO-cosine (GRPO's budget) and GRPO-40-cosine (the knapsacks' budget,
+# so that accuracy at 100% of its tokens is accuracy at equal budget).
+_COSINE_REFERENCES = ("GRPO-cosine", "GRPO-40-cosine")
+MATCHED_REFERENCES: dict[str, tuple[str, ...]] = {
+    "Knapsack-0.5-cosine": _COSINE_REFERENCES,
+    "Knapsack-0.5-info-cosine": _COSINE_REFERENCES,
+}
 FIXED_TARGETS = (0.75, 0.8)  # absolute accuracy targets besides GRPO's final accuracy of the seed
 BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
 PLATEAU_EVALS = 4  # GRPO's plateau of a seed: the mean of its last 4 evaluations (kk-revisit: its last 20 steps)
@@ -340,8 +349,8 @@ def matched_comparisons(
     paired records (:func:`paired_metric_records`, Holm over these variants) and the goal (:func:`goal_records`) of
     its variants against it, exactly as against GRPO."""
     out = {}
-    for ref in dict.fromkeys(MATCHED_REFERENCES.values()):
-        mine = [r for r in records if ref in (r["variant"], MATCHED_REFERENCES.get(r["variant"]))]
+    for ref in dict.fromkeys(ref for refs in MATCHED_REFERENCES.values() for ref in refs):
+        mine = [r for r in records if r["variant"] == ref or ref in MATCHED_REFERENCES.get(r["variant"], ())]
         if len({r["variant"] for r in mine}) > 1 and any(r["variant"] == ref for r in mine):
             out[ref] = {"paired": paired_metric_records(mine, ref, min_seeds), "goal": goal_records(mine, ref)}
     return out
@@ -406,7 +415,8 @@ def _matched_sections(matched: Mapping[str, Mapping[str, Sequence[Mapping[str, A
     lines = []
     for ref, block in matched.items():
         variants = ", ".join(dict.fromkeys(r["variant"] for r in block["paired"]))
-        lines += ["", f"## Against {ref}: {variants} paired with GRPO under the same training settings", "",
+        changes = ", ".join(f"{k}={v}" for k, v in VARIANTS.get(ref, {}).items())
+        lines += ["", f"## Against {ref} (GRPO with {changes}): {variants} paired with it", "",
                   _goal_table(block["goal"], ref), "", _paired_table(block["paired"], ref)]  # fmt: skip
     return lines
 
@@ -614,7 +624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         inits = dict(zip(seeds, run_pool(_warm, [(args.recipe, s, out) for s in seeds], args.workers), strict=True))
         for s in seeds:  # runs here pair with a GRPO run of this warm start, not with one stored from another
             refs = dict.fromkeys(
-                [REFERENCE, *(MATCHED_REFERENCES[v] for v, t in todo if t == s and v in MATCHED_REFERENCES)]
+                [REFERENCE, *(ref for v, t in todo if t == s for ref in MATCHED_REFERENCES.get(v, ()))]
             )
             fingerprint = warm_start_fingerprint(inits[s])
             for ref in refs:

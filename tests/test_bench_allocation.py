@@ -254,7 +254,8 @@ def test_the_warm_start_fingerprint_follows_the_weights(tmp_path):
     ("variant", "expected"),
     [
         ("Skip", [("GRPO", 0), ("Skip", 0)]),
-        ("Knapsack-0.5-cosine", [("GRPO", 0), ("GRPO-cosine", 0), ("Knapsack-0.5-cosine", 0)]),  # its matched one too
+        # its matched references too
+        ("Knapsack-0.5-cosine", [("GRPO", 0), ("GRPO-40-cosine", 0), ("GRPO-cosine", 0), ("Knapsack-0.5-cosine", 0)]),
     ],
 )
 def test_a_new_warm_start_runs_grpo_again_beside_the_new_variant(tmp_path, monkeypatch, variant, expected):
@@ -271,16 +272,22 @@ def test_a_new_warm_start_runs_grpo_again_beside_the_new_variant(tmp_path, monke
 
 
 def test_a_matched_variant_is_also_paired_with_grpo_under_its_own_schedule():
-    """Knapsack-0.5-cosine against GRPO (constant rate, which it beats) and against GRPO-cosine (which it only
-    matches): the second comparison holds GRPO-cosine's runs as the reference and the matched variants alone."""
+    """Knapsack-0.5-cosine against GRPO (constant rate, which it beats), against GRPO-cosine (which it only
+    matches) and against GRPO-40-cosine (the schedule alone at its budget, which it beats at equal tokens): each
+    matched comparison holds that reference's runs as the reference and the matched variants alone."""
     records = []
     for s in range(3):
         records.append(_rec("GRPO", s, [[0.0, 0.2], [100.0, 0.8], [200.0, 0.8]]))
         records.append(_rec("GRPO-cosine", s, [[0.0, 0.2], [100.0, 0.8], [200.0, 0.9]]))
         records.append(_rec("Knapsack-0.5-cosine", s, [[0.0, 0.2], [50.0, 0.8], [100.0, 0.9]]))
+        records.append(_rec("GRPO-40-cosine", s, [[0.0, 0.2], [50.0, 0.6], [100.0, 0.85]]))
         records.append(_rec("Skip", s, [[0.0, 0.2], [100.0, 0.8], [150.0, 0.8]]))
     matched = allocation.matched_comparisons(records, min_seeds=3)
-    assert list(matched) == ["GRPO-cosine"]
+    assert list(matched) == ["GRPO-cosine", "GRPO-40-cosine"]
+    at_equal_budget = {(r["metric"], r["variant"]): r for r in matched["GRPO-40-cosine"]["paired"]}
+    assert {v for _, v in at_equal_budget} == {"Knapsack-0.5-cosine"}
+    assert at_equal_budget[("acc_at_100pct", "Knapsack-0.5-cosine")]["mean_diff"] == pytest.approx(0.05)
+    assert at_equal_budget[("acc_at_50pct", "Knapsack-0.5-cosine")]["mean_diff"] == pytest.approx(0.2)
     paired = {(r["metric"], r["variant"]): r for r in matched["GRPO-cosine"]["paired"]}
     assert {v for _, v in paired} == {"Knapsack-0.5-cosine"}
     assert paired[("acc_final", "Knapsack-0.5-cosine")]["mean_diff"] == pytest.approx(0.0)
@@ -293,4 +300,9 @@ def test_a_matched_variant_is_also_paired_with_grpo_under_its_own_schedule():
                              list(against_grpo.values()), goal_records(records), {"recipe": "r", "seeds": [0, 1, 2]},
                              matched)  # fmt: skip
     assert "## Against GRPO-cosine" in text and "censored (variant/GRPO-cosine)" in text
-    assert allocation.matched_comparisons([r for r in records if r["variant"] != "GRPO-cosine"]) == {}
+    assert "## Against GRPO-40-cosine" in text
+    assert list(allocation.matched_comparisons([r for r in records if r["variant"] != "GRPO-cosine"])) == [
+        "GRPO-40-cosine"
+    ]
+    no_matched_reference = [r for r in records if r["variant"] not in ("GRPO-cosine", "GRPO-40-cosine")]
+    assert allocation.matched_comparisons(no_matched_reference) == {}
