@@ -482,7 +482,8 @@ def report(
 
 def plot(records: Sequence[Mapping[str, Any]], path: Path) -> None:
     """Accuracy against generated tokens: each seed a thin line, the mean over seeds (at each evaluation) in bold,
-    labelled with its number of runs (a pilot's mean is over other seeds than a ten-seed variant's)."""
+    labelled with its number of runs (a pilot's mean is over other seeds than a ten-seed variant's); past ten
+    variants the colours repeat with another line style."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -491,14 +492,21 @@ def plot(records: Sequence[Mapping[str, Any]], path: Path) -> None:
     variants = list(dict.fromkeys(r["variant"] for r in records))
     fig, ax = plt.subplots(figsize=(9, 5.5))
     for i, v in enumerate(variants):
-        color = f"C{i % 10}"
+        color, style = f"C{i % 10}", ("-", "--", ":")[i // 10 % 3]
         mine = [r for r in records if r["variant"] == v]
         for r in mine:
-            ax.plot([x for x, _ in r["curve"]], [y for _, y in r["curve"]], color=color, linewidth=0.6, alpha=0.35)
+            ax.plot(
+                [x for x, _ in r["curve"]],
+                [y for _, y in r["curve"]],
+                color=color,
+                linestyle=style,
+                linewidth=0.6,
+                alpha=0.35,
+            )
         length = min(len(r["curve"]) for r in mine)
         xs = [sum(r["curve"][k][0] for r in mine) / len(mine) for k in range(length)]
         ys = [sum(r["curve"][k][1] for r in mine) / len(mine) for k in range(length)]
-        ax.plot(xs, ys, color=color, linewidth=2.2, label=f"{v} ({len(mine)} runs)")
+        ax.plot(xs, ys, color=color, linestyle=style, linewidth=2.2, label=f"{v} ({len(mine)} runs)")
     ax.set_xlabel("generated tokens")
     ax.set_ylabel("held-out greedy accuracy")
     ax.legend(fontsize=8)
