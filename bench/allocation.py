@@ -28,7 +28,11 @@ kept or not; ``sampling/tokens_generated``), evaluated every ``eval_every`` step
 
 The goal itself, GRPO's final accuracy of the seed reached at an evaluation within :data:`GOAL_FRACTION` of GRPO's
 tokens, is counted per variant (:func:`goal_records`: reached on k of n seeds, which seeds), and so is the same
-question for GRPO's plateau.
+question for GRPO's plateau. It is also tested, in two readings (:data:`GOAL_READINGS`): the tokens to GRPO's final
+accuracy over GRPO's total tokens (the goal as worded: a GRPO at its final accuracy early meets it by itself, so
+GRPO's own curve gets the same test) and over GRPO's own tokens to that accuracy (a saving at equal accuracy); each
+per seed as a log ratio less ln(GOAL_FRACTION), sign-flip and t with Holm, "met" where below the fraction, both
+established, and no loss of accuracy at equal budget established.
 
 Records accumulate: ``results.json`` keeps every finished run's record, and a later invocation (another machine, a
 fresh checkout without the run folders) reads them back (:func:`stored_records`) instead of running them again, as
@@ -57,7 +61,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -254,20 +258,84 @@ def paired_runs(
     return {v: out[v] for v in dict.fromkeys(r["variant"] for r in records) if v in out}
 
 
-def goal_records(records: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> list[dict[str, Any]]:
+GOAL_READINGS = (
+    "total",
+    "reach",
+)  # R_i: the reference's total tokens (the goal as worded), or its tokens to the target
+
+
+def goal_records(
+    records: Sequence[Mapping[str, Any]],
+    reference: str = REFERENCE,
+    paired: Sequence[Mapping[str, Any]] = (),
+    min_seeds: int = CONFIRMATORY_SEEDS,
+) -> list[dict[str, Any]]:
     """Per variant: on how many of the seeds it ran beside the reference it reaches the reference's final accuracy
     within :data:`GOAL_FRACTION` of the reference's tokens (:func:`reaches_goal`), and on which; the same for the
     reference's plateau (:func:`plateau`) as the target. The reference's own row reads its own curve: how often GRPO
     itself was at its final accuracy by then (that target is one evaluation, so a plateau reached early can meet it or
-    miss it by evaluation noise alone)."""
+    miss it by evaluation noise alone).
+
+    Beside the count, the goal as a test in two readings (:func:`_goal_test`, keys ``goal_<reading>_*``): the run's
+    tokens to the reference's final accuracy over the reference's total tokens (``total``: the goal as worded, which a
+    reference already at its final accuracy early meets by itself) or over the reference's own tokens to that accuracy
+    (``reach``: a saving at equal accuracy), tested against GOAL_FRACTION with Holm over the variants on at least
+    ``min_seeds`` seeds; ``goal_<reading>_met`` where the geometric-mean ratio is below the fraction, both
+    Holm-adjusted p-values are below 0.05, and no loss of accuracy at equal budget is established (``acc_at_100pct``
+    of ``paired``, ``loss_at_equal_budget``). The reference's own row gets the ``total`` test (how far its own curve
+    meets the goal as worded) outside the family and without a verdict."""
+    loss_at_equal_budget = {
+        r["variant"] for r in paired if r["metric"] == "acc_at_100pct" and r["established"] and r["mean_diff"] < 0
+    }
     out = []
     for variant, units in paired_runs(records, reference).items():
         reached = [u for u, (rec, ref) in units.items() if reaches_goal(rec, ref)]
         on_plateau = [u for u, (rec, ref) in units.items() if reaches_goal(rec, ref, target=plateau(ref["curve"]))]
-        out.append({"variant": variant, "fraction": GOAL_FRACTION, "n": len(units), "reached": len(reached),
-                    "seeds_reached": reached, "reached_plateau": len(on_plateau),
-                    "seeds_reached_plateau": on_plateau})  # fmt: skip
+        g = {"variant": variant, "fraction": GOAL_FRACTION, "n": len(units), "reached": len(reached),
+             "seeds_reached": reached, "reached_plateau": len(on_plateau), "seeds_reached_plateau": on_plateau}  # fmt: skip
+        for reading in GOAL_READINGS if variant != reference else GOAL_READINGS[:1]:
+            g.update({f"goal_{reading}_{k}": v for k, v in _goal_test(units.values(), reading).items()})
+        g["loss_at_equal_budget"] = variant in loss_at_equal_budget
+        out.append(g)
+    family = [g for g in out if g["variant"] != reference and g["n"] >= min_seeds]
+    for reading in GOAL_READINGS:
+        for key in ("p_sign_flip", "p_value"):
+            for g, adjusted in zip(family, holm([g[f"goal_{reading}_{key}"] for g in family]), strict=True):
+                g[f"goal_{reading}_{key}_holm"] = adjusted
+        for g in out:
+            if g["variant"] != reference:
+                p = (g[f"goal_{reading}_p_sign_flip_holm"], g[f"goal_{reading}_p_value_holm"])
+                below = g[f"goal_{reading}_ratio"] is not None and g[f"goal_{reading}_ratio"] < GOAL_FRACTION
+                established = all(x is not None and x < ESTABLISHED for x in p)
+                g[f"goal_{reading}_met"] = below and established and not g["loss_at_equal_budget"]
     return out
+
+
+def _goal_test(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], reading: str) -> dict[str, Any]:
+    """The goal as a test over (run, reference run) pairs of seeds: per seed g_i = ln(T_i / R_i) - ln(GOAL_FRACTION),
+    T_i the run's tokens to the reference's final accuracy (:func:`tokens_to_reach`), R_i the reference's total
+    tokens (``reading`` "total") or its tokens to its own final accuracy ("reach"). A run that never gets there has
+    T_i at least its budget, so its g_i is a lower bound, kept where it is >= 0 (the goal missed either way) and else
+    counted as g_i = 0 (``undetermined``). ``ratio`` = exp(mean g + ln GOAL_FRACTION), the geometric mean of
+    T_i / R_i, with its 95% interval, and the sign-flip and t p-values of mean g = 0 (the Holm-adjusted ones are
+    filled in by :func:`goal_records`)."""
+    if reading not in GOAL_READINGS:
+        raise ValueError(f"reading: one of {GOAL_READINGS}, got {reading!r}")
+    shift = math.log(GOAL_FRACTION)
+    known = []
+    for rec, ref in pairs:
+        tokens, reached = tokens_to_reach(rec["curve"], ref["acc_final"])
+        base = ref["tokens_total"] if reading == "total" else tokens_to_reach(ref["curve"], ref["acc_final"])[0]
+        known.append(censored_log_ratio(math.log(max(tokens, 1.0) / max(base, 1.0)) - shift, not reached, False))
+    diffs = [0.0 if d is None else d for d in known]
+    test = paired_t(diffs)
+
+    def ratio(x: float | None) -> float | None:
+        return None if x is None else math.exp(x + shift)
+
+    return {"ratio": ratio(test.mean), "ratio_low": ratio(test.ci_low), "ratio_high": ratio(test.ci_high),
+            "undetermined": sum(d is None for d in known), "p_sign_flip": sign_flip_p(diffs) if diffs else None,
+            "p_value": test.p_value, "p_sign_flip_holm": None, "p_value_holm": None}  # fmt: skip
 
 
 def paired_metric_records(
@@ -352,7 +420,8 @@ def matched_comparisons(
     for ref in dict.fromkeys(ref for refs in MATCHED_REFERENCES.values() for ref in refs):
         mine = [r for r in records if r["variant"] == ref or ref in MATCHED_REFERENCES.get(r["variant"], ())]
         if len({r["variant"] for r in mine}) > 1 and any(r["variant"] == ref for r in mine):
-            out[ref] = {"paired": paired_metric_records(mine, ref, min_seeds), "goal": goal_records(mine, ref)}
+            paired_mine = paired_metric_records(mine, ref, min_seeds)
+            out[ref] = {"paired": paired_mine, "goal": goal_records(mine, ref, paired_mine, min_seeds)}
     return out
 
 
@@ -381,6 +450,36 @@ def _goal_table(goal: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -
         ["variant", "final: reached", "seeds", "plateau: reached", "seeds"],
         [[label.get(g["variant"], g["variant"]), f"{g['reached']} of {g['n']}", seeds("seeds_reached", g),
           f"{g['reached_plateau']} of {g['n']}", seeds("seeds_reached_plateau", g)] for g in goal],
+    )  # fmt: skip
+
+
+def _goal_test_table(goal: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> str:
+    """The goal's two readings (:func:`goal_records`) per variant: ratio [95% CI], sign-flip and t p (Holm), met."""
+
+    def cells(g: Mapping[str, Any], reading: str) -> list[str]:
+        k = f"goal_{reading}_"
+        if k + "ratio" not in g:
+            return ["", "", "", ""]
+        undetermined = f" (+{g[k + 'undetermined']} undetermined)" if g[k + "undetermined"] else ""
+        ratio = (
+            f"{_fmt(g[k + 'ratio'], '.2f')}x [{_fmt(g[k + 'ratio_low'], '.2f')}, {_fmt(g[k + 'ratio_high'], '.2f')}]"
+        )
+        sf, t = (f"{_fmt(g[k + p], '.4f')} ({_fmt(g[k + p + '_holm'], '.4f')})" for p in ("p_sign_flip", "p_value"))
+        if g["variant"] == reference:
+            met = ""
+        elif g[k + "met"]:
+            met = "yes"
+        elif g[k + "p_sign_flip_holm"] is None:
+            met = "pilot"
+        else:
+            met = "no (loss at equal budget)" if g["loss_at_equal_budget"] else "no"
+        return [ratio + undetermined, sf, t, met]
+
+    label = {reference: f"{reference} (its own curve)"}
+    return markdown_table(
+        ["variant", f"tokens to final / {reference}'s total", "p sign-flip (Holm)", "p t (Holm)", "met",
+         f"tokens to final / {reference}'s tokens to it", "p sign-flip (Holm)", "p t (Holm)", "met"],
+        [[label.get(g["variant"], g["variant"]), *cells(g, "total"), *cells(g, "reach")] for g in goal],
     )  # fmt: skip
 
 
@@ -417,7 +516,8 @@ def _matched_sections(matched: Mapping[str, Mapping[str, Sequence[Mapping[str, A
         variants = ", ".join(dict.fromkeys(r["variant"] for r in block["paired"]))
         changes = ", ".join(f"{k}={v}" for k, v in VARIANTS.get(ref, {}).items())
         lines += ["", f"## Against {ref} (GRPO with {changes}): {variants} paired with it", "",
-                  _goal_table(block["goal"], ref), "", _paired_table(block["paired"], ref)]  # fmt: skip
+                  _goal_table(block["goal"], ref), "", _goal_test_table(block["goal"], ref), "",
+                  _paired_table(block["paired"], ref)]  # fmt: skip
     return lines
 
 
@@ -470,9 +570,18 @@ def report(
         markdown_table(header, rows),
         "",
         f"The goal, GRPO's final accuracy of the seed reached within {GOAL_FRACTION}x GRPO's tokens (at an evaluation), "
-        "and the same for GRPO's plateau:",
+        "and the same for GRPO's plateau, counted per seed:",
         "",
         _goal_table(goal),
+        "",
+        "The goal as a test, in two readings: a variant's tokens to GRPO's final accuracy of the seed over GRPO's total "
+        "tokens (the goal as worded; GRPO's own row shows how far GRPO's curve meets it by itself), and over GRPO's own "
+        f"tokens to that accuracy (a saving at equal accuracy). Geometric means over seeds; tested against {GOAL_FRACTION} "
+        f"(log ratio less ln {GOAL_FRACTION}), Holm over the variants on at least {CONFIRMATORY_SEEDS} seeds. Met = "
+        f"below {GOAL_FRACTION}x, both adjusted p below 0.05, and no established loss of accuracy at 100% of GRPO's "
+        "tokens:",
+        "",
+        _goal_test_table(goal),
         "",
         _paired_table(paired),
         *_matched_sections(matched or {}),
@@ -655,7 +764,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "recipe_config": recipe_config(args.recipe),
         "wall_s_this_invocation": time.time() - started,
     }
-    goal, matched = goal_records(records), matched_comparisons(records)
+    goal, matched = goal_records(records, REFERENCE, paired), matched_comparisons(records)
     write_json(out / "results.json",
                {"settings": settings, "records": records, "paired": paired, "goal": goal, "matched": matched})  # fmt: skip
     text = report(records, paired, goal, settings, matched)

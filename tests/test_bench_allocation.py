@@ -66,14 +66,61 @@ def test_the_goal_counts_grpos_final_accuracy_reached_within_half_of_grpos_token
     assert reaches_goal(early, grpo) and not reaches_goal(late, grpo)
     second = [_rec("GRPO", 1, grpo["curve"]), _rec("Early", 1, late["curve"]), _rec("Late", 1, late["curve"])]
     goal = {g["variant"]: g for g in goal_records([grpo, early, late, *second])}
-    assert goal["Early"] == {"variant": "Early", "fraction": 0.5, "n": 2, "reached": 1, "seeds_reached": [0],
-                             "reached_plateau": 2, "seeds_reached_plateau": [0, 1]}  # fmt: skip
+    counts = {"variant": "Early", "fraction": 0.5, "n": 2, "reached": 1, "seeds_reached": [0], "reached_plateau": 2,
+              "seeds_reached_plateau": [0, 1]}  # fmt: skip
+    assert {k: goal["Early"][k] for k in counts} == counts
     # GRPO's three evaluations average 0.617 (its plateau): the late curve's 0.8 at 100 tokens meets that too
     assert goal["Late"]["reached"] == 0
     assert goal["GRPO"]["seeds_reached"] == []  # GRPO's own 0.85 comes at its last evaluation, 200 tokens
     paired = {(r["metric"], r["variant"]): r for r in paired_metric_records([grpo, early, late, *second])}
     # at 100 tokens Early is at 0.86 on seed 0 and 0.8 on seed 1 (the late curve), against GRPO's final 0.85
     assert paired[("acc_at_50pct_vs_ref_final", "Early")]["per_seed"] == pytest.approx({"0": 0.01, "1": -0.05})
+
+
+def test_the_goal_as_a_test_needs_below_half_established_and_no_loss_at_equal_budget():
+    grpo = [[0.0, 0.2], [100.0, 0.7], [200.0, 0.8]]  # GRPO's final 0.8 at 200 tokens, its total
+    records = []
+    for seed in range(10):
+        records.append(_rec("GRPO", seed, grpo))
+        records.append(_rec("Quarter", seed, [[0.0, 0.2], [40.0 + 2 * seed, 0.8], [100.0, 0.8]]))  # 0.20x-0.29x
+        records.append(_rec("AtHalf", seed, [[0.0, 0.2], [(90.0, 110.0)[seed % 2], 0.8], [200.0, 0.8]]))
+        records.append(_rec("Fades", seed, [[0.0, 0.2], [50.0, 0.8], [100.0, 0.6]]))  # 0.25x, then 0.6 at 200
+    paired = paired_metric_records(records)
+    goal = {g["variant"]: g for g in goal_records(records, "GRPO", paired)}
+    quarter = goal["Quarter"]
+    g = [math.log((40 + 2 * s) / 100) for s in range(10)]  # ln(cost / GRPO's 200) - ln 0.5
+    assert quarter["goal_total_ratio"] == pytest.approx(0.5 * math.exp(sum(g) / 10))
+    assert quarter["goal_total_p_sign_flip"] == pytest.approx(2 / 1024)  # every g_i < 0: the identity and its mirror
+    assert quarter["goal_total_p_sign_flip_holm"] == pytest.approx(3 * 2 / 1024)  # Holm over the three variants
+    assert quarter["goal_total_met"] is True and quarter["loss_at_equal_budget"] is False
+    # GRPO gets to its final accuracy only at its last evaluation: both readings divide by the same 200 tokens
+    assert quarter["goal_reach_ratio"] == pytest.approx(quarter["goal_total_ratio"]) and quarter["goal_reach_met"]
+    at_half = goal["AtHalf"]  # ln 0.9 and ln 1.1 about the goal: a ratio of 0.498x, nothing established
+    assert at_half["goal_total_ratio"] == pytest.approx(0.5 * math.sqrt(0.9 * 1.1))
+    assert at_half["goal_total_p_sign_flip"] > 0.05 and at_half["goal_total_met"] is False
+    fades = goal["Fades"]  # 0.25x on every seed, but 0.2 below GRPO at 100% of its tokens
+    assert fades["goal_total_ratio"] == pytest.approx(0.25) and fades["loss_at_equal_budget"] is True
+    assert fades["goal_total_met"] is False
+    assert goal["GRPO"]["goal_total_ratio"] == pytest.approx(1.0)  # its own final comes at its last evaluation
+    assert "goal_total_met" not in goal["GRPO"] and "goal_reach_ratio" not in goal["GRPO"]  # no verdict for itself
+    pilot = {g["variant"]: g for g in goal_records([r for r in records if r["seed"] < 5], "GRPO")}["Quarter"]
+    assert pilot["goal_total_p_sign_flip_holm"] is None and pilot["goal_total_met"] is False  # five seeds: a pilot
+    table = allocation._goal_test_table(list(goal.values()))
+    assert "| Quarter | 0.24x" in table and "| no (loss at equal budget) |" in table
+
+
+def test_the_goals_two_readings_differ_where_grpo_is_at_its_final_accuracy_early():
+    records = []
+    for seed in range(10):  # GRPO at its final 0.8 by 50 of its 200 tokens; the variant there at 40 + seed
+        records.append(_rec("GRPO", seed, [[0.0, 0.2], [50.0, 0.8], [200.0, 0.8]]))
+        records.append(_rec("Early", seed, [[0.0, 0.2], [40.0 + seed, 0.8], [100.0, 0.8]]))
+    goal = {g["variant"]: g for g in goal_records(records)}
+    assert goal["GRPO"]["goal_total_ratio"] == pytest.approx(0.25)  # GRPO's own curve meets the goal as worded
+    early = goal["Early"]
+    assert early["goal_total_ratio"] == pytest.approx(math.exp(sum(math.log((40 + s) / 200) for s in range(10)) / 10))
+    assert early["goal_total_met"] is True
+    assert early["goal_reach_ratio"] == pytest.approx(4 * early["goal_total_ratio"])  # 0.8x-0.98x of GRPO's 50
+    assert early["goal_reach_met"] is False
 
 
 def test_run_record_reads_tokens_and_zero_signal_from_metrics():
