@@ -114,6 +114,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # the schedule alone at the knapsack's budget: GRPO for half the steps (half its tokens), the learning rate
     # decayed to 0 by step 40; what a cosine knapsack saves beyond stopping early with a decayed rate
     "GRPO-40-cosine": {**_COSINE, "steps": 40},
+    # a third of the recipe's learning rate: GRPO's jump comes at steps 20-35 instead of 10 and its plateau stays flat
+    # (no drift to stop before), so its final accuracy is reached late; at a constant rate its first 40 steps are
+    # also GRPO-40 at this rate (the same updates), the equal-budget control
+    "GRPO-lr5e-5": {"train.lr": 5e-5},
+    "Knapsack-0.5-lr5e-5": {**_KNAPSACK_HALF, "train.lr": 5e-5},
 }
 # A variant that changes GRPO's training settings besides the allocation is also paired with GRPO under the same
 # settings: what allocation saves at that learning-rate schedule, apart from what the schedule itself buys. The
@@ -123,6 +128,7 @@ _COSINE_REFERENCES = ("GRPO-cosine", "GRPO-40-cosine")
 MATCHED_REFERENCES: dict[str, tuple[str, ...]] = {
     "Knapsack-0.5-cosine": _COSINE_REFERENCES,
     "Knapsack-0.5-info-cosine": _COSINE_REFERENCES,
+    "Knapsack-0.5-lr5e-5": ("GRPO-lr5e-5",),
 }
 FIXED_TARGETS = (0.75, 0.8)  # absolute accuracy targets besides GRPO's final accuracy of the seed
 BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
