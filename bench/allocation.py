@@ -264,10 +264,8 @@ def paired_runs(
     return {v: out[v] for v in dict.fromkeys(r["variant"] for r in records) if v in out}
 
 
-GOAL_READINGS = (
-    "total",
-    "reach",
-)  # R_i: the reference's total tokens (the goal as worded), or its tokens to the target
+# R_i of the goal's test (:func:`_goal_test`): the reference's total tokens (the goal as worded), or its tokens to the target
+GOAL_READINGS = ("total", "reach")
 
 
 def goal_records(
@@ -297,23 +295,21 @@ def goal_records(
     for variant, units in paired_runs(records, reference).items():
         reached = [u for u, (rec, ref) in units.items() if reaches_goal(rec, ref)]
         on_plateau = [u for u, (rec, ref) in units.items() if reaches_goal(rec, ref, target=plateau(ref["curve"]))]
-        g = {"variant": variant, "fraction": GOAL_FRACTION, "n": len(units), "reached": len(reached),
-             "seeds_reached": reached, "reached_plateau": len(on_plateau), "seeds_reached_plateau": on_plateau}  # fmt: skip
-        for reading in GOAL_READINGS if variant != reference else GOAL_READINGS[:1]:
-            g.update({f"goal_{reading}_{k}": v for k, v in _goal_test(units.values(), reading).items()})
-        g["loss_at_equal_budget"] = variant in loss_at_equal_budget
-        out.append(g)
-    family = [g for g in out if g["variant"] != reference and g["n"] >= min_seeds]
-    for reading in GOAL_READINGS:
-        for key in ("p_sign_flip", "p_value"):
-            for g, adjusted in zip(family, holm([g[f"goal_{reading}_{key}"] for g in family]), strict=True):
-                g[f"goal_{reading}_{key}_holm"] = adjusted
-        for g in out:
-            if g["variant"] != reference:
-                p = (g[f"goal_{reading}_p_sign_flip_holm"], g[f"goal_{reading}_p_value_holm"])
-                below = g[f"goal_{reading}_ratio"] is not None and g[f"goal_{reading}_ratio"] < GOAL_FRACTION
-                established = all(x is not None and x < ESTABLISHED for x in p)
-                g[f"goal_{reading}_met"] = below and established and not g["loss_at_equal_budget"]
+        out.append({"variant": variant, "fraction": GOAL_FRACTION, "n": len(units), "reached": len(reached),
+                    "seeds_reached": reached, "reached_plateau": len(on_plateau),
+                    "seeds_reached_plateau": on_plateau,
+                    "goal_total": _goal_test(units.values(), "total"),
+                    "loss_at_equal_budget": variant in loss_at_equal_budget})  # fmt: skip
+        if variant != reference:
+            out[-1]["goal_reach"] = _goal_test(units.values(), "reach")
+    rows = [g for g in out if g["variant"] != reference]
+    for reading in GOAL_READINGS:  # the family and "established" as for every paired metric
+        tests = _holm_over_confirmatory([g[f"goal_{reading}"] for g in rows], min_seeds)
+        for g, test in zip(rows, tests, strict=True):
+            test["met"] = test["established"] and test["ratio"] < GOAL_FRACTION and not g["loss_at_equal_budget"]
+    for g in out:
+        for reading in GOAL_READINGS:
+            g.update({f"goal_{reading}_{k}": v for k, v in g.pop(f"goal_{reading}", {}).items()})
     return out
 
 
@@ -323,8 +319,8 @@ def _goal_test(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], rea
     tokens (``reading`` "total") or its tokens to its own final accuracy ("reach"). A run that never gets there has
     T_i at least its budget, so its g_i is a lower bound, kept where it is >= 0 (the goal missed either way) and else
     counted as g_i = 0 (``undetermined``). ``ratio`` = exp(mean g + ln GOAL_FRACTION), the geometric mean of
-    T_i / R_i, with its 95% interval, and the sign-flip and t p-values of mean g = 0 (the Holm-adjusted ones are
-    filled in by :func:`goal_records`)."""
+    T_i / R_i, with its 95% interval, and the sign-flip and t p-values of mean g = 0 (Holm, ``pilot`` and
+    ``established`` are added by :func:`goal_records` through :func:`_holm_over_confirmatory`)."""
     if reading not in GOAL_READINGS:
         raise ValueError(f"reading: one of {GOAL_READINGS}, got {reading!r}")
     shift = math.log(GOAL_FRACTION)
@@ -339,9 +335,9 @@ def _goal_test(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], rea
     def ratio(x: float | None) -> float | None:
         return None if x is None else math.exp(x + shift)
 
-    return {"ratio": ratio(test.mean), "ratio_low": ratio(test.ci_low), "ratio_high": ratio(test.ci_high),
+    return {"n": test.n, "ratio": ratio(test.mean), "ratio_low": ratio(test.ci_low), "ratio_high": ratio(test.ci_high),
             "undetermined": sum(d is None for d in known), "p_sign_flip": sign_flip_p(diffs) if diffs else None,
-            "p_value": test.p_value, "p_sign_flip_holm": None, "p_value_holm": None}  # fmt: skip
+            "p_value": test.p_value}  # fmt: skip
 
 
 def paired_metric_records(
@@ -470,12 +466,12 @@ def _goal_test_table(goal: Sequence[Mapping[str, Any]], reference: str = REFEREN
         ratio = (
             f"{_fmt(g[k + 'ratio'], '.2f')}x [{_fmt(g[k + 'ratio_low'], '.2f')}, {_fmt(g[k + 'ratio_high'], '.2f')}]"
         )
-        sf, t = (f"{_fmt(g[k + p], '.4f')} ({_fmt(g[k + p + '_holm'], '.4f')})" for p in ("p_sign_flip", "p_value"))
+        sf, t = (f"{_fmt(g[k + p], '.4f')} ({_fmt(g.get(k + p + '_holm'), '.4f')})" for p in ("p_sign_flip", "p_value"))
         if g["variant"] == reference:
             met = ""
         elif g[k + "met"]:
             met = "yes"
-        elif g[k + "p_sign_flip_holm"] is None:
+        elif g[k + "pilot"]:
             met = "pilot"
         else:
             met = "no (loss at equal budget)" if g["loss_at_equal_budget"] else "no"
