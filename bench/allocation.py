@@ -125,10 +125,22 @@ VARIANTS: dict[str, dict[str, Any]] = {
 # cosine knapsacks have two such references: GRPO-cosine (GRPO's budget) and GRPO-40-cosine (the knapsacks' budget,
 # so that accuracy at 100% of its tokens is accuracy at equal budget).
 _COSINE_REFERENCES = ("GRPO-cosine", "GRPO-40-cosine")
+# A constant-rate reference also stands as its own run stopped at half its steps (:data:`TRUNCATED_REFERENCES`): about
+# the budget of the knapsack and of GRPO-n4, so accuracy at 100% of its tokens is accuracy at equal budget, for free.
 MATCHED_REFERENCES: dict[str, tuple[str, ...]] = {
+    "Knapsack-0.5": ("GRPO-first-40",),
+    "GRPO-n4": ("GRPO-first-40",),
     "Knapsack-0.5-cosine": _COSINE_REFERENCES,
     "Knapsack-0.5-info-cosine": _COSINE_REFERENCES,
-    "Knapsack-0.5-lr5e-5": ("GRPO-lr5e-5",),
+    "Knapsack-0.5-lr5e-5": ("GRPO-lr5e-5", "GRPO-lr5e-5-first-40"),
+}
+# name -> (variant, last step): that variant's runs cut after the step (:func:`truncated_record`), a reference without a
+# run of its own. Exact only where a run's first steps do not depend on its length: a constant learning rate without
+# warm-up (kk-revisit's), the same data order; Knapsack-0.5-long's first 80 steps repeat Knapsack-0.5's evaluations
+# exactly. A variant with a learning-rate schedule is refused (:func:`truncated_references`).
+TRUNCATED_REFERENCES: dict[str, tuple[str, int]] = {
+    "GRPO-first-40": (REFERENCE, 40),
+    "GRPO-lr5e-5-first-40": ("GRPO-lr5e-5", 40),
 }
 FIXED_TARGETS = (0.75, 0.8)  # absolute accuracy targets besides GRPO's final accuracy of the seed
 BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
@@ -165,6 +177,57 @@ def run_record(run: Mapping[str, Any]) -> dict[str, Any]:
         "eval_s": sum(m.get("time/eval_s", 0.0) for m in evals),
         "train_s": sum(m.get("time/step_s", 0.0) for m in steps),
     }
+
+
+def truncated_record(rec: Mapping[str, Any], last_step: int, name: str) -> dict[str, Any]:
+    """``rec`` as if its run had stopped after step ``last_step``, named ``name``: its evaluations at steps
+    <= last_step, ``acc_final`` the accuracy at last_step, ``tokens_total`` and ``responses_total`` the cumulative
+    counts there (the curve's last point); what the cut cannot know (``zero_signal_second_half``, times) is None.
+    ``truncated_from`` names the run's variant. The run must have an evaluation at last_step."""
+    keep = [i for i, step in enumerate(rec["steps"]) if step <= last_step]
+    if not keep or rec["steps"][keep[-1]] != last_step:
+        raise ValueError(
+            f"{rec['variant']} seed {rec['seed']}: no evaluation at step {last_step} to cut at "
+            f"(evaluated at steps {rec['steps']}); choose a step its eval_every divides"
+        )
+    curve = [list(rec["curve"][i]) for i in keep]
+    return {
+        **rec,
+        "variant": name,
+        "truncated_from": rec["variant"],
+        "curve": curve,
+        "steps": [rec["steps"][i] for i in keep],
+        "responses_curve": [rec["responses_curve"][i] for i in keep],
+        "acc_final": curve[-1][1],
+        "tokens_total": curve[-1][0],
+        "responses_total": rec["responses_curve"][keep[-1]],
+        "zero_signal_second_half": None,
+        "eval_s": None,
+        "train_s": None,
+    }
+
+
+def truncated_references(records: Sequence[Mapping[str, Any]], recipe_train: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The records of every :data:`TRUNCATED_REFERENCES` entry, cut from its variant's records
+    (:func:`truncated_record`; a record without an evaluation at the step is named and left out). A cut is a stopped
+    run only at a constant learning rate without warm-up: a variant whose schedule (its own ``train.lr_scheduler`` /
+    ``train.lr_warmup_ratio``, else the recipe's ``recipe_train``) is another raises."""
+    out = []
+    for name, (variant, last_step) in TRUNCATED_REFERENCES.items():
+        schedule = VARIANTS[variant].get("train.lr_scheduler", recipe_train["lr_scheduler"])
+        warmup = VARIANTS[variant].get("train.lr_warmup_ratio", recipe_train.get("lr_warmup_ratio", 0.0))
+        if schedule != "constant" or warmup:
+            raise ValueError(
+                f"TRUNCATED_REFERENCES[{name!r}]: {variant} runs a {schedule!r} learning rate with warm-up ratio "
+                f"{warmup}, so its first {last_step} steps are not a {last_step}-step run; cut only variants at a "
+                "constant rate without warm-up"
+            )
+        for rec in (r for r in records if r["variant"] == variant):
+            if last_step in rec["steps"]:
+                out.append(truncated_record(rec, last_step, name))
+            else:  # a record evaluated on another grid: no cut, said so (its matched variants lose that seed's pair)
+                print(f"{name}: {variant} seed {unit_label(rec)} has no evaluation at step {last_step}; not cut")
+    return out
 
 
 def tokens_to_reach(curve: Sequence[Sequence[float]], target: float) -> tuple[float, bool]:
@@ -516,8 +579,12 @@ def _matched_sections(matched: Mapping[str, Mapping[str, Sequence[Mapping[str, A
     lines = []
     for ref, block in matched.items():
         variants = ", ".join(dict.fromkeys(r["variant"] for r in block["paired"]))
-        changes = ", ".join(f"{k}={v}" for k, v in VARIANTS.get(ref, {}).items())
-        lines += ["", f"## Against {ref} (GRPO with {changes}): {variants} paired with it", "",
+        if ref in TRUNCATED_REFERENCES:
+            source, last_step = TRUNCATED_REFERENCES[ref]
+            what = f"{source}'s runs up to step {last_step}"
+        else:
+            what = "GRPO with " + ", ".join(f"{k}={v}" for k, v in VARIANTS.get(ref, {}).items())
+        lines += ["", f"## Against {ref} ({what}): {variants} paired with it", "",
                   _goal_table(block["goal"], ref), "", _goal_test_table(block["goal"], ref), "",
                   _paired_table(block["paired"], ref)]  # fmt: skip
     return lines
@@ -746,7 +813,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 [REFERENCE, *(ref for v, t in todo if t == s for ref in MATCHED_REFERENCES.get(v, ()))]
             )
             fingerprint = warm_start_fingerprint(inits[s])
-            for ref in refs:
+            for ref in dict.fromkeys(TRUNCATED_REFERENCES.get(r, (r,))[0] for r in refs):  # a cut: its variant's run
                 if (ref, s, fingerprint) not in stored and (ref, s) not in todo:
                     todo.insert(0, (ref, s))
         specs = [
@@ -766,7 +833,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "recipe_config": recipe_config(args.recipe),
         "wall_s_this_invocation": time.time() - started,
     }
-    goal, matched = goal_records(records, REFERENCE, paired), matched_comparisons(records)
+    cuts = truncated_references(records, settings["recipe_config"]["train"])
+    goal, matched = goal_records(records, REFERENCE, paired), matched_comparisons([*records, *cuts])
     write_json(out / "results.json",
                {"settings": settings, "records": records, "paired": paired, "goal": goal, "matched": matched})  # fmt: skip
     text = report(records, paired, goal, settings, matched)

@@ -303,6 +303,9 @@ def test_the_warm_start_fingerprint_follows_the_weights(tmp_path):
         ("Skip", [("GRPO", 0), ("Skip", 0)]),
         # its matched references too
         ("Knapsack-0.5-cosine", [("GRPO", 0), ("GRPO-40-cosine", 0), ("GRPO-cosine", 0), ("Knapsack-0.5-cosine", 0)]),
+        # a cut reference (GRPO-first-40, GRPO-lr5e-5-first-40) is its variant's run, not a run of its own
+        ("Knapsack-0.5", [("GRPO", 0), ("Knapsack-0.5", 0)]),
+        ("Knapsack-0.5-lr5e-5", [("GRPO", 0), ("GRPO-lr5e-5", 0), ("Knapsack-0.5-lr5e-5", 0)]),
     ],
 )
 def test_a_new_warm_start_runs_grpo_again_beside_the_new_variant(tmp_path, monkeypatch, variant, expected):
@@ -353,3 +356,53 @@ def test_a_matched_variant_is_also_paired_with_grpo_under_its_own_schedule():
     ]
     no_matched_reference = [r for r in records if r["variant"] not in ("GRPO-cosine", "GRPO-40-cosine")]
     assert allocation.matched_comparisons(no_matched_reference) == {}
+
+
+def _stepped(variant, seed, accuracies, tokens_per_step=10.0, eval_every=20):
+    """A record evaluated every ``eval_every`` steps, each step generating ``tokens_per_step`` tokens (and 2 responses)."""
+    steps = [i * eval_every for i in range(len(accuracies))]
+    curve = [[tokens_per_step * s, a] for s, a in zip(steps, accuracies, strict=True)]
+    return {**_rec(variant, seed, curve), "steps": steps, "responses_curve": [2.0 * s for s in steps],
+            "responses_total": 2.0 * steps[-1], "warm_start": "abc", "acc_step0": accuracies[0],
+            "zero_signal_second_half": 0.5, "eval_s": 1.0, "train_s": 2.0}  # fmt: skip
+
+
+def test_a_reference_cut_after_a_step_is_its_run_stopped_there():
+    """GRPO evaluated at steps 0, 20, 40, 60, 80 (10 tokens a step) cut after step 40: the first three evaluations,
+    its accuracy at step 40 as the final one, 400 tokens and 80 responses in all; no cut between evaluations."""
+    grpo = _stepped("GRPO", 0, [0.2, 0.8, 0.9, 0.85, 0.82])
+    cut = allocation.truncated_record(grpo, 40, "GRPO-first-40")
+    assert cut["variant"] == "GRPO-first-40" and cut["truncated_from"] == "GRPO" and cut["seed"] == 0
+    assert cut["curve"] == [[0.0, 0.2], [200.0, 0.8], [400.0, 0.9]] and cut["steps"] == [0, 20, 40]
+    assert (cut["acc_final"], cut["tokens_total"], cut["responses_total"]) == (0.9, 400.0, 80.0)
+    assert cut["zero_signal_second_half"] is None and cut["warm_start"] == "abc"
+    assert grpo["acc_final"] == 0.82 and len(grpo["curve"]) == 5  # the run's own record is left as it was
+    with pytest.raises(ValueError, match="no evaluation at step 30"):
+        allocation.truncated_record(grpo, 30, "GRPO-first-30")
+
+
+def test_a_cut_reference_is_the_equal_budget_control_and_refuses_a_decaying_rate(monkeypatch):
+    """Knapsack-0.5 (5 tokens a step, 80 steps: 400 tokens) against GRPO's runs cut at step 40 (400 tokens): at
+    100% of the cut's tokens both are at their last evaluation, 0.88 against 0.9; against GRPO's whole run it is at
+    0.88 against GRPO's final 0.82. A cut of a variant with a cosine rate is refused by name."""
+    records = []
+    for s in range(3):
+        records.append(_stepped("GRPO", s, [0.2, 0.8, 0.9, 0.85, 0.82]))
+        records.append(_stepped("Knapsack-0.5", s, [0.2, 0.7, 0.86, 0.87, 0.88], tokens_per_step=5.0))
+    cuts = allocation.truncated_references(records, {"lr_scheduler": "constant", "lr_warmup_ratio": 0.0})
+    assert [c["variant"] for c in cuts] == ["GRPO-first-40"] * 3  # no GRPO-lr5e-5 records to cut
+    matched = allocation.matched_comparisons([*records, *cuts], min_seeds=3)
+    assert list(matched) == ["GRPO-first-40"]
+    paired = {(r["metric"], r["variant"]): r for r in matched["GRPO-first-40"]["paired"]}
+    assert paired[("acc_at_100pct", "Knapsack-0.5")]["mean_diff"] == pytest.approx(-0.02)
+    assert paired[("tokens_total", "Knapsack-0.5")]["ratio"] == pytest.approx(1.0)
+    against_grpo = {(r["metric"], r["variant"]): r for r in paired_metric_records(records, min_seeds=3)}
+    assert against_grpo[("acc_final", "Knapsack-0.5")]["mean_diff"] == pytest.approx(0.06)
+    text = allocation.report(records, list(against_grpo.values()), goal_records(records),
+                             {"recipe": "r", "seeds": [0, 1, 2]}, matched)  # fmt: skip
+    assert "## Against GRPO-first-40 (GRPO's runs up to step 40): Knapsack-0.5 paired with it" in text
+    with pytest.raises(ValueError, match="'cosine' learning rate"):
+        allocation.truncated_references(records, {"lr_scheduler": "cosine", "lr_warmup_ratio": 0.0})
+    monkeypatch.setitem(allocation.TRUNCATED_REFERENCES, "GRPO-cosine-first-40", ("GRPO-cosine", 40))
+    with pytest.raises(ValueError, match=r"GRPO-cosine-first-40.*cut only variants at a constant rate"):
+        allocation.truncated_references(records, {"lr_scheduler": "constant", "lr_warmup_ratio": 0.0})
