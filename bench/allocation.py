@@ -209,7 +209,8 @@ def truncated_record(rec: Mapping[str, Any], last_step: int, name: str) -> dict[
 
 def truncated_references(records: Sequence[Mapping[str, Any]], recipe_train: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The records of every :data:`TRUNCATED_REFERENCES` entry, cut from its variant's records
-    (:func:`truncated_record`; a record without an evaluation at the step is named and left out). A cut is a stopped
+    (:func:`truncated_record`; a record without an evaluation at the step is named and left out, one whose run
+    stopped by then is not cut: a control equal to the run adds nothing). A cut is a stopped
     run only at a constant learning rate without warm-up: a variant whose schedule (its own ``train.lr_scheduler`` /
     ``train.lr_warmup_ratio``, else the recipe's ``recipe_train``) is another raises."""
     out = []
@@ -223,6 +224,8 @@ def truncated_references(records: Sequence[Mapping[str, Any]], recipe_train: Map
                 "constant rate without warm-up"
             )
         for rec in (r for r in records if r["variant"] == variant):
+            if rec["steps"][-1] <= last_step:  # the run stopped there: a cut would be the run itself, not a control
+                continue
             if last_step in rec["steps"]:
                 out.append(truncated_record(rec, last_step, name))
             else:  # a record evaluated on another grid: no cut, said so (its matched variants lose that seed's pair)

@@ -391,6 +391,8 @@ def test_a_cut_reference_is_the_equal_budget_control_and_refuses_a_decaying_rate
         records.append(_stepped("Knapsack-0.5", s, [0.2, 0.7, 0.86, 0.87, 0.88], tokens_per_step=5.0))
     cuts = allocation.truncated_references(records, {"lr_scheduler": "constant", "lr_warmup_ratio": 0.0})
     assert [c["variant"] for c in cuts] == ["GRPO-first-40"] * 3  # no GRPO-lr5e-5 records to cut
+    stopped = [allocation.truncated_record(r, 40, "GRPO") if r["variant"] == "GRPO" else r for r in records]
+    assert allocation.truncated_references(stopped, {"lr_scheduler": "constant"}) == []  # 40-step runs: no cut
     matched = allocation.matched_comparisons([*records, *cuts], min_seeds=3)
     assert list(matched) == ["GRPO-first-40"]
     paired = {(r["metric"], r["variant"]): r for r in matched["GRPO-first-40"]["paired"]}
