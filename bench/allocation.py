@@ -34,6 +34,11 @@ GRPO's own curve gets the same test) and over GRPO's own tokens to that accuracy
 per seed as a log ratio less ln(GOAL_FRACTION), sign-flip and t with Holm, "met" where below the fraction, both
 established, and no loss of accuracy at equal budget established.
 
+A variant that changes GRPO's training settings besides the allocation is also paired with GRPO under those
+settings (:data:`MATCHED_REFERENCES`, :func:`matched_comparisons`, Holm over the variants of each reference); a
+constant-rate reference also stands as its own runs cut after step 40 (:data:`TRUNCATED_REFERENCES`,
+:func:`truncated_record`): the equal-budget control of the half-budget variants, without a run of its own.
+
 Records accumulate: ``results.json`` keeps every finished run's record, and a later invocation (another machine, a
 fresh checkout without the run folders) reads them back (:func:`stored_records`) instead of running them again, as
 long as the recipe and the variant's settings are the ones stored; ``--variants`` and ``--seeds`` choose what to
