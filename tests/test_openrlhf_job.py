@@ -66,18 +66,20 @@ def recipe_command(
     recipe: str = "kk_testbed_openrlhf.sh",
     shipped: bool = True,
     more_flags: tuple[str, ...] = (),
+    train_rows: int = 32,
 ) -> tuple[list[str], dict[str, str], Path]:
     """(argv, environment, OUTPUT_DIR) that submit ``recipes/<recipe>`` to the cluster at ``cluster`` (its dashboard
     address) as a Ray job, scaled down to 2 steps of 4 prompts and 4-token answers; the recipe's train and eval
     files are written under DATA_DIR. ``shipped``: the checkout goes as the job's ``working_dir`` and a plugin
     folder as ``py_modules`` (the plugin's reward scores the rows); otherwise the job uses the installed package
     (``UPLOAD_REPO=0``) and the built-in ``dapo_math`` reward. ``more_flags`` come last (``--steps 3 --resume``: a
-    second submission continues the first one's run)."""
+    second submission continues the first one's run). ``train_rows``: the training file's rows (an episode of
+    ``train_rows / 4`` steps)."""
     script = REPO / "recipes" / recipe
     files = dict(re.findall(r'^(TRAIN_FILE|EVAL_FILE)="([^"]+)"', script.read_text(), re.M))
     from data_prep.common import write_jsonl  # writes the reward_label column the reward hook dispatches on
 
-    for key, count in (("TRAIN_FILE", 32), ("EVAL_FILE", 4)):
+    for key, count in (("TRAIN_FILE", train_rows), ("EVAL_FILE", 4)):
         rows = [
             {
                 "prompt": [{"role": "user", "content": PROMPT.format(tag=f"[p{i}]")}],

@@ -41,7 +41,9 @@ SCALED_DOWN = ("--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1", "--t
                "--train.batch_size", "16",
                # a visible update (the recipe's 1e-6 would hide a failed sync), and the engine's log-probs to compare
                "--actor.adam.lr", "0.005", "--algo.advantage.is_correction_level", "token")  # fmt: skip
-RECIPE = {"recipe": "dapo_math_ada.sh", "shipped": False}
+# 100 steps of data: the resumed job must still be running when the engine's node is killed after its step 3 (a run
+# that ends at step 8 can finish first on a fast machine, its steps taking 1-3 s)
+RECIPE = {"recipe": "dapo_math_ada.sh", "shipped": False, "train_rows": 400}
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +136,9 @@ def test_the_engine_and_the_policy_run_on_different_nodes_and_the_job_succeeds(t
 
     # a second job resumes the run on the two nodes from the step-2 checkpoint both nodes' actors wrote; once it
     # has saved step 3, the engine's node dies: the job ends with one line naming the engine actor, not a hang
-    argv, env, _ = recipe_command(dashboard, tmp_path, **RECIPE, more_flags=(*SCALED_DOWN, "--steps", "8", "--resume"))
+    argv, env, _ = recipe_command(
+        dashboard, tmp_path, **RECIPE, more_flags=(*SCALED_DOWN, "--steps", "100", "--resume")
+    )
     log_path = tmp_path / "resumed_job.log"
     with log_path.open("w") as log:
         job = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
