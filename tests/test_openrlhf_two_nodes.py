@@ -7,7 +7,7 @@ node's unpacking removing another's working directory, which two machines do not
 engine across nodes (gloo over the trainer's address) at every step, so that the engine's log-probabilities after a
 step are the trainer's, and the job succeeds. A second job with
 ``--resume`` continues the run from the checkpoint on the two nodes; once its first step is saved, the engine's node
-is killed, and the job fails with one line naming the engine actor instead of hanging. About 3.5 minutes on the
+is killed, and the job fails with one line naming the engine actor instead of hanging. About 2.5 minutes on the
 2-core machine."""
 
 from __future__ import annotations
