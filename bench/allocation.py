@@ -54,8 +54,9 @@ the metric (``bench/paired_stats.py``); a difference is **established** only whe
 0.05. The Holm family is the variants run on at least :data:`CONFIRMATORY_SEEDS` paired seeds; a variant on fewer
 is a pilot, shown with its raw p-values, never established and not diluting the family.
 
-Writes ``results.json`` (per-run records, ``paired`` records and ``goal`` records), ``table.md`` and ``curves.png``
-(accuracy against tokens, each seed a thin line, the mean over seeds in bold).
+Writes ``results.json`` (per-run records, ``paired`` records and ``goal`` records), ``table.md`` (with the runs'
+cost in core-hours, :func:`benchmark_cost`) and ``curves.png`` (accuracy against tokens, each seed a thin line, the
+mean over seeds in bold).
 """
 
 from __future__ import annotations
@@ -571,6 +572,43 @@ def _warm_start_warning(records: Sequence[Mapping[str, Any]]) -> list[str]:
     return [f"**Warning**: step-0 accuracy differs across the variants of seeds {seeds}: not one warm start.", ""]
 
 
+def benchmark_cost(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """What the benchmark's runs cost, per variant and in all (last row, variant ``"all"``): ``runs``, and
+    ``core_h`` = sum over runs of (``eval_s`` + ``train_s``) / 3600, the held-out evaluations and RL steps each run
+    timed on its one torch thread; ``timed`` counts the runs that carry both times (a cut, or a record made before
+    the times were logged, carries none and adds nothing). Warm-ups are not records and not counted."""
+    rows = []
+    for v in [*dict.fromkeys(r["variant"] for r in records), "all"]:
+        mine = [r for r in records if v in ("all", r["variant"])]
+        timed = [r for r in mine if r.get("eval_s") is not None and r.get("train_s") is not None]
+        core_s = sum(r["eval_s"] + r["train_s"] for r in timed)
+        rows.append({"variant": v, "runs": len(mine), "timed": len(timed), "core_h": core_s / 3600})
+    return rows
+
+
+def _cost_table(records: Sequence[Mapping[str, Any]], lanes: int = 2) -> list[str]:
+    rows = benchmark_cost(records)
+    total = rows[-1]
+    cells = [
+        [
+            r["variant"],
+            str(r["runs"]),
+            f"{r['core_h']:.1f}",
+            f"{60 * r['core_h'] / r['timed']:.0f}" if r["timed"] else "n/a",
+        ]
+        for r in rows
+    ]
+    return [
+        f"The benchmark's cost: {total['core_h']:.1f} core-hours of held-out evaluation and RL steps over "
+        f"{total['runs']} runs ({total['core_h'] / lanes:.1f} h with {lanes} runs at a time; warm-ups, one per seed "
+        "and machine, are not counted; a run that was paused or shared its core with more work than its lane counts "
+        "at its measured time):",
+        "",
+        markdown_table(["variant", "runs", "core-hours", "per run, min"], cells),
+        "",
+    ]
+
+
 def _paired_table(paired: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> str:
     header = ["metric", "variant", "n", "effect [95% CI]", "wins/ties/losses", f"censored (variant/{reference})",
               "p sign-flip", "Holm", "p t", "Holm", "established"]  # fmt: skip
@@ -646,6 +684,7 @@ def report(
         *_warm_start_warning(records),
         markdown_table(header, rows),
         "",
+        *_cost_table(records),
         f"The goal, GRPO's final accuracy of the seed reached within {GOAL_FRACTION}x GRPO's tokens (at an evaluation), "
         "and the same for GRPO's plateau, counted per seed:",
         "",

@@ -408,3 +408,19 @@ def test_a_cut_reference_is_the_equal_budget_control_and_refuses_a_decaying_rate
     monkeypatch.setitem(allocation.TRUNCATED_REFERENCES, "GRPO-cosine-first-40", ("GRPO-cosine", 40))
     with pytest.raises(ValueError, match=r"GRPO-cosine-first-40.*cut only variants at a constant rate"):
         allocation.truncated_references(records, {"lr_scheduler": "constant", "lr_warmup_ratio": 0.0})
+
+
+def test_benchmark_cost_sums_each_runs_timed_seconds_per_variant_and_in_all():
+    grpo = [_full("GRPO", s, CURVE) for s in (0, 1)]  # eval_s 1 + train_s 2 each
+    grpo[1].update({"eval_s": 1800.0, "train_s": 5397.0})
+    cut = allocation.truncated_record({**_full("GRPO", 2, CURVE), "responses_curve": [0, 8, 16, 24]}, 2, "GRPO-first-2")
+    rows = {r["variant"]: r for r in allocation.benchmark_cost([*grpo, _full("Skip", 0, CURVE), cut])}
+    assert list(rows) == ["GRPO", "Skip", "GRPO-first-2", "all"]
+    assert rows["GRPO"] == {"variant": "GRPO", "runs": 2, "timed": 2, "core_h": pytest.approx(2.0)}  # 7200 s
+    assert rows["Skip"]["core_h"] == pytest.approx(3 / 3600)
+    assert rows["GRPO-first-2"] == {"variant": "GRPO-first-2", "runs": 1, "timed": 0, "core_h": 0.0}
+    assert rows["all"]["runs"] == 4 and rows["all"]["timed"] == 3
+    assert rows["all"]["core_h"] == pytest.approx(2.0 + 3 / 3600)
+    text = "\n".join(allocation._cost_table([*grpo, cut]))
+    assert "2.0 core-hours of held-out evaluation and RL steps over 3 runs (1.0 h with 2 runs at a time" in text
+    assert "| GRPO | 2 | 2.0 | 60 |" in text and "| GRPO-first-2 | 1 | 0.0 | n/a |" in text
