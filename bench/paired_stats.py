@@ -4,7 +4,8 @@ held-out puzzles): per-seed differences d_i = variant_i - reference_i, tested an
 - :func:`paired_t`: mean of the d_i with the Student-t interval mean ± t_{(1+level)/2, n-1} s / sqrt(n) and the
   two-sided p-value 2 P(T_{n-1} >= |mean| / (s / sqrt(n))) (scipy's t distribution);
 - :func:`sign_flip_p`: the exact two-sided sign-flip permutation p-value, #{s in {-1, 1}^n : |sum s_i d_i| >=
-  |sum d_i|} / 2^n, which needs no normality (under "no difference" each d_i is as likely as -d_i);
+  |sum d_i|} / 2^n, which needs no normality (under "no difference" each d_i is as likely as -d_i); counted
+  exactly by meeting in the middle (the 2^(n/2) signed sums of each half, one half sorted), up to n = 40;
 - :func:`holm`: Holm's step-down adjustment over a family of m p-values: with p_(1) <= ... <= p_(m),
   p~_(k) = max_{j <= k} min(1, (m - j + 1) p_(j));
 - :func:`wins_ties_losses`: how many d_i favour the variant, are zero, favour the reference;
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-MAX_SIGN_FLIP_N = 20  # exact enumeration of 2^n sign vectors: 2^20 ~ 1e6 rows
+MAX_SIGN_FLIP_N = 40  # exact count over 2^n sign vectors from two halves of 2^20 signed sums at most
 TIE_TOLERANCE = 1e-9  # |d| at or below this is a tie (accuracies are multiples of 1 / num_eval)
 
 
@@ -63,20 +64,34 @@ def paired_t(diffs: Sequence[float], level: float = 0.95) -> PairedT:
     return PairedT(n, mean, mean - half, mean + half, t, float(2 * stats.t.sf(abs(t), n - 1)), sd)
 
 
+def _signed_sums(d: np.ndarray) -> np.ndarray:
+    """The 2^len(d) sums sum_i s_i d_i over every sign vector s (each once)."""
+    sums = np.zeros(1)
+    for x in d:
+        sums = np.concatenate([sums + x, sums - x])
+    return sums
+
+
 def sign_flip_p(diffs: Sequence[float]) -> float:
     """Exact two-sided sign-flip p-value of ``diffs``: the share of the 2^n sign vectors s with |sum s_i d_i| >=
-    |sum d_i| (the identity included, so p >= 2 / 2^n when some d_i != 0; 1 for no differences)."""
+    |sum d_i| (the identity included, so p >= 2 / 2^n when some d_i != 0; 1 for no differences).
+
+    Counted without listing the 2^n vectors: with a the signed sums of the first half and b those of the second,
+    |a + b| >= c exactly when b >= c - a or b <= -c - a (c > 0), two counts per a by binary search in sorted b."""
     n = len(diffs)
     if n > MAX_SIGN_FLIP_N:
         raise ValueError(f"sign_flip_p: exact enumeration needs at most {MAX_SIGN_FLIP_N} differences, got {n}")
     if n == 0:
         return 1.0
     d = np.asarray(diffs, dtype=np.float64)
-    bits = (np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1  # row k: the binary digits of k
-    sums = np.abs((1 - 2 * bits) @ d)
-    observed = abs(float(d.sum()))
     tolerance = 1e-9 * max(1.0, float(np.abs(d).sum()))  # sums equal up to rounding count as equal
-    return float(np.count_nonzero(sums >= observed - tolerance)) / 2**n
+    c = abs(float(d.sum())) - tolerance
+    if c <= 0:
+        return 1.0
+    first, second = _signed_sums(d[: n // 2]), np.sort(_signed_sums(d[n // 2 :]))
+    at_least = second.size - np.searchsorted(second, c - first, side="left")
+    at_most = np.searchsorted(second, -c - first, side="right")
+    return float(int(at_least.sum()) + int(at_most.sum())) / 2**n
 
 
 def holm(p_values: Sequence[float | None]) -> list[float | None]:

@@ -4,6 +4,7 @@ cases and properties (the benchmark itself is run by hand, not in CI)."""
 import json
 import math
 
+import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -65,8 +66,26 @@ def test_sign_flip_hand_computed():
     assert sign_flip_p([1.0, -1.0]) == 1.0 and sign_flip_p([0.0, 0.0]) == 1.0 and sign_flip_p([]) == 1.0
     # float sums that are equal up to rounding count as equal: 0.1 + 0.2 vs 0.3
     assert sign_flip_p([0.1, 0.2, -0.3 + 0.6]) == sign_flip_p([1.0, 2.0, 3.0])
-    with pytest.raises(ValueError, match="at most 20"):
-        sign_flip_p([1.0] * 21)
+    with pytest.raises(ValueError, match="at most 40"):
+        sign_flip_p([1.0] * 41)
+
+
+def test_sign_flip_beyond_twenty_pairs_is_still_exact():
+    # 22 equal differences: only all + and all - reach |sum| = 22
+    assert sign_flip_p([1.0] * 22) == 2 / 2**22
+    # 21 ones and a -1, sum 20: with k ones flipped and the -1 kept, 21 - 2k - 1 >= 20 needs k = 0 (1 vector);
+    # with the -1 flipped, 21 - 2k + 1 >= 20 needs k <= 1 (22 vectors); the mirror images too: 2 * 23 = 46
+    assert sign_flip_p([1.0] * 21 + [-1.0]) == 46 / 2**22
+    assert sign_flip_p([0.0] * 25) == 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-6, 6).map(float), min_size=1, max_size=12))
+def test_sign_flip_counts_what_listing_every_sign_vector_counts(diffs):
+    n = len(diffs)
+    signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1)
+    listed = np.count_nonzero(np.abs(signs @ np.asarray(diffs)) >= abs(sum(diffs))) / 2**n
+    assert sign_flip_p(diffs) == listed
 
 
 def test_holm_hand_computed():
