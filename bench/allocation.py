@@ -45,7 +45,8 @@ long as the recipe and the variant's settings are the ones stored; ``--variants`
 run, and the report covers every record of the recipe. The local backend is deterministic on one machine (one torch
 thread), but a warm start made on another machine can differ: each new record carries the
 fingerprint of its warm start's weights (``warm_start``, :func:`warm_start_fingerprint`), runs pair only with a GRPO
-run of the same seed and warm start (:func:`paired_runs`; records from before fingerprints pair by seed), and a
+run of the same seed and warm start (:func:`paired_runs`; records from before fingerprints pair by seed, and join
+the fingerprint whose GRPO run repeats theirs exactly, :func:`merge_repeated_units`, so a unit is counted once), and a
 variant run on a new warm start brings a GRPO run on it. A unit whose variants still disagree at step 0 is named in
 the table (:func:`warm_start_mismatches`).
 
@@ -321,6 +322,37 @@ def unit_label(rec: Mapping[str, Any]) -> int | str:
     fingerprint are their seed alone; others ``"<seed>/<fingerprint>"``."""
     ws = rec.get("warm_start")
     return rec["seed"] if ws is None else f"{rec['seed']}/{ws}"
+
+
+def repeated_units(records: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> dict[int, str]:
+    """{seed: fingerprint} for the seeds whose record without a fingerprint (made before fingerprints) has its
+    reference run repeated exactly, every evaluation and the token count, by a reference run from a fingerprinted
+    warm start: the local backend is deterministic on one machine, so both began from that warm start."""
+    legacy = {r["seed"]: r for r in records if r["variant"] == reference and r.get("warm_start") is None}
+    out: dict[int, str] = {}
+    for r in records:
+        old = legacy.get(r["seed"])
+        if r["variant"] != reference or r.get("warm_start") is None or old is None or r["seed"] in out:
+            continue
+        if r["curve"] == old["curve"] and r["tokens_total"] == old["tokens_total"]:
+            out[r["seed"]] = r["warm_start"]
+    return out
+
+
+def merge_repeated_units(records: Sequence[Mapping[str, Any]], reference: str = REFERENCE) -> list[dict[str, Any]]:
+    """``records`` with each seed of :func:`repeated_units` counted once: its records without a fingerprint take the
+    fingerprint of the warm start they share (``warm_start_inferred``), and a record of a variant that also ran
+    from that fingerprint (the reference's repeated run) is left out, so no unit enters a test twice."""
+    same = repeated_units(records, reference)
+    have = {(r["variant"], r["seed"], r.get("warm_start")) for r in records}
+    out = []
+    for r in records:
+        if r.get("warm_start") is None and r["seed"] in same:
+            if (r["variant"], r["seed"], same[r["seed"]]) in have:
+                continue
+            r = {**r, "warm_start": same[r["seed"]], "warm_start_inferred": True}
+        out.append(dict(r))
+    return out
 
 
 def paired_runs(
@@ -642,9 +674,11 @@ def report(
     goal: Sequence[Mapping[str, Any]],
     settings: Mapping[str, Any],
     matched: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]] | None = None,
+    runs: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
-    """table.md: per variant the means over seeds, the goal, every paired record against GRPO, then the same against
-    each matched reference (:func:`matched_comparisons`)."""
+    """table.md: per variant the means over seeds, the cost of ``runs`` (every run made; default ``records``), the
+    goal, every paired record against GRPO, then the same against each matched reference
+    (:func:`matched_comparisons`)."""
     variants = list(dict.fromkeys(r["variant"] for r in records))
     rows = []
     for v in variants:
@@ -672,8 +706,10 @@ def report(
     lines = [
         f"# Rollout allocation: recipe {settings['recipe']}, seeds {settings['seeds']}",
         "",
-        "Means over each variant's own runs ± 95% interval (Student t); a unit `seed/fingerprint` is a warm start made on "
-        "another machine, so variants run on other units are compared by the paired tables, not by these means. "
+        "Means over each variant's own runs ± 95% interval (Student t); a unit `seed/fingerprint` names the weights of "
+        "its warm start (a plain seed: records made before fingerprints; a seed whose GRPO run a fingerprinted warm "
+        "start repeats exactly is counted once, under that fingerprint), and warm starts made on different machines "
+        "differ, so variants run on other units are compared by the paired tables, not by these means. "
         "`tokens_to_X` is a ratio to GRPO (< 1: fewer tokens); a run that never "
         "reaches X counts at its whole budget (censored); a seed whose sign censoring leaves open is undetermined "
         f"(d = 0 in the mean and tests). `ref_plateau` is the mean of GRPO's last {PLATEAU_EVALS} evaluations of the "
@@ -684,7 +720,7 @@ def report(
         *_warm_start_warning(records),
         markdown_table(header, rows),
         "",
-        *_cost_table(records),
+        *_cost_table(records if runs is None else runs),
         f"The goal, GRPO's final accuracy of the seed reached within {GOAL_FRACTION}x GRPO's tokens (at an evaluation), "
         "and the same for GRPO's plateau, counted per seed:",
         "",
@@ -872,7 +908,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     found = [_record_of(run_dir(v, s), v, s) for v, s in finished_runs(out / "runs")]
     by_run = {**stored, **{(r["variant"], r["seed"], r["warm_start"]): r for r in found}}
     records = [by_run[k] for k in sorted(by_run, key=lambda k: (list(VARIANTS).index(k[0]), k[1], str(k[2])))]
-    paired = paired_metric_records(records)
+    units = merge_repeated_units(records)  # the analysis counts each warm start once; the cost counts every run
+    paired = paired_metric_records(units)
     settings = {
         "recipe": args.recipe,
         "seeds": sorted({r["seed"] for r in records}),
@@ -880,13 +917,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "recipe_config": recipe_config(args.recipe),
         "wall_s_this_invocation": time.time() - started,
     }
-    cuts = truncated_references(records, settings["recipe_config"]["train"])
-    goal, matched = goal_records(records, REFERENCE, paired), matched_comparisons([*records, *cuts])
+    cuts = truncated_references(units, settings["recipe_config"]["train"])
+    goal, matched = goal_records(units, REFERENCE, paired), matched_comparisons([*units, *cuts])
     write_json(out / "results.json",
                {"settings": settings, "records": records, "paired": paired, "goal": goal, "matched": matched})  # fmt: skip
-    text = report(records, paired, goal, settings, matched)
+    text = report(units, paired, goal, settings, matched, runs=records)
     (out / "table.md").write_text(text + "\n")
-    plot(records, out / "curves.png")
+    plot(units, out / "curves.png")
     print(text)
     return 0
 

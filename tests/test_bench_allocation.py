@@ -424,3 +424,30 @@ def test_benchmark_cost_sums_each_runs_timed_seconds_per_variant_and_in_all():
     text = "\n".join(allocation._cost_table([*grpo, cut]))
     assert "2.0 core-hours of held-out evaluation and RL steps over 3 runs (1.0 h with 2 runs at a time" in text
     assert "| GRPO | 2 | 2.0 | 60 |" in text and "| GRPO-first-2 | 1 | 0.0 | n/a |" in text
+
+
+def test_a_legacy_seed_whose_grpo_run_a_fingerprinted_warm_start_repeats_is_one_unit():
+    other = [[0.0, 0.2], [100.0, 0.5], [200.0, 0.9]]
+    records = [
+        _rec("GRPO", 4, CURVE), _rec("Knapsack-0.5", 4, CURVE[:2]),  # legacy seed 4
+        {**_rec("GRPO", 4, CURVE), "warm_start": "aaa"}, {**_rec("GRPO+ADORA", 4, other), "warm_start": "aaa"},
+        {**_rec("GRPO", 4, other), "warm_start": "bbb"},  # another machine's warm start: a unit of its own
+        _rec("GRPO", 5, CURVE), {**_rec("GRPO", 5, other), "warm_start": "ccc"},  # seed 5: not repeated
+    ]  # fmt: skip
+    assert allocation.repeated_units(records) == {4: "aaa"}
+    units = allocation.merge_repeated_units(records)
+    assert [(r["variant"], allocation.unit_label(r), r.get("warm_start_inferred", False)) for r in units] == [
+        ("Knapsack-0.5", "4/aaa", True),
+        ("GRPO", "4/aaa", False),
+        ("GRPO+ADORA", "4/aaa", False),
+        ("GRPO", "4/bbb", False),
+        ("GRPO", 5, False),
+        ("GRPO", "5/ccc", False),
+    ]
+    assert records[1].get("warm_start") is None  # the stored records are left as they are
+    pairs = allocation.paired_runs(units)
+    assert list(pairs["GRPO"]) == ["4/aaa", "4/bbb", 5, "5/ccc"]  # GRPO's own curve: seed 4's repeat counted once
+    assert list(pairs["Knapsack-0.5"]) == list(pairs["GRPO+ADORA"]) == ["4/aaa"]
+    assert allocation.merge_repeated_units([r for r in records if r["seed"] == 5]) == [
+        r for r in records if r["seed"] == 5
+    ]
