@@ -91,6 +91,7 @@ REFERENCE = "GRPO"
 _ADORA = {"adora.enabled": True, "adora.mode": "attenuate", "adora.edge_policy": "llm"}
 _KNAPSACK_HALF = {"allocation.method": "knapsack", "allocation.candidates": 2, "allocation.budget": 0.5}
 _COSINE = {"train.lr_scheduler": "cosine"}
+_DAPO = {"dynamic_filtering.enabled": True}
 VARIANTS: dict[str, dict[str, Any]] = {
     "GRPO": {},
     # allocators (algorithms/allocation.py): each spends the step's responses where its store predicts a signal
@@ -102,7 +103,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "GRPO-n4": {"sampling.n_keep": 4},
     "Skip": {"allocation.method": "skip"},
     "Difficulty": {"allocation.method": "difficulty", "allocation.candidates": 2},
-    "DAPO-filter": {"dynamic_filtering.enabled": True},
+    "DAPO-filter": _DAPO,
     "GRPO+ADORA": _ADORA,
     "Ada-balance": {
         "sampling.enabled": True,
@@ -121,7 +122,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # the best allocator with the best of the other methods on this regime: the knapsack's half budget, its groups
     # with no signal dropped and refilled as DAPO does (DAPO filtering alone reached 0.80 at GRPO's cost and ended
     # above GRPO; Ada-balance, the other one above GRPO, got there for 1.6x the tokens)
-    "Knapsack-0.5+DAPO": {**_KNAPSACK_HALF, "dynamic_filtering.enabled": True},
+    "Knapsack-0.5+DAPO": {**_KNAPSACK_HALF, **_DAPO},
     # the schedule alone at the knapsack's budget: GRPO for half the steps (half its tokens), the learning rate
     # decayed to 0 by step 40; what a cosine knapsack saves beyond stopping early with a decayed rate
     "GRPO-40-cosine": {**_COSINE, "steps": 40},
