@@ -352,11 +352,11 @@ def test_a_checkpoint_loads_exactly_into_two_zero3_gloo_ranks(tmp_path):
     (tmp_path / "ds.json").write_text(json.dumps(ds_config))
     result = subprocess.run(
         [sys.executable, str(FIXTURES / "zero3_loads.py"), str(tmp_path / "model"), str(tmp_path / "ds.json"),
-         "6"],
+         "6", str(tmp_path / "report.json")],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = json.loads((tmp_path / "report.json").read_text())
     assert report == {"loads": 6, "wrong": []}
 
 
