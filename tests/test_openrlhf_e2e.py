@@ -9,9 +9,9 @@ even odds between 7 and 5 and cannot tell the prompts apart, so its groups are m
 pushes the same way: towards 7; with golds of both kinds the pushes of two prompts could cancel); a high learning
 rate moves the answer logits visibly in one step.
 
-What is checked: ``adora/*`` and ``sampling/*`` metrics per step, a clearly non-zero gradient and a finite policy
-loss (its value at the first PPO epoch, where the ratio is 1, is a weighted sum of advantages and is exactly 0
-whenever every group keeps its whole pool, so it is no sign of a signal), a final
+What is checked: ``adora/*`` and ``sampling/*`` metrics per step, a clearly non-zero gradient wherever a group
+carries a signal and a finite policy loss (its value at the first PPO epoch, where the ratio is 1, is a weighted sum
+of advantages and is exactly 0 whenever every group keeps its whole pool, so it is no sign of a signal), a final
 model unlike the initial one, the engine's log-probabilities equal to the trainer's at every step
 (``adora/engine_logprob_gap``) while the policy's log-probability of a fixed response changes from step to step
 (so the engine followed every update), DeepSpeed checkpoints holding the sampler state and the run's config,
@@ -46,6 +46,15 @@ from answer_model import PROMPT, VLLM_ENV, answer_token, save_answer_model  # no
 REPO = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT = 900  # seconds per launch; about 2 minutes on an idle 2-core machine
 GRAD_NORM_FLOOR = 1e-3  # a step's gradient norm; pushes that cancel leave about 1e-6
+
+
+def gradient_follows_signal(record: dict) -> bool:
+    """A later step's gradient is clearly non-zero if any of its groups carries a signal, and none is if none does.
+
+    After a few updates at this learning rate the policy answers 7 most of the time, and a step may draw only
+    all-correct groups (each of 8 responses right with probability p(7): 0.9^8 is 0.43 per group): every
+    advantage is then 0 and so is the gradient. Steps 1 and 2 start near even odds and must carry a signal."""
+    return (record["actor_grad_norm"] > GRAD_NORM_FLOOR) == (record["adora/zero_signal"] < 1)
 
 
 def write_rows(path: Path, golds: list[str]) -> Path:
@@ -223,7 +232,7 @@ def test_two_ranks_resume_with_the_allocators_store(setup, first_run):
     resumed = run(command(setup, out, *ALLOCATOR, "--resume", steps=3, **TWO_ZERO3_RANKS))
     assert resumed.returncode == 0, resumed.stderr[-6000:]
     train, evals = records(out)
-    assert sorted(train) == [1, 2, 3] and train[3]["actor_grad_norm"] > GRAD_NORM_FLOOR
+    assert sorted(train) == [1, 2, 3] and gradient_follows_signal(train[3])
     assert math.isfinite(train[3]["policy_loss"])
     assert sorted(evals) == [0, 1, 2, 3] and train[1] == before[1] and train[2] == before[2]  # kept as they were
     assert (actor / "latest").read_text().strip() in ("global_step3", "best_global_step3")
@@ -267,9 +276,10 @@ def test_overwrite_replaces_the_run_with_an_asynchronous_zero3_run_in_fp32(setup
     assert marker["experience_maker"].endswith("AdoraExperienceMaker")
     train, evals = records(first_run)
     assert sorted(train) == [1, 2, 3] and {0, 3} <= set(evals)
+    assert train[1]["actor_grad_norm"] > GRAD_NORM_FLOOR
     for step in (1, 2, 3):
         record = train[step]
-        assert record["actor_grad_norm"] > GRAD_NORM_FLOOR and record["sampling/rounds_used"] >= 1
+        assert gradient_follows_signal(record) and record["sampling/rounds_used"] >= 1
         assert {"adora/weight", "adora/tas_fraction"} <= set(record) and record["async/staleness_max"] in (0.0, 1.0)
     assert train[1]["async/staleness_max"] == 0 and train[1]["adora/engine_logprob_gap"] < 1e-3  # bf16: about 0.01
     stale = [step for step in (2, 3) if train[step]["async/staleness_mean"] > 0]
@@ -292,7 +302,7 @@ def test_an_asynchronous_run_resumes_with_the_generators_state(setup, first_run)
     assert result.returncode == 0, result.stderr[-6000:]
     train, evals = records(first_run)
     assert sorted(train) == [1, 2, 3, 4] and 4 in evals
-    assert train[4]["actor_grad_norm"] > GRAD_NORM_FLOOR and train[4]["async/staleness_max"] == 0  # fresh weights
+    assert gradient_follows_signal(train[4]) and train[4]["async/staleness_max"] == 0  # fresh weights
     assert saved_sampling_step(first_run / "checkpoints" / "_actor" / "global_step4") == 4
 
 
