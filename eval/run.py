@@ -3,7 +3,7 @@
 
 For every benchmark: k sampled responses per problem (vLLM on GPU machines, `transformers` otherwise; the
 `transformers` engine decodes the samples of many problems in one batch, ``eval/generation.py``, with the local
-backend's ``fast`` numerics unless ``--numerics exact`` or ``--run`` at temperature 0, and on a Linux CPU in one
+backend's ``fast`` numerics unless ``--numerics exact`` or ``--run`` at temperature 0 (the run's own ``model.numerics``), and on a Linux CPU in one
 forked process per torch thread, ``--workers``, ``eval/workers.py``), graded by
 the same reward functions as training, written one sample per line to ``DIR/samples.jsonl`` (prompt, response,
 its length in tokens, extracted answer, correct, reward). Progress is reported per sample, with an ETA.
@@ -63,13 +63,16 @@ NUMERICS_CHOICES = ("auto", "exact", "fast")
 
 
 def resolve_decoding(
-    numerics: str, workers: str, engine: str, run: bool, temperature: float
+    numerics: str, workers: str, engine: str, temperature: float, run_numerics: str | None = None
 ) -> tuple[str | None, int | None]:
-    """``(numerics, workers)`` of the transformers engine for the checked ``--numerics`` and ``--workers``:
-    numerics ``auto`` is ``exact`` when ``--run`` decodes greedily (the trainer's own arithmetic, so its held-out
-    accuracy is repeated exactly), else ``fast``; workers ``auto`` is None (``eval/workers.py`` picks). Several
-    workers need ``fast`` (``exact`` keeps the trainer's batches in one process). The vLLM engine has its own
-    kernels and processes: ``(None, None)``, and an explicit value of either flag is refused."""
+    """``(numerics, workers)`` of the transformers engine for the checked ``--numerics`` and ``--workers``.
+    ``run_numerics``: with ``--run``, the ``model.numerics`` the run's trainer evaluated with (``exact`` for runs
+    saved before it was recorded); None without ``--run``. Numerics ``auto`` is ``run_numerics`` when ``--run``
+    decodes greedily, with one decoding process unless ``--workers`` says otherwise (the trainer's own arithmetic
+    and batches, so its held-out accuracy is repeated exactly), else ``fast``; workers ``auto`` is otherwise None
+    (``eval/workers.py`` picks). Several workers need ``fast`` (``exact`` keeps the trainer's batches in one
+    process). The vLLM engine has its own kernels and processes: ``(None, None)``, and an explicit value of
+    either flag is refused."""
     if engine != "hf":
         for flag, value in (("--numerics", numerics), ("--workers", workers)):
             if value != "auto":
@@ -77,13 +80,17 @@ def resolve_decoding(
                     f"{flag} {value}: only used by the transformers engine, but the engine is {engine!r}; drop it or pass --engine hf"
                 )
         return None, None
+    repeat_trainer = numerics == "auto" and run_numerics is not None and temperature == 0
     if numerics == "auto":
-        numerics = "exact" if run and temperature == 0 else "fast"
+        numerics = run_numerics if repeat_trainer else "fast"
     count = None if workers == "auto" else int(workers)
+    if repeat_trainer and count is None and numerics == "fast":
+        count = 1  # the trainer's batches in one process: its own number, not one within float rounding of it
     if numerics == "exact" and count is not None and count > 1:
         raise ValueError(
             f"--workers {workers}: several decoding processes need --numerics fast "
-            "(exact, the default for --run at temperature 0, keeps the trainer's batches in one process)"
+            "(exact, the default for --run at temperature 0 of a run trained with model.numerics exact, keeps the "
+            "trainer's batches in one process)"
         )
     return numerics, count
 
@@ -525,7 +532,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto | exact | fast: the transformers engine's arithmetic: exact = the trainer's (the model's forward bitwise, transformers' samplers); fast = "
         "grouped-query attention, top-p without a full sort, each prompt prefilled once (the same rules within float rounding, faster on "
-        "CPU); auto (default) = exact for --run at temperature 0, which repeats the trainer's greedy evaluation, else fast",
+        "CPU); auto (default) = the run's model.numerics (in one process) for --run at temperature 0, which repeats the trainer's greedy "
+        "evaluation, else fast",
     )
     parser.add_argument(
         "--workers",
@@ -691,7 +699,8 @@ def _main(argv: Sequence[str], out: dict[str, str]) -> int:
     engine = pick_engine(args.engine)
     dtype = resolve_dtype(args.dtype)
     engine_args = parse_engine_args(args.vllm_arg)
-    numerics, workers = resolve_decoding(args.numerics, args.workers, engine, target is not None, args.temperature)
+    trained = target.numerics if target is not None else None
+    numerics, workers = resolve_decoding(args.numerics, args.workers, engine, args.temperature, trained)
     if engine_args and engine != "vllm":
         raise ValueError(
             f"--vllm-arg: only used by the vLLM engine, but the engine is {engine!r}; drop it or pass --engine vllm"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adora_openrlhf.config import NUMERICS
 from adora_openrlhf.errors import ConfigError
 from adora_openrlhf.plugins import import_plugins
 from adora_openrlhf.rundir.heldout import HELDOUT_ROWS, HELDOUT_SETTINGS
@@ -52,6 +53,11 @@ class RunTarget:
     @property
     def batch_size(self) -> int:
         return int(self.settings.get("generation_batch_size", 128))
+
+    @property
+    def numerics(self) -> str:
+        """The trainer's ``model.numerics`` (``exact`` for runs saved before it was recorded)."""
+        return str(self.settings.get("numerics", "exact"))
 
 
 def _read_json(path: Path, option: str) -> dict[str, Any]:
@@ -102,6 +108,12 @@ def _check_settings(settings: dict[str, Any], settings_file: Path) -> None:
             raise ValueError(
                 f"--run: {settings_file}: field {name} must be {wanted}, got {value!r}; train the run again or restore the file"
             )
+    numerics = settings.get("numerics", "exact")
+    if numerics not in NUMERICS:
+        raise ValueError(
+            f"--run: {settings_file}: field numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}; "
+            "train the run again or restore the file"
+        )
 
 
 def default_model(target: RunTarget) -> Path:

@@ -72,6 +72,7 @@ REFUSED_VALUES = {
     "model.generation_batch_size": 8,
     "model.kv_cache": "dynamic",
     "model.decoding": "generate",
+    "model.numerics": "fast",
     "model.init_kwargs": {"revision": "v2"},
     "model.merge_lora_on_save": True,
     "data.prompt_template": "compact",

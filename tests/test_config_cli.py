@@ -277,3 +277,8 @@ def test_moved_options_are_read_under_their_old_names_with_one_warning(tmp_path,
     assert with_moved_options(saved, warn=False) == cfg.to_dict()
     assert config_differences(saved, cfg.to_dict()) == []  # a run of the earlier release resumes
     assert RunConfig.from_dict(saved) == cfg
+    # an option added since the run was saved: absent from its config, no difference at its default
+    del saved["model"]["numerics"]
+    assert config_differences(saved, cfg.to_dict()) == []
+    fast = build_run_config("kk-testbed", {"model.numerics": "fast"}).to_dict()
+    assert config_differences(saved, fast) == ["model.numerics"]

@@ -141,6 +141,37 @@ def test_decoding_setting_is_validated():
         ModelConfig(decoding="beam")
 
 
+def test_numerics_setting_is_validated_and_reaches_the_decoding_loop(model, tok, monkeypatch):
+    """``model.numerics`` names the choices of ``decoding.NUMERICS``, is refused with ``model.decoding generate``
+    (transformers' own loop has one arithmetic) and is what compact decoding is called with."""
+    import adora_openrlhf.engine.rollout as rollout
+    from adora_openrlhf.config import NUMERICS
+    from adora_openrlhf.engine.rollout import GenerationSettings
+
+    assert tuple(decoding.NUMERICS) == NUMERICS
+    assert ModelConfig().numerics == "exact"
+    with pytest.raises(ConfigError, match=r"model\.numerics: unknown numerics 'quick'; choose one of"):
+        ModelConfig(numerics="quick")
+    with pytest.raises(
+        ConfigError, match=r"model\.numerics: 'fast' .* set model\.decoding compact or model\.numerics exact"
+    ):
+        ModelConfig(numerics="fast", decoding="generate")
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["numerics"])
+        return decoding.compact_decode(*args, **kwargs)
+
+    monkeypatch.setattr(rollout, "compact_decode", spy)
+    params = SamplingParams(temperature=1.0, max_new_tokens=5)
+    for name in NUMERICS:
+        settings = GenerationSettings.of(ModelConfig(numerics=name, generation_batch_size=8))
+        assert settings.numerics == name
+        seen.clear()
+        settings.generate(model, tok, _prompts(tok, 2), params)
+        assert seen and set(seen) == {name}  # every batch
+
+
 def test_inverse_cdf_sample_hand_case():
     probs = torch.tensor([[0.2, 0.0, 0.5, 0.3]] * 6)
     # cdf = [0.2, 0.2, 0.7, 1.0]: token j for u in [cdf[j-1], cdf[j]); token 1 (probability 0) owns an empty interval

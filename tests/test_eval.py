@@ -190,24 +190,28 @@ def test_numerics_auto_is_exact_only_where_the_run_is_repeated_greedily():
     from eval.run import resolve_decoding
 
     # repeats the trainer's eval/greedy_accuracy
-    assert resolve_decoding("auto", "auto", "hf", run=True, temperature=0.0) == (
+    assert resolve_decoding("auto", "auto", "hf", temperature=0.0, run_numerics="exact") == (
         "exact",
         None,
     )
-    assert resolve_decoding("auto", "auto", "hf", run=True, temperature=0.6) == ("fast", None)
-    assert resolve_decoding("auto", "3", "hf", run=False, temperature=0.0) == ("fast", 3)
-    assert resolve_decoding("exact", "1", "hf", run=False, temperature=0.6) == ("exact", 1)
-    assert resolve_decoding("exact", "01", "hf", run=False, temperature=0.6) == ("exact", 1)
-    assert resolve_decoding("fast", "auto", "hf", run=True, temperature=0.0) == ("fast", None)
-    assert resolve_decoding("auto", "auto", "vllm", run=False, temperature=0.6) == (None, None)
+    assert resolve_decoding("auto", "auto", "hf", temperature=0.6, run_numerics="exact") == ("fast", None)
+    assert resolve_decoding("auto", "3", "hf", temperature=0.0) == ("fast", 3)
+    assert resolve_decoding("exact", "1", "hf", temperature=0.6) == ("exact", 1)
+    assert resolve_decoding("exact", "01", "hf", temperature=0.6) == ("exact", 1)
+    assert resolve_decoding("fast", "auto", "hf", temperature=0.0, run_numerics="exact") == ("fast", None)
+    # a run trained with model.numerics fast is repeated with its own arithmetic, in one process (its batches)
+    assert resolve_decoding("auto", "auto", "hf", temperature=0.0, run_numerics="fast") == ("fast", 1)
+    assert resolve_decoding("auto", "2", "hf", temperature=0.0, run_numerics="fast") == ("fast", 2)
+    assert resolve_decoding("auto", "auto", "hf", temperature=0.6, run_numerics="fast") == ("fast", None)
+    assert resolve_decoding("auto", "auto", "vllm", temperature=0.6) == (None, None)
     with pytest.raises(
         ValueError, match="--numerics fast: only used by the transformers engine, but the engine is 'vllm'"
     ):
-        resolve_decoding("fast", "auto", "vllm", run=False, temperature=0.6)
+        resolve_decoding("fast", "auto", "vllm", temperature=0.6)
     with pytest.raises(ValueError, match="--workers 2: only used by the transformers engine, but the engine is 'vllm'"):
-        resolve_decoding("auto", "2", "vllm", run=False, temperature=0.6)
+        resolve_decoding("auto", "2", "vllm", temperature=0.6)
     with pytest.raises(ValueError, match="--workers 2: several decoding processes need --numerics fast"):
-        resolve_decoding("auto", "2", "hf", run=True, temperature=0.0)
+        resolve_decoding("auto", "2", "hf", temperature=0.0, run_numerics="exact")
 
 
 def test_engine_args_and_dtype():

@@ -38,10 +38,11 @@ TINY = {
 }
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("eval_run") / "run"
-    cfg = build_run_config("kk-tiny", {**TINY, "output_dir": str(out)})
+@pytest.fixture(scope="module", params=["exact", "fast"])
+def tiny_run(tmp_path_factory, request):
+    """A finished run of each ``model.numerics``: its rollouts and held-out evaluation decode with it."""
+    out = tmp_path_factory.mktemp(f"eval_run_{request.param}") / "run"
+    cfg = build_run_config("kk-tiny", {**TINY, "model.numerics": request.param, "output_dir": str(out)})
     summary = train(cfg)
     return cfg, out, summary
 
@@ -57,6 +58,7 @@ def test_the_run_saves_its_heldout_rows_and_settings(tiny_run):
     settings = json.loads((out / "heldout.json").read_text())
     assert settings["count"] == 20 and settings["prompt_template"] == "auto" and settings["generation_batch_size"] == 8
     assert settings["rollout"]["max_new_tokens"] == 40 and settings["rollout"]["repetition_penalty"] == 1.0
+    assert settings["numerics"] == cfg.model.numerics
 
 
 def _greedy_numbers(records):
@@ -69,7 +71,7 @@ def _greedy_numbers(records):
 
 
 def test_greedy_evaluation_of_the_run_repeats_the_trainers_heldout_numbers(tiny_run, capsys):
-    _, out, summary = tiny_run
+    cfg, out, summary = tiny_run
     assert main(["--run", str(out), "--temperature", "0", "--k", "1", "--engine", "hf"]) == 0
     # the default --out: model and settings
     (eval_dir,) = (out / "eval").glob("final_model-*_hf_float32_t0_p0.95_n40_s0")
@@ -80,8 +82,8 @@ def test_greedy_evaluation_of_the_run_repeats_the_trainers_heldout_numbers(tiny_
         assert value == pytest.approx(final[key], abs=1e-9), key
     report = json.loads((eval_dir / "report.json").read_text())
     assert report["settings"]["max_new_tokens"] == 40 and report["settings"]["run"] == str(out)
-    # the trainer's arithmetic and batches
-    assert report["settings"]["numerics"] == "exact" and report["settings"]["batch_size"] == 8
+    # the trainer's arithmetic and batches, in one process
+    assert report["settings"]["numerics"] == cfg.model.numerics and report["settings"]["batch_size"] == 8
     # the run's own rows fit its model
     assert not [n for n in report["fit_notes"] if "local run" in n or "system message" in n]
     (line,) = report["comparison"]

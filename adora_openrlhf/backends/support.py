@@ -166,6 +166,9 @@ OPENRLHF: dict[str, Support] = {
     "model.decoding": Refused(
         "the local backend's decoding loop; on the cluster vLLM schedules sequences itself (continuous batching)"
     ),
+    "model.numerics": Refused(
+        "the local backend's compact-decoding arithmetic; on the cluster vLLM computes with its own kernels"
+    ),
     # attn_implementation: MAPPED
     "model.init_kwargs": Refused(
         'OpenRLHF builds the model itself; of model.init_kwargs it takes {"attn_implementation": ...} '

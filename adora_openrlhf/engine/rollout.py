@@ -63,15 +63,16 @@ def generation_config(params: SamplingParams, tokenizer, greedy: bool = False):
 @dataclass(frozen=True)
 class GenerationSettings:
     """How the local backend decodes, for rollouts and evaluation alike (the settings ``model.generation_batch_size``,
-    ``model.kv_cache`` and ``model.decoding``; see :func:`generate_responses`)."""
+    ``model.kv_cache``, ``model.decoding`` and ``model.numerics``; see :func:`generate_responses`)."""
 
     batch_size: int  # sequences per decoding batch
     kv_cache: str = "growing"
     decoding: str = "compact"
+    numerics: str = "exact"
 
     @classmethod
     def of(cls, model_cfg: ModelConfig) -> GenerationSettings:
-        return cls(model_cfg.generation_batch_size, model_cfg.kv_cache, model_cfg.decoding)
+        return cls(model_cfg.generation_batch_size, model_cfg.kv_cache, model_cfg.decoding, model_cfg.numerics)
 
     def generate(
         self,
@@ -93,6 +94,7 @@ class GenerationSettings:
             extras=extras,
             kv_cache=self.kv_cache,
             decoding=self.decoding,
+            numerics=self.numerics,
         )
 
 

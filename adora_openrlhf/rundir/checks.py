@@ -21,12 +21,14 @@ trainer state) happens before anything is written; only then is the directory cr
   (kept, never deleted).
 - :func:`config_differences`: what ``--resume`` compares. ``output_dir`` is not compared (a moved or
   differently spelled directory is the same run); path options (model, data files) are equal when they
-  name the same file or directory, or files with the same bytes.
+  name the same file or directory, or files with the same bytes; an option added since the run was saved (absent
+  from its config) is no difference at its default value, the behaviour the earlier release had.
 """
 
 from __future__ import annotations
 
 import filecmp
+import functools
 import json
 import logging
 import os
@@ -84,13 +86,20 @@ def same_location(a: str | None, b: str | None) -> bool:
     return False
 
 
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    """Every option of ``RunConfig`` at its default, flattened."""
+    return flatten(RunConfig().to_dict())
+
+
 def config_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """Flattened option names whose values differ in a way that matters for resuming (module docstring). A saved
-    config of an earlier release names its moved options by their new names (``config.MOVED_OPTIONS``)."""
+    config of an earlier release names its moved options by their new names (``config.MOVED_OPTIONS``) and lacks
+    the options added since, which count as set to their defaults."""
     flat_saved, flat_now = flatten(with_moved_options(saved, warn=False)), flatten(now)
     changed = []
     for key in sorted(set(flat_saved) | set(flat_now)):
-        old, new = flat_saved.get(key), flat_now.get(key)
+        old, new = flat_saved.get(key, _defaults().get(key)), flat_now.get(key)
         if key in RESUMABLE_CHANGES or old == new:
             continue
         if key in PATH_OPTIONS and same_location(old, new):

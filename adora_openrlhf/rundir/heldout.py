@@ -5,7 +5,7 @@ label, images, source, meta, in the trainer's order, with the meta the trainer g
 ``kk_parser``); images held in memory (generated vision rows) are saved as PNG files under
 ``output_dir/heldout_images/`` and named relative to the run directory. ``output_dir/heldout.json`` holds what the
 trainer's held-out evaluation generated with: the prompt template, the rollout's decoding parameters (its greedy
-view uses ``max_new_tokens`` and ``repetition_penalty``), the generation batch size, decoding and KV cache, the number of rows and the SHA-256 of
+view uses ``max_new_tokens`` and ``repetition_penalty``), the generation batch size, decoding, KV cache and numerics, the number of rows and the SHA-256 of
 ``heldout.jsonl`` as written (``eval.run --run`` compares it, so rows edited since training are not set against
 the trainer's number).
 
@@ -65,6 +65,7 @@ def save_heldout(out: Path, rows: Sequence[Any], cfg: Any) -> Path:
         "generation_batch_size": cfg.model.generation_batch_size,
         "decoding": cfg.model.decoding,
         "kv_cache": cfg.model.kv_cache,
+        "numerics": cfg.model.numerics,
         "eval_samples": cfg.eval_samples,
         "rows_sha256": hashlib.sha256(
             "".join(lines).encode("utf-8")
