@@ -95,7 +95,8 @@ def open_run(path: str | Path) -> RunTarget:
 
 
 def _check_settings(settings: dict[str, Any], settings_file: Path) -> None:
-    """ValueError naming ``heldout.json`` and the field when a setting ``RunTarget`` reads has the wrong type."""
+    """ValueError naming ``heldout.json`` and the field when a setting ``RunTarget`` reads has the wrong type (or,
+    for ``numerics``, is not one of ``config.NUMERICS``)."""
     checks = (
         ("prompt_template", settings.get("prompt_template", "auto"), str),
         ("rollout.max_new_tokens", settings["rollout"]["max_new_tokens"], int),

@@ -249,6 +249,7 @@ def test_a_directory_without_a_saved_heldout_set_is_refused(tmp_path, capsys):
         ("rollout.max_new_tokens", 0),
         ("generation_batch_size", "128"),
         ("prompt_template", 3),
+        ("numerics", "quick"),
     ],
 )
 def test_a_heldout_json_field_of_the_wrong_type_is_named_with_the_file(tmp_path, field, value, capsys):
