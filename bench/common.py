@@ -353,6 +353,18 @@ def write_json(path: Path, payload: Any) -> None:
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
 
+def write_table_report(
+    out: Path, intro: str, header: Sequence[str], rows: Sequence[Sequence[str]], payload: Any
+) -> str:
+    """Write ``out/table.md`` (``intro``, a blank line, the markdown table) and ``out/results.json`` (``payload``);
+    return the table.md text, which the timing benchmarks also print."""
+    text = f"{intro}\n\n{markdown_table(header, rows)}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(text + "\n")
+    write_json(out / "results.json", payload)
+    return text
+
+
 def first_step_reaching(curve: Sequence[tuple[float, float]], target: float) -> float | None:
     """x of the first point of ``curve`` [(x, accuracy), ...] whose accuracy is >= target, or None."""
     for x, acc in curve:

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from bench.common import markdown_table, warm_start_dir, write_json
+from bench.common import warm_start_dir, write_table_report
 
 LOOPS = ("generate", "compact-forward", "compact")
 LOOP_SETTINGS = {  # generate_responses keyword arguments of each loop
@@ -163,11 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.recipe} policy {model_dir}, {len(prompts)} training prompts, one batch of {batch} sampled sequences and one of "
         f"{len(prompts)} greedy, {args.threads} torch thread(s), median of {args.repeats}."
     )
-    table = markdown_table(header, rows)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(f"{intro}\n\n{table}\n")
-    write_json(out / "results.json", {"settings": vars(args), "model": str(model_dir), "runs": records})
-    print(f"\n{intro}\n\n{table}")
+    payload = {"settings": vars(args), "model": str(model_dir), "runs": records}
+    print(f"\n{write_table_report(out, intro, header, rows, payload)}")
     return 0 if all(r["identical_tokens"] is not False and r["step_identical_tokens"] for r in records) else 1
 
 

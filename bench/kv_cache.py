@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import markdown_table, write_json
+from bench.common import write_table_report
 
 CACHES = ("dynamic", "growing")
 
@@ -125,12 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.batch} sequences of ~{args.prompt_tokens} prompt tokens, kk-testbed model shape, greedy, "
         f"{args.threads} torch thread(s), median of {args.repeats}."
     )
-    table = markdown_table(header, rows)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(f"{intro}\n\n{table}\n")
-    write_json(out / "results.json", {"settings": vars(args), "runs": records})
-    print(f"\n{intro}\n\n{table}")
+    text = write_table_report(Path(args.out), intro, header, rows, {"settings": vars(args), "runs": records})
+    print(f"\n{text}")
     return 0 if all(r["identical_tokens"] for r in records) else 1
 
 

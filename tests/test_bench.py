@@ -378,6 +378,32 @@ def test_kv_cache_bench_writes_its_table(tmp_path):
     assert "| 5 |" in (tmp_path / "table.md").read_text()
 
 
+def test_model_size_bench_times_each_shape_against_the_first(tmp_path):
+    import json
+
+    from bench import model_size
+
+    argv = ["--batch", "3", "--prompt-tokens", "12", "--new-tokens", "5", "--update-tokens", "20", "--repeats", "1"]
+    assert model_size.main([*argv, "--shapes", "32x64x2", "32x64x1", "--out", str(tmp_path)]) == 0
+    records = json.loads((tmp_path / "results.json").read_text())["shapes"]
+    assert [r["shape"] for r in records] == ["32x64x2", "32x64x1"]
+    assert records[0]["decode_ratio"] == records[0]["update_ratio"] == 1.0
+    assert records[1]["parameters"] < records[0]["parameters"]
+    assert all(r["decode_cpu_s"] > 0 and r["update_cpu_s"] > 0 for r in records)
+    assert "| 32x64x1 |" in (tmp_path / "table.md").read_text()
+
+
+def test_model_size_bench_names_a_malformed_shape_and_a_too_short_update(capsys):
+    from bench import model_size
+
+    with pytest.raises(SystemExit):
+        model_size.main(["--shapes", "96x288"])
+    assert "--shapes: '96x288' is not HIDDENxINTERMEDIATExLAYERS" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        model_size.main(["--prompt-tokens", "50", "--update-tokens", "50"])
+    assert "--update-tokens: 50 leaves no response" in capsys.readouterr().err
+
+
 def test_decoding_bench_times_the_three_loops_on_a_saved_policy(tmp_path):
     import json
 
