@@ -7,18 +7,19 @@ A shape is ``HIDDENxINTERMEDIATExLAYERS`` of the tiny Qwen2-style model (``model
 ``intermediate_size``, ``num_hidden_layers``; heads as the recipe has them); the first one is the reference, the
 kk-testbed recipe's by default. Per shape, a random-init model of the recipe's vocabulary:
 
-- **decode**: the local backend's ``generate_responses`` (compact decoding, ``--numerics``), greedy, ``--batch``
+- **decode**: the trainer's ``engine.rollout.generate_responses`` (compact decoding, ``--numerics``), greedy, ``--batch``
   K&K-length prompts, ``--new-tokens`` each (a random model rarely emits eos, so every response runs to the limit):
   a rollout's or a held-out evaluation's cost per generated token;
-- **update**: one policy-gradient pass of the recipe's micro-batches (``train.micro_batch_size`` sequences of
-  ``--update-tokens`` (``--prompt-tokens`` of prompt, the loss on the rest), four micro-batches: a 16-sequence optimiser step) through ``token_log_probs`` and
-  ``backward``: the update's cost per trained token.
+- **update**: one policy-gradient pass of an optimiser step's sequences (four micro-batches of the recipe's
+  ``train.micro_batch_size``, each sequence ``--update-tokens`` long with ``--prompt-tokens`` of prompt): the
+  response tokens' log-probs, forward and backward; the update's cost per trained token.
 
 The shapes alternate within each repeat, so all see the same machine load. Prints the median process-CPU
 seconds of each phase per shape and the ratio to the reference shape; writes ``table.md`` and ``results.json`` to
-``--out``. The ratios are what a smaller model would save on the allocation benchmark's runs, whose time is
-decoding (rollouts and evaluation) and updates; whether a smaller model still learns the regime is a separate
-question, answered by training it (``--model.tiny.hidden_size`` etc. on ``adora_openrlhf.train``).
+``--out``. The ratios bound what a smaller model saves on the allocation benchmark's runs: their decoding
+(rollouts and evaluation) and updates shrink so, their grading, batching and bookkeeping do not (whole runs are
+measured in ``docs/results.md``); whether a smaller model still learns the regime is answered by training it
+(``--model.tiny.hidden_size`` etc. on ``adora_openrlhf.train``).
 """
 
 from __future__ import annotations
@@ -83,13 +84,15 @@ def _time_decode(model, tokenizer, prompts: list[list[int]], args: argparse.Name
     return time.process_time() - started
 
 
-def _time_update(model, batches: list) -> float:
-    from adora_openrlhf.backends.local.update import token_log_probs
-
+def _time_update(model, batches: Sequence[torch.Tensor], prompt_tokens: int) -> float:
+    """CPU seconds of one policy-gradient pass over ``batches`` ([micro, L] token ids): the sum of the response
+    tokens' log-probs ``log p(x_{t+1} | x_{<=t})``, t >= prompt_tokens - 1, through the forward pass and backward."""
     model.train()
     started = time.process_time()
-    for batch in batches:
-        (token_log_probs(model, batch) * batch.action_mask).sum().backward()
+    for ids in batches:
+        log_probs = torch.log_softmax(model(input_ids=ids, use_cache=False).logits[:, :-1].float(), dim=-1)
+        targets = log_probs.gather(-1, ids[:, 1:, None]).squeeze(-1)
+        targets[:, prompt_tokens - 1 :].sum().backward()
     model.zero_grad(set_to_none=True)
     model.eval()
     return time.process_time() - started
@@ -103,7 +106,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"--update-tokens: {args.update_tokens} leaves no response after --prompt-tokens {args.prompt_tokens}"
         )
 
-    from adora_openrlhf.backends.local.update import pack
     from adora_openrlhf.engine.model import build_tiny_model, count_parameters
     from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
     from adora_openrlhf.recipes import build_run_config
@@ -122,15 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     micro = cfg.train.micro_batch_size
 
-    def random_sequences(count: int, length: int) -> list[list[int]]:
-        return [torch.randint(low, len(tokenizer), (length,), generator=generator).tolist() for _ in range(count)]
-
-    response_tokens = args.update_tokens - args.prompt_tokens
-    batches = [  # prompt + response sequences of update_tokens, the loss over the response tokens
-        pack(random_sequences(micro, args.update_tokens - response_tokens), random_sequences(micro, response_tokens),
-             tokenizer.pad_token_id)
+    batches = [  # prompt + response sequences of update_tokens; the loss is on the response tokens
+        torch.randint(low, len(tokenizer), (micro, args.update_tokens), generator=generator)
         for _ in range(UPDATE_MICRO_BATCHES)
-    ]  # fmt: skip
+    ]
     models = {}
     for hidden, intermediate, layers in args.shapes:
         tiny = replace(cfg.model.tiny, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers)
@@ -140,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for _ in range(args.repeats):
         for name, model in models.items():
             seconds[name]["decode"].append(_time_decode(model, tokenizer, prompts, args))
-            seconds[name]["update"].append(_time_update(model, batches))
+            seconds[name]["update"].append(_time_update(model, batches, args.prompt_tokens))
     median = {name: {p: statistics.median(s) for p, s in phases.items()} for name, phases in seconds.items()}
     reference = next(iter(models))
     rows, records = [], []
