@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import write_table_report
+from bench.common import random_kk_inputs, write_table_report
 
 CACHES = ("dynamic", "growing")
 
@@ -88,22 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from adora_openrlhf.engine.model import build_tiny_model
-    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
-    from adora_openrlhf.recipes import build_run_config
 
     torch.set_num_threads(args.threads)
-    cfg = build_run_config("kk-testbed", {})
-    tokenizer = train_bpe_tokenizer(
-        ["Knights always tell the truth and knaves always lie. Alice says: Bob is a knave."] * 4,
-        cfg.model.tiny.vocab_size,
-    )
+    cfg, tokenizer, prompts, _ = random_kk_inputs(args.batch, args.prompt_tokens)
     model = build_tiny_model(cfg.model.tiny, tokenizer, seed=0).eval()
-    generator = torch.Generator().manual_seed(0)
-    low = max(tokenizer.eos_token_id, tokenizer.pad_token_id) + 1
-    prompts = [
-        torch.randint(low, len(tokenizer), (args.prompt_tokens - i % 7,), generator=generator).tolist()
-        for i in range(args.batch)
-    ]
 
     rows, records = [], []
     for new_tokens in args.new_tokens:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import write_table_report
+from bench.common import random_kk_inputs, write_table_report
 
 PHASES = ("decode", "update")
 UPDATE_MICRO_BATCHES = 4  # kk-testbed: 16 sequences per optimiser step in micro-batches of 4
@@ -107,27 +107,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     from adora_openrlhf.engine.model import build_tiny_model, count_parameters
-    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
-    from adora_openrlhf.recipes import build_run_config
 
     torch.set_num_threads(args.threads)
-    cfg = build_run_config("kk-testbed", {})
-    tokenizer = train_bpe_tokenizer(
-        ["Knights always tell the truth and knaves always lie. Alice says: Bob is a knave."] * 4,
-        cfg.model.tiny.vocab_size,
-    )
-    generator = torch.Generator().manual_seed(0)
-    low = max(tokenizer.eos_token_id, tokenizer.pad_token_id) + 1
-    prompts = [
-        torch.randint(low, len(tokenizer), (args.prompt_tokens - i % 7,), generator=generator).tolist()
-        for i in range(args.batch)
-    ]
+    cfg, tokenizer, prompts, draw = random_kk_inputs(args.batch, args.prompt_tokens)
     micro = cfg.train.micro_batch_size
-
-    batches = [  # prompt + response sequences of update_tokens; the loss is on the response tokens
-        torch.randint(low, len(tokenizer), (micro, args.update_tokens), generator=generator)
-        for _ in range(UPDATE_MICRO_BATCHES)
-    ]
+    # prompt + response sequences of update_tokens; the loss is on the response tokens
+    batches = [draw(micro, args.update_tokens) for _ in range(UPDATE_MICRO_BATCHES)]
     models = {}
     for hidden, intermediate, layers in args.shapes:
         tiny = replace(cfg.model.tiny, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers)
