@@ -206,3 +206,51 @@ def test_the_openrlhf_hook_scores_a_row_past_the_deadline_with_the_failure_rewar
     assert result["extra_logs"]["grader_late"].tolist() == [1.0] and result["extra_logs"]["reward_error"].tolist() == [
         0.0
     ]
+
+
+def test_a_held_out_evaluation_scores_a_reward_that_never_returns_at_the_deadline():
+    """engine/evaluate.py grades under the run's deadline like a training step: a reward stuck forever on one
+    response costs each view the deadline, the response scores the task's failure reward (K&K: -3, wrong),
+    and each view counts its late responses."""
+    from adora_openrlhf.config import SamplingParams
+    from adora_openrlhf.engine.evaluate import evaluate
+    from adora_openrlhf.rows import Row
+
+    class Decode:
+        def decode(self, ids, skip_special_tokens=True):
+            return " ".join(map(str, ids))
+
+    class Generation:  # the GenerationSettings.generate interface: one (response ids, truncated) per prompt
+        def generate(self, model, tokenizer, prompts, params, greedy, extras=None):
+            return [([prompt[0] + 4], False) for prompt in prompts]
+
+    never = threading.Event()
+
+    def stuck_on_9(text, label, meta):
+        if text == "9":
+            never.wait()  # a plug-in reward that never returns
+        return RewardResult(reward=1.0, correct=True, info={"format_ok": 1.0})
+
+    rows = [Row(prompt="p", label="(1) Alice is a knight", source="kk", meta={"names": ["Alice"]})] * 2
+    start = time.monotonic()
+    metrics = evaluate(
+        None, Decode(), [[1], [5]], rows, [stuck_on_9] * 2, SamplingParams(), samples=2, settings=Generation(),
+        grader=StepGrader(GradingConfig(deadline_s=0.3)),
+    )  # fmt: skip
+    assert time.monotonic() - start < 2.0  # a deadline per view
+    assert metrics["eval/greedy_accuracy"] == 0.5 and metrics["eval/greedy_reward"] == (1.0 - 3.0) / 2
+    assert (
+        metrics["eval/greedy_grader_late"] == 1.0 and metrics["eval/sampled_grader_late"] == 2.0
+    )  # fast grades in time
+    assert metrics["eval/sampled_accuracy"] == 0.5 and metrics["eval/greedy_format"] == 0.5
+    never.set()
+
+
+def test_the_local_trainer_evaluates_with_the_runs_grading_section():
+    """The trainer's held-out evaluations get their own StepGrader with the run's ``grading`` section."""
+    import inspect
+
+    from adora_openrlhf.backends.local import trainer
+
+    source = inspect.getsource(trainer)
+    assert "self.eval_grader = StepGrader(cfg.grading)" in source and "grader=self.eval_grader" in source

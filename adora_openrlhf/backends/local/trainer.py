@@ -362,6 +362,7 @@ class _LocalRun:
             extras=self.train_extras,
             grader=StepGrader(cfg.grading),
         )
+        self.eval_grader = StepGrader(cfg.grading)  # held-out evaluations: the same deadline, one budget per evaluation
         self.metrics_log: MetricsLogger | None = None
 
     def write_run_files(self) -> None:
@@ -417,6 +418,7 @@ class _LocalRun:
                 cfg.eval_samples,
                 self.generation,
                 extras=self.eval_extras,
+                grader=self.eval_grader,
             )
         return {**result, "time/eval_s": time.perf_counter() - t0}
 
