@@ -45,6 +45,8 @@ from tqdm.auto import tqdm
 
 from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
 from adora_openrlhf.engine.model_source import check_model_source, weight_files_problem
+from adora_openrlhf.errors import ConfigError
+from adora_openrlhf.plugins import import_plugins
 from adora_openrlhf.rundir.lock import DirLock
 from eval.benchmarks import HELDOUT, Benchmark, get_benchmark, load_located_rows, row_file, row_source
 from eval.fit import FitContext, PromptFit, fit_notes, prompt_fit
@@ -553,6 +555,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="keyword argument of vllm.LLM (VALUE parsed as JSON when it is), e.g. max_model_len=4096, enforce_eager=true; repeatable",
     )
+    parser.add_argument(
+        "--plugins",
+        default="",
+        metavar="MODULE[,MODULE...]",
+        help="your modules that register rewards, tasks or templates (as the trainer's --plugins); the only code "
+        "imported: with --run they must include the plug-ins the run was trained with, and a run's or model's folder "
+        "is never searched for them",
+    )
     add_debug_flag(parser)
     return parser
 
@@ -630,8 +640,9 @@ class Plan:
 def plan_from_args(args: argparse.Namespace) -> Plan:
     """The :class:`Plan` of checked ``args``: with ``--run`` the run's held-out set, final model (unless
     ``--model``), prompt template, repetition penalty, token limit and batch size (unless given)."""
+    plugins = [name.strip() for name in args.plugins.split(",") if name.strip()]
     if args.run is not None:
-        target = open_run(args.run)
+        target = open_run(args.run, plugins)
         return Plan(
             model=args.model or str(default_model(target)),
             benches=[get_benchmark(HELDOUT)],
@@ -642,6 +653,12 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             batch_size=args.batch_size or target.batch_size,
             target=target,
         )
+    try:
+        import_plugins(
+            plugins, field="--plugins", untrusted=[args.model] if args.model and Path(args.model).is_dir() else []
+        )
+    except ConfigError as err:
+        raise ValueError(str(err)) from None
     benches = [get_benchmark(name.strip()) for name in (args.bench or "kk").split(",") if name.strip()]
     if not benches:
         raise ValueError(f"--bench: no benchmark named in {args.bench!r}")

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from adora_openrlhf.plugins import import_plugins
 from adora_openrlhf.rundir.heldout import HELDOUT_ROWS, HELDOUT_SETTINGS
 from eval.fit import ModelOrigin
 
+logger = logging.getLogger(__name__)
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -70,8 +73,13 @@ def _read_json(path: Path, option: str) -> dict[str, Any]:
     return data
 
 
-def open_run(path: str | Path) -> RunTarget:
-    """The ``--run`` target at ``path``; ValueError naming ``--run`` when it is no run with a saved held-out set."""
+def open_run(path: str | Path, plugins: Sequence[str] = ()) -> RunTarget:
+    """The ``--run`` target at ``path``; ValueError naming ``--run`` when it is no run with a saved held-out set.
+
+    A run's files never cause an import: the plug-ins imported are the user's ``plugins`` (``--plugins``), never
+    the list the run's ``heldout.json`` names, and never from inside the run directory (its folder is taken off
+    ``sys.path`` while they import). A run trained with plug-ins the user did not name is refused, naming both
+    lists; plug-ins named beyond the run's are imported with a warning."""
     run_dir = Path(path)
     if not run_dir.is_dir():
         raise ValueError(f"--run: {path} is not a directory (give a training run's --output_dir, e.g. runs/kk-testbed)")
@@ -87,11 +95,34 @@ def open_run(path: str | Path) -> RunTarget:
     if not isinstance(rollout, dict) or not isinstance(rollout.get("max_new_tokens"), int):
         raise ValueError(f"--run: {settings_file} has no rollout.max_new_tokens; train the run again")
     _check_settings(settings, settings_file)
-    try:  # the run's plugins register the rewards and tasks of its rows
-        import_plugins(settings.get("plugins", []), field=f"--run: {settings_file}: plugins")
+    _import_user_plugins(run_dir, settings_file, settings.get("plugins", []), plugins)
+    return RunTarget(run_dir, rows_file, settings)
+
+
+def _import_user_plugins(run_dir: Path, settings_file: Path, saved: Any, given: Sequence[str]) -> None:
+    """Import the user's ``--plugins`` (never from ``run_dir``), after comparing them with the run's saved list."""
+    if not isinstance(saved, list) or not all(isinstance(name, str) for name in saved):
+        raise ValueError(f"--run: {settings_file}: field plugins must be a list of module names, got {saved!r}")
+    saved_names = [name.strip() for name in saved]
+    missing = [name for name in saved_names if name not in given]
+    if missing:
+        raise ValueError(
+            f"--run: {settings_file} says the run was trained with plug-ins {saved_names}, but --plugins names "
+            f"{list(given)}; a run's files never choose code to import: pass --plugins {','.join(saved_names)} if you "
+            "trust those modules (installed or on PYTHONPATH, outside the run directory)"
+        )
+    extra = [name for name in given if name not in saved_names]
+    if extra:
+        logger.warning(
+            "--plugins %s: not among the run's plug-ins %s (%s); imported all the same",
+            extra,
+            saved_names,
+            settings_file,
+        )
+    try:
+        import_plugins(list(given), field="--plugins", untrusted=[run_dir])
     except ConfigError as err:
         raise ValueError(str(err)) from None
-    return RunTarget(run_dir, rows_file, settings)
 
 
 def _check_settings(settings: dict[str, Any], settings_file: Path) -> None:

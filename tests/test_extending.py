@@ -179,7 +179,9 @@ def test_a_plugin_task_generates_its_rows_is_trained_and_is_evaluated_from_the_r
     final = summary["eval_final"]
     digits = {len(str(row["prompt"].split()[1])) for row in held}
     assert {f"eval/greedy_accuracy/digits_{d}" for d in digits} <= set(final) and len(digits) > 1  # its subsets
-    assert eval_main(["--run", str(out), "--temperature", "0", "--k", "1", "--engine", "hf"]) == 0
+    assert eval_main(["--run", str(out), "--temperature", "0", "--k", "1", "--engine", "hf"]) != 0  # no --plugins
+    assert f"pass --plugins {MODULE} if you trust" in capsys.readouterr().err  # the run's list never imports itself
+    assert eval_main(["--run", str(out), "--temperature", "0", "--k", "1", "--engine", "hf", "--plugins", MODULE]) == 0
     (eval_dir,) = (out / "eval").glob("final_model-*")
     (line,) = json.loads((eval_dir / "report.json").read_text())["comparison"]
     assert f"eval/greedy_accuracy at step 2: {summary['eval_final']['eval/greedy_accuracy']:.3f}" in line
