@@ -555,6 +555,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="keyword argument of vllm.LLM (VALUE parsed as JSON when it is), e.g. max_model_len=4096, enforce_eager=true; repeatable",
     )
+    add_plugins_flag(parser)
+    add_debug_flag(parser)
+    return parser
+
+
+def add_plugins_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plugins",
         default="",
@@ -563,8 +569,6 @@ def build_parser() -> argparse.ArgumentParser:
         "imported: with --run they must include the plug-ins the run was trained with, and a run's or model's folder "
         "is never searched for them",
     )
-    add_debug_flag(parser)
-    return parser
 
 
 def _check_args(args: argparse.Namespace) -> None:

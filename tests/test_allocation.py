@@ -405,3 +405,36 @@ def test_step_sizes_of_each_method_by_hand():
     difficulty = AllocationConfig(method="difficulty", candidates=1.25)
     assert difficulty.candidate_count(4) == 5 and difficulty.responses_per_step(4, 4) == 16
     assert AllocationConfig(candidates=3.0).candidate_count(4) == 4  # uniform examines only what it samples
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.text(max_size=5),
+            st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 3)),
+            st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 3)),
+            st.one_of(st.integers(-3, 10), st.floats(0, 5), st.booleans()),
+        ),
+        max_size=6,
+    )
+)
+def test_a_store_loads_exactly_the_states_with_finite_positive_parameters_and_counts(entries):
+    """Property: every entry with finite a, b > 0 and an integer count >= 0 loads and round-trips; any other is
+    refused naming its index, and the store keeps nothing of a refused state."""
+
+    def valid(a, b, n) -> bool:
+        params = all(not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in (a, b))
+        return params and isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+    store = PromptStatsStore()
+    state = {"posteriors": [list(entry) for entry in entries]}
+    bad = [i for i, (_, a, b, n) in enumerate(entries) if not valid(a, b, n)]
+    if bad:
+        with pytest.raises(ValueError, match=rf"^allocation store: posteriors\[{bad[0]}\]: "):
+            store.load_state_dict(state)
+        assert len(store) == 0
+    else:
+        store.load_state_dict(state)
+        assert store.state_dict() == {"posteriors": [[k, float(a), float(b), n] for k, a, b, n in dict(
+            (k, (k, a, b, n)) for k, a, b, n in entries).values()]}  # fmt: skip

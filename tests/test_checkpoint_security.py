@@ -105,3 +105,33 @@ def test_trainer_state_is_plain_data(finished_run):
     assert raw["step"] == 2 and isinstance(raw["rng"]["numpy"][1], list)
     state = ckpt.load_trainer_state(state_file.parent.parent)
     ckpt.restore_rng(state.rng)  # the NumPy state round-trips through plain lists
+
+
+@pytest.mark.parametrize(
+    ("allocation", "field"),
+    [
+        (
+            {"posteriors": [["p1", 2.0, 1.0, 3], ["p2", float("nan"), 1.0, 2]]},
+            r"posteriors\[1\]: a must be a finite number > 0",
+        ),
+        ({"posteriors": [["p1", 2.0, float("inf"), 3]]}, r"posteriors\[0\]: b must be a finite number > 0"),
+        ({"posteriors": [["p1", -4.0, 1.0, 3]]}, r"posteriors\[0\]: a must be a finite number > 0"),
+        ({"posteriors": [["p1", 2.0, 1.0, -1]]}, r"posteriors\[0\]: observations must be an integer >= 0"),
+        ({"posteriors": [["p1", 2.0, 1.0]]}, r"posteriors\[0\]: expected \[key, a, b, observations\]"),
+        ({"posteriors": "p1"}, r"posteriors must be a list, got str"),
+    ],
+)
+def test_a_damaged_allocation_store_is_refused_naming_the_file_and_entry(finished_run, tmp_path, allocation, field):
+    """A checkpoint's allocation store with NaN, inf or negative counts, or entries of the wrong shape, is refused
+    on --resume even when the manifest was rewritten to match the edited file."""
+    out = _copy_run(finished_run, tmp_path)
+    step = out / "checkpoints" / "step_000002"
+    state_file = step / ckpt.STATE_DIR / "state.pt"
+    state = torch.load(state_file, weights_only=True)
+    state["allocation"] = allocation
+    torch.save(state, state_file)
+    ckpt.write_manifest(step)
+    with pytest.raises(
+        ConfigError, match=rf"checkpoint .*step_000002' is broken: trainer_state/state.pt: allocation store: {field}"
+    ):
+        ckpt.load_trainer_state(step)

@@ -423,10 +423,13 @@ def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_clus
         pickle.dumps({"sampling_step": 7, "payload": Payload()}),
         b'{"sampling_step": "7", "sampler": {}}',
         b"[1, 2]",
+        b'{"sampling_step": 7, "sampler": {}, "allocation": {"posteriors": [["q", NaN, 1.0, 2]]}}',
     ):
         saved_file.write_bytes(crafted)
         with pytest.raises(ValueError, match=f"^{saved_file}: "):
             trainer().saved_sampler_state(7)
+    with pytest.raises(ValueError, match=r"field allocation: allocation store: posteriors\[0\]: a must be a finite"):
+        trainer().saved_sampler_state(7)
     assert not (tmp_path / "ran").exists()
 
     saved_file.unlink()  # a checkpoint of an earlier version: the state in DeepSpeed's client states (already loaded)

@@ -47,7 +47,7 @@ import heapq
 import math
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -245,11 +245,37 @@ class PromptStatsStore:
         return {"posteriors": [[k, a, b, n] for k, (a, b, n) in self._posteriors.items()]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s data; ValueError naming the entry and field when it is damaged
+        (:func:`check_store_state`)."""
+        check_store_state(state)
         self._posteriors = OrderedDict(
             (str(k), (float(a), float(b), int(n))) for k, a, b, n in state.get("posteriors", [])
         )
         while len(self._posteriors) > self.max_prompts:
             self._posteriors.popitem(last=False)
+
+
+def check_store_state(state: Any) -> None:
+    """ValueError naming the field when ``state`` is not a store's :meth:`PromptStatsStore.state_dict`: a mapping
+    whose ``posteriors`` is a list of ``[key, a, b, n]`` entries with a string key, finite a > 0 and b > 0 (Beta
+    parameters: the prior plus non-negative counts) and an integer number of observations n >= 0."""
+    if not isinstance(state, Mapping):
+        raise ValueError(f"allocation store: expected a mapping with 'posteriors', got {type(state).__name__}")
+    entries = state.get("posteriors", [])
+    if not isinstance(entries, list):
+        raise ValueError(f"allocation store: posteriors must be a list, got {type(entries).__name__}")
+    for i, entry in enumerate(entries):
+        where = f"allocation store: posteriors[{i}]"
+        if not isinstance(entry, (list, tuple)) or len(entry) != 4:
+            raise ValueError(f"{where}: expected [key, a, b, observations], got {entry!r:.80}")
+        key, a, b, n = entry
+        if not isinstance(key, str):
+            raise ValueError(f"{where}: the key must be a string, got {key!r:.80}")
+        for name, value in (("a", a), ("b", b)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{where}: {name} must be a finite number > 0 (a Beta parameter), got {value!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"{where}: observations must be an integer >= 0, got {n!r}")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from adora_openrlhf.algorithms.allocation import check_store_state
 from adora_openrlhf.errors import is_disk_full
 
 _STEP_DIR = re.compile(r"^step_(\d{6})$")
@@ -393,6 +394,11 @@ def load_trainer_state(path: str | Path, optimizer=None) -> TrainerState:
         raise broken_checkpoint_error(
             path, f"{STATE_DIR}/state.pt lacks the trainer state ({type(err).__name__}: {err})"
         ) from None
+    if state.allocation:
+        try:
+            check_store_state(state.allocation)
+        except ValueError as err:
+            raise broken_checkpoint_error(path, f"{STATE_DIR}/state.pt: {err}") from None
     match = _STEP_DIR.match(path.name)
     if match and int(match.group(1)) != state.step:
         raise broken_checkpoint_error(

@@ -46,6 +46,7 @@ import torch
 from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 from openrlhf.trainer.ppo_trainer import PPOTrainer as _OpenRLHFRemotePPOTrainer
 
+from adora_openrlhf.algorithms.allocation import check_store_state
 from adora_openrlhf.backends.openrlhf.experience_maker import AdoraExperienceMaker
 from adora_openrlhf.backends.openrlhf.flags import (
     CHECKPOINT_CONFIG,
@@ -262,6 +263,11 @@ class AdoraTrainerRecords:
             raise ValueError(
                 f"{path}: expected {{'sampling_step': int, 'sampler': {{...}}}}; delete the file to resume with an empty history"
             )
+        if "allocation" in state:
+            try:
+                check_store_state(state["allocation"])
+            except ValueError as err:
+                raise ValueError(f"{path}: field allocation: {err}; restore the file from your own copy") from None
         return state
 
     def eval_generate_kwargs(self) -> dict:
