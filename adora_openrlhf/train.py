@@ -55,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
         "implies --resume, and the later checkpoints are moved to checkpoints/superseded/",
     )
     parser.add_argument(
+        "--resume-changes",
+        default="",
+        metavar="OPTION[,OPTION]",
+        help="local backend: options the resumed run changes on purpose, from "
+        "train.lr and train.max_grad_norm (e.g. after a divergence: --resume-changes train.lr --train.lr 1e-6)",
+    )
+    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="start a new run in an output_dir that holds a previous run's checkpoints, replacing it",
@@ -90,13 +97,17 @@ def _resume_hint(argv: Sequence[str], output_dir: str) -> str:
 
 
 def train_local(
-    cfg: RunConfig, resume: bool = False, overwrite: bool = False, resume_from: str | None = None
+    cfg: RunConfig,
+    resume: bool = False,
+    overwrite: bool = False,
+    resume_from: str | None = None,
+    resume_changes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Train ``cfg`` in this process on the local backend, as the command does; returns the run's summary (also
     written to ``output_dir/summary.json``). The entry point of ``bench/`` and of notebooks."""
     from adora_openrlhf.backends.local.trainer import train
 
-    return train(cfg, resume=resume, overwrite=overwrite, resume_from=resume_from)
+    return train(cfg, resume=resume, overwrite=overwrite, resume_from=resume_from, resume_changes=resume_changes)
 
 
 def warm_start(cfg: RunConfig, out_dir: str | Path) -> Path:
@@ -140,6 +151,9 @@ def _main(argv: Sequence[str], state: dict[str, str]) -> int:
             )
         if cfg.backend != "local" and args.resume_from is not None:
             raise ConfigError("--resume-from: only the local backend resumes from a chosen checkpoint; use --resume")
+        args.resume_changes = [name.strip() for name in args.resume_changes.split(",") if name.strip()]
+        if cfg.backend != "local" and args.resume_changes:
+            raise ConfigError("--resume-changes: only the local backend changes options on resume")
     except ConfigError as err:
         if args.debug:
             raise
@@ -151,7 +165,7 @@ def _main(argv: Sequence[str], state: dict[str, str]) -> int:
         state["output_dir"] = cfg.output_dir
         try:
             with stdout_to_stderr():  # stdout holds the summary alone (deepspeed's import prints a warning there)
-                summary = train_local(cfg, resume=args.resume, overwrite=args.overwrite, resume_from=args.resume_from)
+                summary = train_local(cfg, args.resume, args.overwrite, args.resume_from, args.resume_changes)
         except ConfigError as err:
             if args.debug:
                 raise

@@ -9,6 +9,7 @@ import errno
 import json
 import logging
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -1111,3 +1112,54 @@ def test_eval_model_pruned_while_it_loads_is_named_as_removed_not_as_a_hub_name(
         capsys.readouterr().err,
         f"--model: {model} was removed while it was being loaded (a training still running prunes",
     )
+
+
+def test_finite_but_exploded_weights_stop_the_run_before_any_save_and_the_advice_resumes(tmp_path):
+    """An update that leaves finite weights orders of magnitude larger (train.lr 1e10: Adam moves every weight by
+    about lr) stops the run at that step, before its evaluation, checkpoint or final_model; the message names the
+    checkpoint before it, whose weights are the good ones, and its advice is a command --resume accepts."""
+    import torch
+
+    from adora_openrlhf.backends.local.rl_step import WEIGHT_FLOOR
+    from adora_openrlhf.backends.local.trainer import train
+    from adora_openrlhf.config import ConfigError
+    from adora_openrlhf.rundir import checkpoints as ckpt
+
+    sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+    from tiny_runs import tiny_kk_config
+
+    learns = {"warmup.steps": 150, "warmup.lr": 1e-2, "warmup.batch_size": 8, "rollout.max_new_tokens": 40}
+    shape = {
+        "model.tiny.hidden_size": 32,
+        "model.tiny.intermediate_size": 64,
+        "prompts_per_step": 2,
+        "sampling.n_keep": 4,
+    }
+    out = tmp_path / "run"
+    cfg = tiny_kk_config(out, steps=3, save_every=1, **{"train.lr": 1e10, **shape, **learns})
+    with pytest.raises(FloatingPointError) as caught:
+        train(cfg)
+    message = str(caught.value)
+    assert re.match(
+        r"^the policy diverged at step \d \(the largest weight is .* above the bound .*\); lower train.lr", message
+    )
+    last = ckpt.latest_checkpoint(out)
+    assert (
+        f"the last good checkpoint is {last.name}: continue from it with --resume-from {last.name} --resume-changes train.lr --train.lr NEW_LR"
+        in message
+    )
+    assert not (out / "final_model").exists()
+    from safetensors.torch import load_file
+
+    weights = load_file(str(last / "model.safetensors"))
+    assert max(float(t.abs().max()) for t in weights.values()) < WEIGHT_FLOOR  # the named checkpoint is good
+    with pytest.raises(ConfigError, match=r"train.lr: 10000000000.0 -> 0.001.*add --resume-changes train.lr"):
+        train(
+            tiny_kk_config(out, steps=3, save_every=1, **{"train.lr": 1e-3, **shape, **learns}), resume_from=last.name
+        )
+    with pytest.raises(ConfigError, match=r"^--resume-changes: \['train.kl_coef'\] cannot change on resume"):
+        train(cfg, resume_from=last.name, resume_changes=["train.kl_coef"])
+    resumed = tiny_kk_config(out, steps=3, save_every=1, **{"train.lr": 1e-3, **shape, **learns})
+    summary = train(resumed, resume_from=last.name, resume_changes=["train.lr"])
+    assert summary["steps"] == 3 and (out / "final_model" / "model.safetensors").is_file()
+    assert torch.isfinite(torch.tensor(summary["eval_final"]["eval/greedy_accuracy"]))

@@ -34,6 +34,7 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,8 @@ from adora_openrlhf.rundir.heldout import HELDOUT_IMAGES, HELDOUT_ROWS, HELDOUT_
 from adora_openrlhf.rundir.lock import DirLock
 
 RESUMABLE_CHANGES = {"steps", "save_every", "eval_every", "output_dir", "report_to"}  # options a resumed run may change
+# options a resumed run changes only when asked to by name (--resume-changes), e.g. after a divergence
+CHANGES_ON_REQUEST = ("train.lr", "train.max_grad_norm")
 PATH_OPTIONS = {"model.path", "data.train_path", "data.eval_path"}  # compared by what they name, not by spelling
 RUN_ARTEFACTS = (
     *(
@@ -108,19 +111,40 @@ def config_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     return changed
 
 
-def _compare_config(saved: dict[str, Any], cfg: RunConfig, where: str) -> None:
+def _compare_config(saved: dict[str, Any], cfg: RunConfig, where: str, allowed: Sequence[str] = ()) -> None:
+    """ConfigError naming the options of ``cfg`` that differ from ``saved``, less those ``allowed`` to
+    (``--resume-changes``, from :data:`CHANGES_ON_REQUEST`)."""
     now = cfg.to_dict()
-    changed = config_differences(saved, now)
+    changed = [key for key in config_differences(saved, now) if key not in allowed]
     if changed:
         flat_saved, flat_now = flatten(saved), flatten(now)
         details = ", ".join(f"{k}: {flat_saved.get(k)!r} -> {flat_now.get(k)!r}" for k in changed[:8])
+        on_request = [key for key in changed if key in CHANGES_ON_REQUEST]
+        ask = (
+            f"; to change {', '.join(on_request)} on purpose add --resume-changes {','.join(on_request)}"
+            if on_request
+            else ""
+        )
         raise ConfigError(
             f"--resume: the config differs from {where} in {details}; resume with the same options "
-            f"(only {sorted(RESUMABLE_CHANGES)} may change) or use a new --output-dir"
+            f"(only {sorted(RESUMABLE_CHANGES)} may change){ask}, or use a new --output-dir"
         )
 
 
-def check_resume_config(saved_path: Path, cfg: RunConfig) -> None:
+def check_resume_changes(names: Sequence[str], resume: bool) -> None:
+    """ConfigError unless every name of ``--resume-changes`` is one of :data:`CHANGES_ON_REQUEST`, given with --resume."""
+    unknown = [name for name in names if name not in CHANGES_ON_REQUEST]
+    if unknown:
+        raise ConfigError(
+            f"--resume-changes: {unknown} cannot change on resume; choose from {list(CHANGES_ON_REQUEST)}"
+        )
+    if names and not resume:
+        raise ConfigError(
+            "--resume-changes: lets a resumed run change an option; give it with --resume or --resume-from"
+        )
+
+
+def check_resume_config(saved_path: Path, cfg: RunConfig, allowed: Sequence[str] = ()) -> None:
     """ConfigError naming every option of ``cfg`` that differs from the config saved in ``saved_path`` (JSON)."""
     try:
         saved = json.loads(saved_path.read_text(encoding="utf-8"))
@@ -128,7 +152,7 @@ def check_resume_config(saved_path: Path, cfg: RunConfig) -> None:
         raise ConfigError(
             f"--resume: {saved_path} is not valid JSON; restore it from a backup or start a new run"
         ) from None
-    _compare_config(saved, cfg, "the saved run")
+    _compare_config(saved, cfg, "the saved run", allowed)
 
 
 def select_checkpoint(out: Path, resume_from: str | None = None) -> tuple[int, Path]:
@@ -155,11 +179,19 @@ def select_checkpoint(out: Path, resume_from: str | None = None) -> tuple[int, P
 
 
 def check_previous_run(
-    out: Path, cfg: RunConfig, resume: bool, overwrite: bool, resume_from: str | None = None, verify_files: bool = True
+    out: Path,
+    cfg: RunConfig,
+    resume: bool,
+    overwrite: bool,
+    resume_from: str | None = None,
+    verify_files: bool = True,
+    changes: Sequence[str] = (),
 ) -> Path | None:
     """The checkpoint to resume from (None for a new run), after the read-only checks of the module docstring.
     ``resume_from`` selects a checkpoint other than the latest; ``verify_files`` False skips the checksums
-    (the re-check under the lock, after a first full check)."""
+    (the re-check under the lock, after a first full check); ``changes`` names options of
+    :data:`CHANGES_ON_REQUEST` the resumed run may change (``--resume-changes``)."""
+    check_resume_changes(changes, resume)
     if resume and overwrite:
         raise ConfigError(
             "--overwrite: cannot be combined with --resume (one continues the run, the other replaces it)"
@@ -176,9 +208,9 @@ def check_previous_run(
                 raise ckpt.broken_checkpoint_error(path, problem)
         record = ckpt.read_run_record(path)
         if record is not None:
-            _compare_config(record["config"], cfg, f"the config saved in checkpoint {path.name}")
+            _compare_config(record["config"], cfg, f"the config saved in checkpoint {path.name}", changes)
         elif (out / "config.json").exists():
-            check_resume_config(out / "config.json", cfg)
+            check_resume_config(out / "config.json", cfg, changes)
         else:
             raise ConfigError(
                 f"--resume: checkpoint {str(path)!r} was written by an earlier version and records no config, and "

@@ -46,6 +46,22 @@ class StepModels:
     ref_model: Any
     tokenizer: Any
     train_extras: Any
+    weight_bound: float = math.inf  # the largest |weight| an update may leave (:func:`weight_bound`)
+
+
+WEIGHT_GROWTH = 100.0  # an update may leave weights up to this many times the largest at the start of RL ...
+WEIGHT_FLOOR = 1e3  # ... and never less than this: RL moves weights by small steps, a blow-up by orders of magnitude
+
+
+def largest_weight(model) -> float:
+    """max |w| over the trained weights (NaN or inf when one is not finite); one device sync."""
+    trained = [p.detach().abs().max() for p in model.parameters() if p.requires_grad and p.numel()]
+    return float(torch.stack(trained).max()) if trained else 0.0
+
+
+def weight_bound(model) -> float:
+    """The bound the RL steps keep the trained weights within: max(WEIGHT_FLOOR, WEIGHT_GROWTH x their largest |w| now)."""
+    return max(WEIGHT_FLOOR, WEIGHT_GROWTH * largest_weight(model))
 
 
 class PolicyDiverged(FloatingPointError):
@@ -53,17 +69,24 @@ class PolicyDiverged(FloatingPointError):
 
     def __init__(self, step: int, what: str, lr: float) -> None:
         super().__init__(f"the policy diverged at step {step} ({what}); lower train.lr (now {lr:g})")
+        self.what = what
         self.step = step
 
 
-def check_finite_policy(model, update: dict[str, float], step: int, lr: float) -> None:
-    """:class:`PolicyDiverged` when the update's loss or gradient norm, or any weight after it, is not finite."""
+def check_finite_policy(model, update: dict[str, float], step: int, lr: float, bound: float = math.inf) -> None:
+    """:class:`PolicyDiverged` when the update's loss or gradient norm is not finite, or a weight after it is not
+    finite or larger in magnitude than ``bound`` (finite weights grown by orders of magnitude are a divergence too:
+    they decode nothing a reward counts)."""
     for key, what in (("train/loss", "the policy loss"), ("train/grad_norm", "the gradient norm")):
         if not math.isfinite(update[key]):
             raise PolicyDiverged(step, f"{what} is {update[key]}", lr)
-    trained = [torch.isfinite(p).all() for p in model.parameters() if p.requires_grad]
-    if trained and not bool(torch.stack(trained).all()):  # one device sync per step, not one per weight tensor
+    largest = largest_weight(model)
+    if not math.isfinite(largest):
         raise PolicyDiverged(step, "weights are not finite after the update", lr)
+    if largest > bound:
+        raise PolicyDiverged(
+            step, f"the largest weight is {largest:.3g} after the update, above the bound {bound:.3g}", lr
+        )
 
 
 @dataclass
@@ -172,7 +195,7 @@ def update_policy(
         use_lora_reference=cfg.train.kl_coef > 0 and cfg.model.lora_rank > 0,
         lrs=scheduled_lrs(cfg.train, step, cfg.steps),
     )
-    check_finite_policy(models.model, update, step + 1, cfg.train.lr)
+    check_finite_policy(models.model, update, step + 1, cfg.train.lr, models.weight_bound)
     return update
 
 

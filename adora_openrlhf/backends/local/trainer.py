@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,15 @@ from tqdm.auto import tqdm
 
 from adora_openrlhf.algorithms.allocation import RolloutAllocator
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler
-from adora_openrlhf.backends.local.rl_step import PolicyDiverged, StepModels, StepSampling, rl_row_count, rl_step
+from adora_openrlhf.backends.local.rl_step import (
+    PolicyDiverged,
+    StepModels,
+    StepSampling,
+    largest_weight,
+    rl_row_count,
+    rl_step,
+    weight_bound,
+)
 from adora_openrlhf.backends.local.sft import supervised_warmup, warmup_styles
 from adora_openrlhf.backends.support import check_backend_fields
 from adora_openrlhf.cli_args import format_config
@@ -260,21 +270,21 @@ def _resumed_reference(cfg: RunConfig, tokenizer, device, out: Path):
 
 
 def train(
-    cfg: RunConfig, resume: bool = False, overwrite: bool = False, resume_from: str | None = None
+    cfg: RunConfig,
+    resume: bool = False,
+    overwrite: bool = False,
+    resume_from: str | None = None,
+    resume_changes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run the whole training described by ``cfg``; returns the summary also written to ``summary.json``.
-
-    Everything is checked and loaded (config, output location, previous run and its checkpoint, data, tokenizer,
-    model, trainer state) before ``output_dir`` is touched; then the directory is locked for the run
-    (:mod:`.rundir`). A directory that holds checkpoints is continued with ``resume`` (from the latest checkpoint,
-    or the one ``resume_from`` names: a step number, ``step_000002`` or its path) or replaced with ``overwrite``,
-    never silently."""
+    Everything (config, output location, previous run and checkpoint, data, tokenizer, model, trainer state) is
+    checked and loaded before ``output_dir`` is touched and locked (:mod:`.rundir`). A directory with checkpoints
+    is continued with ``resume`` (from the latest, or ``resume_from``: a step number, ``step_000002`` or its path;
+    ``resume_changes``: options changed on purpose) or replaced with ``overwrite``, never silently."""
     _check_runnable(cfg)
-    started = time.perf_counter()
-    out = Path(cfg.output_dir)
-    resume = resume or resume_from is not None
+    started, out, resume = time.perf_counter(), Path(cfg.output_dir), resume or resume_from is not None
     check_output_dir(out, "output_dir")
-    checkpoint = rundir.check_previous_run(out, cfg, resume, overwrite, resume_from)
+    checkpoint = rundir.check_previous_run(out, cfg, resume, overwrite, resume_from, changes=resume_changes)
     _seed_everything(cfg.seed)
     device = pick_device()
 
@@ -305,7 +315,7 @@ def train(
     loaded = _Loaded(tokenizer, processor, model, optimizer, state, ref_model, encoded, rewards, run_record)
     with rundir.RunDirLock(out):
         # again, now that no other run can start (the files were verified above)
-        if rundir.check_previous_run(out, cfg, resume, overwrite, resume_from, verify_files=False) != checkpoint:
+        if rundir.check_previous_run(out, cfg, resume, overwrite, resume_from, False, resume_changes) != checkpoint:
             raise ConfigError(
                 f"output_dir: {str(out)!r} changed while this run was starting (another training wrote checkpoints); run the command again"
             )
@@ -364,6 +374,7 @@ class _LocalRun:
         )
         self.eval_grader = StepGrader(cfg.grading)  # held-out evaluations: the same deadline, one budget per evaluation
         self.metrics_log: MetricsLogger | None = None
+        self.weight_bound = math.inf  # until the RL phase starts (step_models)
 
     def write_run_files(self) -> None:
         """config.json, the held-out set (``heldout.py``) and a new tiny model's tokenizer; the policy in one log line."""
@@ -384,7 +395,24 @@ class _LocalRun:
             f"{len(tokenizer)}, device {self.device}; {len(self.train_rows)} train / {len(self.eval_rows)} held-out prompts"
         )
 
+    def check_weights(self, what: str) -> None:
+        """FloatingPointError, before ``what`` is written, when a trained weight is not finite or exceeds the RL
+        steps' bound (:func:`rl_step.weight_bound`, set when the RL phase starts); nothing is written then."""
+        largest = largest_weight(self.model)
+        if math.isfinite(largest) and largest <= self.weight_bound:
+            return
+        why = (
+            "weights are not finite"
+            if not math.isfinite(largest)
+            else f"the largest weight is {largest:.3g}, above {self.weight_bound:.3g}"
+        )
+        raise FloatingPointError(
+            f"the policy diverged ({why}), so {what} was not written; lower train.lr (now {self.cfg.train.lr:g})"
+            f"{_resume_advice(self.out)}"
+        )
+
     def save(self, step: int, position: int) -> None:
+        self.check_weights(f"checkpoint step_{step:06d}")
         allocator = self.sampling.allocator
         state = ckpt.TrainerState(
             step,
@@ -464,7 +492,10 @@ class _LocalRun:
                     cfg, self.loaded.tokenizer, self.device, ckpt.checkpoint_dir(self.out) / "step_000000"
                 )
             ref_model.eval().requires_grad_(False)
-        return StepModels(self.model, self.optimizer, ref_model, self.loaded.tokenizer, self.train_extras)
+        self.weight_bound = weight_bound(self.model)
+        return StepModels(
+            self.model, self.optimizer, ref_model, self.loaded.tokenizer, self.train_extras, self.weight_bound
+        )
 
     def finish(self, started: float, start_step: int) -> dict[str, Any]:
         """The reward curve, ``final_model/`` and ``summary.json`` (returned)."""
@@ -473,6 +504,7 @@ class _LocalRun:
         cfg, out = self.cfg, self.out
         plot_reward_curve(out / "metrics.jsonl", out / "reward_curve.png")
         final_dir = out / "final_model"
+        self.check_weights("final_model")
 
         def write_final(directory: Path) -> None:
             ckpt.export_model(self.model, directory, cfg.model.merge_lora_on_save)
@@ -518,6 +550,18 @@ class ZeroAdvantageWatch:
             self.warned = True
 
 
+def _resume_advice(out: Path) -> str:
+    """How to go on after a divergence: every checkpoint was written after a check of its weights, so the latest
+    holds good ones; ``--resume-changes train.lr`` lets the resumed run take a lower rate."""
+    last = ckpt.latest_checkpoint(out)
+    if last is None:
+        return ""
+    return (
+        f"; the last good checkpoint is {last.name}: continue from it with --resume-from {last.name} "
+        "--resume-changes train.lr --train.lr NEW_LR"
+    )
+
+
 def _train_in(
     cfg: RunConfig, out: Path, started: float, device, resume_from: Path | None, train_rows, eval_rows, loaded: _Loaded
 ) -> dict[str, Any]:
@@ -534,13 +578,7 @@ def _train_in(
         try:
             metrics, position = rl_step(cfg, step, position, run.sampling, run.engine, train_rows, models)
         except PolicyDiverged as err:
-            last = ckpt.latest_checkpoint(out)
-            kept = (
-                f"; the last good checkpoint is {last.name} (--resume-from {last.name} with the new value)"
-                if last is not None
-                else ""
-            )
-            raise FloatingPointError(f"{err}{kept}") from None
+            raise FloatingPointError(f"{err}{_resume_advice(out)}") from None
         zero_watch.see(step + 1, metrics)
         done = step + 1
         if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
