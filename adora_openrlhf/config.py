@@ -609,6 +609,17 @@ class RunConfig:
             f"{self.advantage.estimator!r}), so the run would train nothing; use --sampling.n_keep 2 or more, or adaptive "
             "sampling (--sampling.enabled true), whose baseline comes from the whole pool",
         )
+        pool = self.sampling.response_budget
+        require(  # n_keep = 1 with the sampler: the baseline is the pool's, which needs two responses
+            self.sampling.n_keep >= 2
+            or not self.sampling.enabled
+            or pool >= 2
+            or self.sampling.pool_scope == "history",
+            "sampling.max_rounds",
+            f"with sampling.n_keep = 1 the baseline comes from the prompt's pool, which holds at most {pool} response "
+            "(sampling.samples_per_round x max_rounds, capped by max_responses_per_prompt), so every advantage would be 0 "
+            "and the run would train nothing; raise --sampling.samples_per_round or --sampling.max_rounds, or --sampling.n_keep",
+        )
         if self.allocation.method in ("skip", "difficulty"):
             require(
                 self.sampling.n_keep >= 2,

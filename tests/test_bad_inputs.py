@@ -985,6 +985,16 @@ def test_groups_of_one_response_that_train_nothing_are_refused():
         build_run_config("kk-tiny", {"sampling.n_keep": 1, "advantage.estimator": "rloo"})
     # the pool of adaptive sampling gives a single kept response a baseline: allowed
     assert build_run_config("kk-tiny", {"sampling.n_keep": 1, "sampling.enabled": True}).sampling.n_keep == 1
+    # ... unless the pool itself holds one response: nothing trains, whatever produces the groups of one
+    one = {"sampling.n_keep": 1, "sampling.enabled": True, "sampling.samples_per_round": 1, "sampling.max_rounds": 1}
+    with pytest.raises(
+        ConfigError, match=r"^sampling.max_rounds: with sampling.n_keep = 1 .* holds at most 1 response"
+    ):
+        build_run_config("kk-tiny", one)
+    with pytest.raises(ConfigError, match=r"^sampling.max_rounds: with sampling.n_keep = 1"):
+        build_run_config("kk-tiny", {**one, "sampling.max_rounds": 4, "sampling.max_responses_per_prompt": 1})
+    assert build_run_config("kk-tiny", {**one, "sampling.max_rounds": 2}).sampling.response_budget == 2
+    assert build_run_config("kk-tiny", {**one, "sampling.pool_scope": "history"}).sampling.pool_scope == "history"
 
 
 def test_a_diverging_policy_stops_with_the_step_the_field_and_the_last_good_checkpoint(tmp_path):

@@ -29,7 +29,7 @@ def think(answer: str) -> str:
 
 @pytest.mark.parametrize("source", ["geometry3k", "mathvista"])
 def test_registered(source):
-    assert get_reward_fn(source) is geometry_reward
+    assert get_reward_fn(source).__wrapped__ is geometry_reward
 
 
 @pytest.mark.parametrize(

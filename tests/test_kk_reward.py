@@ -29,7 +29,7 @@ def wrap(answer: str, think: str = "reasoning") -> str:
 
 
 def test_registered_for_kk():
-    assert get_reward_fn("kk") is kk_reward
+    assert get_reward_fn("kk").__wrapped__ is kk_reward  # with its results checked (rewards.base.check_reward_result)
 
 
 def test_defaults_are_logic_rl_constants():

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import inspect
+import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adora_openrlhf.config import ConfigError
 from adora_openrlhf.rewards import as_trl_reward_func, as_verl_compute_score
@@ -121,3 +124,65 @@ def test_completion_text_forms():
     assert completion_text({"role": "assistant", "content": "b"}) == "b"
     with pytest.raises(TypeError, match="completions: expected a string or a list of chat messages"):
         completion_text(3)
+
+
+_SOURCE_NUMBERS = itertools.count()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(-(10**8), 10**8),
+        st.booleans(),
+        st.text(max_size=3),
+        st.none(),
+    )
+)
+def test_a_plugin_rewards_value_reaches_training_only_when_finite_and_bounded(value):
+    """Property: every registered reward's result is checked where it is produced; a reward that is not a finite
+    number within +-REWARD_LIMIT (NaN, inf, 1e300, a string, None, a bool) is refused naming the source and the
+    function; any other comes back unchanged."""
+    import math
+
+    from adora_openrlhf.rewards.base import REWARD_LIMIT, RewardError, RewardResult, get_reward_fn, register_reward
+
+    source = f"toy_value_{next(_SOURCE_NUMBERS)}"
+
+    @register_reward(source)
+    def value_reward(response, label, meta):
+        return RewardResult(reward=value, correct=False)
+
+    fine = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and abs(value) <= REWARD_LIMIT
+    )
+    if fine:
+        assert get_reward_fn(source)("r", "l", {}).reward == value
+    else:
+        with pytest.raises(RewardError, match=rf"^the reward of source '{source}' \(.*value_reward\) returned reward "):
+            get_reward_fn(source)("r", "l", {})
+
+
+def test_a_plugin_reward_that_returns_no_result_or_raises_is_named():
+    from adora_openrlhf.rewards.base import RewardError, get_reward_fn, register_reward
+
+    @register_reward("toy_returns_text")
+    def returns_text(response, label, meta):
+        return "1.0"
+
+    @register_reward("toy_raises")
+    def raises(response, label, meta):
+        raise KeyError("answer")
+
+    with pytest.raises(
+        RewardError,
+        match=r"^the reward of source 'toy_returns_text' \(.*returns_text\) returned str '1.0', not a RewardResult",
+    ):
+        get_reward_fn("toy_returns_text")("r", "l", {})
+    with pytest.raises(
+        RewardError, match=r"^the reward of source 'toy_raises' \(.*raises\) raised KeyError: 'answer'; fix the reward"
+    ):
+        get_reward_fn("toy_raises")("r", "l", {})

@@ -13,6 +13,8 @@ fail: no failure scores above a wrong answer.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,18 +55,72 @@ FailureRewardFn = Callable[[Mapping[str, Any]], float]  # row meta -> the task's
 FAILURE_REWARDS: Registry[FailureRewardFn] = Registry("reward source", "source", loader=_load_builtin_rewards)
 
 
+REWARD_LIMIT = 1e6  # |reward| a reward function may return: a larger one is a bug, not a learning signal
+
+
+class RewardError(ValueError):
+    """A reward function broke its contract: it returned no :class:`RewardResult`, a reward that is not a finite
+    number within +-:data:`REWARD_LIMIT`, or (a plug-in's) it raised. The message names the source and the function."""
+
+
+def check_reward_result(result: Any, where: str) -> RewardResult:
+    """``result`` when it is a :class:`RewardResult` whose reward is a finite number with |reward| <= REWARD_LIMIT;
+    else :class:`RewardError` naming ``where`` (the source and the function)."""
+    if not isinstance(result, RewardResult):
+        raise RewardError(
+            f"{where} returned {type(result).__name__} {result!r:.60}, not a RewardResult; fix the reward function"
+        )
+    reward = result.reward
+    if (
+        isinstance(reward, bool)
+        or not isinstance(reward, (int, float))
+        or not math.isfinite(reward)
+        or abs(reward) > REWARD_LIMIT
+    ):
+        raise RewardError(
+            f"{where} returned reward {reward!r:.60}, not a finite number within +-{REWARD_LIMIT:g}; fix the reward function"
+        )
+    return result
+
+
+def _checked(fn: RewardFn, sources: tuple[str, ...]) -> RewardFn:
+    """``fn`` with its results checked (:func:`check_reward_result`); a plug-in's exception is re-raised as a
+    :class:`RewardError` naming it (the built-in rewards raise only on bad data, with the field named)."""
+    where = f"the reward of source {sources[0]!r}" if len(sources) == 1 else f"the reward of sources {list(sources)}"
+    where += f" ({getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)!s})"
+    plugin = not str(getattr(fn, "__module__", "")).startswith("adora_openrlhf.")
+
+    @functools.wraps(fn)
+    def checked(response: str, label: str, meta: Mapping[str, Any]) -> RewardResult:
+        try:
+            result = fn(response, label, meta)
+        except Exception as err:
+            if not plugin:
+                raise
+            message = " ".join(str(err).split())[:200]
+            raise RewardError(
+                f"{where} raised {type(err).__name__}: {message}; fix the reward function (score bad output as wrong)"
+            ) from err
+        return check_reward_result(result, where)
+
+    return checked
+
+
 def register_reward(*sources: str, failure: float | FailureRewardFn = 0.0) -> Callable[[RewardFn], RewardFn]:
     """Register ``fn`` as the reward of rows whose ``source`` is one of ``sources``.
 
     ``failure`` is the task's failure reward (a number, or a function of the row's meta when it depends on
     the row, as DAPO's -1 does): the lowest reward the task gives, scored by a response that could not be graded.
+    The registry holds ``fn`` with its results checked (:func:`check_reward_result`: every reward that reaches
+    training or evaluation is a finite number); the decorator returns ``fn`` itself.
     """
     failure_fn: FailureRewardFn = failure if callable(failure) else (lambda meta, value=float(failure): value)
     register = REWARD_FUNCTIONS.register(*sources)
 
     def wrap(fn: RewardFn) -> RewardFn:
         FAILURE_REWARDS.register(*sources)(failure_fn)
-        return register(fn)
+        register(_checked(fn, sources))
+        return fn
 
     return wrap
 
