@@ -21,8 +21,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
-from data_prep.common import RowError, answer_text, convert_rows, load_numbered, prompt_key, write_converted
+from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, command_name, run_cli
+from adora_openrlhf.data_prep.common import (
+    RowError,
+    answer_text,
+    convert_rows,
+    load_numbered,
+    prompt_key,
+    write_converted,
+)
 
 SOURCE = "dapo_math"
 DEFAULT_DATASET = "BytedTsinghua-SIA/DAPO-Math-17k"
@@ -67,7 +74,9 @@ def convert_dapo_row(raw: Mapping[str, Any], number: int, reward_style: str = "d
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m data_prep.dapo_math", description="DAPO-Math-17k -> JSONL schema")
+    parser = OneLineParser(
+        prog=command_name("python -m data_prep.dapo_math"), description="DAPO-Math-17k -> JSONL schema"
+    )
     parser.add_argument("--out", required=True, help="output folder; writes <split>.jsonl")
     parser.add_argument("--dataset", default=DEFAULT_DATASET, help="hub name, local folder, or .parquet/.jsonl file")
     parser.add_argument("--split", default="train")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from adora_openrlhf.cli_errors import command_name
 from adora_openrlhf.log_setup import setup_logging
 from adora_openrlhf.tasks.geo_synth import TASKS, generate_splits
 
@@ -41,7 +42,9 @@ def write_split(rows: Sequence[dict[str, Any]], out: Path, split: str) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m data_prep.geo_synth", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog=command_name("python -m data_prep.geo_synth"), description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--num-train", type=int, default=2000)
     parser.add_argument("--num-eval", type=int, default=200)

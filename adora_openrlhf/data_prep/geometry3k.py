@@ -20,7 +20,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from data_prep.common import RowError, answer_text, require_text, run_image_converter, safe_name, save_image
+from adora_openrlhf.data_prep.common import (
+    RowError,
+    answer_text,
+    require_text,
+    run_image_converter,
+    safe_name,
+    save_image,
+)
 
 SOURCE = "geometry3k"
 DEFAULT_DATASET = "hiyouga/geometry3k"

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from adora_openrlhf.data_prep.common import RowError, write_jsonl
 from adora_openrlhf.tasks.kk import (
     MAX_PEOPLE,
     MIN_PEOPLE,
@@ -28,7 +29,6 @@ from adora_openrlhf.tasks.kk import (
     split_disjoint,
     to_tuple,
 )
-from data_prep.common import RowError, write_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def convert_public_rows(
     ``numbers`` (their 1-based file lines) or from 1; with ``where`` (the file) messages read ``FILE:LINE: ...``."""
     from tqdm.auto import tqdm
 
-    from data_prep.common import locate
+    from adora_openrlhf.data_prep.common import locate
 
     rows, rejected = [], []
     counter = numbers if numbers is not None else range(1, 1 << 62)
@@ -152,9 +152,9 @@ def parse_people(spec: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli
+    from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, command_name, run_cli
 
-    parser = OneLineParser(prog="python -m data_prep.kk", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog=command_name("python -m data_prep.kk"), description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="output folder for train.jsonl and test.jsonl")
     parser.add_argument("--num-train", type=int, default=2000, help="generated training puzzles")
     parser.add_argument("--num-eval", type=int, default=100, help="generated held-out puzzles")

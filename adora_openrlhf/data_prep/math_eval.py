@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
-from data_prep.common import (
+from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, command_name, run_cli
+from adora_openrlhf.data_prep.common import (
     RowError,
     answer_text,
     convert_rows,
@@ -96,7 +96,9 @@ def convert_benchmark(name: str, out_dir: Path, dataset: str | None = None, spli
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m data_prep.math_eval", description="math eval sets -> JSONL schema")
+    parser = OneLineParser(
+        prog=command_name("python -m data_prep.math_eval"), description="math eval sets -> JSONL schema"
+    )
     parser.add_argument("--out", required=True, help="output folder; writes <benchmark>.jsonl")
     parser.add_argument("--benchmark", default="all", choices=[*BENCHMARKS, "all"])
     parser.add_argument("--dataset", default=None, help="hub name, local folder or file (default: the benchmark's)")

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from data_prep.common import RowError, require_text, run_image_converter, safe_name, save_image
-from data_prep.geometry3k import build_vlm_prompt
+from adora_openrlhf.data_prep.common import RowError, require_text, run_image_converter, safe_name, save_image
+from adora_openrlhf.data_prep.geometry3k import build_vlm_prompt
 
 SOURCE = "mathvista"
 DEFAULT_DATASET = "AI4Math/MathVista"
