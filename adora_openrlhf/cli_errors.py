@@ -39,6 +39,13 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def command_name(module_command: str) -> str:
+    """The program name a command's messages show: the console script's name when it was started as one
+    (``adora-eval``), else ``module_command`` (``python -m eval.run``)."""
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return script if script.startswith("adora-") else module_command
+
+
 def add_debug_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error instead of one line")
 

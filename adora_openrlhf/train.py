@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from adora_openrlhf.cli_args import add_config_flags, format_config, load_config_file, overrides_from_args
-from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli, stdout_to_stderr
+from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, command_name, run_cli, stdout_to_stderr
 from adora_openrlhf.config import BACKENDS, ConfigError, RunConfig
 from adora_openrlhf.recipes import RECIPES, build_run_config, get_recipe
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m adora_openrlhf.train",
+        prog=command_name("python -m adora_openrlhf.train"),
         description="GRPO/PPO with ADORA advantage reweighting and adaptive multi-round sampling.",
         allow_abbrev=False,
     )

@@ -77,9 +77,9 @@ ACCURACY_KEY = "eval_default_pass1"  # OpenRLHF's evaluation: the 0/1 scores' me
 
 def prepare(seed: int, out: Path) -> dict[str, str]:
     """The warm start and the testbed's rows of ``seed`` as JSONL: ``{"model", "train", "test"}`` paths."""
+    from adora_openrlhf.data_prep.common import write_jsonl
     from adora_openrlhf.recipes import build_run_config
     from adora_openrlhf.rows import load_run_rows
-    from data_prep.common import write_jsonl
 
     model = warm_start_dir(LOCAL_RECIPE, seed, {}, out)
     data = out / f"data_seed{seed}"
@@ -98,9 +98,9 @@ def prepare_revisit(seed: int, out: Path) -> dict[str, str]:
     """kk-revisit's inputs of ``seed`` for the openrlhf backend: the allocation benchmark's warm start (the local
     runs' own), the first ``data.rl_prompts`` training puzzles (those the local backend's RL draws from) and the
     held-out puzzles as JSONL."""
+    from adora_openrlhf.data_prep.common import write_jsonl
     from adora_openrlhf.recipes import build_run_config
     from adora_openrlhf.rows import load_run_rows
-    from data_prep.common import write_jsonl
 
     model = warm_start_dir(REVISIT, seed, {}, ALLOCATION_RESULTS)
     data = out / f"data_{REVISIT}_seed{seed}"

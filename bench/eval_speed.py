@@ -18,7 +18,7 @@ and settings, in one process:
 - ``batched-fast``: ``HFGenerator`` as ``eval.run`` uses it by default: ``numerics="fast"`` (grouped-query attention
   over one cache entry per key/value head, fewer operations per step, top-p without a full sort, each prompt
   prefilled once for its k samples), ``batch-size`` sequences per decoding batch, and the problems of a call
-  split over one forked process per torch thread (``eval/workers.py``; one thread: no fork).
+  split over one forked process per torch thread (``evaluation/workers.py``; one thread: no fork).
 
 Each ``--threads`` value (torch threads) times each way ``--repeats`` times, the ways interleaved (a slow spell of the
 shared machine then falls on all of them); the table gives the median.
@@ -42,8 +42,8 @@ from typing import Any
 
 import torch
 
+from adora_openrlhf.evaluation.generation import Completion, EvalSampling, HFGenerator, Progress
 from bench.common import markdown_table, write_json
-from eval.generation import Completion, EvalSampling, HFGenerator, Progress
 
 WAYS = ("per-problem", "batched-exact", "batched-fast")
 OLD_PROBLEMS_PER_CALL = 8  # eval.run's --batch-size default before batching: problems per generation call
@@ -122,7 +122,7 @@ def _generator(way: str, model: str, sampling: EvalSampling, batch_size: int):
 def _time_way(
     way: str, model: str, bench, rows, k: int, sampling: EvalSampling, batch_size: int, out: Path
 ) -> dict[str, Any]:
-    from eval.run import evaluate_benchmark, read_records
+    from adora_openrlhf.evaluation.loop import evaluate_benchmark, read_records
 
     generator = _generator(way, model, sampling, batch_size)
     samples = out / "runs" / f"{way}_t{sampling.temperature:g}_k{k}.jsonl"  # runs/: not committed (.gitignore)
@@ -217,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.repeats < 1:
         parser.error(f"--repeats: must be >= 1, got {args.repeats}")
 
-    from eval.benchmarks import get_benchmark, load_located_rows
+    from adora_openrlhf.evaluation.benchmarks import get_benchmark, load_located_rows
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -122,7 +122,7 @@ def view_metrics(
 
 def held_out(rows_file: Path, cache_dir: Path) -> list[dict[str, Any]]:
     """The run's held-out rows, read and their images resolved and checked as ``eval.run --run`` reads them."""
-    from eval.benchmarks import HELDOUT, get_benchmark, load_located_rows
+    from adora_openrlhf.evaluation.benchmarks import HELDOUT, get_benchmark, load_located_rows
 
     return [
         dict(row)
@@ -152,8 +152,8 @@ def diagnose(
 ) -> dict[str, dict[str, float]]:
     """The three views' metrics for one checkpoint (each image its own seed, so the views are reproducible); the
     model is loaded once and each view sets its own decoding."""
-    from eval.generation import EvalSampling, HFGenerator
-    from eval.run import grade
+    from adora_openrlhf.evaluation.generation import EvalSampling, HFGenerator
+    from adora_openrlhf.evaluation.loop import grade
 
     generator = HFGenerator(model, EvalSampling(), batch_size=64)
     results = {}
@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from eval.runs import open_run
+    from adora_openrlhf.evaluation.runs import open_run
 
     torch.set_num_threads(1)
     try:

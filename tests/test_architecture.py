@@ -1,10 +1,13 @@
-"""The package's layering rules, checked on its source: the library never imports the command-line folders
-(``data_prep/``, ``eval/``), its modules import each other without a circle, ``config.py`` imports no backend,
-no function is longer than 80 lines, and the installed distribution holds ``adora_openrlhf`` alone."""
+"""The package's layering rules, checked on its source: the library never imports its command layers
+(``adora_openrlhf/evaluation/``, ``adora_openrlhf/data_prep/``) nor the checkout's thin entry points (``eval/``,
+``data_prep/``), its modules import each other without a circle, ``config.py`` imports no backend, no function is
+longer than 60 lines in the package (80 in ``bench/``), the installed distribution holds ``adora_openrlhf`` alone,
+and every console script names a function that exists."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import pathlib
 
 import setuptools
@@ -13,7 +16,9 @@ import tomllib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "adora_openrlhf"
 MAX_FUNCTION_LINES = 60  # in the package
-MAX_SCRIPT_FUNCTION_LINES = 80  # in bench/ and eval/
+MAX_SCRIPT_FUNCTION_LINES = 80  # in bench/
+COMMAND_LAYERS = ("adora_openrlhf.evaluation", "adora_openrlhf.data_prep")  # entry points above the library
+CHECKOUT_ENTRY_POINTS = ("data_prep", "eval")  # the checkout's thin folders: python -m eval.run, python -m data_prep.kk
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -90,12 +95,43 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_library_never_imports_the_command_line_folders():
-    offenders = {
-        module: sorted(n for n in _imported_names(module, path) if n.split(".")[0] in ("data_prep", "eval"))
+def _in_layer(name: str, layers: tuple[str, ...]) -> bool:
+    return any(name == layer or name.startswith(layer + ".") for layer in layers)
+
+
+def test_the_library_never_imports_the_command_layers_or_the_checkout_folders():
+    """Below ``evaluation/`` and ``data_prep/`` no module imports them; no module of the package imports the
+    checkout's ``eval/`` or ``data_prep/`` folders (they are not installed)."""
+    library, checkout = {}, {}
+    for module, path in _modules().items():
+        names = _imported_names(module, path)
+        if not _in_layer(module, COMMAND_LAYERS):
+            library[module] = sorted(n for n in names if _in_layer(n, COMMAND_LAYERS))
+        checkout[module] = sorted(n for n in names if n.split(".")[0] in CHECKOUT_ENTRY_POINTS)
+    assert {m: names for m, names in library.items() if names} == {}
+    assert {m: names for m, names in checkout.items() if names} == {}
+
+
+def test_data_preparation_does_not_import_evaluation():
+    """Evaluation converts hub benchmarks with the converters of ``data_prep/``; never the other way round."""
+    found = {
+        module: sorted(n for n in _imported_names(module, path) if _in_layer(n, ("adora_openrlhf.evaluation",)))
         for module, path in _modules().items()
+        if _in_layer(module, ("adora_openrlhf.data_prep",))
     }
-    assert {m: names for m, names in offenders.items() if names} == {}
+    assert len(found) >= 7
+    assert {m: names for m, names in found.items() if names} == {}
+
+
+def test_the_checkout_folders_are_thin_entry_points():
+    """``eval/`` and ``data_prep/`` only name a ``main`` of the package: no function or class of their own."""
+    for folder in CHECKOUT_ENTRY_POINTS:
+        for path in sorted((ROOT / folder).glob("*.py")):
+            tree = ast.parse(path.read_text())
+            defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+            imports = _imported_names(".".join(path.relative_to(ROOT).with_suffix("").parts), path)
+            assert defined == [], path
+            assert all(n.startswith("adora_openrlhf.") for n in imports), (path, imports)
 
 
 def test_no_import_circle_and_config_imports_no_backend():
@@ -112,10 +148,18 @@ def _script_imports(folder: pathlib.Path) -> dict[str, set[str]]:
     }
 
 
-def test_eval_and_bench_reach_the_engine_and_the_run_directory_not_the_local_backend():
-    """``eval/`` and ``bench/`` use ``adora_openrlhf.engine``, ``adora_openrlhf.rundir`` and ``adora_openrlhf.train``;
-    the local trainer's modules are its own."""
-    found = {**_script_imports(ROOT / "eval"), **_script_imports(ROOT / "bench")}
+def test_evaluation_data_preparation_and_bench_reach_the_engine_and_the_run_directory_not_the_local_backend():
+    """``evaluation/``, ``data_prep/`` and ``bench/`` use ``adora_openrlhf.engine``, ``adora_openrlhf.rundir`` and
+    ``adora_openrlhf.train``; the local trainer's modules are its own."""
+    found = {
+        **{
+            str(path.relative_to(ROOT)): _imported_names(m, path)
+            for m, path in _modules().items()
+            if _in_layer(m, COMMAND_LAYERS)
+        },
+        **_script_imports(ROOT / "bench"),
+    }
+    assert len(found) > 15
     assert {
         path: sorted(n for n in names if n.startswith("adora_openrlhf.backends.local"))
         for path, names in found.items()
@@ -143,21 +187,27 @@ def _long_functions(folder: pathlib.Path, limit: int) -> list[str]:
     return long
 
 
-def test_no_function_is_longer_than_60_lines_in_the_package_and_80_in_bench_and_eval():
+def test_no_function_is_longer_than_60_lines_in_the_package_and_80_in_bench():
     """A function a reader holds at once: split a longer one into named steps."""
     assert _long_functions(ROOT / "adora_openrlhf", MAX_FUNCTION_LINES) == []
-    assert (
-        _long_functions(ROOT / "bench", MAX_SCRIPT_FUNCTION_LINES)
-        + _long_functions(ROOT / "eval", MAX_SCRIPT_FUNCTION_LINES)
-        == []
-    )
+    assert _long_functions(ROOT / "bench", MAX_SCRIPT_FUNCTION_LINES) == []
 
 
 def test_the_distribution_installs_only_the_package():
     include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     packages = setuptools.find_packages(str(ROOT), include=include)
-    assert "adora_openrlhf" in packages
+    assert {"adora_openrlhf", *COMMAND_LAYERS} <= set(packages)
     assert sorted(p for p in packages if p.split(".")[0] != "adora_openrlhf") == []
+
+
+def test_every_console_script_names_a_function_of_the_package():
+    """``[project.scripts]``: each ``adora-*`` command is ``adora_openrlhf.MODULE:main``, and that function exists."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert {"adora-train", "adora-eval", "adora-prep-kk"} <= set(scripts)
+    for name, target in scripts.items():
+        module, _, function = target.partition(":")
+        assert name.startswith("adora-") and module.startswith("adora_openrlhf.") and function == "main", name
+        assert callable(getattr(importlib.import_module(module), function)), target
 
 
 def test_the_cycle_finder_finds_a_circle():

@@ -19,8 +19,8 @@ import pytest
 
 from adora_openrlhf import demo
 from adora_openrlhf import train as train_cli
-from data_prep import dapo_math, geometry3k, kk, math_eval
-from eval import run as eval_run
+from adora_openrlhf.data_prep import dapo_math, geometry3k, kk, math_eval
+from adora_openrlhf.evaluation import run as eval_run
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = [
@@ -837,7 +837,7 @@ def test_converter_on_a_full_disk_leaves_no_partial_file(tmp_path, capsys):
 def test_converter_whose_writes_fail_with_enospc_leaves_no_partial_file(tmp_path, capsys, monkeypatch):
     """The same as on /dev/full, where there is no such device: the output file's writes fail with ENOSPC after
     some rows reached the temporary file."""
-    from data_prep import common
+    from adora_openrlhf.data_prep import common
 
     real_open = open
 
@@ -1089,7 +1089,7 @@ def test_eval_model_pruned_while_it_loads_is_named_as_removed_not_as_a_hub_name(
     loads it, and transformers would then read the path as a hub repository name."""
     import shutil
 
-    from eval import generation
+    from adora_openrlhf.evaluation import generation
 
     model = tmp_path / "run" / "checkpoints" / "step_000002"
     model.mkdir(parents=True)

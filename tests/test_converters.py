@@ -9,8 +9,8 @@ import datasets
 import pytest
 from PIL import Image
 
-from data_prep import dapo_math, geometry3k, math_eval, mathvista
-from data_prep.common import RowError, answer_text, last_boxed, load_split_rows
+from adora_openrlhf.data_prep import dapo_math, geometry3k, math_eval, mathvista
+from adora_openrlhf.data_prep.common import RowError, answer_text, last_boxed, load_split_rows
 
 
 def _jsonl(path: Path, rows) -> Path:

@@ -10,10 +10,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eval.benchmarks import Benchmark, get_benchmark, read_jsonl
-from eval.generation import Completion
-from eval.metrics import ks_for, pass_at_k, score_records
-from eval.run import SAMPLES_FILE, evaluate_benchmark, main, read_records, write_report
+from adora_openrlhf.evaluation.benchmarks import Benchmark, get_benchmark, read_jsonl
+from adora_openrlhf.evaluation.generation import Completion
+from adora_openrlhf.evaluation.loop import SAMPLES_FILE, evaluate_benchmark, read_records
+from adora_openrlhf.evaluation.metrics import ks_for, pass_at_k, score_records
+from adora_openrlhf.evaluation.report import write_report
+from adora_openrlhf.evaluation.run import main
 
 
 def brute_force_pass_at_k(n, c, k):
@@ -120,7 +122,7 @@ def test_grader_crash_is_isolated(tmp_path, kk_rows):
             raise RuntimeError("grader bug")
         return {"correct": True, "reward": 1.0, "extracted": "x", "grader_error": None}
 
-    from eval.run import grade
+    from adora_openrlhf.evaluation.loop import grade
 
     bench = Benchmark("kk", "kk", lambda row: [])
     out = tmp_path / SAMPLES_FILE
@@ -139,8 +141,8 @@ def test_grader_crash_is_isolated(tmp_path, kk_rows):
 
 def test_a_crashing_grader_scores_the_tasks_failure_reward(monkeypatch):
     """eval.run's fallback for a grader that raises is the task's lowest reward, never above a wrong answer."""
+    from adora_openrlhf.evaluation.loop import grade
     from adora_openrlhf.rewards import base
-    from eval.run import grade
 
     def crashing(response, label, meta):
         raise RuntimeError("grader bug")
@@ -187,7 +189,7 @@ def test_cli_errors(argv, message, tmp_path, capsys):
 
 
 def test_numerics_auto_is_exact_only_where_the_run_is_repeated_greedily():
-    from eval.run import resolve_decoding
+    from adora_openrlhf.evaluation.cli import resolve_decoding
 
     # repeats the trainer's eval/greedy_accuracy
     assert resolve_decoding("auto", "auto", "hf", temperature=0.0, run_numerics="exact") == (
@@ -215,7 +217,7 @@ def test_numerics_auto_is_exact_only_where_the_run_is_repeated_greedily():
 
 
 def test_engine_args_and_dtype():
-    from eval.generation import parse_engine_args, resolve_dtype
+    from adora_openrlhf.evaluation.generation import parse_engine_args, resolve_dtype
 
     assert parse_engine_args(
         ["max_model_len=4096", "enforce_eager=true", 'limit_mm_per_prompt={"image": 2}', "quantization=fp8"]
@@ -236,14 +238,14 @@ def test_engine_args_and_dtype():
     ),
 )
 def test_engine_args_round_trip_json_values(key, value):
-    from eval.generation import parse_engine_args
+    from adora_openrlhf.evaluation.generation import parse_engine_args
 
     assert parse_engine_args([f"{key}={json.dumps(value)}"]) == {key: value}
 
 
 def test_vllm_sampling_follows_the_documented_defaults():
-    from eval.generation import EvalSampling, vllm_sampling_kwargs
-    from eval.run import DEFAULT_MAX_NEW_TOKENS, build_parser
+    from adora_openrlhf.evaluation.cli import DEFAULT_MAX_NEW_TOKENS, build_parser
+    from adora_openrlhf.evaluation.generation import EvalSampling, vllm_sampling_kwargs
 
     args = build_parser().parse_args(["--model", "m", "--out", "o"])
     assert args.max_new_tokens is None  # DEFAULT_MAX_NEW_TOKENS, or the run's limit with --run
@@ -272,7 +274,7 @@ def test_score_records_ignores_incomplete_problems():
 
 
 def test_subsets_and_problem_ids():
-    from eval.run import problem_id
+    from adora_openrlhf.evaluation.loop import problem_id
 
     vista = {
         "prompt": "q",
@@ -302,7 +304,7 @@ def test_math_benchmark_from_data_dir_is_graded_by_math_verify(tmp_path):
             ]
             return [[completion(t) for t in row] for row in texts]
 
-    from eval.benchmarks import load_benchmark_rows
+    from adora_openrlhf.evaluation.benchmarks import load_benchmark_rows
 
     bench = get_benchmark("math500")
     loaded = load_benchmark_rows(bench, None, str(data), seed=0, limit=None, cache_dir=tmp_path / "cache")

@@ -1,4 +1,4 @@
-"""eval/fit.py: each check speaks exactly when a benchmark does not fit the model; eval/metrics.py: the sampling
+"""evaluation/fit.py: each check speaks exactly when a benchmark does not fit the model; evaluation/metrics.py: the sampling
 noise of avg@k on a hand-computed case and its invariants."""
 
 import math
@@ -7,8 +7,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eval.fit import MISFIT_SHARE, FitContext, ModelOrigin, PromptFit, fit_notes, prompt_fit, stated_people
-from eval.metrics import sampling_se, score_records
+from adora_openrlhf.evaluation.fit import (
+    MISFIT_SHARE,
+    FitContext,
+    ModelOrigin,
+    PromptFit,
+    fit_notes,
+    prompt_fit,
+    stated_people,
+)
+from adora_openrlhf.evaluation.metrics import sampling_se, score_records
 
 LABEL = "(1) Yara is a knight\n(2) Henry is a knave"
 

@@ -5,9 +5,11 @@ import json
 
 import pytest
 
-from eval.benchmarks import get_benchmark
-from eval.generation import EvalSampling, HFGenerator
-from eval.run import CONFIG_FILE, SAMPLES_FILE, evaluate_benchmark, main, problem_seed, read_records
+from adora_openrlhf.evaluation.benchmarks import get_benchmark
+from adora_openrlhf.evaluation.checks import CONFIG_FILE
+from adora_openrlhf.evaluation.generation import EvalSampling, HFGenerator
+from adora_openrlhf.evaluation.loop import SAMPLES_FILE, evaluate_benchmark, problem_seed, read_records
+from adora_openrlhf.evaluation.run import main
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +156,7 @@ def test_samples_of_changed_rows_are_not_reused(tiny_model, tmp_path, caplog):
     changed = tmp_path / "changed.jsonl"
     rows[1] = generate_rows(1, [2], seed=99)[0]  # another puzzle at position 1: same problem id "1"
     changed.write_text("".join(json.dumps(r) + "\n" for r in rows[:3]))  # and a shorter file
-    with caplog.at_level("INFO", logger="eval.run"):
+    with caplog.at_level("INFO", logger="adora_openrlhf.evaluation.loop"):
         assert main(_argv(model, changed, out)) == 0
     assert "ignoring 2 samples of problems whose prompt, label or images changed since" in caplog.text
     records = read_records(out / SAMPLES_FILE)
@@ -172,7 +174,7 @@ def test_samples_of_changed_rows_are_not_reused(tiny_model, tmp_path, caplog):
 
 
 def test_problem_hash_covers_prompt_label_meta_and_image_bytes(tmp_path):
-    from eval.run import problem_hash
+    from adora_openrlhf.evaluation.loop import problem_hash
 
     row = {"prompt": "q", "label": "1", "source": "kk", "meta": {"names": ["A"]}}
     assert problem_hash(row) == problem_hash(dict(row)) and len(problem_hash(row)) == 16
@@ -307,7 +309,7 @@ def main_error(model, tmp_path, row, images, capsys):
 
 
 def test_relative_image_paths_resolve_against_the_files_folder(tmp_path, monkeypatch):
-    from eval.benchmarks import get_benchmark, load_located_rows
+    from adora_openrlhf.evaluation.benchmarks import get_benchmark, load_located_rows
 
     data = tmp_path / "data"
     _png(data / "img" / "a.png")
@@ -366,7 +368,7 @@ def test_image_rows_for_a_text_model_and_a_foreign_tokenizer_fail_before_generat
 
 
 def test_progress_is_reported_per_sample(tiny_model, tmp_path, monkeypatch):
-    import eval.run as run
+    import adora_openrlhf.evaluation.loop as loop
 
     model, bench_file = tiny_model
     bars = []
@@ -386,7 +388,7 @@ def test_progress_is_reported_per_sample(tiny_model, tmp_path, monkeypatch):
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(run, "tqdm", Bar)
+    monkeypatch.setattr(loop, "tqdm", Bar)
     rows = [json.loads(line) for line in bench_file.read_text().splitlines()]
     gen = HFGenerator(str(model), EvalSampling(temperature=1.0, max_new_tokens=6), batch_size=4)
     evaluate_benchmark(get_benchmark("kk"), rows, gen, k=2, out_path=tmp_path / "s.jsonl", batch_problems=4)

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from adora_openrlhf.backends.local.trainer import train
+from adora_openrlhf.evaluation.loop import SAMPLES_FILE, read_records
+from adora_openrlhf.evaluation.run import main
 from adora_openrlhf.recipes import build_run_config
 from adora_openrlhf.rows import load_run_rows
-from eval.run import SAMPLES_FILE, main, read_records
 
 TINY = {
     "model.tiny.vocab_size": 300,
@@ -96,8 +97,8 @@ def test_greedy_evaluation_of_the_run_repeats_the_trainers_heldout_numbers(tiny_
 
 def test_the_default_out_names_the_model_files_and_the_settings(tmp_path):
     """A retrained final model (same path, other files) gets a folder of its own instead of a refused rerun."""
-    from eval.run import model_identity
-    from eval.runs import RunTarget, default_out
+    from adora_openrlhf.evaluation.checks import model_identity
+    from adora_openrlhf.evaluation.runs import RunTarget, default_out
 
     model = tmp_path / "run" / "final_model"
     model.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""Data-parallel decoding in forked processes (eval/workers.py): results in item order from every worker, progress
+"""Data-parallel decoding in forked processes (evaluation/workers.py): results in item order from every worker, progress
 forwarded, a worker's exception or death raised in the caller; the transformers engine gives the same samples with
 one process or several."""
 
@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from eval.workers import run_in_workers, worker_count
+from adora_openrlhf.evaluation.workers import run_in_workers, worker_count
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the workers fork (Linux only)")
 
@@ -78,8 +78,8 @@ def test_the_transformers_engine_gives_the_same_samples_with_one_or_three_proces
     from adora_openrlhf.config import TinyModelConfig
     from adora_openrlhf.engine.model import build_tiny_model
     from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
+    from adora_openrlhf.evaluation.generation import EvalSampling, HFGenerator
     from adora_openrlhf.tasks.kk import generate_rows
-    from eval.generation import EvalSampling, HFGenerator
 
     rows = generate_rows(5, [2, 3], seed=3)
     tokenizer = train_bpe_tokenizer([m["content"] for r in rows for m in r["prompt"]] * 2, 300)

@@ -161,9 +161,9 @@ def test_a_plugin_adds_a_task_and_an_estimator_to_the_local_backend(plugin, tmp_
 
 
 def test_a_plugin_task_generates_its_rows_is_trained_and_is_evaluated_from_the_run(plugin, tmp_path, capsys):
+    from adora_openrlhf.evaluation.run import main as eval_main
     from adora_openrlhf.tasks.registry import TASKS
     from adora_openrlhf.train import train_local
-    from eval.run import main as eval_main
 
     # a warm-up on the plugin's demonstrations (its rows have no meta.solution_text to fall back on), then RL; held-out numbers of 3 and 4 digits (two subsets)
     cfg = _tiny_parity(tmp_path, **{"warmup.steps": 2, "warmup.batch_size": 4, "data.num_eval": 60})

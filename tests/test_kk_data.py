@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adora_openrlhf.data_prep import kk as kk_files
 from adora_openrlhf.rewards.kk import parse_kk_answer
 from adora_openrlhf.tasks import kk
-from data_prep import kk as kk_files
 
 
 def _to_python(statement) -> str:

@@ -183,7 +183,7 @@ def test_step_dir_is_a_hugging_face_model_directory(tok, tmp_path):
     trainer state sits beside it and restores the optimizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from eval.run import main as eval_main
+    from adora_openrlhf.evaluation.run import main as eval_main
 
     model = build_tiny_model(TINY, tok, seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -77,7 +77,8 @@ def recipe_command(
     ``train_rows / 4`` steps)."""
     script = REPO / "recipes" / recipe
     files = dict(re.findall(r'^(TRAIN_FILE|EVAL_FILE)="([^"]+)"', script.read_text(), re.M))
-    from data_prep.common import write_jsonl  # writes the reward_label column the reward hook dispatches on
+    # write_jsonl writes the reward_label column the reward hook dispatches on
+    from adora_openrlhf.data_prep.common import write_jsonl
 
     for key, count in (("TRAIN_FILE", train_rows), ("EVAL_FILE", 4)):
         rows = [

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import adora_openrlhf.rewards.openrlhf_reward as hook
+from adora_openrlhf.data_prep.common import write_jsonl
 from adora_openrlhf.tasks import kk
-from data_prep.common import write_jsonl
 
 HOOK_FILE = Path(hook.__file__)
 
@@ -173,7 +173,7 @@ def test_length_mismatch_is_an_error():
 
 def test_math_rows_from_worker_threads(tmp_path):
     """math-verify grading from OpenRLHF's worker threads goes through the grading subprocess."""
-    from data_prep.math_eval import convert_math_row
+    from adora_openrlhf.data_prep.math_eval import convert_math_row
 
     rows = _rows_through_jsonl(
         tmp_path,

@@ -24,10 +24,10 @@ import torch
 
 from adora_openrlhf.backends.local.update import pack, token_log_probs
 from adora_openrlhf.config import TinyModelConfig, TinyVisionConfig
+from adora_openrlhf.data_prep import geo_synth as geo_synth_files
 from adora_openrlhf.engine import vlm
 from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
 from adora_openrlhf.tasks import geo_synth
-from data_prep import geo_synth as geo_synth_files
 from gpu_stubs import import_openrlhf
 
 actor_module, vlm_utils, prompts_dataset, orl_utils = import_openrlhf(

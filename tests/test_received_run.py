@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from adora_openrlhf.errors import ConfigError
+from adora_openrlhf.evaluation.runs import open_run
 from adora_openrlhf.plugins import import_plugins
-from eval.runs import open_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

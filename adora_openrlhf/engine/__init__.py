@@ -1,4 +1,4 @@
-"""The Hugging Face generation engine of the local backend, also used by ``eval/`` and ``bench/``.
+"""The Hugging Face generation engine of the local backend, also used by ``evaluation/`` and ``bench/``.
 
 Modules, one job each: ``model`` (tiny random-init Qwen2-style model, ``from_pretrained`` with checks, LoRA),
 ``model_source`` (where a model's files are and whether they are whole), ``tokenization`` (a byte-level BPE

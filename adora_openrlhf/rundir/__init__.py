@@ -1,4 +1,4 @@
-"""A run's output directory, shared by both backends, ``eval/`` and ``bench/``.
+"""A run's output directory, shared by both backends, ``evaluation/`` and ``bench/``.
 
 Modules, one job each: ``lock`` (one process per directory), ``checks`` (the run directory's lock, what a new
 run, ``--resume`` and ``--overwrite`` may find there, config comparison), ``checkpoints`` (the local backend's

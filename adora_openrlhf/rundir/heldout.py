@@ -9,7 +9,7 @@ view uses ``max_new_tokens`` and ``repetition_penalty``), the generation batch s
 ``heldout.jsonl`` as written (``eval.run --run`` compares it, so rows edited since training are not set against
 the trainer's number).
 
-``python -m eval.run --run output_dir`` reads both (``eval/runs.py``); with ``--temperature 0 --k 1`` it
+``python -m eval.run --run output_dir`` reads both (``evaluation/runs.py``); with ``--temperature 0 --k 1`` it
 reproduces the trainer's ``eval/greedy_accuracy`` for the same checkpoint.
 """
 

@@ -5,7 +5,7 @@ task's logic in one module (``kk.py``: K&K puzzles; ``geo_synth.py``: generated 
 rules of the benchmarks read from files (MATH500, MathVista).
 
 The rewards are in ``rewards/`` (registry by source); ``data_prep/`` holds the command-line converters and
-``eval/`` the evaluation command, both built on these modules (the library never imports them).
+``evaluation/`` the evaluation command, both built on these modules (the modules below them never import them).
 """
 
 from __future__ import annotations

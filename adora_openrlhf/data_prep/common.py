@@ -269,9 +269,9 @@ def run_image_converter(
     """CLI of a dataset with images: load ``--dataset``/``--split``, convert every row with
     ``convert_row(raw, row_number, image_dir, base_dir)`` (images saved under OUT/images/SPLIT/), write
     OUT/SPLIT.jsonl and print the summary. Returns the exit code (2 when the dataset cannot be loaded)."""
-    from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, run_cli
+    from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, check_output_dir, command_name, run_cli
 
-    parser = OneLineParser(prog=prog, description=f"{title} -> JSONL schema")
+    parser = OneLineParser(prog=command_name(prog), description=f"{title} -> JSONL schema")
     parser.add_argument("--out", required=True, help="output folder; writes <split>.jsonl and images/<split>/")
     parser.add_argument("--dataset", default=default_dataset, help="hub name, local folder, or .parquet/.jsonl file")
     parser.add_argument("--split", default=default_split, help=split_help)

@@ -103,7 +103,7 @@ def read_jsonl(path: str | Path) -> list[Row]:
 
 def _geo_synth_generated(seed: int, cache_dir: Path) -> list[Row]:
     """200 generated shape images (``tasks/geo_synth.py``) from a seed stream of their own, saved as PNG files."""
-    from data_prep.geo_synth import write_split
+    from adora_openrlhf.data_prep.geo_synth import write_split
 
     path = write_split(geo_synth.generate_rows(200, 20_000 + seed), cache_dir / "geo_synth", "eval")
     return read_jsonl(path)
@@ -118,7 +118,7 @@ def _math_hub(name: str) -> Callable[[int, Path], list[Row]]:
     """Default hub dataset of a math benchmark, converted by ``data_prep.math_eval`` into the cache dir."""
 
     def load(seed: int, cache_dir: Path) -> list[Row]:
-        from data_prep import math_eval
+        from adora_openrlhf.data_prep import math_eval
 
         math_eval.convert_benchmark(name, cache_dir)
         return read_jsonl(cache_dir / f"{name}.jsonl")
@@ -128,7 +128,7 @@ def _math_hub(name: str) -> Callable[[int, Path], list[Row]]:
 
 def _mathvista_hub(seed: int, cache_dir: Path) -> list[Row]:
     """MathVista testmini from the hub, converted by ``data_prep.mathvista`` (images saved under the cache dir)."""
-    from data_prep import mathvista
+    from adora_openrlhf.data_prep import mathvista
 
     if mathvista.main(["--out", str(cache_dir), "--split", "testmini"]) != 0:
         raise ValueError(
@@ -144,7 +144,7 @@ def _by_row_source(row: Mapping[str, Any]) -> list[str]:
     return bench.subsets(row) if bench is not None else []
 
 
-HELDOUT = "heldout"  # a training run's held-out set (eval/runs.py)
+HELDOUT = "heldout"  # a training run's held-out set (evaluation/runs.py)
 
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b

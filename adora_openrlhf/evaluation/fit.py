@@ -42,7 +42,7 @@ class PromptFit:
 
 @dataclass(frozen=True)
 class ModelOrigin:
-    """The local training run a model directory belongs to (``eval/runs.py``)."""
+    """The local training run a model directory belongs to (``evaluation/runs.py``)."""
 
     run_dir: str
     recipe: str | None

@@ -9,7 +9,7 @@ checkpoint (``RUN/metrics.jsonl``). With ``--temperature 0 --k 1`` the two are e
 greedy decoding and batches.
 
 A model directory inside a run (``RUN/final_model``, ``RUN/checkpoints/step_N``) is traced back to its run
-(:func:`model_origin`), so that a benchmark from another distribution can be flagged (``eval/fit.py``).
+(:func:`model_origin`), so that a benchmark from another distribution can be flagged (``evaluation/fit.py``).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 
 from adora_openrlhf.config import NUMERICS
 from adora_openrlhf.errors import ConfigError
+from adora_openrlhf.evaluation.fit import ModelOrigin
 from adora_openrlhf.plugins import import_plugins
 from adora_openrlhf.rundir.heldout import HELDOUT_ROWS, HELDOUT_SETTINGS
-from eval.fit import ModelOrigin
 
 logger = logging.getLogger(__name__)
 _STEP_DIR = re.compile(r"^step_(\d+)$")

@@ -153,7 +153,7 @@ class HFGenerator:
     each distinct prompt prefilled once for its k samples, within float rounding of ``exact``, the trainer's
     arithmetic (the model's forward bitwise, transformers' samplers). ``workers`` (``fast`` only; None = one per
     torch thread on a Linux CPU): the problems of a call are decoded in that many forked processes
-    (``eval/workers.py``); a sample's tokens still depend only on its own stream and its logits. ``fast_step``
+    (``evaluation/workers.py``); a sample's tokens still depend only on its own stream and its logits. ``fast_step``
     (class attribute): text
     decoding takes its one-token steps through ``engine/decode_step.py`` where the model allows;
     ``bench/eval_speed.py`` turns it off to time the model's own forward."""
@@ -174,8 +174,8 @@ class HFGenerator:
         from adora_openrlhf.engine.decoding import numerics_of
         from adora_openrlhf.engine.model import load_pretrained, pick_device
         from adora_openrlhf.engine.tokenization import load_tokenizer
+        from adora_openrlhf.evaluation.workers import worker_count
         from adora_openrlhf.prompt_templates import PROMPT_TEMPLATES
-        from eval.workers import worker_count
 
         PROMPT_TEMPLATES.get(template)
         numerics_of(numerics)  # an unknown name is refused before the model loads
@@ -251,7 +251,7 @@ class HFGenerator:
         row_seeds = _row_seeds(seeds, len(rows), self.sampling.seed)
         prompts, extras = self._encode(rows)
         if not (extras is not None and any(extras)) and full_attention_only(self.model):  # one batch across rows
-            from eval.workers import run_in_workers
+            from adora_openrlhf.evaluation.workers import run_in_workers
 
             uniforms = (
                 None
@@ -281,25 +281,35 @@ class HFGenerator:
                 for sample in problem
             ]
         else:  # model.generate (images): one call per row, under the row's own seed
-            responses = []
-            for i, (prompt, seed) in enumerate(zip(prompts, row_seeds, strict=True)):
-                torch.manual_seed(seed)
-                more = {"extras": [extras[i]] * k} if extras is not None else {}
-                responses += generate_responses(
-                    self.model,
-                    self.tokenizer,
-                    [prompt] * k,
-                    params,
-                    self.batch_size,
-                    greedy=greedy,
-                    on_finish=progress,
-                    **more,
-                )
+            responses = self._generate_per_row(prompts, extras, row_seeds, k, params, greedy, progress)
         done = [
             Completion(self.tokenizer.decode(ids, skip_special_tokens=True), len(ids), truncated)
             for ids, truncated in responses
         ]
         return [done[i * k : (i + 1) * k] for i in range(len(rows))]
+
+    def _generate_per_row(
+        self, prompts, extras, row_seeds, k, params, greedy, progress
+    ) -> list[tuple[list[int], bool]]:
+        """The k responses of each prompt, one ``generate_responses`` call per row under the row's own seed (rows
+        with images, or a model whose attention is not full on every layer)."""
+        from adora_openrlhf.engine.rollout import generate_responses
+
+        responses = []
+        for i, (prompt, seed) in enumerate(zip(prompts, row_seeds, strict=True)):
+            torch.manual_seed(seed)
+            more = {"extras": [extras[i]] * k} if extras is not None else {}
+            responses += generate_responses(
+                self.model,
+                self.tokenizer,
+                [prompt] * k,
+                params,
+                self.batch_size,
+                greedy=greedy,
+                on_finish=progress,
+                **more,
+            )
+        return responses
 
 
 def vllm_sampling_kwargs(sampling: EvalSampling, k: int) -> dict[str, Any]:
