@@ -660,7 +660,7 @@ def test_eval_refuses_an_oversized_label_with_file_and_line(tmp_path, capsys):
 @pytest.mark.parametrize(
     "extra, needle",
     [
-        (["--k", "0"], "--k: must be >= 1"),
+        (["--k", "0"], "--k: must be between 1 and 1024, got 0"),
         (["--k", "two"], "argument --k: invalid int value"),
         (["--top-p", "1.5"], "--top-p"),
         (["--temperature", "-1"], "--temperature"),

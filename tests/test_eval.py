@@ -166,7 +166,7 @@ def test_read_jsonl_names_bad_line(tmp_path):
     "argv, message",
     [
         (["--bench", "gsm9k"], "unknown benchmark 'gsm9k'"),
-        (["--k", "0"], "--k: must be >= 1"),
+        (["--k", "0"], "--k: must be between 1 and 1024, got 0"),
         (["--temperature", "0", "--k", "4"], "greedy"),
         (["--bench-file", "kk"], "NAME=PATH"),
         (["--engine", "tgi"], "unknown engine"),
@@ -364,3 +364,46 @@ def test_end_to_end_with_tiny_local_model(tmp_path):
     assert next(r for r in report["rows"] if r["subset"] == "all")["avg_at_k"] == pytest.approx(hand)
     assert main(argv) == 0
     assert len(read_records(tmp_path / "eval" / SAMPLES_FILE)) == 6
+
+
+def test_a_reward_that_never_returns_is_scored_late_at_the_deadline_and_reported(tmp_path, kk_rows):
+    """eval.run grades each generation call's samples under one grading deadline, as training does: a reward stuck
+    forever costs the call the deadline; its sample scores the K&K failure reward (-3), is wrong, is marked
+    grader_late and is counted in the report's notes; the other samples keep their grades."""
+    import threading
+    import time
+
+    from adora_openrlhf.evaluation.loop import grade
+    from adora_openrlhf.rewards.grading import GradingConfig, StepGrader
+
+    never = threading.Event()
+
+    def stuck_on_first(source, response, row):
+        if row["meta"]["seq"] == 0 and response != "no idea":
+            never.wait()  # a plug-in reward that never returns
+        return grade(source, response, row)
+
+    out = tmp_path / SAMPLES_FILE
+    start = time.monotonic()
+    evaluate_benchmark(
+        get_benchmark("kk"), kk_rows[:2], ScriptedGenerator(), k=2, out_path=out, grade_fn=stuck_on_first,
+        grader=StepGrader(GradingConfig(deadline_s=0.3)),
+    )  # fmt: skip
+    assert time.monotonic() - start < 5.0
+    records = {(r["problem_id"], r["sample_index"]): r for r in read_records(out)}
+    late = [r for r in records.values() if r["grader_late"]]
+    assert len(late) == 2 and all(r["reward"] == -3.0 and not r["correct"] for r in late)  # problem seq 0, both samples
+    assert sum(r["correct"] for r in records.values() if not r["grader_late"]) == 1  # seq 1: its first sample is right
+    never.set()
+
+
+def test_k_is_capped_and_the_grading_deadline_checked(capsys):
+    from adora_openrlhf.evaluation.run import main
+
+    for argv, message in (
+        (["--k", "100000"], "--k: must be between 1 and 1024, got 100000"),
+        (["--grading-deadline-s", "0"], "--grading-deadline-s: must be a finite number of seconds > 0, got 0.0"),
+        (["--grading-deadline-s", "nan"], "--grading-deadline-s: must be a finite number of seconds > 0, got nan"),
+    ):
+        assert main(["--model", "/nonexistent", *argv]) == 2
+        assert message in capsys.readouterr().err

@@ -17,6 +17,11 @@ from adora_openrlhf.evaluation.benchmarks import HELDOUT, Benchmark, get_benchma
 from adora_openrlhf.evaluation.generation import DTYPES
 from adora_openrlhf.evaluation.runs import RunTarget, default_model, open_run
 from adora_openrlhf.plugins import import_plugins
+from adora_openrlhf.rewards.grading import GradingConfig
+
+MAX_K = (
+    1024  # samples per problem: a call generates a problem's k samples together, and writes them when they are graded
+)
 
 DEFAULT_MAX_NEW_TOKENS = 1024
 DEFAULT_BATCH_SIZE = 256  # sequences per decoding batch of the transformers engine (vLLM's max_num_seqs default)
@@ -99,7 +104,14 @@ def _add_target_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="comma-separated: kk,aime24,aime25,amc23,math500,mathvista,geo_synth,heldout (default kk; not with --run)",
     )
-    parser.add_argument("--k", type=int, default=8, help="samples per problem (avg@k, pass@1..k)")
+    parser.add_argument("--k", type=int, default=8, help=f"samples per problem (avg@k, pass@1..k; at most {MAX_K})")
+    parser.add_argument(
+        "--grading-deadline-s",
+        type=float,
+        default=GradingConfig.deadline_s,
+        help="the longest one generation call's samples wait on their grader, in seconds (the trainer's grading.deadline_s); "
+        "a sample not graded by then scores its task's failure reward, counts as wrong and is marked grader_late",
+    )
     parser.add_argument(
         "--out",
         default=None,
@@ -160,8 +172,13 @@ def _add_decoding_flags(parser: argparse.ArgumentParser) -> None:
 
 def check_args(args: argparse.Namespace) -> None:
     """ValueError naming the flag for every out-of-range argument."""
-    if args.k < 1:
-        raise ValueError(f"--k: must be >= 1, got {args.k}")
+    if not 1 <= args.k <= MAX_K:
+        raise ValueError(
+            f"--k: must be between 1 and {MAX_K}, got {args.k} (every problem's k samples are generated in one call; "
+            f"pass@k beyond {MAX_K} is not estimated here)"
+        )
+    if not (math.isfinite(args.grading_deadline_s) and args.grading_deadline_s > 0):
+        raise ValueError(f"--grading-deadline-s: must be a finite number of seconds > 0, got {args.grading_deadline_s}")
     if not (math.isfinite(args.temperature) and args.temperature >= 0):
         raise ValueError(f"--temperature: must be a finite number >= 0, got {args.temperature}")
     if args.temperature == 0 and args.k > 1:

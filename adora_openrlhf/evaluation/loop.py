@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from adora_openrlhf.evaluation.benchmarks import Benchmark, row_source
 from adora_openrlhf.evaluation.generation import Completion, Generator
+from adora_openrlhf.rewards.grading import StepGrader
 
 logger = logging.getLogger(__name__)
 
@@ -154,13 +155,53 @@ def _log_todo(
     )
 
 
+GradeFn = Callable[[str, str, Mapping[str, Any]], dict[str, Any]]  # (source, response, row) -> grade fields
+
+
+def grade_batch(
+    items: Sequence[tuple[str, str, Mapping[str, Any]]], grade_fn: GradeFn, grader: StepGrader
+) -> list[dict[str, Any]]:
+    """The grades of ``(source, response, row)`` items, graded together under one ``grader`` deadline (the run's
+    ``grading.deadline_s`` for every reward call, as in training): an item not graded in time scores its task's
+    failure reward, counts as wrong and carries ``grader_late: true``."""
+    from adora_openrlhf.rewards.base import failure_reward
+    from adora_openrlhf.rewards.grading import GradingJob
+
+    grader.start_step()
+    jobs = [
+        GradingJob(
+            lambda response, label, meta, source=source, row=row: grade_fn(source, response, row),
+            response,
+            "",
+            {},
+            failure_reward(source, row.get("meta") if isinstance(row, Mapping) else None),
+        )
+        for source, response, row in items
+    ]
+    grades = []
+    for result in grader.grade(jobs):
+        if isinstance(result, dict):
+            grades.append({**result, "grader_late": False})
+        else:  # grading.late_result: the task's failure reward
+            grades.append(
+                {
+                    "correct": False,
+                    "reward": result.reward,
+                    "extracted": None,
+                    "grader_error": None,
+                    "grader_late": True,
+                }
+            )
+    return grades
+
+
 def _sample_record(
     bench: Benchmark,
     row: Mapping[str, Any],
     key: SampleKey,
     sample_index: int,
     sample: Completion,
-    grade_fn: Callable[[str, str, Mapping[str, Any]], dict[str, Any]],
+    grade: dict[str, Any],
 ) -> dict[str, Any]:
     """One line of ``samples.jsonl``: the sample, its problem and its grade."""
     _, pid, content = key
@@ -176,7 +217,7 @@ def _sample_record(
         "response": sample.text,
         "response_tokens": sample.tokens,
         "truncated": sample.truncated,
-        **grade_fn(row_source(bench, row), sample.text, row),
+        **grade,
     }
 
 
@@ -187,12 +228,16 @@ def evaluate_benchmark(
     k: int,
     out_path: Path,
     batch_problems: int = 8,
-    grade_fn: Callable[[str, str, Mapping[str, Any]], dict[str, Any]] = grade,
+    grade_fn: GradeFn = grade,
     seed: int = 0,
+    grader: StepGrader | None = None,
 ) -> int:
     """Generate and grade the problems of ``bench`` whose k samples of their current content are not all in
     ``out_path``, ``batch_problems`` problems per generation call; returns how many problems were generated.
-    Problem ``p`` is sampled with ``problem_seed(seed, bench, p)``. Progress is shown per sample with an ETA."""
+    Problem ``p`` is sampled with ``problem_seed(seed, bench, p)``. Progress is shown per sample with an ETA.
+    Each call's samples are graded together under ``grader``'s deadline (default: ``GradingConfig()``'s) and
+    written, fsynced, before the next call, so an interrupt keeps every finished call."""
+    grader = grader or StepGrader()
     drop_torn_tail(out_path)
     done = finished_samples(out_path)
     keys = current_keys(bench, rows)
@@ -207,13 +252,16 @@ def evaluate_benchmark(
             seeds = [problem_seed(seed, bench.name, keys[index][1]) for index, _ in chunk]
             shown = bar.n
             completions = generator.generate([row for _, row in chunk], k, seeds=seeds, progress=bar.update)
-            for (index, row), samples in zip(chunk, completions, strict=True):
-                have = done.get(keys[index], set())
-                for sample_index, sample in enumerate(samples):
-                    if sample_index in have:
-                        continue
-                    record = _sample_record(bench, row, keys[index], sample_index, sample, grade_fn)
-                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            new = [
+                (index, row, sample_index, sample)
+                for (index, row), samples in zip(chunk, completions, strict=True)
+                for sample_index, sample in enumerate(samples)
+                if sample_index not in done.get(keys[index], set())
+            ]
+            grades = grade_batch([(row_source(bench, row), s.text, row) for _, row, _, s in new], grade_fn, grader)
+            for (index, row, sample_index, sample), graded in zip(new, grades, strict=True):
+                record = _sample_record(bench, row, keys[index], sample_index, sample, graded)
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
             bar.update(shown + len(chunk) * k - bar.n)  # whatever the engine did not report itself

@@ -65,6 +65,7 @@ from adora_openrlhf.evaluation.loop import SAMPLES_FILE, SampleKey, current_keys
 from adora_openrlhf.evaluation.metrics import score_records
 from adora_openrlhf.evaluation.report import benchmark_fit_notes, report_settings, run_comparison, write_report
 from adora_openrlhf.evaluation.runs import default_out
+from adora_openrlhf.rewards.grading import GradingConfig, StepGrader
 from adora_openrlhf.rundir.lock import DirLock
 
 SEEDING = "per-sample-stream"  # recorded in eval_config.json: problem_seed per problem, then generation.sample_seed per sample
@@ -186,6 +187,7 @@ def _generate(
 ) -> list[SampleKey]:
     """Generate and grade the missing samples of every benchmark; the sample keys of the rows in use."""
     keys: list[SampleKey] = []
+    grader = StepGrader(GradingConfig(deadline_s=args.grading_deadline_s))  # one deadline per generation call
     for bench in plan.benches:
         rows = [row for _, row in located[bench.name]]
         evaluate_benchmark(
@@ -196,6 +198,7 @@ def _generate(
             out_dir / SAMPLES_FILE,
             batch_problems=max(1, plan.batch_size // args.k),
             seed=args.seed,
+            grader=grader,
         )
         keys += current_keys(bench, rows)
     return keys
@@ -232,6 +235,13 @@ def _report(
         settings["run"] = str(target.run_dir)
         scores = score_records(records, args.k)
         comparison = run_comparison(target, Path(plan.model), scores, args.k, args.temperature)
+    late = sum(bool(r.get("grader_late")) for r in records)
+    if late:
+        notes = [
+            *notes,
+            f"{late} of {len(records)} samples were not graded within the grading deadline ({args.grading_deadline_s:g} s) and "
+            "count as wrong (grader_late in samples.jsonl); raise --grading-deadline-s or fix the reward",
+        ]
     names = [b.name for b in plan.benches]
     return write_report(out_dir, args.k, names, settings, current=keys, notes=notes, comparison=comparison)
 
