@@ -304,7 +304,7 @@ def test_boolean_flags_refuse_anything_but_a_boolean_word(tmp_path, capsys, valu
             "--sampling.enabled",
             "true",
             "--sampling.samples_per_round",
-            "1",
+            "2",  # a pool of one response gives n_keep 1 no baseline: refused (test_groups_of_one_response_...)
             "--sampling.max_rounds",
             "1",
             "--sampling.n_keep",
@@ -584,7 +584,7 @@ def test_resume_from_is_a_local_backend_option_and_leaves_the_interrupt_hint(tmp
     (tmp_path / "run" / "checkpoints" / "step_000003").mkdir(parents=True)
 
     def interrupted(cfg, **kwargs):
-        assert kwargs == {"resume": False, "overwrite": False, "resume_from": "step_000001"}
+        assert kwargs == {"resume": False, "overwrite": False, "resume_from": "step_000001", "resume_changes": []}
         raise KeyboardInterrupt
 
     monkeypatch.setattr(trainer, "train", interrupted)
