@@ -81,6 +81,11 @@ def _check_runnable(cfg: RunConfig) -> None:
     if cfg.backend != "local":
         raise ConfigError(f"backend: the local trainer runs backend 'local', got {cfg.backend!r}")
     check_backend_fields(cfg)  # fields the local backend cannot honour (backends/support.py)
+    if cfg.advantage.token_level:
+        raise ConfigError(
+            f"advantage.estimator: {cfg.advantage.estimator!r} is not supported by the local backend yet (its critic and "
+            "per-token update are not wired in); use a group estimator"
+        )
     if cfg.model.path is not None:  # a local directory or a hub name (hub cache when HF_HUB_OFFLINE=1)
         check_model_source(cfg.model.path, "model.path", cfg.model.init_kwargs)
         local = Path(cfg.model.path)
