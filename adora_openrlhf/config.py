@@ -33,9 +33,11 @@ from typing import Any
 from adora_openrlhf.algorithms.adora import AdoraConfig
 from adora_openrlhf.algorithms.advantages import AdvantageConfig
 from adora_openrlhf.algorithms.allocation import AllocationConfig
+from adora_openrlhf.algorithms.critic import CriticConfig
 from adora_openrlhf.algorithms.dynamic_filtering import DynamicFilteringConfig
 from adora_openrlhf.algorithms.policy_loss import PolicyLossConfig
 from adora_openrlhf.algorithms.sampling import AdaptiveSamplingConfig, SamplingParams
+from adora_openrlhf.algorithms.token_advantages import token_estimator_problem
 from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, from_dict, require
 from adora_openrlhf.dotted import value_at
 from adora_openrlhf.errors import ConfigError  # defined beside the registries (no import circle); exported here
@@ -519,7 +521,10 @@ class RunConfig:
         default_factory=SamplingParams, metadata={"help": "default (round-0) sampling parameters"}
     )
     advantage: AdvantageConfig = field(
-        default_factory=AdvantageConfig, metadata={"help": "group baseline (advantage estimator)"}
+        default_factory=AdvantageConfig, metadata={"help": "advantage estimator: a group baseline, gae or reinforce"}
+    )
+    critic: CriticConfig = field(
+        default_factory=CriticConfig, metadata={"help": "the value model of advantage.estimator gae (local backend)"}
     )
     adora: AdoraConfig = field(default_factory=AdoraConfig, metadata={"help": "ADORA advantage reweighting"})
     sampling: AdaptiveSamplingConfig = field(
@@ -602,8 +607,25 @@ class RunConfig:
                 "correctness is 0 or 1, outside the kept range; raise --sampling.n_keep",
             )
 
+        self._check_group_size()
+
+    def _check_group_size(self) -> None:
+        """What groups of ``sampling.n_keep`` responses allow: the token estimators' refusals
+        (``algorithms/token_advantages.token_estimator_problem``), and a group estimator or allocation that needs n >= 2."""
+        problem = token_estimator_problem(
+            self.advantage.estimator,
+            self.sampling.n_keep,
+            self.adora.enabled,
+            self.sampling.enabled,
+            self.adora.length_shaping,
+        )
+        if problem is not None:
+            raise ConfigError.about(*problem)
         require(
-            self.sampling.n_keep >= 2 or self.sampling.enabled or self.allocation.method == "knapsack",
+            self.sampling.n_keep >= 2
+            or self.sampling.enabled
+            or self.allocation.method == "knapsack"
+            or self.advantage.token_level,  # the critic or the batch is the baseline
             "sampling.n_keep",
             f"groups of one response (n_keep = 1) get advantage 0 under every group-relative estimator (advantage.estimator "
             f"{self.advantage.estimator!r}), so the run would train nothing; use --sampling.n_keep 2 or more, or adaptive "

@@ -95,6 +95,14 @@ REFUSED_VALUES = {
     "report_to": ["none"],
     "extra": {"openrlhf": {"vllm.num_engines": 2}},
     "max_missing_reward_fraction": 0.5,
+    "advantage.gamma": 0.9,
+    "advantage.lambd": 0.95,
+    "critic.lr": 1e-4,
+    "critic.weight_decay": 0.01,
+    "critic.max_grad_norm": 2.0,
+    "critic.value_clip": 0.2,
+    "critic.epochs": 2,
+    "critic.warm_start": False,
     "dynamic_filtering.max_refills": 8,
     "data.rl_prompts": 64,
     "allocation.method": "skip",
@@ -164,6 +172,8 @@ def test_refused_fields_are_errors_naming_field_and_backend(backend):
         overrides = {dotted: REFUSED_VALUES[dotted]}
         if dotted == "warmup.mix_steps":
             overrides["warmup.mix"] = {"thorough": 1.0}
+        if dotted in ("advantage.gamma", "advantage.lambd"):  # settings of the token estimator gae only
+            overrides["advantage.estimator"] = "gae"
         with pytest.raises(
             ConfigError, match=rf"^{dotted.replace('.', '[.]')}: not supported by the {backend} backend \(got "
         ):

@@ -75,7 +75,7 @@ def test_cli_print_config(capsys):
         (["--recipe", "nope"], "unknown recipe 'nope'"),
         (["--frobnicate", "1"], "unknown flag"),
         (["--adora.lambda_att", "7"], "adora.lambda_att"),
-        (["--advantage.estimator", "gae"], "advantage.estimator"),
+        (["--advantage.estimator", "gae_typo"], "advantage.estimator"),
         (["--sampling.enabled", "true", "--sampling.n_keep", "64"], "smaller than n_keep"),
     ],
 )

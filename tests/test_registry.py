@@ -141,8 +141,8 @@ def test_demonstration_styles_are_a_registry_per_source():
     "overrides, message",
     [
         (
-            {"advantage": {"estimator": "gae"}},
-            "advantage.estimator: unknown advantage estimator 'gae'; choose one of [",
+            {"advantage": {"estimator": "gae_typo"}},
+            "advantage.estimator: unknown advantage estimator 'gae_typo'; choose one of [",
         ),
         ({"adora": {"rule": "x"}}, "adora.rule: unknown ADORA rule 'x'; choose one of ['difficulty', 'length']"),
         ({"adora": {"edge_policy": "x"}}, "adora.edge_policy: unknown edge policy 'x'; choose one of ['llm', 'vlm']"),

@@ -355,6 +355,7 @@ def test_config_fields_carry_help_and_bad_values_name_the_field(tmp_path):
         "allocation_method: 'knapsack'": dict(allocation_method="knapsack"),
         "allocation_candidates": dict(allocation_candidates=0.5),
         "advantage_estimator": dict(advantage_estimator="nope"),
+        "advantage_estimator: 'gae' is not available in AdoraGRPOTrainer": dict(advantage_estimator="gae"),
         "top_p": dict(sampling_enabled=True, top_p=0.0),
         "max_completion_length": dict(max_completion_length=0),  # the core's rollout.max_new_tokens
         # passed into the ADORA config, named as this config's field

@@ -27,6 +27,12 @@ from adora_openrlhf.algorithms.sampling import (
     escalated_params,
     register_exit_rule,
 )
+from adora_openrlhf.algorithms.token_advantages import (
+    TOKEN_ESTIMATORS,
+    TokenAdvantages,
+    compute_token_advantages,
+    register_token_estimator,
+)
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -39,15 +45,19 @@ __all__ = [
     "PoolStats",
     "PromptGroup",
     "SamplingResult",
+    "TOKEN_ESTIMATORS",
+    "TokenAdvantages",
     "ScoredResponse",
     "adora_weights",
     "apply_group_weights",
     "broadcast_to_tokens",
     "classify_groups",
     "compute_group_advantages",
+    "compute_token_advantages",
     "escalated_params",
     "length_shaped_rewards",
     "register_estimator",
     "register_exit_rule",
     "register_rule",
+    "register_token_estimator",
 ]

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from adora_openrlhf.config_checks import check_field_types, check_number
+from adora_openrlhf.algorithms.token_advantages import TOKEN_ESTIMATORS
+from adora_openrlhf.config_checks import check_field_types, check_number, choice_problem, require
+from adora_openrlhf.errors import ConfigError
 from adora_openrlhf.registry import Registry
 
 # Config (section advantage)
@@ -37,15 +39,56 @@ from adora_openrlhf.registry import Registry
 class AdvantageConfig:
     """Group baseline / advantage estimator (see ``algorithms/advantages.py`` for the formulas)."""
 
-    estimator: str = field(default="group_norm", metadata={"help": "one of algorithms.advantages.ADVANTAGE_ESTIMATORS"})
+    estimator: str = field(
+        default="group_norm",
+        metadata={
+            "help": "a group estimator (algorithms.advantages.ADVANTAGE_ESTIMATORS: group_norm, dr_grpo, rloo, "
+            "reinforce_baseline) or a token estimator (algorithms.token_advantages.TOKEN_ESTIMATORS: gae = PPO with a "
+            "critic, reinforce = REINFORCE++)"
+        },
+    )
     eps: float = field(
         default=1e-9, metadata={"help": "added to the group std by group_norm (OpenRLHF 0.11 uses 1e-9)"}
+    )
+    gamma: float = field(
+        default=1.0,
+        metadata={
+            "help": "gae and reinforce: discount of the per-token rewards, in [0, 1] (OpenRLHF's --algo.advantage.gamma, "
+            "default 1); group estimators use undiscounted rewards (1 only)"
+        },
+    )
+    lambd: float = field(
+        default=1.0,
+        metadata={
+            "help": "gae: GAE's lambda, in [0, 1] (OpenRLHF 0.11.2's --algo.advantage.lambd, default 1; 0.95 is the "
+            "PPO papers' usual value); other estimators: 1 only"
+        },
     )
 
     def __post_init__(self) -> None:
         check_field_types(self, "advantage")
-        ADVANTAGE_ESTIMATORS.check(self.estimator)
+        if self.estimator not in TOKEN_ESTIMATORS and self.estimator not in ADVANTAGE_ESTIMATORS:
+            names = sorted([*ADVANTAGE_ESTIMATORS.names(), *TOKEN_ESTIMATORS.names()])
+            raise ConfigError.about("advantage.estimator", choice_problem("advantage estimator", self.estimator, names))
         check_number(self.eps, "advantage.eps", ge=0)
+        check_number(self.gamma, "advantage.gamma", ge=0, le=1)
+        check_number(self.lambd, "advantage.lambd", ge=0, le=1)
+        require(
+            self.gamma == 1.0 or self.estimator in TOKEN_ESTIMATORS,
+            "advantage.gamma",
+            f"the group estimator {self.estimator!r} uses undiscounted rewards; leave gamma at 1 or use "
+            f"--advantage.estimator gae or reinforce",
+        )
+        require(
+            self.lambd == 1.0 or self.estimator == "gae",
+            "advantage.lambd",
+            f"GAE's lambda applies to advantage.estimator gae only (got {self.estimator!r}); leave it at 1",
+        )
+
+    @property
+    def token_level(self) -> bool:
+        """True for a token estimator (``gae``, ``reinforce``): its baseline is a critic or the batch, not the group."""
+        return self.estimator in TOKEN_ESTIMATORS
 
 
 RewardsLike = torch.Tensor | Sequence[torch.Tensor]

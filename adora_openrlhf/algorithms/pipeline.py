@@ -132,3 +132,39 @@ def compute_ragged_step_advantages(
 def _rows(flat: torch.Tensor | None, cols: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor | None:
     """The entries ``cols`` of a flat tensor as a [G, n] block (None stays None)."""
     return None if flat is None else flat.reshape(-1)[cols].reshape(shape)
+
+
+def response_weights(
+    batch: GroupBatch, sizes: Sequence[int], adora_cfg: AdoraConfig
+) -> tuple[torch.Tensor, AdoraResult, dict[str, float]]:
+    """ADORA's weight of every response, for the token estimators (``gae``, ``reinforce``) whose baseline is a
+    critic or the batch, not the group: (weights [N] (each response its group's), the per-group result, metrics).
+
+    ``batch`` holds flat [N] tensors, group g being the next ``sizes[g]`` entries. The groups are classed by
+    :func:`adora_weights` from their rewards and lengths exactly as for the group estimators (the class does not
+    depend on the estimator); with ADORA off every weight is 1 and the classes are still logged.
+    ``advantage/zero_signal_fraction`` counts the groups whose kept rewards are all equal (they still get a
+    signal from the critic or the batch).
+    """
+    sizes = [int(s) for s in sizes]
+    total = batch.rewards.numel()
+    if any(s < 1 for s in sizes) or sum(sizes) != total:
+        raise ValueError(f"group sizes: {sizes} must be >= 1 each and sum to the {total} responses")
+    width = max(sizes, default=1)
+    valid = torch.arange(width).unsqueeze(0) < torch.tensor(sizes, dtype=torch.long).unsqueeze(1)
+    blocks = []
+    for flat in (batch.rewards, batch.lengths, batch.correct, batch.truncated):
+        if flat is None:
+            blocks.append(None)
+            continue
+        block = torch.zeros((len(sizes), width), dtype=flat.dtype)
+        block[valid] = flat.reshape(-1)
+        blocks.append(block)
+    rewards, lengths, correct, truncated = blocks
+    result = adora_weights(rewards, lengths, adora_cfg, correct=correct, truncated=truncated, valid=valid)
+    weights = result.weights.repeat_interleave(torch.tensor(sizes, dtype=torch.long))
+    big = torch.finfo(torch.float32).max
+    hi = torch.where(valid, rewards.float(), torch.full_like(rewards.float(), -big)).max(-1).values
+    lo = torch.where(valid, rewards.float(), torch.full_like(rewards.float(), big)).min(-1).values
+    uniform = float((hi == lo).float().mean()) if sizes else 0.0
+    return weights, result, {"advantage/zero_signal_fraction": uniform, **result.metrics()}

@@ -76,6 +76,20 @@ OPENRLHF: dict[str, Support] = {
         _sampling_off,
     ),
     "advantage.eps": USED,  # AdoraExperienceMaker: group advantages of this package
+    # flags.derived_flags refuses advantage.estimator gae / reinforce on this backend for now (issue 70, part 2)
+    **{
+        f"advantage.{name}": Refused(
+            "the token estimators (gae, reinforce) are not supported by the openrlhf backend yet; use --backend local"
+        )
+        for name in ("gamma", "lambd")
+    },
+    **{
+        f"critic.{name}": Refused(
+            "the critic of advantage.estimator gae is not supported by the openrlhf backend yet (OpenRLHF's own "
+            "--critic.* flags are not wired in); use --backend local"
+        )
+        for name in ("lr", "weight_decay", "max_grad_norm", "value_clip", "epochs", "warm_start")
+    },
     # AdoraExperienceMaker
     **{
         f"adora.{name}": USED

@@ -247,7 +247,13 @@ class AdoraGRPOConfig(GRPOConfig):
     def advantage_config(self) -> AdvantageConfig:
         estimator = self.advantage_estimator or ESTIMATOR_FOR_SCALE_REWARDS[self.scale_rewards]
         source = "advantage_estimator" if self.advantage_estimator else "scale_rewards"
-        return self._build(AdvantageConfig, "advantage", {"estimator": source}, estimator=estimator)
+        built = self._build(AdvantageConfig, "advantage", {"estimator": source}, estimator=estimator)
+        if built.token_level:  # gae needs a value model; reinforce whitens over a batch TRL does not gather
+            raise ConfigError(
+                f"advantage_estimator: {estimator!r} is not available in AdoraGRPOTrainer (TRL's GRPOTrainer has no critic "
+                "and normalises per group); use a group estimator (group_norm, dr_grpo, rloo, reinforce_baseline)"
+            )
+        return built
 
     def adora_config(self) -> AdoraConfig:
         return self._build(

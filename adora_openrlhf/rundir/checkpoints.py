@@ -165,6 +165,16 @@ def _torch_save(obj: Any, path: Path) -> None:
             raise OSError(writer.error.errno, writer.error.strerror or str(writer.error), str(path)) from err
 
 
+def save_tensors_file(obj: Any, path: Path) -> None:
+    """``torch.save`` of tensors, numbers, strings and containers (what :func:`read_tensors_file` loads back)."""
+    _torch_save(obj, path)
+
+
+def read_tensors_file(path: str | Path, name: str) -> Any:
+    """``path/name`` read with ``torch.load(weights_only=True)`` (never code); a damaged file is a ConfigError."""
+    return _load_pickle(Path(path), name)
+
+
 def file_sha256(path: Path) -> str:
     with open(path, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
@@ -224,10 +234,12 @@ def save_checkpoint(
     keep_last: int = 3,
     merge_lora: bool = False,
     run_record: dict[str, Any] | None = None,
+    extra: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write the checkpoint of ``state.step`` atomically (layout in the module docstring); prune old ones (step 0
     is kept). ``tokenizer`` is the tokenizer or, for vision-language policies, the processor; ``run_record``
-    (config and data fingerprints) goes to ``trainer_state/run.json``."""
+    (config and data fingerprints) goes to ``trainer_state/run.json``; ``extra(directory)`` writes more files
+    into the checkpoint before its manifest (the local critic's ``critic/``)."""
     root = checkpoint_dir(output_dir)
     root.mkdir(parents=True, exist_ok=True)
 
@@ -250,6 +262,8 @@ def save_checkpoint(
         if run_record is not None:
             record = {**run_record, "manifest": True}  # this checkpoint has a manifest: one without it is damaged
             (trainer_state / RUN_FILE).write_text(json.dumps(record, indent=2, default=str) + "\n")
+        if extra is not None:
+            extra(tmp)
         write_manifest(tmp)
 
     final = write_atomically(

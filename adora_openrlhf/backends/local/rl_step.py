@@ -5,7 +5,8 @@
    (:func:`sample_at`), or through DAPO dynamic filtering (:func:`filtered_sample`);
 2. advantages: :func:`compute_ragged_step_advantages` on the kept responses (:func:`group_batch`,
    :func:`step_advantages`): the estimator's group advantages (pool statistics when adaptive sampling is
-   on), then ADORA's weights;
+   on), then ADORA's weights; for the token estimators ``gae`` and ``reinforce``, :func:`token_update`: per-token
+   advantages with each response's ADORA weight, the critic's values and update (``gae``, ``critic.py``);
 3. update: :func:`policy_update` on the kept responses, packed in micro-batches of similar lengths, with the
    step's learning rates (:func:`scheduled_lrs`);
 4. metrics: the sampler's, the advantage pipeline's, the update's, :func:`rollout_metrics` and the step's timers.
@@ -24,10 +25,12 @@ import torch
 from adora_openrlhf.algorithms.allocation import RolloutAllocator
 from adora_openrlhf.algorithms.dynamic_filtering import filter_and_refill
 from adora_openrlhf.algorithms.lr_schedules import lr_factor
-from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_ragged_step_advantages
+from adora_openrlhf.algorithms.pipeline import GroupBatch, compute_ragged_step_advantages, response_weights
 from adora_openrlhf.algorithms.policy_loss import PolicyLossConfig
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler, PromptGroup, SamplingResult
-from adora_openrlhf.backends.local.update import pack, policy_update
+from adora_openrlhf.algorithms.token_advantages import CRITIC_ESTIMATORS, TokenParams, compute_token_advantages
+from adora_openrlhf.backends.local.critic import Critic, critic_update, critic_values
+from adora_openrlhf.backends.local.update import PackedBatch, pack, policy_update
 from adora_openrlhf.config import ConfigError, RunConfig
 from adora_openrlhf.engine.rollout import RolloutEngine
 from adora_openrlhf.rows import batch_indices, row_key
@@ -47,6 +50,7 @@ class StepModels:
     tokenizer: Any
     train_extras: Any
     weight_bound: float = math.inf  # the largest |weight| an update may leave (:func:`weight_bound`)
+    critic: Critic | None = None  # advantage.estimator gae: the value model and its optimiser
 
 
 WEIGHT_GROWTH = 100.0  # an update may leave weights up to this many times the largest at the start of RL ...
@@ -122,11 +126,14 @@ def rl_step(
     advantage_seconds = train_seconds = 0.0
     if result.groups:
         t0 = time.perf_counter()
-        advantages, advantage_metrics = step_advantages(cfg, result)
-        advantage_seconds = time.perf_counter() - t0
-        update = update_policy(cfg, step, result.groups, advantages, models)
+        if cfg.advantage.token_level:  # gae / reinforce: per-token advantages, and the critic's update for gae
+            update, advantage_seconds = token_update(cfg, step, result.groups, models)
+        else:
+            advantages, advantage_metrics = step_advantages(cfg, result)
+            advantage_seconds = time.perf_counter() - t0
+            update = {**advantage_metrics, **update_policy(cfg, step, result.groups, advantages, models)}
         train_seconds = time.perf_counter() - t0 - advantage_seconds
-        metrics.update({**rollout_metrics(result.groups, train_rows), **advantage_metrics, **update})
+        metrics.update({**rollout_metrics(result.groups, train_rows), **update})
     metrics.update(
         {
             "time/generate_s": engine.generate_seconds,
@@ -172,8 +179,15 @@ def update_policy(
     cfg: RunConfig, step: int, groups: list[PromptGroup], advantages: torch.Tensor, models: StepModels
 ) -> dict[str, float]:
     """The PPO-clip update on the kept responses of ``groups`` with their ``advantages`` (one per kept response, in
-    the groups' order); the update's metrics.
-    Micro-batches hold responses of similar lengths (less padding; the step's gradient is a sum over sequences)."""
+    the groups' order); the update's metrics."""
+    packed, order = pack_kept(groups, models)
+    return _policy_step(cfg, step, packed, advantages.reshape(-1)[order], models)
+
+
+def pack_kept(groups: list[PromptGroup], models: StepModels) -> tuple[PackedBatch, list[int]]:
+    """The kept responses of ``groups`` packed for the update, and ``order``: packed row k is kept response
+    ``order[k]`` (in the groups' order). Micro-batches hold responses of similar lengths (less padding; the step's
+    gradient is a sum over sequences)."""
     samples = [r.payload for g in groups for r in g.kept]
     order = sorted(range(len(samples)), key=lambda i: len(samples[i].prompt_ids) + len(samples[i].response_ids))
     samples = [samples[i] for i in order]
@@ -184,11 +198,18 @@ def update_policy(
         models.tokenizer.pad_token_id,
         [extras[s.row_index] for s in samples] if extras is not None else None,
     )
+    return packed, order
+
+
+def _policy_step(
+    cfg: RunConfig, step: int, packed: PackedBatch, advantages: torch.Tensor, models: StepModels
+) -> dict[str, float]:
+    """:func:`policy_update` with the step's learning rates, then the finiteness check."""
     update = policy_update(
         models.model,
         models.optimizer,
         packed,
-        advantages.reshape(-1)[order],
+        advantages,
         cfg.train,
         cfg.rollout.max_new_tokens,
         ref_model=models.ref_model,
@@ -197,6 +218,47 @@ def update_policy(
     )
     check_finite_policy(models.model, update, step + 1, cfg.train.lr, models.weight_bound)
     return update
+
+
+def token_update(
+    cfg: RunConfig, step: int, groups: list[PromptGroup], models: StepModels
+) -> tuple[dict[str, float], float]:
+    """A step of a token estimator (``algorithms/token_advantages.py``): each response's ADORA weight (its group's,
+    :func:`response_weights`), the critic's values (``gae``), per-token advantages and returns, the policy update on
+    the advantages, then (``gae``) the critic's update on the returns, never weighted. The pool statistics of the
+    sampler are not the baseline here (they drive its exit rules and are logged with its metrics).
+    Returns (metrics, seconds spent on the advantages)."""
+    t0 = time.perf_counter()
+    packed, order = pack_kept(groups, models)
+    weights, _, metrics = response_weights(group_batch(groups), [len(g.kept) for g in groups], cfg.adora)
+    rewards = torch.tensor([r.reward for g in groups for r in g.kept], dtype=torch.float32)[order]
+    critic_used = cfg.advantage.estimator in CRITIC_ESTIMATORS
+    values = critic_values(models.critic, packed, cfg.train.micro_batch_size) if critic_used else None
+    out = compute_token_advantages(
+        cfg.advantage.estimator,
+        rewards,
+        packed.action_mask,
+        values=values,
+        weights=weights[order],
+        params=TokenParams(cfg.advantage.gamma, cfg.advantage.lambd),
+    )
+    mask = packed.action_mask.bool()
+    tokens = out.advantages[mask]
+    metrics.update(
+        {
+            "advantage/mean_abs": float(tokens.abs().mean()) if tokens.numel() else 0.0,
+            "advantage/mean": float(tokens.mean()) if tokens.numel() else 0.0,
+            "advantage/std": float(tokens.std()) if tokens.numel() > 1 else 0.0,
+            "advantage/returns_mean": float(out.returns[mask].mean()) if tokens.numel() else 0.0,
+        }
+    )
+    seconds = time.perf_counter() - t0
+    metrics.update(_policy_step(cfg, step, packed, out.advantages, models))
+    if critic_used:
+        metrics.update(
+            critic_update(models.critic, packed, out.returns, values, cfg.critic, cfg.train.micro_batch_size)
+        )
+    return metrics, seconds
 
 
 def rollout_metrics(groups, rows) -> dict[str, float]:

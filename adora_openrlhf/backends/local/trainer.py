@@ -16,7 +16,9 @@ Each RL step (``rl_step.py``, :func:`rl_step`):
 3. :func:`compute_step_advantages`: group advantages (pool statistics when adaptive sampling is on), then
    ADORA weights;
 4. :func:`policy_update`: token-level PPO-clip loss (+ k3 KL to the frozen step-0 policy when
-   ``kl_coef > 0``), gradient clipping, AdamW;
+   ``kl_coef > 0``), gradient clipping, AdamW; with ``advantage.estimator gae`` or ``reinforce`` the advantages
+   are per token (``rl_step.token_update``) and ``gae`` trains a critic beside the policy (``critic.py``: built
+   after the warm-up, saved in every checkpoint's ``critic/``, restored by ``--resume``);
 5. metrics to JSONL/TensorBoard; held-out evaluation every ``eval_every`` steps; checkpoint every
    ``save_every`` steps (:func:`_train_in`, the loop).
 
@@ -42,6 +44,8 @@ from tqdm.auto import tqdm
 
 from adora_openrlhf.algorithms.allocation import RolloutAllocator
 from adora_openrlhf.algorithms.sampling import AdaptiveSampler
+from adora_openrlhf.algorithms.token_advantages import CRITIC_ESTIMATORS
+from adora_openrlhf.backends.local.critic import build_critic
 from adora_openrlhf.backends.local.rl_step import (
     PolicyDiverged,
     StepModels,
@@ -91,6 +95,11 @@ def _check_runnable(cfg: RunConfig) -> None:
     if cfg.backend != "local":
         raise ConfigError(f"backend: the local trainer runs backend 'local', got {cfg.backend!r}")
     check_backend_fields(cfg)  # fields the local backend cannot honour (backends/support.py)
+    if cfg.advantage.estimator in CRITIC_ESTIMATORS and (cfg.model.lora_rank > 0 or is_vision_task(cfg.data.task)):
+        raise ConfigError(
+            f"advantage.estimator: the local critic of {cfg.advantage.estimator!r} is built for text policies trained in "
+            "full; drop --model.lora_rank and use a text task, or use --advantage.estimator reinforce (no critic)"
+        )
     if cfg.model.path is not None:  # a local directory or a hub name (hub cache when HF_HUB_OFFLINE=1)
         check_model_source(cfg.model.path, "model.path", cfg.model.init_kwargs)
         local = Path(cfg.model.path)
@@ -269,6 +278,15 @@ def _resumed_reference(cfg: RunConfig, tokenizer, device, out: Path):
     return ref_model.eval().requires_grad_(False)
 
 
+def _resumed_critic(cfg: RunConfig, model, checkpoint: Path):
+    """The critic saved with ``checkpoint`` (``advantage.estimator gae``; ``critic.py``), or None for other estimators."""
+    if cfg.advantage.estimator not in CRITIC_ESTIMATORS:
+        return None
+    critic = build_critic(model, cfg.critic, cfg.seed, warm_start=False)
+    critic.load(checkpoint)
+    return critic
+
+
 def train(
     cfg: RunConfig,
     resume: bool = False,
@@ -299,10 +317,11 @@ def train(
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
     )
-    state = ref_model = None
+    state = ref_model = critic = None
     if checkpoint is not None:
         state = ckpt.load_trainer_state(checkpoint, optimizer)
         ref_model = _resumed_reference(cfg, tokenizer, device, out)
+        critic = _resumed_critic(cfg, model, checkpoint)
     encoded = (
         _encode(cfg, tokenizer, train_rows, "train", processor),
         _encode(cfg, tokenizer, eval_rows, "eval", processor),
@@ -312,7 +331,7 @@ def train(
         "config": cfg.to_dict(),
         "data": {"train": rows_fingerprint(train_rows), "eval": rows_fingerprint(eval_rows)},
     }
-    loaded = _Loaded(tokenizer, processor, model, optimizer, state, ref_model, encoded, rewards, run_record)
+    loaded = _Loaded(tokenizer, processor, model, optimizer, state, ref_model, encoded, rewards, run_record, critic)
     with rundir.RunDirLock(out):
         # again, now that no other run can start (the files were verified above)
         if rundir.check_previous_run(out, cfg, resume, overwrite, resume_from, False, resume_changes) != checkpoint:
@@ -343,6 +362,7 @@ class _Loaded:
     encoded: Any  # ((train ids, train extras), (eval ids, eval extras))
     rewards: Any  # (train reward functions, eval reward functions)
     run_record: dict[str, Any]  # what every checkpoint records for --resume (trainer_state/run.json)
+    critic: Any = None  # advantage.estimator gae: a resumed run's critic (a new run's is built after the warm-up)
 
 
 class _LocalRun:
@@ -429,6 +449,7 @@ class _LocalRun:
             state,
             merge_lora=self.cfg.model.merge_lora_on_save,
             run_record=self.loaded.run_record,
+            extra=self.loaded.critic.save if self.loaded.critic is not None else None,
         )
 
     def evaluate(self, step: int) -> dict[str, float]:
@@ -478,6 +499,8 @@ class _LocalRun:
         warm = {"warmup/steps": len(losses), "warmup/time_s": time.perf_counter() - t0}
         if losses:
             warm.update({"warmup/first_loss": losses[0], "warmup/final_loss": float(np.mean(losses[-10:]))})
+        if cfg.advantage.estimator in CRITIC_ESTIMATORS:  # the critic starts from the warmed-up policy
+            self.loaded.critic = build_critic(self.model, cfg.critic, cfg.seed, cfg.critic.warm_start)
         baseline = {"eval/majority_accuracy": majority_accuracy(self.train_rows, self.eval_rows)}
         self.metrics_log.log(0, {**warm, **self.evaluate(0), **baseline})
         self.save(0, 0)
@@ -494,7 +517,13 @@ class _LocalRun:
             ref_model.eval().requires_grad_(False)
         self.weight_bound = weight_bound(self.model)
         return StepModels(
-            self.model, self.optimizer, ref_model, self.loaded.tokenizer, self.train_extras, self.weight_bound
+            self.model,
+            self.optimizer,
+            ref_model,
+            self.loaded.tokenizer,
+            self.train_extras,
+            weight_bound=self.weight_bound,
+            critic=self.loaded.critic,
         )
 
     def finish(self, started: float, start_step: int) -> dict[str, Any]:

@@ -160,7 +160,7 @@ def policy_update(
     use_lora_reference: bool = False,
     lrs: Sequence[float] | None = None,
 ) -> dict[str, float]:
-    """One or more PPO epochs over ``batch`` with per-sequence ``advantages`` [B]; returns metrics. ``lrs``: the
+    """One or more PPO epochs over ``batch`` with per-sequence ``advantages`` [B] (or per-token [B, L - 1]); returns metrics. ``lrs``: the
     learning rate of each epoch's optimiser step (the schedule's values); None keeps the optimiser's."""
     device = next(model.parameters()).device
     size = batch.input_ids.shape[0]
@@ -182,10 +182,12 @@ def policy_update(
                 entropy_sum += float((entropy * mb.action_mask).sum())
             else:
                 lp = token_log_probs(model, mb)
+            adv = advantages[rows]  # [b] per sequence, or [b, L - 1] per token (gae, reinforce)
+            adv = adv[:, : lp.shape[1]] if adv.dim() == 2 else adv
             out = policy_loss(
                 lp,
                 old_lp[i] if old_lp[i] is not None else lp.detach(),
-                advantages[rows].to(device=device, dtype=lp.dtype),
+                adv.to(device=device, dtype=lp.dtype),
                 mb.action_mask,
                 clip_eps_low=cfg.clip_eps_low,
                 clip_eps_high=cfg.clip_eps_high,

@@ -66,6 +66,12 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
     from adora_openrlhf.backends.support import check_backend_fields
 
     check_backend_fields(cfg)
+    if cfg.advantage.token_level:
+        raise ConfigError(
+            f"advantage.estimator: {cfg.advantage.estimator!r} is not supported by the openrlhf backend yet (ADORA's "
+            "weights on OpenRLHF's token advantages and the sampler with a critic are local-backend only for now); "
+            "use --backend local or a group estimator"
+        )
     if not cfg.model.path:
         raise ConfigError(
             "model.path: the openrlhf backend needs a Hugging Face model (name or directory); pass --model PATH"
