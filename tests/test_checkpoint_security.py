@@ -135,3 +135,23 @@ def test_a_damaged_allocation_store_is_refused_naming_the_file_and_entry(finishe
         ConfigError, match=rf"checkpoint .*step_000002' is broken: trainer_state/state.pt: allocation store: {field}"
     ):
         ckpt.load_trainer_state(step)
+
+
+@pytest.mark.parametrize("target", ["checkpoints/step_000002", "final_model"])
+def test_eval_run_refuses_swapped_weights_as_resume_does(finished_run, tmp_path, capsys, target):
+    """A checkpoint or final_model whose model.safetensors holds other weights (same size, manifest left as it
+    was) is refused by eval.run, naming the file, as --resume refuses it; untouched, both evaluate."""
+    from adora_openrlhf.evaluation.run import main as eval_main
+
+    out = _copy_run(finished_run, tmp_path)
+    model = out / target
+    assert (model / ("trainer_state/manifest.json" if "step" in target else "manifest.json")).is_file()
+    assert ckpt.model_files_problem(model) is None
+    weights = model / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-8:] = bytes(8)  # another model's last weights, same size (the header, naming shapes, is unchanged)
+    weights.write_bytes(bytes(data))
+    argv = ["--run", str(out), "--model", str(model), "--temperature", "0", "--k", "1", "--engine", "hf"]
+    assert eval_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"--model: {model}: model.safetensors does not match the checksum saved with it" in err

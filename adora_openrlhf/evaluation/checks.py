@@ -17,6 +17,7 @@ from adora_openrlhf.evaluation.benchmarks import Benchmark, row_source
 from adora_openrlhf.evaluation.fit import PromptFit, prompt_fit
 from adora_openrlhf.evaluation.generation import Generator
 from adora_openrlhf.evaluation.loop import SAMPLES_FILE, problem_id
+from adora_openrlhf.rundir.checkpoints import model_files_problem
 
 CONFIG_FILE = "eval_config.json"
 
@@ -132,4 +133,9 @@ def checked_model(model: str) -> bool:
     problem = weight_files_problem(model)  # a truncated or damaged weight file, named before the engine loads it
     if problem is not None:
         raise ValueError(f"--model: {model}: {problem}; re-export or re-download the model")
+    problem = (
+        model_files_problem(model) if checked_dir else None
+    )  # a checkpoint or final_model: its manifest, as --resume
+    if problem is not None:
+        raise ValueError(f"--model: {model}: {problem}; these are not the files the trainer saved there")
     return checked_dir

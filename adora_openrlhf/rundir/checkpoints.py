@@ -180,9 +180,9 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def write_manifest(directory: Path) -> None:
-    """``STATE_DIR/MANIFEST_FILE`` of ``directory``: size and SHA-256 of every other file in it."""
-    manifest = directory / STATE_DIR / MANIFEST_FILE
+def write_manifest(directory: Path, manifest: Path | None = None) -> None:
+    """``STATE_DIR/MANIFEST_FILE`` of ``directory`` (or ``manifest``): size and SHA-256 of every other file in it."""
+    manifest = manifest or directory / STATE_DIR / MANIFEST_FILE
     files = {
         p.relative_to(directory).as_posix(): {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
         for p in sorted(directory.rglob("*"))
@@ -289,11 +289,17 @@ def checkpoint_problem(path: str | Path) -> str | None:
     if not manifest_path.is_file():
         missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
         return f"{missing[0]} is missing" if missing else None
+    return _manifest_problem(path, manifest_path)
+
+
+def _manifest_problem(path: Path, manifest_path: Path) -> str | None:
+    """The first file the manifest at ``manifest_path`` lists (relative to ``path``) that is missing, of another size
+    or of another SHA-256; an unreadable manifest; else None."""
     try:
         files = json.loads(manifest_path.read_text(encoding="utf-8"))["files"]
         entries = [(str(name), int(entry["bytes"]), str(entry["sha256"])) for name, entry in files.items()]
     except (ValueError, KeyError, TypeError, AttributeError):
-        return f"{STATE_DIR}/{MANIFEST_FILE} is unreadable"
+        return f"{manifest_path.relative_to(path).as_posix()} is unreadable"
     for name, size, digest in sorted(entries):
         file = path / name
         if ".." in Path(name).parts or not file.is_file():
@@ -303,6 +309,23 @@ def checkpoint_problem(path: str | Path) -> str | None:
             return f"{name} is {'truncated' if actual < size else 'longer than when it was saved'} ({actual:,} of {size:,} bytes)"
         if file_sha256(file) != digest:
             return f"{name} does not match the checksum saved with it (its content changed after the save)"
+    return None
+
+
+def write_model_manifest(directory: Path) -> None:
+    """``directory/MANIFEST_FILE`` of a model directory that is no checkpoint (``final_model/``): its files' sizes and SHA-256."""
+    write_manifest(directory, directory / MANIFEST_FILE)
+
+
+def model_files_problem(directory: str | Path) -> str | None:
+    """What is wrong with the files of a model directory the trainer wrote: a checkpoint (``step_N``, checked as
+    ``--resume`` checks it, :func:`checkpoint_problem`) or ``final_model/`` (its ``manifest.json``); None for a
+    directory with neither (a model from elsewhere, or written before manifests)."""
+    directory = Path(directory)
+    if (directory / STATE_DIR).is_dir():
+        return checkpoint_problem(directory)
+    if (directory / MANIFEST_FILE).is_file():
+        return _manifest_problem(directory, directory / MANIFEST_FILE)
     return None
 
 

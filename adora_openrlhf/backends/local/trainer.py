@@ -538,6 +538,7 @@ class _LocalRun:
         def write_final(directory: Path) -> None:
             ckpt.export_model(self.model, directory, cfg.model.merge_lora_on_save)
             self.saved_tokenizer.save_pretrained(str(directory))
+            ckpt.write_model_manifest(directory)  # eval.run checks the weights against it
 
         ckpt.write_atomically(final_dir, write_final, "the final model", ckpt.resume_hint(out))
         evals = [r for r in read_metrics(out / "metrics.jsonl") if "eval/greedy_accuracy" in r]
