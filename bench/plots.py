@@ -11,10 +11,11 @@ Per benchmark (:data:`BENCHMARKS`), beside its records in ``bench/results/NAME/`
   the seeds that reach it with its 95% t interval (on the logs), and how many seeds never reach it; a method that
   reaches it on no seed is drawn as "not reached".
 
-``--claims`` prints the claims table that opens ``docs/results.md`` (:func:`claims_markdown`), every number read
-from the records: the paired per-seed statistics the benchmarks stored (exact sign-flip test and paired t,
-Holm-adjusted over the benchmark's variants; ``bench/paired_stats.py``), and for the cluster and TRL testbeds,
-whose records store per-run results only, the same tests computed here per seed against the reference.
+``--tables`` prints each benchmark's table (:func:`summary_markdown`) and ``--claims`` the claims table that opens
+``docs/results.md`` (:func:`claims_markdown`), every number read from the records: the paired per-seed statistics
+the benchmarks stored (exact sign-flip test and paired t, Holm-adjusted over the benchmark's variants;
+``bench/paired_stats.py``), and for the cluster and TRL testbeds, whose records store per-run results only, the same
+tests computed here per seed against the reference.
 """
 
 from __future__ import annotations
@@ -329,6 +330,32 @@ def draw(bench: Benchmark, results: Path = RESULTS) -> list[Path]:
     return [folder / "accuracy.png", folder / "target.png"]
 
 
+def summary_markdown(bench: Benchmark, runs: Sequence[Run]) -> str:
+    """A benchmark's table: per method, its runs, final accuracy (mean, range), budget spent (mean), and the runs
+    that reach the target with the geometric mean of their cost (:func:`target_bars`)."""
+    label, scale = _unit(bench)
+    unit = "M tokens" if bench.x == "tokens" else "steps"
+    spent_header = "M tokens generated" if bench.x == "tokens" else "RL steps run"
+    methods = list(dict.fromkeys(m for panel in bench.panels for m in panel if any(r.method == m for r in runs)))
+    bars = {b.method: b for b in target_bars(runs, methods, bench.target)}
+    lines = [
+        f"| method | runs | final accuracy: mean (range) | {spent_header} | reached {bench.target:.2f} | {unit} to {bench.target:.2f} |",
+        "|---|---|---|---|---|---|",
+    ]
+    for method in methods:
+        mine = [r for r in runs if r.method == method]
+        finals = [r.curve[-1][1] for r in mine]
+        spent = statistics.fmean(r.curve[-1][0] for r in mine) / scale
+        bar = bars[method]
+        cost = "not reached" if bar.mean is None else f"{bar.mean / scale:.{'3g' if bench.x == 'tokens' else '0f'}}"
+        spent_text = f"{spent:.3g}" if bench.x == "tokens" else f"{spent:.0f}"
+        lines.append(
+            f"| {method} | {len(mine)} | {statistics.fmean(finals):.3f} ({min(finals):.3f}-{max(finals):.3f}) | "
+            f"{spent_text} | {bar.reached} of {bar.seeds} | {cost} |"
+        )
+    return "\n".join(lines)
+
+
 # --- the claims table ----------------------------------------------------------------------------------------------
 
 ALLOCATION_COMMAND = "`python -m bench.allocation --seeds 0 1 2 3 4 5 6 7 8 9 --variants {v}`"
@@ -534,10 +561,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--results", type=Path, default=RESULTS, help="the folder holding the benchmarks' records")
     parser.add_argument("--claims", action="store_true", help="print the claims table instead of drawing the plots")
+    parser.add_argument("--tables", action="store_true", help="print each benchmark's table instead of drawing")
     parser.add_argument("--only", nargs="*", default=None, help="draw these benchmarks only (folder names)")
     args = parser.parse_args(argv)
     if args.claims:
         print(claims_markdown(args.results))
+        return 0
+    if args.tables:
+        for bench in BENCHMARKS:
+            print(f"{bench.name}\n{summary_markdown(bench, load_runs(bench, args.results))}\n")
         return 0
     for bench in BENCHMARKS:
         if args.only is None or bench.name in args.only:

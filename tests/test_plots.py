@@ -52,3 +52,12 @@ def test_steps_benchmark_and_mean_curve(tmp_path):
     assert plots.mean_curve([[(0, 0.2), (10, 0.8)], [(0, 0.4)]]) == [(0, pytest.approx(0.3)), (10, 0.8)]
     assert plots.cost_to_target([(0, 0.2), (10, 0.8)], 0.80) == 10
     assert plots.cost_to_target([(0, 0.2), (10, 0.79)], 0.80) is None
+
+
+def test_claims_table_matches_docs():
+    """docs/results.md opens with the claims table that ``python -m bench.plots --claims`` prints from the records."""
+    text = (plots.RESULTS.parent.parent / "docs" / "results.md").read_text()
+    assert plots.claims_markdown() in text
+    for bench in plots.BENCHMARKS:  # and every benchmark's table, plots beside the records
+        assert plots.summary_markdown(bench, plots.load_runs(bench)) in text, bench.name
+        assert f"../bench/results/{bench.name}/accuracy.png" in text, bench.name
