@@ -208,8 +208,8 @@ class ModelConfig:
         metadata={
             "help": 'local backend, compact decoding: "exact" (bitwise model.generate\'s logits; a run repeats itself token for '
             'token on one machine) or "fast" (grouped-query attention, top-p from top-k candidates, identical prompts '
-            "prefilled once: the same sampling rules with logits within float rounding; on kk-revisit 1.5-1.6x faster "
-            "rollouts and 1.4-1.5x faster held-out evaluation on CPU); used for rollouts and held-out evaluation alike"
+            "prefilled once: the same sampling rules with logits within float rounding, faster rollouts and held-out "
+            "evaluation; timings in docs/results.md); used for rollouts and held-out evaluation alike"
         },
     )
     init_kwargs: dict[str, Any] = field(

@@ -202,8 +202,8 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
     if args.train.async_enable and args.algo.advantage.is_correction_level == "off":
         logging.getLogger(__name__).warning(
             "train.async_enable: batches one policy version old are trained on as if on-policy; add "
-            "--algo.advantage.is_correction_level token (docs/results.md: two of three uncorrected asynchronous "
-            "testbed runs fell far behind the synchronous ones, none of three corrected ones)"
+            "--algo.advantage.is_correction_level token (uncorrected and corrected asynchronous runs: "
+            "docs/results.md#the-cluster-testbed)"
         )
     estimator = args.algo.advantage.estimator
     ours = estimator in ADVANTAGE_ESTIMATORS

@@ -1,0 +1,63 @@
+"""bench/plots.py on a tiny synthetic record: the plots are drawn, costs to the target and not-reached runs counted."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from bench import plots
+
+pytest.importorskip("matplotlib")
+
+
+def _record(variant: str, seed: int, accs: list[float], tokens_per_eval: float) -> dict:
+    return {
+        "variant": variant,
+        "seed": seed,
+        "warm_start": "abc",
+        "curve": [[k * tokens_per_eval, a] for k, a in enumerate(accs)],
+    }
+
+
+def test_tiny_record_draws_both_plots(tmp_path):
+    records = [
+        _record("GRPO", 0, [0.2, 0.85, 0.9], 100.0),
+        _record("GRPO", 1, [0.2, 0.7, 0.82], 100.0),
+        _record("Knapsack-0.5", 0, [0.2, 0.81, 0.86], 50.0),
+        _record("Knapsack-0.5", 1, [0.2, 0.5, 0.6], 50.0),  # never reaches 0.80
+        _record("Skip", 0, [0.2, 0.3, 0.4], 100.0),  # no run reaches it
+    ]
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "results.json").write_text(json.dumps({"records": records}))
+    plots.READERS["tiny"] = plots.READERS["allocation"]
+    bench = plots.Benchmark("tiny", "tiny", 0.80, "tokens", (("GRPO", "Knapsack-0.5", "Skip"),))
+    try:
+        written = plots.draw(bench, tmp_path)
+    finally:
+        del plots.READERS["tiny"]
+    assert [p.name for p in written] == ["accuracy.png", "target.png"]
+    assert all(p.stat().st_size > 1000 for p in written)
+
+    runs = plots._allocation_runs({"records": records})
+    bars = {b.method: b for b in plots.target_bars(runs, ["GRPO", "Knapsack-0.5", "Skip"], 0.80)}
+    assert (bars["GRPO"].reached, bars["GRPO"].seeds) == (2, 2)
+    assert bars["GRPO"].mean == pytest.approx(math.sqrt(100.0 * 200.0))  # geometric mean of 100 and 200 tokens
+    assert (bars["Knapsack-0.5"].reached, bars["Knapsack-0.5"].mean) == (1, pytest.approx(50.0))
+    assert bars["Skip"].mean is None and bars["Skip"].seeds == 1
+
+
+def test_steps_benchmark_and_mean_curve(tmp_path):
+    assert plots.mean_curve([[(0, 0.2), (10, 0.8)], [(0, 0.4)]]) == [(0, pytest.approx(0.3)), (10, 0.8)]
+    assert plots.cost_to_target([(0, 0.2), (10, 0.8)], 0.80) == 10
+    assert plots.cost_to_target([(0, 0.2), (10, 0.79)], 0.80) is None
+
+
+def test_claims_table_matches_docs():
+    """docs/results.md opens with the claims table that ``python -m bench.plots --claims`` prints from the records."""
+    text = (plots.RESULTS.parent.parent / "docs" / "results.md").read_text()
+    assert plots.claims_markdown() in text
+    for bench in plots.BENCHMARKS:  # and every benchmark's table, plots beside the records
+        assert plots.summary_markdown(bench, plots.load_runs(bench)) in text, bench.name
+        assert f"../bench/results/{bench.name}/accuracy.png" in text, bench.name
