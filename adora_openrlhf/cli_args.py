@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Union
 
-from adora_openrlhf.config import MOVED_OPTIONS, ConfigError, RunConfig, warn_moved
+from adora_openrlhf.config import RENAMED_OPTIONS, ConfigError, RunConfig, renamed_option_error
 from adora_openrlhf.dotted import dataclass_leaves, flatten, overlay
 
 ALIASES = {
@@ -110,8 +110,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             continue
         flags = [f"--{dotted}"] + [alias for alias, target in ALIASES.items() if target == dotted]
         group.add_argument(*flags, dest=f"cfg:{dotted}", default=None, metavar="VALUE", help=_flag_help(dotted))
-    for old in MOVED_OPTIONS:  # read until the next release, under the new name (overrides_from_args)
-        group.add_argument(f"--{old}", dest=f"moved:{old}", default=None, help=argparse.SUPPRESS)
+    for old in RENAMED_OPTIONS:  # refused naming the new flag (overrides_from_args), not as an unknown flag
+        group.add_argument(f"--{old}", dest=f"renamed:{old}", default=None, help=argparse.SUPPRESS)
 
 
 def _is_section(dotted: str) -> bool:
@@ -122,7 +122,8 @@ def _file_overrides(values: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Dotted overrides of a nested config file's ``values``: each key a RunConfig field, each section a mapping."""
     out: dict[str, Any] = {}
     for dotted, value in flatten(values, is_leaf=lambda name: not _is_section(name)).items():
-        dotted = warn_moved(dotted) if dotted in MOVED_OPTIONS else dotted
+        if dotted in RENAMED_OPTIONS:
+            raise renamed_option_error(dotted, f"{where}: ")
         if dotted in LEAF_TYPES:
             # YAML 1.1 reads 1e-5 as a string
             if _strip_optional(LEAF_TYPES[dotted]) is float and isinstance(value, str):
@@ -172,8 +173,10 @@ def load_config_file(path: str) -> dict[str, Any]:
 def apply_overrides(values: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` with dotted ``overrides`` on top (:func:`adora_openrlhf.dotted.overlay`): a mapping given for a
     section is merged into it key by key, one given for a mapping-valued field (``warmup.mix``) replaces it whole.
-    An option of ``config.MOVED_OPTIONS`` given under its old name goes to its new one."""
-    overrides = {warn_moved(k) if k in MOVED_OPTIONS else k: v for k, v in overrides.items()}
+    An option given under a name of ``config.RENAMED_OPTIONS`` is refused, naming the new one."""
+    for key in overrides:
+        if key in RENAMED_OPTIONS:
+            raise renamed_option_error(key)
     return overlay(values, overrides, is_field=LEAF_TYPES.__contains__)
 
 
@@ -184,10 +187,9 @@ def overrides_from_args(namespace: argparse.Namespace) -> dict[str, Any]:
         if text is None or ":" not in key:
             continue
         kind, dotted = key.split(":", 1)
-        if kind == "moved":  # an old name (config.MOVED_OPTIONS); the new flag wins when both are given
-            new = warn_moved(dotted)
-            out.setdefault(new, parse_value(new, LEAF_TYPES[new], text))
-        elif kind == "cfg":
+        if kind == "renamed":  # a name of config.RENAMED_OPTIONS
+            raise ConfigError(f"--{dotted}: unknown flag, renamed --{RENAMED_OPTIONS[dotted]}; use the new name")
+        if kind == "cfg":
             out[dotted] = parse_value(dotted, LEAF_TYPES[dotted], text)
     return out
 

@@ -22,10 +22,8 @@ the section's own :func:`check_number` calls.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -338,9 +336,9 @@ class DataConfig:
             )
 
 
-# Options that moved into a section of their own: old dotted name -> new one. The old names are still read, with
-# a warning, until the next release: flags, config files, recipes' overrides and saved run configs (resume).
-MOVED_OPTIONS: dict[str, str] = {
+# Option names of the unreleased development line, renamed when the task sections came: old dotted name -> new one.
+# No release reads the old names; they are refused wherever a config is read, naming the new one.
+RENAMED_OPTIONS: dict[str, str] = {
     "data.kk_num_people": "data.kk.num_people",
     "data.kk_name_pool": "data.kk.name_pool",
     "data.kk_name_order": "data.kk.name_order",
@@ -350,36 +348,18 @@ MOVED_OPTIONS: dict[str, str] = {
 }
 
 
-def _warn_moved(names: list[str]) -> None:
-    moves = ", ".join(f"{old} -> {MOVED_OPTIONS[old]}" for old in names)
-    logging.getLogger(__name__).warning("options renamed (%s); the old names are read until the next release", moves)
+def renamed_option_error(old: str, where: str = "") -> ConfigError:
+    """The refusal of option ``old`` of :data:`RENAMED_OPTIONS`, naming its new name (``where``: e.g. ``FILE: ``)."""
+    return ConfigError(f"{where}{old}: unknown option, renamed {RENAMED_OPTIONS[old]}; use the new name")
 
 
-def warn_moved(old: str) -> str:
-    """The new name of moved option ``old``, after a warning that names both."""
-    _warn_moved([old])
-    return MOVED_OPTIONS[old]
-
-
-def with_moved_options(values: Mapping[str, Any], warn: bool = True) -> dict[str, Any]:
-    """Nested config ``values`` with each option of :data:`MOVED_OPTIONS` given under its old name moved to its new
-    place (a value given under both names keeps the new one); one warning names the moves unless ``warn`` is off."""
-    out, moved = copy.deepcopy(dict(values)), []
-    for old, new in MOVED_OPTIONS.items():
+def refuse_renamed_options(values: Mapping[str, Any], where: str = "") -> None:
+    """ConfigError for the first option of nested config ``values`` given under a name of :data:`RENAMED_OPTIONS`."""
+    for old in RENAMED_OPTIONS:
         parent, _, leaf = old.rpartition(".")
-        node = value_at(out, parent)
-        if not isinstance(node, dict) or leaf not in node:
-            continue
-        value = node.pop(leaf)
-        moved.append(old)
-        *parents, leaf = new.split(".")
-        target = out
-        for part in parents:
-            target = target.setdefault(part, {})
-        target.setdefault(leaf, value)
-    if moved and warn:
-        _warn_moved(moved)
-    return out
+        node = value_at(values, parent)
+        if isinstance(node, Mapping) and leaf in node:
+            raise renamed_option_error(old, where)
 
 
 @dataclass
@@ -663,4 +643,5 @@ class RunConfig:
         """The config of ``values`` (nested mappings, unknown keys an error); the ``plugins`` it names are imported
         first, so that the names they register are valid choices of the other fields."""
         import_plugins(values.get("plugins", []))
-        return from_dict(RunConfig, with_moved_options(values))
+        refuse_renamed_options(values)
+        return from_dict(RunConfig, values)

@@ -108,10 +108,9 @@ def setting_differences(
     """The fields in which a saved run's config (``config.json`` in ``run_dir``) differs from the run ``now`` asks
     for, as "field: saved -> now": a saved field of another value, a field added since (absent from ``saved``)
     not at its default in ``defaults`` (the behaviour the run had before the field existed), a field removed
-    since (only in ``saved``). A moved field (``config.MOVED_OPTIONS``) is compared under its new name; a path
+    since (only in ``saved``); a path
     (``output_dir``, ``rundir.checks.PATH_OPTIONS``) by the location it names, a relative one read from the
     folder the run was started from (:func:`_started_from`)."""
-    from adora_openrlhf.config import with_moved_options
     from adora_openrlhf.dotted import flatten
     from adora_openrlhf.rundir.checks import PATH_OPTIONS
 
@@ -121,7 +120,6 @@ def setting_differences(
         flat = flatten(values)
         return {k: str((base / v).resolve()) if k in path_fields and isinstance(v, str) else v for k, v in flat.items()}
 
-    saved = with_moved_options(saved, warn=False)
     saved_flat = located(saved, _started_from(saved.get("output_dir"), run_dir))
     now_flat, default_flat = located(now, Path.cwd()), flatten(defaults)
     missing = object()
@@ -160,16 +158,14 @@ def _saved_run_differences(spec: RunSpec) -> tuple[bool, list[str] | None]:
     """(same config exactly, :func:`setting_differences`) of the run ``spec`` asks for and the one its directory
     holds (``config.json``); (False, None) without a readable one."""
     from adora_openrlhf.cli_args import format_config
-    from adora_openrlhf.config import RunConfig, with_moved_options
+    from adora_openrlhf.config import RunConfig
 
     configs = _saved_and_now(spec)
     if configs is None:
         return False, None
     saved, now = configs
     defaults = json.loads(format_config(RunConfig()))
-    return with_moved_options(saved, warn=False) == now, setting_differences(
-        saved, now, defaults, Path(spec.output_dir)
-    )
+    return saved == now, setting_differences(saved, now, defaults, Path(spec.output_dir))
 
 
 def saved_run_match(spec: RunSpec) -> tuple[bool, bool]:

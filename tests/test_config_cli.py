@@ -242,41 +242,40 @@ def test_mapping_field_override_from_the_command_line_replaces(capsys):
     assert '"mix": {\n      "thorough": 1.0\n    }' in capsys.readouterr().out
 
 
-def test_moved_options_are_read_under_their_old_names_with_one_warning(tmp_path, capsys, caplog):
-    """``data.kk_num_people`` & co. moved into ``data.kk`` / ``data.geo`` (config.MOVED_OPTIONS): the old flag, a
-    config file's old key, a recipe override and a saved run config (what --resume compares) still mean the new
-    option, with a warning naming both; the new name wins when both are given."""
-    from adora_openrlhf.config import MOVED_OPTIONS, with_moved_options
+def test_renamed_options_are_refused_naming_the_new_name(tmp_path, capsys):
+    """``data.kk_num_people`` & co. were renamed ``data.kk.*`` / ``data.geo.*`` (config.RENAMED_OPTIONS) before any
+    release: the old flag, a config file's old key, an override and a saved config are each refused with one line
+    naming the new name, never resolved silently (not even beside the new name with another value)."""
+    from adora_openrlhf.config import RENAMED_OPTIONS
     from adora_openrlhf.rundir.checks import config_differences
 
+    def exit_status(argv):
+        try:
+            return main(argv)
+        except SystemExit as stop:
+            return stop.code
+
+    assert exit_status(["--recipe", "kk-tiny", "--print-config", "--data.kk_num_people", "[3]"]) == 2
     assert (
-        main(["--recipe", "kk-tiny", "--print-config", "--data.kk_num_people", "[3]", "--data.kk_parser", "logic_rl"])
-        == 0
+        "--data.kk_num_people: unknown flag, renamed --data.kk.num_people; use the new name" in capsys.readouterr().err
     )
-    printed = json.loads(capsys.readouterr().out)["data"]
-    assert (
-        printed["kk"]["num_people"] == [3] and printed["kk"]["parser"] == "logic_rl" and "kk_num_people" not in printed
-    )
-    assert "data.kk_num_people -> data.kk.num_people" in caplog.text
     both = ["--data.kk_num_people", "[3]", "--data.kk.num_people", "[2, 3]"]
-    assert main(["--recipe", "kk-tiny", "--print-config", *both]) == 0
-    assert json.loads(capsys.readouterr().out)["data"]["kk"]["num_people"] == [2, 3]
+    assert exit_status(["--recipe", "kk-tiny", "--print-config", *both]) == 2
+    assert "renamed --data.kk.num_people" in capsys.readouterr().err
     file = tmp_path / "old.yaml"
-    file.write_text("data:\n  geo_levels: [1, 2]\n  kk_name_pool: 5\n")
-    assert main(["--recipe", "kk-tiny", "--config", str(file), "--print-config"]) == 0
-    printed = json.loads(capsys.readouterr().out)["data"]
-    assert printed["geo"]["levels"] == [1, 2] and printed["kk"]["name_pool"] == 5
-    assert build_run_config("kk-testbed", {"data.geo_tasks": ["count"]}).data.geo.tasks == ["count"]
+    file.write_text("data:\n  geo_levels: [1, 2]\n")
+    assert exit_status(["--recipe", "kk-tiny", "--config", str(file), "--print-config"]) == 2
+    assert f"{file}: data.geo_levels: unknown option, renamed data.geo.levels" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"^data.geo_tasks: unknown option, renamed data.geo.tasks"):
+        build_run_config("kk-testbed", {"data.geo_tasks": ["count"]})
     cfg = build_run_config("kk-testbed")
-    saved = cfg.to_dict()  # as an earlier release wrote it: the old names, flat in data
-    for old, new in MOVED_OPTIONS.items():
-        section, name = new.split(".")[1:]
-        saved["data"][old.split(".")[1]] = saved["data"][section].pop(name)
-    for section in ("kk", "geo"):
-        assert saved["data"].pop(section) == {}
-    assert with_moved_options(saved, warn=False) == cfg.to_dict()
-    assert config_differences(saved, cfg.to_dict()) == []  # a run of the earlier release resumes
-    assert RunConfig.from_dict(saved) == cfg
+    for old, new in RENAMED_OPTIONS.items():
+        saved = cfg.to_dict()
+        saved["data"][old.split(".")[1]] = 1
+        with pytest.raises(ConfigError, match=rf"^{old}: unknown option, renamed {new}"):
+            RunConfig.from_dict(saved)
+        assert old in config_differences(saved, cfg.to_dict())  # --resume names it
+    saved = cfg.to_dict()
     # an option added since the run was saved: absent from its config, no difference at its default
     del saved["model"]["numerics"]
     assert config_differences(saved, cfg.to_dict()) == []

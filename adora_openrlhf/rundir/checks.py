@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.config import ConfigError, RunConfig, with_moved_options
+from adora_openrlhf.config import ConfigError, RunConfig
 from adora_openrlhf.dotted import flatten
 from adora_openrlhf.rundir import checkpoints as ckpt
 from adora_openrlhf.rundir.heldout import HELDOUT_IMAGES, HELDOUT_ROWS, HELDOUT_SETTINGS
@@ -97,9 +97,8 @@ def _defaults() -> dict[str, Any]:
 
 def config_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """Flattened option names whose values differ in a way that matters for resuming (module docstring). A saved
-    config of an earlier release names its moved options by their new names (``config.MOVED_OPTIONS``) and lacks
-    the options added since, which count as set to their defaults."""
-    flat_saved, flat_now = flatten(with_moved_options(saved, warn=False)), flatten(now)
+    config of an earlier release lacks the options added since, which count as set to their defaults."""
+    flat_saved, flat_now = flatten(saved), flatten(now)
     changed = []
     for key in sorted(set(flat_saved) | set(flat_now)):
         old, new = flat_saved.get(key, _defaults().get(key)), flat_now.get(key)
