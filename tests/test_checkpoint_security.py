@@ -155,3 +155,15 @@ def test_eval_run_refuses_swapped_weights_as_resume_does(finished_run, tmp_path,
     assert eval_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"--model: {model}: model.safetensors does not match the checksum saved with it" in err
+
+
+def test_a_checkpoint_without_manifest_and_run_json_is_refused_when_the_run_wrote_them(finished_run, tmp_path):
+    """Deleting both files that say a checkpoint had a manifest does not make it pass as one of an earlier release:
+    the run's other checkpoints have theirs."""
+    out = _copy_run(finished_run, tmp_path)
+    step = out / "checkpoints" / "step_000002"
+    for name in (ckpt.MANIFEST_FILE, ckpt.RUN_FILE):
+        (step / ckpt.STATE_DIR / name).unlink()
+    assert "manifest.json is missing, although the run's other checkpoints have one" in ckpt.checkpoint_problem(step)
+    with pytest.raises(ConfigError, match="the run's other checkpoints have one"):
+        train(tiny_kk_config(out, steps=3, save_every=1), resume=True)

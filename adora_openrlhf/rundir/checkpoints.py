@@ -286,6 +286,11 @@ def checkpoint_problem(path: str | Path) -> str | None:
     manifest_path = path / STATE_DIR / MANIFEST_FILE
     if not manifest_path.is_file() and _written_with_manifest(path):
         return f"{STATE_DIR}/{MANIFEST_FILE} is missing, although {STATE_DIR}/{RUN_FILE} says the checkpoint was written with one"
+    if not manifest_path.is_file() and _run_writes_manifests(path):
+        return (
+            f"{STATE_DIR}/{MANIFEST_FILE} is missing, although the run's other checkpoints have one (the release that "
+            "wrote it writes one with every checkpoint)"
+        )
     if not manifest_path.is_file():
         missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
         return f"{missing[0]} is missing" if missing else None
@@ -340,6 +345,13 @@ def _written_with_manifest(path: Path) -> bool:
     except (ValueError, UnicodeDecodeError):
         return True
     return not isinstance(record, dict) or record.get("manifest", False) is not False
+
+
+def _run_writes_manifests(path: Path) -> bool:
+    """True when another checkpoint beside ``path`` (same run) holds a manifest or a ``run.json`` that says it was
+    written with one: the run's release writes one with every checkpoint, so one without it lost its files."""
+    siblings = [p for p in path.parent.glob("step_*") if p.is_dir() and p.name != path.name]
+    return any((p / STATE_DIR / MANIFEST_FILE).is_file() or _written_with_manifest(p) for p in siblings)
 
 
 def complete_checkpoint_before(output_dir: str | Path, step: int) -> Path | None:
