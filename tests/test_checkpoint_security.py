@@ -167,3 +167,29 @@ def test_a_checkpoint_without_manifest_and_run_json_is_refused_when_the_run_wrot
     assert "manifest.json is missing, although the run's other checkpoints have one" in ckpt.checkpoint_problem(step)
     with pytest.raises(ConfigError, match="the run's other checkpoints have one"):
         train(tiny_kk_config(out, steps=3, save_every=1), resume=True)
+
+
+def test_a_truncated_tokenizer_json_is_named_as_the_file(finished_run, tmp_path, capsys):
+    """A model directory whose tokenizer.json was cut short: the trainer (model.path) and eval.run name the file."""
+    import shutil
+
+    from adora_openrlhf.evaluation.run import main as eval_main
+
+    model = tmp_path / "model"
+    shutil.copytree(finished_run / "final_model", model)
+    (model / "manifest.json").unlink()  # a model from elsewhere: no manifest to catch it
+    text = (model / "tokenizer.json").read_text()
+    (model / "tokenizer.json").write_text(text[: len(text) // 2])
+    cfg = tiny_kk_config(tmp_path / "run", steps=1, **{"model.path": str(model)})
+    with pytest.raises(
+        ConfigError, match=r"^model.path: .*cannot be loaded: tokenizer.json is not valid JSON \(.*line \d+ column"
+    ):
+        train(cfg)
+    assert not (tmp_path / "run").exists()
+    assert (
+        eval_main(
+            ["--model", str(model), "--bench", "kk", "--k", "1", "--temperature", "0", "--out", str(tmp_path / "e")]
+        )
+        == 2
+    )
+    assert f"--model: {model}: tokenizer.json is not valid JSON" in capsys.readouterr().err

@@ -248,6 +248,8 @@ def test_a_directory_without_a_saved_heldout_set_is_refused(tmp_path, capsys):
     [
         ("rollout.repetition_penalty", "high"),
         ("rollout.max_new_tokens", 0),
+        ("rollout.max_new_tokens", [8]),  # a list where a number belongs: named as such, not as a missing field
+        ("rollout.max_new_tokens", "8"),
         ("generation_batch_size", "128"),
         ("prompt_template", 3),
         ("numerics", "quick"),

@@ -136,3 +136,34 @@ def weight_files_problem(directory: str | Path) -> str | None:
         if problem is not None:
             return problem
     return None
+
+
+LOADER_JSON_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "preprocessor_config.json",
+)
+
+
+def json_files_problem(directory: str | Path) -> str | None:
+    """The first of a local model directory's :data:`LOADER_JSON_FILES` that is present but not valid JSON (a
+    truncated ``tokenizer.json``), named with where parsing stopped; None otherwise, and for anything that is not a
+    local directory. Loaders report such a file as a problem of the directory, or not at all."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    for name in LOADER_JSON_FILES:
+        file = directory / name
+        if not file.is_file():
+            continue
+        try:
+            json.loads(file.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            return f"{name} is not UTF-8 text (damaged)"
+        except ValueError as err:
+            return f"{name} is not valid JSON ({err}): truncated or damaged"
+    return None

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.engine.model_source import check_model_source, weight_files_problem
+from adora_openrlhf.engine.model_source import check_model_source, json_files_problem, weight_files_problem
 from adora_openrlhf.evaluation.benchmarks import Benchmark, row_source
 from adora_openrlhf.evaluation.fit import PromptFit, prompt_fit
 from adora_openrlhf.evaluation.generation import Generator
@@ -130,7 +130,8 @@ def checked_model(model: str) -> bool:
     if checked_dir and not (Path(model) / "config.json").exists():
         raise ValueError(f"--model: {model} has no config.json; give a model directory in Hugging Face format")
     check_model_source(model, "--model")  # a hub name: in the hub cache (HF_HUB_OFFLINE=1) or on the hub
-    problem = weight_files_problem(model)  # a truncated or damaged weight file, named before the engine loads it
+    # a truncated or damaged weight or JSON file, named before the engine loads it
+    problem = weight_files_problem(model) or json_files_problem(model)
     if problem is not None:
         raise ValueError(f"--model: {model}: {problem}; re-export or re-download the model")
     problem = (

@@ -92,7 +92,7 @@ def open_run(path: str | Path, plugins: Sequence[str] = ()) -> RunTarget:
         )
     settings = _read_json(settings_file, "--run")
     rollout = settings.get("rollout")
-    if not isinstance(rollout, dict) or not isinstance(rollout.get("max_new_tokens"), int):
+    if not isinstance(rollout, dict) or "max_new_tokens" not in rollout:
         raise ValueError(f"--run: {settings_file} has no rollout.max_new_tokens; train the run again")
     _check_settings(settings, settings_file)
     _import_user_plugins(run_dir, settings_file, settings.get("plugins", []), plugins)

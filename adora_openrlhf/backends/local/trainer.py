@@ -70,7 +70,7 @@ from adora_openrlhf.engine.model import (
     pick_device,
     vocabulary_problem,
 )
-from adora_openrlhf.engine.model_source import check_model_source, weight_files_problem
+from adora_openrlhf.engine.model_source import check_model_source, json_files_problem, weight_files_problem
 from adora_openrlhf.engine.rollout import GenerationSettings, RolloutEngine, encode_prompts, make_reward_fns
 from adora_openrlhf.engine.tokenization import (
     COMPACT_CHAT_TEMPLATE,
@@ -227,7 +227,7 @@ def _load_policy_and_tokenizer(cfg: RunConfig, train_rows, checkpoint: Path | No
         )
 
     for directory, in_checkpoint in ((checkpoint, True), (model_dir, False)):
-        problem = weight_files_problem(directory) if directory is not None else None
+        problem = (weight_files_problem(directory) or json_files_problem(directory)) if directory is not None else None
         if problem is not None:
             raise failure(
                 problem if in_checkpoint else f"cannot be loaded: {problem}; re-download or re-export the model",
