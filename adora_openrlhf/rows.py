@@ -209,6 +209,25 @@ def load_run_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
     return train, held
 
 
+def generated_rows(task: Any, cfg: DataConfig, seed: int) -> tuple[list[Any], list[Any]]:
+    """``task.generate(cfg, seed)``: its (train rows, held-out rows), two lists of row mappings; a generator that
+    raises or returns another shape is a ConfigError naming the task and its generator function."""
+    where = f"data.task: the generator of task {task.name!r} ({getattr(task.generate, '__module__', '?')}.{getattr(task.generate, '__qualname__', '?')})"
+    try:
+        result = task.generate(cfg, seed)
+    except ConfigError:
+        raise
+    except Exception as err:  # noqa: BLE001 - a plug-in task's own code: name it, one line
+        raise ConfigError(
+            f"{where} raised {type(err).__name__}: {' '.join(str(err).split())[:200]}; fix the generator"
+        ) from None
+    if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(part, list) for part in result)):
+        raise ConfigError(
+            f"{where} returned {type(result).__name__} {result!r:.60}; it must return (train rows, held-out rows), two lists of row mappings"
+        )
+    return result[0], result[1]
+
+
 def _load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
     held: list[Row] | None = None
     if cfg.eval_path is not None:
@@ -220,7 +239,7 @@ def _load_rows(cfg: DataConfig, seed: int) -> tuple[list[Row], list[Row]]:
             raise ConfigError(
                 f"data.train_path: task {cfg.task!r} has no generator; give a JSONL file (see data_prep/)"
             )
-        train_raw, eval_raw = task.generate(cfg, seed)
+        train_raw, eval_raw = generated_rows(task, cfg, seed)
         train = validate_rows(train_raw, "generated train", cfg.task)
         if held is None:
             return train, validate_rows(eval_raw, "generated eval", cfg.task)

@@ -249,3 +249,45 @@ def test_the_reward_worker_imports_the_plugins_and_scores_the_new_source(plugin)
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [1.0, 0.0]
+
+
+def test_a_plugin_tasks_generator_or_check_that_fails_is_named(plugin, tmp_path):
+    """A task generator that raises or returns the wrong shape, and a row check that raises something else than its
+    refusal of a row, are each one ConfigError naming the task and the function (the check's with the row's place)."""
+    from adora_openrlhf.rewards.base import RewardResult, register_reward
+    from adora_openrlhf.tasks.registry import Task, register_task
+    from adora_openrlhf.train import train_local
+
+    @register_reward("toy_broken")
+    def broken_reward(response, label, meta):
+        return RewardResult(reward=0.0, correct=False)
+
+    def raising_generator(data, seed):
+        raise IndexError("list index out of range")
+
+    def flat_generator(data, seed):
+        return [{"prompt": "p", "label": "x", "source": "toy_broken"}]
+
+    def crashing_check(prompt, label, meta):
+        return meta["missing"]
+
+    register_task(
+        Task("toy_raising_gen", sources=("toy_broken",), generate=raising_generator, row_check=crashing_check)
+    )
+    register_task(Task("toy_flat_gen", sources=("toy_broken_2",), generate=flat_generator))
+    with pytest.raises(
+        ConfigError,
+        match=r"^data.task: the generator of task 'toy_raising_gen' \(.*raising_generator\) raised IndexError",
+    ):
+        train_local(_tiny_run(tmp_path, **{"data.task": "toy_raising_gen"}))
+    with pytest.raises(
+        ConfigError, match=r"^data.task: the generator of task 'toy_flat_gen' \(.*flat_generator\) returned list"
+    ):
+        train_local(_tiny_run(tmp_path, **{"data.task": "toy_flat_gen"}))
+    rows = tmp_path / "train.jsonl"
+    rows.write_text(json.dumps({"prompt": "p", "label": "x", "source": "toy_broken"}) + "\n")
+    with pytest.raises(
+        ConfigError, match=rf"^{rows}:1: the row check of task 'toy_raising_gen' \(.*crashing_check\) raised KeyError"
+    ):
+        train_local(_tiny_run(tmp_path, **{"data.task": "toy_raising_gen", "data.train_path": str(rows)}))
+    assert not (tmp_path / "run").exists()

@@ -120,12 +120,25 @@ def row_problem(source: str, prompt: Any, label: str, meta: dict[str, Any]) -> s
             task.label_check(label, meta)
         except ValueError as err:
             return f"field 'label': the {source!r} reward cannot parse it ({err})"
+        except Exception as err:  # noqa: BLE001 - a plug-in's check that fails itself: name it
+            return _check_error(task.label_check, "label check", task.name, err)
     if task.row_check is not None:
         try:
             task.row_check(prompt, label, meta)
         except RowFieldError as err:
             return f"field '{err.field}': {err}"
+        except Exception as err:  # noqa: BLE001 - see above
+            return _check_error(task.row_check, "row check", task.name, err)
     return None
+
+
+def _check_error(check: Any, what: str, task: str, err: Exception) -> str:
+    """What a task's check that raised something else than its refusal of a row (a bug in the check) did, naming it."""
+    name = f"{getattr(check, '__module__', '?')}.{getattr(check, '__qualname__', '?')}"
+    return (
+        f"the {what} of task {task!r} ({name}) raised {type(err).__name__} on this row: "
+        f"{' '.join(str(err).split())[:200]}; fix the check (it refuses a row by raising RowFieldError)"
+    )
 
 
 def is_vision_task(name: str) -> bool:
