@@ -16,8 +16,9 @@
 # What it does not prove: a dry run installs nothing, so nothing is imported or run, no CUDA kernel of flash-attn
 # is compiled (FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE), and where the index offers a CPU build of torch 2.13.0 (the
 # CI machines' local wheel) the CUDA build's own dependencies (nvidia-*) are not part of the resolution.
-# pip reads each candidate's metadata from the index; where the index serves no separate metadata files (PEP 658)
-# pip downloads whole wheels to read it (about 1.9 GB for the gpu path), into memory, not into the environment.
+# pip reads each candidate's metadata from the index; where the index serves no separate metadata files (PEP 658),
+# as the CI machines' does, pip downloads whole wheels to read it (about 1.9 GB for the gpu path, CPU torch aside)
+# into a temporary directory, not into the environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
