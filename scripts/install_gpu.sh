@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Install the OpenRLHF backend's GPU-node environment (Linux, CUDA 12.x, Python 3.10-3.12) into the active Python
-# environment. Every node of the Ray cluster (head and workers) needs the same one. The order matters:
+# Install the OpenRLHF backend's GPU-node environment (Linux, an NVIDIA driver for CUDA 13, Python 3.10-3.12) into
+# the active Python environment. Every node of the Ray cluster (head and workers) needs the same one. The order matters:
 # openrlhf[vllm]==0.11.2 (requirements/cluster.txt) depends on flash-attn==2.8.3, which PyPI has as an sdist only,
 # and its setup.py imports torch. Installed as a dependency of the cluster requirements, pip would build it in an
 # isolated build environment without torch and fail ("No module named 'torch'"). So torch comes first, then
 # flash-attn's build tools, then flash-attn itself with --no-build-isolation (compiled against the installed torch),
 # and only then the cluster requirements, which find flash-attn installed.
 # Every pip step uses requirements/constraints.txt (torch==2.13.0, transformers==5.15.0); on Linux, PyPI's wheel of
-# torch 2.13.0 is the CUDA build.
+# torch 2.13.0 is the CUDA build (its metadata requires cuda-toolkit 13.0.3 and nvidia-*-cu13 packages).
 #
 #   bash scripts/install_gpu.sh              # install
 #   bash scripts/install_gpu.sh --dry-run    # or DRY_RUN=1: resolve steps 3-5 only (scripts/check_installs.sh)
