@@ -9,8 +9,12 @@
 #         requirements (openrlhf[vllm]==0.11.2, vllm, deepspeed, ray) and the package resolved
 #   trl   pip install --dry-run -c requirements/constraints.txt '.[trl]'      (docs/integrations.md)
 #   verl  bash scripts/install_verl_test_env.sh --dry-run                    (docs/integrations.md, .ci/run)
+#   cuda-wheels (not run by default; about 4 GB of downloads where the index serves no PEP 658 metadata): PyPI's CUDA
+#         torch 2.13.0 with vllm 0.29.0, ray and transformers, resolved for Linux x86_64 and this Python, wheels only
+#         (flash-attn, deepspeed and openrlhf, source packages, left out), ignoring pip's configuration files and
+#         PIP_FIND_LINKS (a machine's local CPU torch): the CUDA torch's own pins (triton, nvidia-*-cu13) against vllm's
 #
-#   bash scripts/check_installs.sh              # all three, one after the other
+#   bash scripts/check_installs.sh              # gpu, trl and verl, one after the other
 #   bash scripts/check_installs.sh gpu trl      # some of them
 #
 # What it does not prove: a dry run installs nothing, so nothing is imported or run, no CUDA kernel of flash-attn
@@ -33,7 +37,14 @@ run_path() {  # the path's commands, in the active venv, from the repository roo
         gpu) bash scripts/install_gpu.sh --dry-run ;;
         trl) pip install --dry-run -c requirements/constraints.txt '.[trl]' ;;
         verl) bash scripts/install_verl_test_env.sh --dry-run ;;
-        *) echo "check_installs: unknown path '$1' (gpu, trl, verl)" >&2; return 2 ;;
+        cuda-wheels)
+            local platforms=() v
+            for v in $(seq 5 39); do platforms+=(--platform "manylinux_2_${v}_x86_64"); done
+            platforms+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
+            env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null pip install --dry-run --ignore-installed --only-binary=:all: \
+                "${platforms[@]}" --implementation cp --target "$tmp/cuda-wheels-target" \
+                -c requirements/constraints.txt torch vllm==0.29.0 'ray[default]==2.55.0' transformers==5.15.0 ;;
+        *) echo "check_installs: unknown path '$1' (gpu, trl, verl, cuda-wheels)" >&2; return 2 ;;
     esac
 }
 
@@ -46,7 +57,7 @@ for path in "${paths[@]}"; do
     seconds=$(( $(date +%s) - start ))
     # the main packages of the resolution, from pip's "Would install" lines (and the gpu path's installed torch)
     resolved=$(grep -E '^(Would install|Successfully installed)' "$log" | tr ' ' '\n' \
-        | grep -E '^(torch|flash_attn|vllm|openrlhf|deepspeed|ray|transformers|trl|verl|adora_openrlhf)-[0-9]' \
+        | grep -E '^(torch|triton|flash_attn|vllm|openrlhf|deepspeed|ray|transformers|trl|verl|adora_openrlhf|cuda-toolkit)-[0-9]' \
         | sort -u | tr '\n' ' ' || true)
     if (( rc == 0 )); then
         echo "check_installs: ${path}: resolved in ${seconds} s: ${resolved}"
