@@ -30,10 +30,13 @@ def _modules() -> dict[str, pathlib.Path]:
 
 
 def _imported_names(module: str, path: pathlib.Path) -> set[str]:
-    """Every module name an import statement of the file names (function-level imports included)."""
+    """Every module name an import statement of the file names (function-level imports included), and every
+    ``import_module("literal")`` (``importlib.import_module``), a module loaded by a name written in the source."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
+        if _literal_import_module(node):
+            names.add(node.args[0].value)
+        elif isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -44,6 +47,16 @@ def _imported_names(module: str, path: pathlib.Path) -> set[str]:
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)
     return names
+
+
+def _literal_import_module(node: ast.AST) -> bool:
+    """``import_module("a.b")`` or ``importlib.import_module("a.b")`` with a string literal."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    first = node.args[0]
+    return name == "import_module" and isinstance(first, ast.Constant) and isinstance(first.value, str)
 
 
 def _import_graph() -> dict[str, set[str]]:
@@ -208,6 +221,23 @@ def test_every_console_script_names_a_function_of_the_package():
         module, _, function = target.partition(":")
         assert name.startswith("adora-") and module.startswith("adora_openrlhf.") and function == "main", name
         assert callable(getattr(importlib.import_module(module), function)), target
+
+
+def test_import_module_with_a_literal_name_is_an_import(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "import importlib\nfrom importlib import import_module\n"
+        "def f(name):\n    importlib.import_module('pkg.a')\n    import_module(\"pkg.b\")\n    import_module(name)\n"
+    )
+    assert _imported_names("pkg.m", source) == {"importlib", "importlib.import_module", "pkg.a", "pkg.b"}
+
+
+def test_no_module_of_the_tasks_is_loaded_by_a_string_name_inside_tasks():
+    """A task's module is imported, never loaded by name: the import graph then sees every edge."""
+    for path in (PACKAGE / "tasks").rglob("*.py"):
+        calls = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)]
+        names = [getattr(c.func, "attr", getattr(c.func, "id", None)) for c in calls]
+        assert "import_module" not in names, f"{path.relative_to(ROOT)} loads a module by name"
 
 
 def test_the_cycle_finder_finds_a_circle():

@@ -29,7 +29,7 @@ from typing import Any
 from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, require
 from adora_openrlhf.errors import ConfigError
 from adora_openrlhf.rewards.kk import KK_PARSERS
-from adora_openrlhf.tasks.behaviours import Probe
+from adora_openrlhf.tasks.task import Probe
 
 logger = logging.getLogger(__name__)
 
