@@ -17,6 +17,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "adora_openrlhf"
 MAX_FUNCTION_LINES = 60  # in the package
 MAX_SCRIPT_FUNCTION_LINES = 80  # in bench/
+MAX_FILE_LINES = 600  # any Python file of the package, eval/ and bench/
+# files still over MAX_FILE_LINES, each to be split (issue 72); the list only shrinks
+OVER_MAX_FILE_LINES = {
+    "adora_openrlhf/backends/local/trainer.py",
+    "bench/cluster_testbed.py",
+    "bench/sample_efficiency.py",
+}
 COMMAND_LAYERS = ("adora_openrlhf.evaluation", "adora_openrlhf.data_prep")  # entry points above the library
 CHECKOUT_ENTRY_POINTS = ("data_prep", "eval")  # the checkout's thin folders: python -m eval.run, python -m data_prep.kk
 
@@ -204,6 +211,18 @@ def test_no_function_is_longer_than_60_lines_in_the_package_and_80_in_bench():
     """A function a reader holds at once: split a longer one into named steps."""
     assert _long_functions(ROOT / "adora_openrlhf", MAX_FUNCTION_LINES) == []
     assert _long_functions(ROOT / "bench", MAX_SCRIPT_FUNCTION_LINES) == []
+
+
+def test_no_python_file_of_the_package_eval_or_bench_is_over_600_lines():
+    lengths = {
+        str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+        for folder in (PACKAGE, ROOT / "eval", ROOT / "bench")
+        for path in folder.rglob("*.py")
+    }
+    too_long = {path: n for path, n in lengths.items() if n > MAX_FILE_LINES and path not in OVER_MAX_FILE_LINES}
+    assert not too_long, f"over {MAX_FILE_LINES} lines (split them): {too_long}"
+    now_short = {path for path in OVER_MAX_FILE_LINES if lengths.get(path, 0) <= MAX_FILE_LINES}
+    assert not now_short, f"within {MAX_FILE_LINES} lines now: drop them from OVER_MAX_FILE_LINES: {sorted(now_short)}"
 
 
 def test_the_distribution_installs_only_the_package():

@@ -10,7 +10,7 @@ from typing import Any
 
 from adora_openrlhf.errors import ConfigError
 from adora_openrlhf.rewards.math import MATH_SOURCES
-from adora_openrlhf.tasks import geo_synth, kk, row_checks
+from adora_openrlhf.tasks import geo_synth, kk, kk_demonstrations, row_checks
 from adora_openrlhf.tasks.task import Task
 
 
@@ -67,9 +67,9 @@ BUILTIN_TASKS: tuple[Task, ...] = (
         generate=kk_rows,
         row_check=row_checks.kk_row_ok,
         label_check=row_checks.kk_label_ok,
-        demonstrations={kk.SOURCE: kk.DEMONSTRATION_STYLES},
-        randomised_styles=frozenset((kk.SOURCE, style) for style in kk.RANDOMISED_STYLES),
-        probes={kk.SOURCE: kk.PROBE},
+        demonstrations={kk.SOURCE: kk_demonstrations.DEMONSTRATION_STYLES},
+        randomised_styles=frozenset((kk.SOURCE, style) for style in kk_demonstrations.RANDOMISED_STYLES),
+        probes={kk.SOURCE: kk_demonstrations.PROBE},
         subsets={kk.SOURCE: kk.subsets},
         meta_defaults=lambda data: {"kk_parser": data.kk.parser},  # the run's answer parser (rewards/kk.py)
     ),
