@@ -225,6 +225,27 @@ def test_no_python_file_of_the_package_eval_or_bench_is_over_600_lines():
     assert not now_short, f"within {MAX_FILE_LINES} lines now: drop them from OVER_MAX_FILE_LINES: {sorted(now_short)}"
 
 
+def test_every_module_of_the_package_is_placed_in_the_architecture_map():
+    """docs/architecture.md names every module: its path under ``adora_openrlhf/`` (a file name in the module map
+    stands for the folder of its list item), or its dotted name."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    items = {}  # folder -> the module map's list item of that folder
+    for item in doc.split("\n- ")[1:]:
+        folder = item.split("`", 2)[1] if item.startswith("`") else ""
+        items[folder.rstrip("/") if folder.endswith("/") else ""] = item
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.name == "__init__.py":
+            continue
+        dotted = "adora_openrlhf." + ".".join(rel.with_suffix("").parts)
+        folders = ["/".join(rel.parts[:i]) for i in range(len(rel.parts))]  # "", "backends", "backends/local", ...
+        named = any(f"`{rel.relative_to(f) if f else rel}`" in items.get(f, "") for f in folders)
+        if str(rel) not in doc and dotted not in doc and not named:
+            missing.append(str(rel))
+    assert not missing, f"docs/architecture.md does not place {missing}"
+
+
 def test_the_distribution_installs_only_the_package():
     include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     packages = setuptools.find_packages(str(ROOT), include=include)
