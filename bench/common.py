@@ -349,42 +349,6 @@ def write_json(path: Path, payload: Any) -> None:
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
 
-def random_kk_inputs(batch: int, prompt_tokens: int) -> tuple[Any, Any, list[list[int]], Callable[..., Any]]:
-    """The timing benchmarks' input for a random-init model of the kk-testbed recipe's shape: (the recipe's config, a
-    BPE tokenizer of its vocabulary size, ``batch`` prompts of ``prompt_tokens - i % 7`` random token ids, ``draw``).
-    ``draw(*shape)`` gives more random ids from the same generator (seeded 0, after the prompts). Every id lies above
-    eos and pad, so a prompt holds no special token (and a random model rarely emits eos: responses run to the limit)."""
-    import torch
-
-    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
-    from adora_openrlhf.recipes import build_run_config
-
-    cfg = build_run_config("kk-testbed", {})
-    tokenizer = train_bpe_tokenizer(
-        ["Knights always tell the truth and knaves always lie. Alice says: Bob is a knave."] * 4,
-        cfg.model.tiny.vocab_size,
-    )
-    generator = torch.Generator().manual_seed(0)
-    low = max(tokenizer.eos_token_id, tokenizer.pad_token_id) + 1
-
-    def draw(*shape: int) -> Any:
-        return torch.randint(low, len(tokenizer), shape, generator=generator)
-
-    return cfg, tokenizer, [draw(prompt_tokens - i % 7).tolist() for i in range(batch)], draw
-
-
-def write_table_report(
-    out: Path, intro: str, header: Sequence[str], rows: Sequence[Sequence[str]], payload: Any
-) -> str:
-    """Write ``out/table.md`` (``intro``, a blank line, the markdown table) and ``out/results.json`` (``payload``);
-    return the table.md text, which the timing benchmarks also print."""
-    text = f"{intro}\n\n{markdown_table(header, rows)}"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(text + "\n")
-    write_json(out / "results.json", payload)
-    return text
-
-
 def first_step_reaching(curve: Sequence[tuple[float, float]], target: float) -> float | None:
     """x of the first point of ``curve`` [(x, accuracy), ...] whose accuracy is >= target, or None."""
     for x, acc in curve:

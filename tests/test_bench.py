@@ -7,7 +7,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.common import FROM_WARM_START, VARIANTS, first_step_reaching, mean_ci, mean_sd, t_quantile, trapezoid_auc
-from bench.overhead import component_table
 from bench.sample_efficiency import (
     HEADER,
     band,
@@ -316,21 +315,6 @@ def test_helpers():
     assert mean_sd([1.0, 3.0]) == (2.0, pytest.approx(2**0.5))
 
 
-def test_component_fractions():
-    metrics = [
-        {
-            "time/step_s": 2.0,
-            "time/generate_s": 1.0,
-            "time/score_s": 0.1,
-            "time/train_s": 0.8,
-            "time/advantage_s": 0.02,
-            "time/sampler_overhead_s": 0.04,
-        }
-    ] * 3
-    rows, stats = component_table({"GRPO": metrics})
-    assert stats["GRPO"]["step_s"] == 2.0 and rows[0][2] == "1.0000 (50.00%)" and rows[0][5] == "0.0200 (1.00%)"
-
-
 def test_finished_runs_with_the_same_config_are_reused(tmp_path, monkeypatch):
     """A rerun of the benchmark reads back a finished run holding the same config instead of recomputing it;
     a changed setting or --fresh recomputes it."""
@@ -360,143 +344,6 @@ def test_finished_runs_with_the_same_config_are_reused(tmp_path, monkeypatch):
     assert calls == [] and (tmp_path / "run" / "summary.json").exists()
     run_training(RunSpec("GRPO", 0, "kk-tiny", overrides, spec.output_dir, reuse=False))
     assert len(calls) == 1 and calls[0][1] == {"resume": False, "overwrite": True}  # --fresh recomputes it
-
-
-def test_kv_cache_bench_writes_its_table(tmp_path):
-    import json
-
-    from bench import kv_cache
-
-    assert (
-        kv_cache.main(
-            ["--batch", "3", "--prompt-tokens", "12", "--new-tokens", "5", "--repeats", "1", "--out", str(tmp_path)]
-        )
-        == 0
-    )
-    record = json.loads((tmp_path / "results.json").read_text())["runs"][0]
-    assert record["new_tokens"] == 5 and record["identical_tokens"] is True and record["speedup"] > 0
-    assert "| 5 |" in (tmp_path / "table.md").read_text()
-
-
-def test_model_size_bench_times_each_shape_against_the_first(tmp_path):
-    import json
-
-    from bench import model_size
-
-    argv = ["--batch", "3", "--prompt-tokens", "12", "--new-tokens", "5", "--update-tokens", "20", "--repeats", "1"]
-    assert model_size.main([*argv, "--shapes", "32x64x2", "32x64x1", "--out", str(tmp_path)]) == 0
-    records = json.loads((tmp_path / "results.json").read_text())["shapes"]
-    assert [r["shape"] for r in records] == ["32x64x2", "32x64x1"]
-    assert records[0]["decode_ratio"] == records[0]["update_ratio"] == 1.0
-    assert records[1]["parameters"] < records[0]["parameters"]
-    assert all(r["decode_cpu_s"] > 0 and r["update_cpu_s"] > 0 for r in records)
-    assert "| 32x64x1 |" in (tmp_path / "table.md").read_text()
-
-
-def test_model_size_bench_names_a_malformed_shape_and_a_too_short_update(capsys):
-    from bench import model_size
-
-    with pytest.raises(SystemExit):
-        model_size.main(["--shapes", "96x288"])
-    assert "--shapes: '96x288' is not HIDDENxINTERMEDIATExLAYERS" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        model_size.main(["--prompt-tokens", "50", "--update-tokens", "50"])
-    assert "--update-tokens: 50 leaves no response" in capsys.readouterr().err
-
-
-def test_decoding_bench_times_the_three_loops_on_a_saved_policy(tmp_path):
-    import json
-
-    from adora_openrlhf.config import TinyModelConfig
-    from adora_openrlhf.engine.model import build_tiny_model
-    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
-    from bench import decoding
-
-    tokenizer = train_bpe_tokenizer(
-        ["Knights always tell the truth and knaves always lie. Alice says: Bob is a knave."] * 4, 300
-    )
-    tiny = TinyModelConfig(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-    )
-    model_dir = tmp_path / "policy"
-    build_tiny_model(tiny, tokenizer, seed=0).save_pretrained(str(model_dir))
-    tokenizer.save_pretrained(str(model_dir))
-    argv = [
-        "--model",
-        str(model_dir),
-        "--recipe",
-        "kk-tiny",
-        "--prompts",
-        "2",
-        "--n",
-        "2",
-        "--repeats",
-        "1",
-        "--out",
-        str(tmp_path / "out"),
-    ]
-    assert decoding.main(argv) == 0
-    records = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
-    assert [(r["mode"], r["sequences"]) for r in records] == [("sampled", 4), ("greedy", 2)]
-    assert records[1]["identical_tokens"] is True and all(r["speedup"] > 0 and r["length_max"] >= 1 for r in records)
-    assert all(
-        r["step_identical_tokens"] is True and r["step_speedup"] > 0 and r["compact-forward_s"] > 0 for r in records
-    )
-    assert "| greedy | 2 |" in (tmp_path / "out" / "table.md").read_text()
-
-
-def test_eval_speed_bench_times_the_three_ways_on_a_saved_policy(tmp_path):
-    import json
-
-    from adora_openrlhf.config import TinyModelConfig
-    from adora_openrlhf.engine.model import build_tiny_model
-    from adora_openrlhf.engine.tokenization import train_bpe_tokenizer
-    from adora_openrlhf.tasks.kk import generate_rows
-    from bench import eval_speed
-
-    rows = generate_rows(3, [2], seed=4)
-    tokenizer = train_bpe_tokenizer([m["content"] for r in rows for m in r["prompt"]] * 2, 300)
-    tiny = TinyModelConfig(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-    )
-    model_dir = tmp_path / "policy"
-    build_tiny_model(tiny, tokenizer, seed=0).save_pretrained(str(model_dir))
-    tokenizer.save_pretrained(str(model_dir))
-    bench_file = tmp_path / "kk.jsonl"
-    bench_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    argv = [
-        "--model",
-        str(model_dir),
-        "--bench-file",
-        str(bench_file),
-        "--k",
-        "2",
-        "--max-new-tokens",
-        "6",
-        "--repeats",
-        "2",
-        "--out",
-        str(tmp_path / "out"),
-    ]
-    assert eval_speed.main(argv) == 0
-    records = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
-    assert [(r["mode"], r["problems"], r["k"]) for r in records] == [("sampled", 3, 2), ("greedy", 3, 1)]
-    assert records[1]["batched-fast_identical_responses"] == records[1]["batched-exact_identical_responses"] == 3
-    assert records[0]["batched-fast_identical_responses"] is None
-    assert all(
-        r[f"{way}_speedup"] > 0 and r[f"{way}_wall_s"] > 0 for r in records for way in ("batched-exact", "batched-fast")
-    )
-    assert "| 1 | greedy | 3 x 1 |" in (tmp_path / "out" / "table.md").read_text()
 
 
 def test_a_finished_run_made_before_a_field_existed_is_the_same_run_while_the_field_holds_its_default():

@@ -1,23 +1,21 @@
-"""bench/allocation.py's analysis on hand-made records: censoring at the whole budget, interpolation at matched
-budgets, the paired records (sign-flip and t, Holm, "established" only where both hold)."""
+"""The allocation benchmark (bench/allocation.py, its analysis and report) on hand-made records: censoring at the
+whole budget, interpolation at matched budgets, the paired records (sign-flip and t, Holm, "established" only where both hold)."""
 
 import json
 import math
 
 import pytest
 
-from bench import allocation
-from bench.allocation import (
+from bench import allocation, allocation_analysis, allocation_report
+from bench.allocation import run_record, stored_records
+from bench.allocation_analysis import (
     accuracy_at,
     censored_log_ratio,
     goal_records,
     paired_metric_records,
     plateau,
     reaches_goal,
-    run_record,
-    stored_records,
     tokens_to_reach,
-    warm_start_mismatches,
 )
 
 CURVE = [[0.0, 0.2], [100.0, 0.6], [200.0, 0.8], [300.0, 0.85]]
@@ -105,7 +103,7 @@ def test_the_goal_as_a_test_needs_below_half_established_and_no_loss_at_equal_bu
     assert "goal_total_met" not in goal["GRPO"] and "goal_reach_ratio" not in goal["GRPO"]  # no verdict for itself
     pilot = {g["variant"]: g for g in goal_records([r for r in records if r["seed"] < 5], "GRPO")}["Quarter"]
     assert pilot["goal_total_p_sign_flip_holm"] is None and pilot["goal_total_met"] is False  # five seeds: a pilot
-    table = allocation._goal_test_table(list(goal.values()))
+    table = allocation_report._goal_test_table(list(goal.values()))
     assert "| Quarter | 0.24x" in table and "| no (loss at equal budget) |" in table
 
 
@@ -215,10 +213,13 @@ def test_stored_records_keep_only_what_todays_variants_would_reproduce(tmp_path,
     recs = [_full("GRPO", 0, CURVE), _full("Skip", 0, CURVE), _full("Difficulty", 0, CURVE), _full("Gone", 0, CURVE)]
     ran_with = {"GRPO": {}, "Skip": {"allocation.method": "skip"}, "Difficulty": {"allocation.method": "knapsack"}}
     _results(tmp_path, recs, {**ran_with, "Gone": {}})
-    assert set(stored_records(tmp_path / "results.json", "kk-revisit")) == {("GRPO", 0, None), ("Skip", 0, None)}
+    assert [allocation.run_key(r) for r in stored_records(tmp_path / "results.json", "kk-revisit")] == [
+        ("GRPO", 0, None),
+        ("Skip", 0, None),
+    ]
     assert "['Difficulty', 'Gone'] ran with other settings" in capsys.readouterr().out
-    assert stored_records(tmp_path / "results.json", "kk-testbed") == {}  # another recipe's records
-    assert stored_records(tmp_path / "missing.json", "kk-revisit") == {}
+    assert stored_records(tmp_path / "results.json", "kk-testbed") == []  # another recipe's records
+    assert stored_records(tmp_path / "missing.json", "kk-revisit") == []
 
 
 def test_stored_records_of_a_recipe_changed_since_are_not_reused(tmp_path, capsys):
@@ -227,10 +228,12 @@ def test_stored_records_of_a_recipe_changed_since_are_not_reused(tmp_path, capsy
     saved = json.loads((tmp_path / "results.json").read_text())
     saved["settings"]["recipe_config"] = allocation.recipe_config("kk-revisit")
     (tmp_path / "results.json").write_text(json.dumps(saved))
-    assert set(stored_records(tmp_path / "results.json", "kk-revisit")) == {("GRPO", 0, None)}  # same recipe today
+    assert [allocation.run_key(r) for r in stored_records(tmp_path / "results.json", "kk-revisit")] == [
+        ("GRPO", 0, None)
+    ]  # same recipe today
     saved["settings"]["recipe_config"]["steps"] = 40
     (tmp_path / "results.json").write_text(json.dumps(saved))
-    assert stored_records(tmp_path / "results.json", "kk-revisit") == {}
+    assert stored_records(tmp_path / "results.json", "kk-revisit") == []
     assert "recipe kk-revisit has changed since its records (steps: 40 -> 80)" in capsys.readouterr().out
 
 
@@ -245,16 +248,13 @@ def test_a_fresh_checkout_reruns_nothing_whose_record_is_stored_and_adds_new_run
     monkeypatch.setattr(allocation, "run_training", refuse)
     grpo = [_full("GRPO", s, [[0.0, 0.2], [100.0, 0.8], [200.0, 0.85]]) for s in (0, 1)]
     _results(tmp_path, grpo, {"GRPO": {}})
-    new = [_full("Skip", 1, [[0.0, 0.2], [60.0, 0.85], [120.0, 0.86]], step0=0.3)]  # another warm start
-    new[0]["warm_start"] = None  # claims the stored GRPO run's warm start, but does not start where it did
+    new = [_full("Skip", 1, [[0.0, 0.2], [60.0, 0.85], [120.0, 0.86]])]
     monkeypatch.setattr(allocation, "finished_runs", lambda runs: [("Skip", 1)])
     monkeypatch.setattr(allocation, "_record_of", lambda d, v, s: new[0])
     assert allocation.main(["--seeds", "0", "1", "--variants", "GRPO", "--workers", "1", "--out", str(tmp_path)]) == 0
     saved = json.loads((tmp_path / "results.json").read_text())
     assert [(r["variant"], r["seed"]) for r in saved["records"]] == [("GRPO", 0), ("GRPO", 1), ("Skip", 1)]
     assert saved["settings"]["variants"] == {"GRPO": {}, "Skip": {"allocation.method": "skip"}}
-    assert warm_start_mismatches(saved["records"]) == [1]
-    assert "step-0 accuracy differs across the variants of seeds [1]" in (tmp_path / "table.md").read_text()
 
 
 def test_a_variant_on_fewer_seeds_is_a_pilot_outside_the_holm_family():
@@ -279,13 +279,12 @@ def test_runs_pair_only_with_grpo_of_the_same_warm_start():
     knap = _full("Knapsack-0.5", 0, [[0.0, 0.2], [50.0, 0.9]])
     skip = {**_full("Skip", 0, [[0.0, 0.19], [80.0, 0.7]]), "warm_start": "abc"}
     records = [grpo_old, grpo_new, knap, skip]
-    units = allocation.paired_runs(records)
+    units = allocation_analysis.paired_runs(records)
     assert units["Knapsack-0.5"] == {0: (knap, grpo_old)} and units["Skip"] == {"0/abc": (skip, grpo_new)}
     assert list(units["GRPO"]) == [0, "0/abc"]
     final = {r["variant"]: r for r in paired_metric_records(records, min_seeds=1) if r["metric"] == "acc_final"}
     assert final["Knapsack-0.5"]["per_seed"] == {"0": pytest.approx(0.1)}
     assert final["Skip"]["per_seed"] == {"0/abc": pytest.approx(0.1)}
-    assert warm_start_mismatches(records) == []
 
 
 def test_the_warm_start_fingerprint_follows_the_weights(tmp_path):
@@ -332,7 +331,7 @@ def test_a_matched_variant_is_also_paired_with_grpo_under_its_own_schedule():
         records.append(_rec("Knapsack-0.5-cosine", s, [[0.0, 0.2], [50.0, 0.8], [100.0, 0.9]]))
         records.append(_rec("GRPO-40-cosine", s, [[0.0, 0.2], [50.0, 0.6], [100.0, 0.85]]))
         records.append(_rec("Skip", s, [[0.0, 0.2], [100.0, 0.8], [150.0, 0.8]]))
-    matched = allocation.matched_comparisons(records, min_seeds=3)
+    matched = allocation_analysis.matched_comparisons(records, min_seeds=3)
     assert list(matched) == ["GRPO-cosine", "GRPO-40-cosine"]
     at_equal_budget = {(r["metric"], r["variant"]): r for r in matched["GRPO-40-cosine"]["paired"]}
     assert {v for _, v in at_equal_budget} == {"Knapsack-0.5-cosine"}
@@ -346,16 +345,16 @@ def test_a_matched_variant_is_also_paired_with_grpo_under_its_own_schedule():
     assert goal["Knapsack-0.5-cosine"]["reached"] == 3 and goal["GRPO-cosine"]["reached"] == 0
     against_grpo = {(r["metric"], r["variant"]): r for r in paired_metric_records(records, min_seeds=3)}
     assert against_grpo[("acc_final", "Knapsack-0.5-cosine")]["mean_diff"] == pytest.approx(0.1)
-    text = allocation.report([_full(r["variant"], r["seed"], r["curve"]) for r in records],
+    text = allocation_report.report([_full(r["variant"], r["seed"], r["curve"]) for r in records],
                              list(against_grpo.values()), goal_records(records), {"recipe": "r", "seeds": [0, 1, 2]},
                              matched)  # fmt: skip
     assert "## Against GRPO-cosine" in text and "censored (variant/GRPO-cosine)" in text
     assert "## Against GRPO-40-cosine" in text
-    assert list(allocation.matched_comparisons([r for r in records if r["variant"] != "GRPO-cosine"])) == [
+    assert list(allocation_analysis.matched_comparisons([r for r in records if r["variant"] != "GRPO-cosine"])) == [
         "GRPO-40-cosine"
     ]
     no_matched_reference = [r for r in records if r["variant"] not in ("GRPO-cosine", "GRPO-40-cosine")]
-    assert allocation.matched_comparisons(no_matched_reference) == {}
+    assert allocation_analysis.matched_comparisons(no_matched_reference) == {}
 
 
 def _stepped(variant, seed, accuracies, tokens_per_step=10.0, eval_every=20):
@@ -371,14 +370,14 @@ def test_a_reference_cut_after_a_step_is_its_run_stopped_there():
     """GRPO evaluated at steps 0, 20, 40, 60, 80 (10 tokens a step) cut after step 40: the first three evaluations,
     its accuracy at step 40 as the final one, 400 tokens and 80 responses in all; no cut between evaluations."""
     grpo = _stepped("GRPO", 0, [0.2, 0.8, 0.9, 0.85, 0.82])
-    cut = allocation.truncated_record(grpo, 40, "GRPO-first-40")
+    cut = allocation_analysis.truncated_record(grpo, 40, "GRPO-first-40")
     assert cut["variant"] == "GRPO-first-40" and cut["truncated_from"] == "GRPO" and cut["seed"] == 0
     assert cut["curve"] == [[0.0, 0.2], [200.0, 0.8], [400.0, 0.9]] and cut["steps"] == [0, 20, 40]
     assert (cut["acc_final"], cut["tokens_total"], cut["responses_total"]) == (0.9, 400.0, 80.0)
     assert cut["zero_signal_second_half"] is None and cut["warm_start"] == "abc"
     assert grpo["acc_final"] == 0.82 and len(grpo["curve"]) == 5  # the run's own record is left as it was
     with pytest.raises(ValueError, match="no evaluation at step 30"):
-        allocation.truncated_record(grpo, 30, "GRPO-first-30")
+        allocation_analysis.truncated_record(grpo, 30, "GRPO-first-30")
 
 
 def test_a_cut_reference_is_the_equal_budget_control_and_refuses_a_decaying_rate(monkeypatch):
@@ -389,65 +388,61 @@ def test_a_cut_reference_is_the_equal_budget_control_and_refuses_a_decaying_rate
     for s in range(3):
         records.append(_stepped("GRPO", s, [0.2, 0.8, 0.9, 0.85, 0.82]))
         records.append(_stepped("Knapsack-0.5", s, [0.2, 0.7, 0.86, 0.87, 0.88], tokens_per_step=5.0))
-    cuts = allocation.truncated_references(records, {"lr_scheduler": "constant", "lr_warmup_ratio": 0.0})
+    cuts = allocation_analysis.truncated_references(records, {"lr_scheduler": "constant", "lr_warmup_ratio": 0.0})
     assert [c["variant"] for c in cuts] == ["GRPO-first-40"] * 3  # no GRPO-lr5e-5 records to cut
-    stopped = [allocation.truncated_record(r, 40, "GRPO") if r["variant"] == "GRPO" else r for r in records]
-    assert allocation.truncated_references(stopped, {"lr_scheduler": "constant"}) == []  # 40-step runs: no cut
-    matched = allocation.matched_comparisons([*records, *cuts], min_seeds=3)
+    stopped = [allocation_analysis.truncated_record(r, 40, "GRPO") if r["variant"] == "GRPO" else r for r in records]
+    assert allocation_analysis.truncated_references(stopped, {"lr_scheduler": "constant"}) == []  # 40-step runs: no cut
+    matched = allocation_analysis.matched_comparisons([*records, *cuts], min_seeds=3)
     assert list(matched) == ["GRPO-first-40"]
     paired = {(r["metric"], r["variant"]): r for r in matched["GRPO-first-40"]["paired"]}
     assert paired[("acc_at_100pct", "Knapsack-0.5")]["mean_diff"] == pytest.approx(-0.02)
     assert paired[("tokens_total", "Knapsack-0.5")]["ratio"] == pytest.approx(1.0)
     against_grpo = {(r["metric"], r["variant"]): r for r in paired_metric_records(records, min_seeds=3)}
     assert against_grpo[("acc_final", "Knapsack-0.5")]["mean_diff"] == pytest.approx(0.06)
-    text = allocation.report(records, list(against_grpo.values()), goal_records(records),
+    text = allocation_report.report(records, list(against_grpo.values()), goal_records(records),
                              {"recipe": "r", "seeds": [0, 1, 2]}, matched)  # fmt: skip
     assert "## Against GRPO-first-40 (GRPO's runs up to step 40): Knapsack-0.5 paired with it" in text
     with pytest.raises(ValueError, match="'cosine' learning rate"):
-        allocation.truncated_references(records, {"lr_scheduler": "cosine", "lr_warmup_ratio": 0.0})
-    monkeypatch.setitem(allocation.TRUNCATED_REFERENCES, "GRPO-cosine-first-40", ("GRPO-cosine", 40))
+        allocation_analysis.truncated_references(records, {"lr_scheduler": "cosine", "lr_warmup_ratio": 0.0})
+    monkeypatch.setitem(allocation_analysis.TRUNCATED_REFERENCES, "GRPO-cosine-first-40", ("GRPO-cosine", 40))
     with pytest.raises(ValueError, match=r"GRPO-cosine-first-40.*cut only variants at a constant rate"):
-        allocation.truncated_references(records, {"lr_scheduler": "constant", "lr_warmup_ratio": 0.0})
+        allocation_analysis.truncated_references(records, {"lr_scheduler": "constant", "lr_warmup_ratio": 0.0})
 
 
 def test_benchmark_cost_sums_each_runs_timed_seconds_per_variant_and_in_all():
     grpo = [_full("GRPO", s, CURVE) for s in (0, 1)]  # eval_s 1 + train_s 2 each
     grpo[1].update({"eval_s": 1800.0, "train_s": 5397.0})
-    cut = allocation.truncated_record({**_full("GRPO", 2, CURVE), "responses_curve": [0, 8, 16, 24]}, 2, "GRPO-first-2")
-    rows = {r["variant"]: r for r in allocation.benchmark_cost([*grpo, _full("Skip", 0, CURVE), cut])}
+    cut = allocation_analysis.truncated_record(
+        {**_full("GRPO", 2, CURVE), "responses_curve": [0, 8, 16, 24]}, 2, "GRPO-first-2"
+    )
+    rows = {r["variant"]: r for r in allocation_report.benchmark_cost([*grpo, _full("Skip", 0, CURVE), cut])}
     assert list(rows) == ["GRPO", "Skip", "GRPO-first-2", "all"]
     assert rows["GRPO"] == {"variant": "GRPO", "runs": 2, "timed": 2, "core_h": pytest.approx(2.0)}  # 7200 s
     assert rows["Skip"]["core_h"] == pytest.approx(3 / 3600)
     assert rows["GRPO-first-2"] == {"variant": "GRPO-first-2", "runs": 1, "timed": 0, "core_h": 0.0}
     assert rows["all"]["runs"] == 4 and rows["all"]["timed"] == 3
     assert rows["all"]["core_h"] == pytest.approx(2.0 + 3 / 3600)
-    text = "\n".join(allocation._cost_table([*grpo, cut]))
+    text = "\n".join(allocation_report._cost_table([*grpo, cut]))
     assert "2.0 core-hours of held-out evaluation and RL steps over 3 runs (1.0 h with 2 runs at a time" in text
     assert "| GRPO | 2 | 2.0 | 60 |" in text and "| GRPO-first-2 | 1 | 0.0 | n/a |" in text
 
 
-def test_a_legacy_seed_whose_grpo_run_a_fingerprinted_warm_start_repeats_is_one_unit():
+def test_a_run_repeated_from_the_same_warm_start_is_one_unit_and_two_runs_of_cost(tmp_path):
+    """The records made before fingerprints carry the fingerprint of the warm start whose GRPO run repeated theirs
+    (``warm_start_inferred``): both GRPO records are kept and cost two runs, the analysis counts the unit once, with
+    the record measured under its fingerprint."""
     other = [[0.0, 0.2], [100.0, 0.5], [200.0, 0.9]]
-    records = [
-        _rec("GRPO", 4, CURVE), _rec("Knapsack-0.5", 4, CURVE[:2]),  # legacy seed 4
-        {**_rec("GRPO", 4, CURVE), "warm_start": "aaa"}, {**_rec("GRPO+ADORA", 4, other), "warm_start": "aaa"},
-        {**_rec("GRPO", 4, other), "warm_start": "bbb"},  # another machine's warm start: a unit of its own
-        _rec("GRPO", 5, CURVE), {**_rec("GRPO", 5, other), "warm_start": "ccc"},  # seed 5: not repeated
-    ]  # fmt: skip
-    assert allocation.repeated_units(records) == {4: "aaa"}
-    units = allocation.merge_repeated_units(records)
-    assert [(r["variant"], allocation.unit_label(r), r.get("warm_start_inferred", False)) for r in units] == [
-        ("Knapsack-0.5", "4/aaa", True),
-        ("GRPO", "4/aaa", False),
-        ("GRPO+ADORA", "4/aaa", False),
-        ("GRPO", "4/bbb", False),
-        ("GRPO", 5, False),
-        ("GRPO", "5/ccc", False),
+    old_grpo = {**_full("GRPO", 4, CURVE), "eval_s": 5.0, "warm_start": "aaa", "warm_start_inferred": True}
+    old_knap = {**_full("Knapsack-0.5", 4, CURVE[:2]), "warm_start": "aaa", "warm_start_inferred": True}
+    new_grpo = {**_full("GRPO", 4, CURVE), "warm_start": "aaa"}
+    records = [old_grpo, new_grpo, old_knap, {**_full("GRPO", 4, other), "warm_start": "bbb"}]
+    units = allocation_analysis.one_record_per_run(records)
+    assert [(r["variant"], allocation_analysis.unit_label(r), r["eval_s"]) for r in units] == [
+        ("GRPO", "4/aaa", 1.0),
+        ("Knapsack-0.5", "4/aaa", 1.0),
+        ("GRPO", "4/bbb", 1.0),
     ]
-    assert records[1].get("warm_start") is None  # the stored records are left as they are
-    pairs = allocation.paired_runs(units)
-    assert list(pairs["GRPO"]) == ["4/aaa", "4/bbb", 5, "5/ccc"]  # GRPO's own curve: seed 4's repeat counted once
-    assert list(pairs["Knapsack-0.5"]) == list(pairs["GRPO+ADORA"]) == ["4/aaa"]
-    assert allocation.merge_repeated_units([r for r in records if r["seed"] == 5]) == [
-        r for r in records if r["seed"] == 5
-    ]
+    assert list(allocation_analysis.paired_runs(units)["GRPO"]) == ["4/aaa", "4/bbb"]
+    assert {r["variant"]: r["runs"] for r in allocation_report.benchmark_cost(records)}["GRPO"] == 3
+    _results(tmp_path, records, {"GRPO": {}, "Knapsack-0.5": allocation.VARIANTS["Knapsack-0.5"]})
+    assert len(stored_records(tmp_path / "results.json", "kk-revisit")) == 4  # a repeated run is not merged away

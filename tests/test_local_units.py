@@ -28,7 +28,8 @@ from adora_openrlhf.prompt_templates import render_prompt
 from adora_openrlhf.rewards.kk import kk_reward
 from adora_openrlhf.rows import Row, batch_indices, load_run_rows, validate_rows
 from adora_openrlhf.rundir import checkpoints as ckpt
-from adora_openrlhf.tasks.kk import KKDataConfig, direct_demonstration
+from adora_openrlhf.tasks.kk import KKDataConfig
+from adora_openrlhf.tasks.kk_demonstrations import direct_demonstration
 
 TINY = TinyModelConfig(
     vocab_size=300,

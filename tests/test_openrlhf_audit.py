@@ -1,6 +1,6 @@
 """The OpenRLHF source this backend depends on is the source it was written against (openrlhf 0.11.2).
 
-Every piece listed in ``adora_openrlhf.backends.openrlhf.compat.audit.AUDITED`` (classes we subclass, functions we
+Every piece listed in ``AUDITED`` (``tests/fixtures/openrlhf/openrlhf_audit.py``) (classes we subclass, functions we
 re-execute with other names, helpers answered on the CPU) has its source digest in
 ``tests/fixtures/openrlhf/openrlhf_audit.json``. A release that changes one of them fails here with a re-audit message: read
 the change, check the override named in the message, then record the new digests with
@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from adora_openrlhf.backends.openrlhf.compat.audit import AUDITED, source_digest
 from adora_openrlhf.backends.openrlhf.compat.entry import (
     TESTED_VERSIONS,
     UNTESTED_ENV,
@@ -23,6 +22,10 @@ from adora_openrlhf.backends.openrlhf.compat.entry import (
     installed_openrlhf_version,
 )
 from adora_openrlhf.config import ConfigError
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "openrlhf"))
+import openrlhf_audit as audit
+from openrlhf_audit import AUDITED, source_digest
 
 DIGESTS = Path(__file__).parent / "fixtures" / "openrlhf" / "openrlhf_audit.json"
 
@@ -58,8 +61,6 @@ def test_audited_openrlhf_source_is_unchanged():
 
 def test_a_changed_source_is_reported(monkeypatch, tmp_path):
     """The digest follows the source text: a one-token edit of a function changes it, blank lines do not."""
-    from adora_openrlhf.backends.openrlhf.compat import audit
-
     module = tmp_path / "fake_openrlhf_mod.py"
     module.write_text("def train(args):\n    return args\n\n\nclass A:\n    x = 1\n")
     monkeypatch.setattr(audit, "module_path", lambda name: module)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -56,7 +58,8 @@ def test_choice_is_added_once_and_a_changed_parser_is_refused():
 def test_deepspeed_config_for_fp32_turns_half_precision_off():
     import importlib.util
 
-    from adora_openrlhf.backends.openrlhf.compat.audit import module_path
+    sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "openrlhf"))
+    from openrlhf_audit import module_path
 
     # the file itself: the package's __init__ imports flash-attn, absent from this venv
     spec = importlib.util.spec_from_file_location(

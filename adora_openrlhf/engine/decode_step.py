@@ -40,7 +40,7 @@ Two steps (:data:`STEPS`, the ``numerics`` argument):
   model's rotary module once per decoding (for the default rotary type; others call the module every step);
   no transposes around attention (one query token). About 35 tensor operations per layer instead of 60: on the
   local backend's tiny models the fixed cost of a step, which is most of the time of a decoding batch's tail,
-  falls by about a third (0.84 ms against 1.22 ms for one row; ``bench/eval_speed.py`` measures the whole
+  falls by about a third (0.84 ms against 1.22 ms for one row; ``bench/results/eval_speed/`` measured the whole
   evaluation).
 
 Anything else gets None, and decoding calls the model as before: another architecture, an attention

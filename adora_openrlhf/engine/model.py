@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from adora_openrlhf.config import ConfigError, ModelConfig, TinyModelConfig
+from adora_openrlhf.engine.model_config import ModelConfig, TinyModelConfig
+from adora_openrlhf.errors import ConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

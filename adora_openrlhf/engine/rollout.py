@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from adora_openrlhf.algorithms.sampling import GenerationRequest, ScoredResponse
-from adora_openrlhf.config import ModelConfig, SamplingParams
+from adora_openrlhf.algorithms.sampling import GenerationRequest, SamplingParams, ScoredResponse
 from adora_openrlhf.engine.decoding import compact_decode, numerics_of
 from adora_openrlhf.engine.kv_cache import attention_reads_cache, full_attention_only, growing_cache_for
+from adora_openrlhf.engine.model_config import ModelConfig
 from adora_openrlhf.rewards.grading import GradingJob, StepGrader
 
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.tasks import geo_synth, kk, math500_subsets, mathvista_subsets
+from adora_openrlhf.tasks import geo_synth, kk
+from adora_openrlhf.tasks.builtin import math500_subsets, mathvista_subsets
 
 Row = dict[str, Any]
 

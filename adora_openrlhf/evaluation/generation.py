@@ -156,7 +156,7 @@ class HFGenerator:
     (``evaluation/workers.py``); a sample's tokens still depend only on its own stream and its logits. ``fast_step``
     (class attribute): text
     decoding takes its one-token steps through ``engine/decode_step.py`` where the model allows;
-    ``bench/eval_speed.py`` turns it off to time the model's own forward."""
+    a timing turns it off to time the model's own forward (``bench/results/eval_speed/``)."""
 
     fast_step = True
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.config import NUMERICS
+from adora_openrlhf.engine.model_config import NUMERICS
 from adora_openrlhf.errors import ConfigError
 from adora_openrlhf.evaluation.fit import ModelOrigin
 from adora_openrlhf.plugins import import_plugins
@@ -127,7 +127,7 @@ def _import_user_plugins(run_dir: Path, settings_file: Path, saved: Any, given: 
 
 def _check_settings(settings: dict[str, Any], settings_file: Path) -> None:
     """ValueError naming ``heldout.json`` and the field when a setting ``RunTarget`` reads has the wrong type (or,
-    for ``numerics``, is not one of ``config.NUMERICS``)."""
+    for ``numerics``, is not one of ``engine/model_config.NUMERICS``)."""
     checks = (
         ("prompt_template", settings.get("prompt_template", "auto"), str),
         ("rollout.max_new_tokens", settings["rollout"]["max_new_tokens"], int),

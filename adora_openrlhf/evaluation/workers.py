@@ -2,7 +2,7 @@
 
 The local backend's tiny models make small matrix products; torch's threads split each product over the cores,
 which pays a synchronisation per operation and, for a batch of one-token steps, gains little (on the 2-core
-machine of ``bench/eval_speed.py`` two threads gave about 1.4x over one). Independent problems parallelise
+machine of ``bench/results/eval_speed/`` two threads gave about 1.4x over one). Independent problems parallelise
 without that cost: :func:`run_in_workers` forks ``workers`` processes (the model's weights are shared copy-on-write),
 gives each every ``workers``-th item, runs ``task(items, progress)`` there with ``torch threads / workers`` threads,
 and returns the results in item order. Progress reports from the workers are forwarded to ``progress`` as they

@@ -18,7 +18,7 @@ Every row has ``meta.solution_text``: a short ``<think>`` line stating what the 
 answer in ``<answer>`` tags (the reward's format). Generation is a pure function of the seed: the same seed
 gives the same rows and the same pixels.
 
-Warm-up demonstrations (``tasks/behaviours.py``, styles for ``warmup.style`` / ``style_shares`` / ``mix``):
+Warm-up demonstrations (declared on the task, looked up by ``tasks/behaviours.py``; styles for ``warmup.style`` / ``style_shares`` / ``mix``):
 
 * ``read`` (alias ``direct``, the default): the row's solution text, the image read into the think, then the
   answer (``<think>blue square, red circle.</think>`` and ``<answer>red</answer>``);
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, require
-from adora_openrlhf.tasks.behaviours import Probe
+from adora_openrlhf.tasks.task import Probe
 
 logger = logging.getLogger(__name__)
 SOURCE = "geo_synth"

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from adora_openrlhf.tasks.registry import RowFieldError
+from adora_openrlhf.tasks.task import RowFieldError
 
 
 def kk_label_ok(label: str, meta: dict[str, Any]) -> None:

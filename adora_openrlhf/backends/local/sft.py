@@ -5,7 +5,7 @@ groups. A short supervised phase on demonstrations teaches the answer format and
 gives RL groups with mixed rewards to learn from.
 
 Demonstrations come from a registry keyed by (row source, style) (``tasks/behaviours.py``, :data:`DEMONSTRATIONS`;
-the K&K ones are registered in ``tasks/kk.py``). The K&K styles:
+the K&K ones are declared in ``tasks/kk_demonstrations.py``). The K&K styles:
 
 - ``direct``: ``<think>`` the roles in one line ``</think>`` then the answer (no reasoning shown);
 - ``thorough``: guess-and-check reasoning that tests candidates against every statement step by step

@@ -15,7 +15,7 @@ need vLLM and DeepSpeed (GPU builds or vLLM's CPU build).
 - ``compat/entry.py``        OpenRLHF's own ``cli/train_ppo_ray.py``: its parser (read from its source) and its
                              ``train(args)`` driver run with our classes; the openrlhf version check
 - ``compat/rebind.py``       copies of OpenRLHF's functions with some global names answered differently
-- ``compat/audit.py``        the pieces of OpenRLHF's source these depend on (re-audited by a test)
+                             (the pieces of OpenRLHF's source these depend on: ``tests/fixtures/openrlhf/openrlhf_audit.py``)
 - ``cpu/launch.py``          the launcher's part of a run on a machine without a GPU
 - ``cpu/device.py``          the CPU answers to OpenRLHF's ``torch.cuda`` calls, device mesh and barriers
 - ``cpu/weight_sync.py``     the gloo weight sync and the vLLM engine actor that receives it
