@@ -40,6 +40,29 @@ def test_a_non_empty_output_dir_is_refused_and_kept(tmp_path, capsys):
     assert (tmp_path / "earlier.txt").read_text() == "kept"
 
 
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_the_gpu_commands_pass_openrlhfs_parser(gpus, capsys):
+    """The launches the command makes on a GPU node (not run here: no GPU), checked by OpenRLHF's own parser and this
+    package's checks (``--print-args``): on one GPU engine and policy colocated with sleep mode and the asynchronous
+    mode skipped, on two each on a GPU of its own."""
+    pytest.importorskip("openrlhf", reason="needs requirements/openrlhf-cpu-test.txt")
+    from adora_openrlhf.smoke import DEFAULT_MODEL, Setup, mode_command, resume_command, skip_reason
+    from adora_openrlhf.train import main as train_main
+
+    setup = Setup(DEFAULT_MODEL, Path("train.jsonl"), True, gpus, 3, 8, 8, 512, "bfloat16", 60.0, False)
+    for name, mode in MODES.items():
+        if skip_reason(setup, name) is not None:
+            assert name == "async" and gpus == 1
+            continue
+        run = Path("runs") / name
+        command = resume_command(setup, MODES["ada"], run) if name == "resume" else mode_command(setup, mode, run, 3)
+        assert command[1:3] == ["-m", "adora_openrlhf.train"] and train_main([*command[3:], "--print-args"]) == 0
+        args = json.loads(capsys.readouterr().out)["openrlhf_args"]
+        assert args["train"]["colocate_all"] == (gpus == 1) and args["ds"]["param_dtype"] == "bf16"
+        assert args["train"]["batch_size"] == 64 and args["train"]["async_enable"] == (name == "async")
+        assert args["actor"]["model_name_or_path"] == DEFAULT_MODEL
+
+
 def records(run_dir: Path) -> dict[int, dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return {r["step"]: r for r in map(json.loads, lines) if not r.get("eval")}
