@@ -446,9 +446,19 @@ def _main(argv: Sequence[str] | None) -> int:
     return 1 if failed else 0
 
 
+def interrupt_on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM handler: raise KeyboardInterrupt, so that a terminated smoke run stops its running launch's process
+    group as Ctrl-C does (the launch runs in a session of its own, which a signal to this process does not reach)."""
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point (one error line per user error, see :mod:`adora_openrlhf.cli_errors`)."""
-    return run_cli(lambda: _main(argv), argv)
+    previous = signal.signal(signal.SIGTERM, interrupt_on_sigterm)
+    try:
+        return run_cli(lambda: _main(argv), argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
