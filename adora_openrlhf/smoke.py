@@ -131,7 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_new_tokens", type=int, default=None, help="default: 512 on GPU, 16 on CPU")
     parser.add_argument("--timeout_s", type=float, default=3600.0, help="wall-clock limit of each launch")
     parser.add_argument("--overwrite", action="store_true", help="reuse a non-empty --output_dir (runs replaced)")
-    parser.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto", help="auto: GPU when CUDA is seen")
+    parser.add_argument(
+        "--device", choices=("auto", "gpu", "cpu"), default="auto", help="auto: GPU when CUDA is seen; cpu hides it"
+    )
     return parser
 
 
@@ -163,8 +165,10 @@ def positive(value: int | None, flag: str, default: int) -> int:
 
 
 def cuda_devices(choice: str) -> int:
-    """GPUs this command uses: torch's CUDA device count (``auto``), none (``cpu``), at least one (``gpu``)."""
+    """GPUs this command uses: torch's CUDA device count (``auto``), at least one (``gpu``), or none (``cpu``: CUDA is
+    then hidden from this process and its launches, which run on the CPU engines)."""
     if choice == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
         return 0
     import torch
 
