@@ -131,9 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_new_tokens", type=int, default=None, help="default: 512 on GPU, 16 on CPU")
     parser.add_argument("--timeout_s", type=float, default=3600.0, help="wall-clock limit of each launch")
     parser.add_argument("--overwrite", action="store_true", help="reuse a non-empty --output_dir (runs replaced)")
-    parser.add_argument(
-        "--device", choices=("auto", "gpu", "cpu"), default="auto", help="auto: GPU when CUDA is seen; cpu hides it"
-    )
     return parser
 
 
@@ -164,18 +161,13 @@ def positive(value: int | None, flag: str, default: int) -> int:
     return value
 
 
-def cuda_devices(choice: str) -> int:
-    """GPUs this command uses: torch's CUDA device count (``auto``), at least one (``gpu``), or none (``cpu``: CUDA is
-    then hidden from this process and its launches, which run on the CPU engines)."""
-    if choice == "cpu":
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""
-        return 0
+def cuda_devices() -> int:
+    """GPUs this command uses: the CUDA devices torch sees (0: the CPU path). The launcher decides the same way, so
+    there is no option to pick the CPU path on a GPU machine (hiding CUDA from the launches makes Ray refuse the
+    logical GPUs of the CPU run)."""
     import torch
 
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if choice == "gpu" and count == 0:
-        raise ConfigError("--device: gpu asked for, but torch sees no CUDA device; use --device auto or cpu")
-    return count
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def prepare_inputs(args: argparse.Namespace, out: Path, gpus: int) -> Setup:
@@ -436,7 +428,7 @@ def _main(argv: Sequence[str] | None) -> int:
     out = Path(args.output_dir).resolve()
     check_output(out, args.overwrite)
     with stdout_to_stderr():  # stdout holds the table alone (deepspeed's import prints a warning there)
-        gpus = cuda_devices(args.device)
+        gpus = cuda_devices()
         out.mkdir(parents=True, exist_ok=True)
         setup = prepare_inputs(args, out, gpus)
         done: dict[str, ModeResult] = {}
