@@ -622,7 +622,7 @@ def test_geometry_with_a_text_checkpoint_is_refused(tmp_path):
 # ---------------------------------------------------------------------------------------------------------
 
 
-def test_eval_run_on_generated_images_and_mathvista_rows(tmp_path):
+def test_eval_run_on_generated_images_and_mathvista_rows(tmp_path, capsys):
     """A warm-started tiny Qwen2.5-VL evaluated on the generated task and on MathVista-format rows (converted
     by data_prep.mathvista from records with images); each report equals a hand count on samples.jsonl."""
     from adora_openrlhf.backends.local.trainer import warm_start
@@ -687,3 +687,13 @@ def test_eval_run_on_generated_images_and_mathvista_rows(tmp_path):
         rows = {r["subset"]: r for r in report["rows"]}
         assert rows["all"]["avg_at_k"] == pytest.approx(sum(r["correct"] for r in records) / len(records))
         assert ({"ID", "OOD"} if bench == "mathvista" else {"task=count", "level=1"}) <= set(rows)
+    # a row with two images for its one <image> slot: named by its file:line before any generation
+    bad = [json.loads(line) for line in mathvista.read_text().splitlines()]
+    bad[1]["images"] = bad[1]["images"] * 2
+    mathvista.write_text("".join(json.dumps(row) + "\n" for row in bad))
+    out = tmp_path / "eval_bad"
+    argv = ["--model", str(model_dir), "--bench", "mathvista", "--k", "1", "--temperature", "0", "--out", str(out)]
+    capsys.readouterr()
+    assert main([*argv, "--engine", "hf", "--bench-file", f"mathvista={mathvista}"]) == 2
+    assert f"{mathvista}:2: field 'images': 2 image(s) for 1 image slot(s)" in capsys.readouterr().err
+    assert not (out / SAMPLES_FILE).exists()

@@ -78,6 +78,12 @@ def check_prompts(
             text = generator.prompt_text(row)
         except ValueError as err:
             raise ValueError(f"{where}: field 'prompt': {err}") from None
+        images = row.get("images") or []
+        slots = text.count("<|image_pad|>") if generator.accepts_images else len(images)
+        if slots != len(images):  # named with the row's file:line here, before any generation
+            raise ValueError(
+                f"{where}: field 'images': {len(images)} image(s) for {slots} image slot(s) (<image> tags) in the prompt"
+            )
         ids = generator.tokenizer(text, add_special_tokens=False)["input_ids"]
         if not ids:
             raise ValueError(f"{where}: field 'prompt': encodes to no tokens")
