@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.config import ConfigError, RunConfig
+from adora_openrlhf.config import RENAMED_OPTIONS, ConfigError, RunConfig
 from adora_openrlhf.dotted import flatten
 from adora_openrlhf.rundir import checkpoints as ckpt
 from adora_openrlhf.rundir.heldout import HELDOUT_IMAGES, HELDOUT_ROWS, HELDOUT_SETTINGS
@@ -117,7 +117,13 @@ def _compare_config(saved: dict[str, Any], cfg: RunConfig, where: str, allowed: 
     changed = [key for key in config_differences(saved, now) if key not in allowed]
     if changed:
         flat_saved, flat_now = flatten(saved), flatten(now)
-        details = ", ".join(f"{k}: {flat_saved.get(k)!r} -> {flat_now.get(k)!r}" for k in changed[:8])
+        renamed = {new for old, new in RENAMED_OPTIONS.items() if old in flat_saved}  # shown under the old name
+        details = ", ".join(
+            f"{k}: {flat_saved.get(k)!r}, saved under a name renamed {RENAMED_OPTIONS[k]}"
+            if k in RENAMED_OPTIONS
+            else f"{k}: {flat_saved.get(k)!r} -> {flat_now.get(k)!r}"
+            for k in [k for k in changed if k not in renamed][:8]
+        )
         on_request = [key for key in changed if key in CHANGES_ON_REQUEST]
         ask = (
             f"; to change {', '.join(on_request)} on purpose add --resume-changes {','.join(on_request)}"
