@@ -2,7 +2,7 @@
 evaluates and prepares data through its console scripts, with no ``eval`` or ``data_prep`` package installed.
 
 Slow (a wheel build and a venv install of the dependencies; pip's cache makes the install quick on a machine
-that installed them before): skipped unless ``ADORA_WHEEL_TEST=1``; ``.ci/run`` runs it after the main suite
+that installed them before): skipped unless ``ADORA_WHEEL_TEST=1``; ``.ci/run`` runs it after the main suite, beside the real-engine tests
 with ``ADORA_WHEEL_TEST=1 python -m pytest -q -m wheel tests/test_wheel.py``.
 """
 
