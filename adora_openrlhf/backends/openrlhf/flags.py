@@ -66,11 +66,10 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
     from adora_openrlhf.backends.support import check_backend_fields
 
     check_backend_fields(cfg)
-    if cfg.advantage.token_level:
+    if cfg.advantage.estimator == "gae" and cfg.critic.value_clip is None:
         raise ConfigError(
-            f"advantage.estimator: {cfg.advantage.estimator!r} is not supported by the openrlhf backend yet (ADORA's "
-            "weights on OpenRLHF's token advantages and the sampler with a critic are local-backend only for now); "
-            "use --backend local or a group estimator"
+            "critic.value_clip: OpenRLHF's critic always clips its value loss (--critic.value_clip takes a number); "
+            "give a value (OpenRLHF's default: 0.5) or use --backend local for the unclipped loss"
         )
     if not cfg.model.path:
         raise ConfigError(
@@ -196,6 +195,7 @@ def check_allocation_batches(cfg: RunConfig, args: SimpleNamespace) -> None:
 def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
     """RunConfig with the shared fields taken from OpenRLHF's final namespace; unsupported combinations raise."""
     from adora_openrlhf.algorithms.advantages import ADVANTAGE_ESTIMATORS
+    from adora_openrlhf.algorithms.token_advantages import TOKEN_ESTIMATORS
     from adora_openrlhf.backends.support import check_openrlhf_flags
 
     check_openrlhf_flags(args)  # OpenRLHF's own flags that meet our classes (async, off-policy corrections)
@@ -206,11 +206,12 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
             "testbed runs fell far behind the synchronous ones, none of three corrected ones)"
         )
     estimator = args.algo.advantage.estimator
-    ours = estimator in ADVANTAGE_ESTIMATORS
+    ours = estimator in ADVANTAGE_ESTIMATORS or estimator in TOKEN_ESTIMATORS
     if not ours and (cfg.adora.enabled or cfg.sampling.enabled):
+        names = sorted([*ADVANTAGE_ESTIMATORS.names(), *TOKEN_ESTIMATORS.names()])
         raise ConfigError(
-            f"algo.advantage.estimator: {estimator!r} is not a group estimator of this package; ADORA and adaptive "
-            f"sampling need one of {sorted(ADVANTAGE_ESTIMATORS)} (or turn --adora.enabled/--sampling.enabled off)"
+            f"algo.advantage.estimator: {estimator!r} is not an estimator of this package; ADORA and adaptive "
+            f"sampling need one of {names} (or turn --adora.enabled/--sampling.enabled off)"
         )
     generator_features = (
         (cfg.sampling.enabled, "sampling.enabled", "adaptive multi-round sampling", "the sampler"),
