@@ -241,7 +241,10 @@ def test_openrlhf_dry_run_with_a_critic_and_a_passed_through_estimator(capsys):
     from adora_openrlhf.train import main
 
     argv = ["--backend", "openrlhf", "--recipe", "dapo-math-adora", "--print-args"]
-    assert main([*argv, "--advantage.estimator", "gae", "--advantage.lambd", "0.95", "--critic.lr", "2e-5"]) == 0
+    gae = ["--advantage.estimator", "gae", "--advantage.lambd", "0.95", "--critic.lr", "2e-5"]
+    assert main([*argv, *gae, "--critic.num_gpus_per_node", "128"]) == 2  # 128 ranks x micro-batches of 8 > 512
+    assert "critic.num_gpus_per_node: OpenRLHF's critic runs on 128 ranks" in capsys.readouterr().err
+    assert main([*argv, *gae]) == 0
     report = json.loads(capsys.readouterr().out)
     args, cfg = report["openrlhf_args"], report["run_config"]
     assert args["critic"]["model_name_or_path"] == args["actor"]["model_name_or_path"]

@@ -163,6 +163,23 @@ def check_step_fills_a_batch(args: SimpleNamespace) -> None:
         )
 
 
+def check_critic_ranks(args: SimpleNamespace) -> None:
+    """OpenRLHF's critic (``--algo.advantage.estimator gae``) trains on ``critic.num_nodes x critic.num_gpus_per_node``
+    ranks (OpenRLHF's default: 8 per node, whatever the policy's), each taking ``train.micro_batch_size`` samples
+    per micro-step: a step's ``train.batch_size`` must fill them, or DeepSpeed stops the critic with "Gradient
+    accumulation steps: 0"."""
+    if not args.critic.model_name_or_path:
+        return
+    ranks = args.critic.num_nodes * args.critic.num_gpus_per_node
+    if args.train.batch_size < ranks * args.train.micro_batch_size:
+        raise ConfigError(
+            f"critic.num_gpus_per_node: OpenRLHF's critic runs on {ranks} ranks (critic.num_nodes {args.critic.num_nodes} "
+            f"x critic.num_gpus_per_node {args.critic.num_gpus_per_node}), more than a step's train.batch_size "
+            f"({args.train.batch_size}) fills with train.micro_batch_size {args.train.micro_batch_size} each; set "
+            f"--critic.num_gpus_per_node (the policy has {args.actor.num_nodes * args.actor.num_gpus_per_node})"
+        )
+
+
 def check_allocation_batches(cfg: RunConfig, args: SimpleNamespace) -> None:
     """A rollout allocator's step must fill whole training batches (``AllocationConfig.responses_per_step``: the
     knapsack's budget, rollout.batch_size x n_samples_per_prompt otherwise); OpenRLHF's actors take train.batch_size
@@ -237,6 +254,7 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
             "--algo.dynamic_filtering_enable without the sampler"
         )
     check_step_fills_a_batch(args)
+    check_critic_ranks(args)
     if cfg.allocation.enabled:
         check_allocation_batches(cfg, args)
     buffer, max_new = args.reward.overlong_buffer_len, args.rollout.max_new_tokens or args.data.max_len
