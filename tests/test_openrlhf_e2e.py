@@ -306,53 +306,35 @@ def test_an_asynchronous_run_resumes_with_the_generators_state(setup, first_run)
     assert saved_sampling_step(first_run / "checkpoints" / "_actor" / "global_step4") == 4
 
 
-@pytest.fixture(scope="module")
-def critic_run(setup):
+GAE = ("--advantage.estimator", "gae", "--critic.lr", "0.001", "--critic.num_gpus_per_node", "1")
+
+
+def test_ppo_with_openrlhfs_critic_resumes_in_the_asynchronous_loop(setup):
     """PPO with OpenRLHF's critic (``--advantage.estimator gae``: OpenRLHF creates its critic actor group from the
-    policy's model with a value head), ADORA and the sampler on, two steps on one rank, then ``--resume`` for a third."""
+    policy's model with a value head), ADORA and the sampler on: two synchronous steps on one rank, then ``--resume``
+    for a third in OpenRLHF's asynchronous loop (the critic's values and our experience maker in the training actor,
+    the sampler in the generator actor). ADORA's weights land on OpenRLHF's GAE advantages (our experience maker's
+    adora/* metrics), the critic trains beside the policy (OpenRLHF's critic_loss), is checkpointed with it and
+    resumed, and the earlier records are kept."""
     out = setup["root"] / "critic"
     first = run(command(setup, out, *GAE))
     assert first.returncode == 0, first.stderr[-6000:]
     before, _ = records(out)
-    resumed = run(command(setup, out, *GAE, "--resume", steps=3))
+    resumed = run(command(setup, out, *GAE, "--resume", "--train.async_enable", steps=3))
     assert resumed.returncode == 0, resumed.stderr[-6000:]
-    return out, before
-
-
-GAE = ("--advantage.estimator", "gae", "--critic.lr", "0.001", "--critic.num_gpus_per_node", "1")
-
-
-def test_ppo_with_openrlhfs_critic_adora_and_the_sampler_resumes(critic_run):
-    """ADORA's weights land on OpenRLHF's GAE advantages (our experience maker's adora/* metrics), the sampler's
-    rounds choose the responses, the critic trains beside the policy (OpenRLHF's critic_loss), is checkpointed with
-    it, and ``--resume`` continues both at step 3 with the earlier records kept."""
-    out, before = critic_run
+    assert json.loads((out / "adora_trainer.json").read_text())["trainer"].endswith("AdoraTrainingActor")
     train, _ = records(out)
     assert sorted(train) == [1, 2, 3] and train[1] == before[1] and train[2] == before[2]
     for record in train.values():
         assert {"adora/weight", "adora/tas_fraction", "sampling/rounds_used"} <= set(record)
         assert record["sampling/responses_generated"] >= 16 and math.isfinite(record["policy_loss"])
         assert math.isfinite(record["critic_loss"])
-    assert train[1]["actor_grad_norm"] > GRAD_NORM_FLOOR  # the critic's baseline: a signal even in uniform groups
+    assert train[1]["actor_grad_norm"] > GRAD_NORM_FLOOR and train[3]["async/staleness_max"] == 0  # fresh weights
+    assert train[2]["values"] != train[1]["values"]  # the critic learnt from step 1 (constant learning rate)
     ckpts = out / "checkpoints"
     assert (ckpts / "_critic" / "global_step3").is_dir() and saved_sampling_step(ckpts / "_actor" / "global_step3") == 3
     saved = json.loads((ckpts / "_actor" / "global_step3" / "adora_run_config.json").read_text())
     assert saved["advantage"]["estimator"] == "gae" and saved["critic"]["lr"] == 0.001
-
-
-def test_ppo_with_openrlhfs_critic_in_the_asynchronous_loop(setup):
-    """The same with OpenRLHF's asynchronous loop: the critic's values and our experience maker run in the training
-    actor, the sampler in the generator actor, one batch ahead."""
-    out = setup["root"] / "critic_async"
-    result = run(command(setup, out, *GAE, "--train.async_enable"))
-    assert result.returncode == 0, result.stderr[-6000:]
-    assert json.loads((out / "adora_trainer.json").read_text())["trainer"].endswith("AdoraTrainingActor")
-    train, _ = records(out)
-    assert sorted(train) == [1, 2]
-    for record in train.values():
-        assert {"adora/weight", "sampling/rounds_used"} <= set(record) and math.isfinite(record["critic_loss"])
-        assert record["async/staleness_max"] in (0.0, 1.0)
-    assert (out / "checkpoints" / "_critic" / "global_step2").is_dir()
 
 
 def saved_sampling_step(checkpoint: Path) -> int:

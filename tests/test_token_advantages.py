@@ -223,6 +223,7 @@ def test_the_openrlhf_backend_maps_token_estimators_to_openrlhfs_flags():
     derived = flags.derived_flags(build_run_config("dapo-math-adora", gae))
     assert derived["algo.advantage.estimator"] == "gae" and derived["algo.advantage.lambd"] == 0.95
     assert derived["critic.adam.lr"] == 2e-5 and derived["critic.value_clip"] == 0.5
+    assert derived["critic.lr_scheduler"] == "constant"  # as the local backend's critic
     derived = flags.derived_flags(build_run_config("dapo-math-adora", {"advantage.estimator": "reinforce"}))
     assert derived["algo.advantage.gamma"] == 1.0 and "critic.adam.lr" not in derived
     assert "algo.advantage.lambd" not in derived

@@ -111,7 +111,8 @@ CRITIC_FLAGS = {
 def _critic_flags(cfg: RunConfig) -> dict[str, Any]:
     if cfg.advantage.estimator != "gae":
         return {}
-    return {flag: value_at(cfg, ours) for ours, flag in CRITIC_FLAGS.items()}
+    # a constant critic.lr, as the local backend's critic (OpenRLHF's default schedule warms up from lr 0)
+    return {**{flag: value_at(cfg, ours) for ours, flag in CRITIC_FLAGS.items()}, "critic.lr_scheduler": "constant"}
 
 
 def _critic_back(args: Any, cfg: RunConfig) -> dict[str, Any]:
@@ -215,10 +216,10 @@ FIELD_FLAGS: tuple[FieldFlags, ...] = (
     ),
     FieldFlags(
         tuple(CRITIC_FLAGS),
-        ", ".join(f"--{flag}" for flag in CRITIC_FLAGS.values()),
+        ", ".join(f"--{flag}" for flag in CRITIC_FLAGS.values()) + " (and --critic.lr_scheduler constant)",
         _critic_flags,
         _critic_back,
-        note="gae only: OpenRLHF's critic (value_clip None is refused)",
+        note="gae only: OpenRLHF's critic at a constant learning rate, as the local backend's (value_clip None is refused)",
     ),
     one("train.lr", "actor.adam.lr"),
     one(
