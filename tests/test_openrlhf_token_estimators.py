@@ -188,3 +188,31 @@ def test_gae_without_the_critics_values_is_an_error():
         batch.values = None
     with pytest.raises(ValueError, match="Experience.values: advantage.estimator gae needs the critic's values"):
         maker.compute_advantages_and_returns(copy.copy(batches))
+
+
+def test_groups_of_their_own_sizes_from_a_rollout_allocator():
+    """A rollout allocator's groups (``adora/group_size`` on every sample: here 1 and 3): each response gets its own
+    group's ADORA weight (``pipeline.response_weights``), the group of one its class's weight too."""
+    from adora_openrlhf.algorithms.pipeline import GroupBatch, response_weights
+
+    groups = [[(2, 1.0)], [(1, 1.0), (4, 0.0), (3, 0.0)]]  # group 1: correct 1 token <= wrong mean 3.5 -> TDS
+    args = openrlhf_args(n=2, estimator="gae", micro_batch=3)
+    cfg = run_config("gae", **ADORA)
+    maker = openrlhf_maker(args, ours.AdoraExperienceMaker, run_config=cfg)
+    experiences = rollout_experiences(args, responses(groups))
+    for experience, size in zip(experiences, [1, 3, 3, 3], strict=True):
+        experience.info[ours.GROUP_SIZE] = torch.tensor([float(size)])
+    batches = with_values(ready_for_advantages(maker, experiences))
+    maker.compute_advantages_and_returns(batches)
+
+    rewards = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    lengths = torch.tensor([2.0, 1.0, 4.0, 3.0])
+    expected, _, _ = response_weights(GroupBatch(rewards, lengths, rewards > 0.5), [1, 3], cfg.adora)
+    weights = torch.cat([b.info["adora/weight"] for b in batches])
+    order = torch.cat([torch.tensor(b.index) for b in batches])
+    assert weights[order.argsort()].tolist() == pytest.approx(expected.tolist())
+    assert expected[1:].tolist() == pytest.approx([0.1] * 3)
+    mask = torch.tensor([[t < int(n) for t in range(4)] for n in lengths])
+    values = torch.tensor([[value(i, t) if t < int(lengths[i]) else 0.0 for t in range(4)] for i in range(4)])
+    core = compute_token_advantages("gae", rewards, mask, values=values, weights=expected)
+    assert flat(by_sample(batches, "advantages")) == pytest.approx(core.advantages[mask].tolist(), rel=1e-5, abs=1e-6)
