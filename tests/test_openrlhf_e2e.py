@@ -16,8 +16,9 @@ model unlike the initial one, the engine's log-probabilities equal to the traine
 (``adora/engine_logprob_gap``) while the policy's log-probability of a fixed response changes from step to step
 (so the engine followed every update), DeepSpeed checkpoints holding the sampler state and the run's config,
 ``--resume`` continuing at step 3 with the sampler's step counter, the allocator's store and the earlier records
-kept (the first run has two ZeRO-3 ranks and the knapsack allocator), a changed config refused on resume, and
-``--overwrite`` replacing the run with an asynchronous ZeRO-3 one in fp32.
+kept (the first run has two ZeRO-3 ranks and the knapsack allocator), a changed config refused on resume,
+``--overwrite`` replacing the run with an asynchronous ZeRO-3 one in fp32, and PPO with OpenRLHF's critic
+(``--advantage.estimator gae``) with ADORA and the sampler, resumed in the asynchronous loop.
 """
 
 from __future__ import annotations
