@@ -58,11 +58,20 @@ MAPPED_VALUES = {
     "train.loss_agg": "seq_mean_token_mean",
     "dynamic_filtering.enabled": True,
     "dynamic_filtering.score_range": [0.1, 0.9],
+    "advantage.gamma": 0.9,
+    "advantage.lambd": 0.95,
+    "critic.lr": 1e-4,
+    "critic.weight_decay": 0.01,
+    "critic.max_grad_norm": 2.0,
+    "critic.value_clip": 0.2,
 }
+GAE = {"advantage.estimator": "gae"}
 # fields whose flag is emitted only under another field's value: both command lines are built with it
 MAPPED_WHEN = {
     "dynamic_filtering.score_range": {"dynamic_filtering.enabled": True},
     "model.freeze_visual_encoder": {"data.task": "geometry"},
+    **{name: GAE for name in ("advantage.gamma", "advantage.lambd")},  # token estimators only (lambd: gae)
+    **{f"critic.{name}": GAE for name in ("lr", "weight_decay", "max_grad_norm", "value_clip")},  # gae only
 }
 
 # a value each backend refuses (with adaptive sampling off)
@@ -95,12 +104,6 @@ REFUSED_VALUES = {
     "report_to": ["none"],
     "extra": {"openrlhf": {"vllm.num_engines": 2}},
     "max_missing_reward_fraction": 0.5,
-    "advantage.gamma": 0.9,
-    "advantage.lambd": 0.95,
-    "critic.lr": 1e-4,
-    "critic.weight_decay": 0.01,
-    "critic.max_grad_norm": 2.0,
-    "critic.value_clip": 0.2,
     "critic.epochs": 2,
     "critic.warm_start": False,
     "dynamic_filtering.max_refills": 8,
@@ -172,8 +175,6 @@ def test_refused_fields_are_errors_naming_field_and_backend(backend):
         overrides = {dotted: REFUSED_VALUES[dotted]}
         if dotted == "warmup.mix_steps":
             overrides["warmup.mix"] = {"thorough": 1.0}
-        if dotted in ("advantage.gamma", "advantage.lambd"):  # settings of the token estimator gae only
-            overrides["advantage.estimator"] = "gae"
         with pytest.raises(
             ConfigError, match=rf"^{dotted.replace('.', '[.]')}: not supported by the {backend} backend \(got "
         ):

@@ -201,8 +201,8 @@ def test_a_recipes_switch_is_turned_off_with_false(capsys):
         ),
         (
             "dapo-math-adora",
-            ["--algo.advantage.estimator", "gae"],
-            "algo.advantage.estimator: 'gae' is not a group estimator of this package",
+            ["--algo.advantage.estimator", "flash_reinforce"],
+            "algo.advantage.estimator: 'flash_reinforce' is not an estimator of this package",
         ),
         (
             "geo3k-qwen2.5vl-7b-adora",

@@ -16,8 +16,9 @@ model unlike the initial one, the engine's log-probabilities equal to the traine
 (``adora/engine_logprob_gap``) while the policy's log-probability of a fixed response changes from step to step
 (so the engine followed every update), DeepSpeed checkpoints holding the sampler state and the run's config,
 ``--resume`` continuing at step 3 with the sampler's step counter, the allocator's store and the earlier records
-kept (the first run has two ZeRO-3 ranks and the knapsack allocator), a changed config refused on resume, and
-``--overwrite`` replacing the run with an asynchronous ZeRO-3 one in fp32.
+kept (the first run has two ZeRO-3 ranks and the knapsack allocator), a changed config refused on resume,
+``--overwrite`` replacing the run with an asynchronous ZeRO-3 one in fp32, and PPO with OpenRLHF's critic
+(``--advantage.estimator gae``) with ADORA and the sampler, resumed in the asynchronous loop.
 """
 
 from __future__ import annotations
@@ -304,6 +305,37 @@ def test_an_asynchronous_run_resumes_with_the_generators_state(setup, first_run)
     assert sorted(train) == [1, 2, 3, 4] and 4 in evals
     assert gradient_follows_signal(train[4]) and train[4]["async/staleness_max"] == 0  # fresh weights
     assert saved_sampling_step(first_run / "checkpoints" / "_actor" / "global_step4") == 4
+
+
+GAE = ("--advantage.estimator", "gae", "--critic.lr", "0.001", "--critic.num_gpus_per_node", "1")
+
+
+def test_ppo_with_openrlhfs_critic_resumes_in_the_asynchronous_loop(setup):
+    """PPO with OpenRLHF's critic (``--advantage.estimator gae``: OpenRLHF creates its critic actor group from the
+    policy's model with a value head), ADORA and the sampler on: two synchronous steps on one rank, then ``--resume``
+    for a third in OpenRLHF's asynchronous loop (the critic's values and our experience maker in the training actor,
+    the sampler in the generator actor). ADORA's weights land on OpenRLHF's GAE advantages (our experience maker's
+    adora/* metrics), the critic trains beside the policy (OpenRLHF's critic_loss), is checkpointed with it and
+    resumed, and the earlier records are kept."""
+    out = setup["root"] / "critic"
+    first = run(command(setup, out, *GAE))
+    assert first.returncode == 0, first.stderr[-6000:]
+    before, _ = records(out)
+    resumed = run(command(setup, out, *GAE, "--resume", "--train.async_enable", steps=3))
+    assert resumed.returncode == 0, resumed.stderr[-6000:]
+    assert json.loads((out / "adora_trainer.json").read_text())["trainer"].endswith("AdoraTrainingActor")
+    train, _ = records(out)
+    assert sorted(train) == [1, 2, 3] and train[1] == before[1] and train[2] == before[2]
+    for record in train.values():
+        assert {"adora/weight", "adora/tas_fraction", "sampling/rounds_used"} <= set(record)
+        assert record["sampling/responses_generated"] >= 16 and math.isfinite(record["policy_loss"])
+        assert math.isfinite(record["critic_loss"])
+    assert train[1]["actor_grad_norm"] > GRAD_NORM_FLOOR and train[3]["async/staleness_max"] == 0  # fresh weights
+    assert train[2]["values"] != train[1]["values"]  # the critic learnt from step 1 (constant learning rate)
+    ckpts = out / "checkpoints"
+    assert (ckpts / "_critic" / "global_step3").is_dir() and saved_sampling_step(ckpts / "_actor" / "global_step3") == 3
+    saved = json.loads((ckpts / "_actor" / "global_step3" / "adora_run_config.json").read_text())
+    assert saved["advantage"]["estimator"] == "gae" and saved["critic"]["lr"] == 0.001
 
 
 def saved_sampling_step(checkpoint: Path) -> int:

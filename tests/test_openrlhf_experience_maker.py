@@ -211,9 +211,10 @@ def test_dynamic_batching_order_is_respected():
 
 
 def test_non_group_estimators_are_left_to_openrlhf():
-    args = openrlhf_args(n=4, estimator="reinforce")
+    """flash_reinforce (no group); gae and reinforce: tests/test_openrlhf_token_estimators.py."""
+    args = openrlhf_args(n=4, estimator="flash_reinforce")
     maker = openrlhf_maker(args, ours.AdoraExperienceMaker, run_config=run_config())
-    assert not maker.uses_core()
+    assert not maker.uses_core() and not maker.uses_token_estimator()
     batches = ready_for_advantages(maker, rollout_experiences(args, responses_for(GROUPS[:1])))
     maker.compute_advantages_and_returns(batches)
     assert not any(key.startswith("adora/") for b in batches for key in b.info)

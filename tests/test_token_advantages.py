@@ -217,8 +217,43 @@ def test_config_accepts_token_estimators_without_a_group():
         build_run_config("kk-tiny", {"sampling.n_keep": 1})
 
 
-def test_the_openrlhf_backend_refuses_token_estimators_in_one_line():
+def test_the_openrlhf_backend_maps_token_estimators_to_openrlhfs_flags():
     flags = pytest.importorskip("adora_openrlhf.backends.openrlhf.flags")
-    cfg = build_run_config("dapo-math-adora", {"advantage.estimator": "gae", "sampling.enabled": False})
-    with pytest.raises(ConfigError, match=r"^advantage.estimator: 'gae' is not supported by the openrlhf backend yet"):
-        flags.derived_flags(cfg)
+    gae = {"advantage.estimator": "gae", "sampling.enabled": False, "advantage.lambd": 0.95, "critic.lr": 2e-5}
+    derived = flags.derived_flags(build_run_config("dapo-math-adora", gae))
+    assert derived["algo.advantage.estimator"] == "gae" and derived["algo.advantage.lambd"] == 0.95
+    assert derived["critic.adam.lr"] == 2e-5 and derived["critic.value_clip"] == 0.5
+    assert derived["critic.lr_scheduler"] == "constant"  # as the local backend's critic
+    derived = flags.derived_flags(build_run_config("dapo-math-adora", {"advantage.estimator": "reinforce"}))
+    assert derived["algo.advantage.gamma"] == 1.0 and "critic.adam.lr" not in derived
+    assert "algo.advantage.lambd" not in derived
+    with pytest.raises(ConfigError, match=r"^critic.value_clip: OpenRLHF's critic always clips"):
+        flags.derived_flags(build_run_config("dapo-math-adora", {**gae, "critic.value_clip": None}))
+    with pytest.raises(ConfigError, match=r"^critic.epochs: not supported by the openrlhf backend"):
+        flags.derived_flags(build_run_config("dapo-math-adora", {**gae, "critic.epochs": 2}))
+
+
+def test_openrlhf_dry_run_with_a_critic_and_a_passed_through_estimator(capsys):
+    """gae with ADORA and the sampler: OpenRLHF's parser names its critic (the policy's model) and takes the critic's
+    settings; OpenRLHF's own flags passed through (estimator, gamma, critic lr) are read back into the config."""
+    pytest.importorskip("openrlhf", reason="needs requirements/openrlhf-cpu-test.txt")
+    import json
+
+    from adora_openrlhf.train import main
+
+    argv = ["--backend", "openrlhf", "--recipe", "dapo-math-adora", "--print-args"]
+    gae = ["--advantage.estimator", "gae", "--advantage.lambd", "0.95", "--critic.lr", "2e-5"]
+    assert main([*argv, *gae, "--critic.num_gpus_per_node", "128"]) == 2  # 128 ranks x micro-batches of 8 > 512
+    assert "critic.num_gpus_per_node: OpenRLHF's critic runs on 128 ranks" in capsys.readouterr().err
+    assert main([*argv, *gae]) == 0
+    report = json.loads(capsys.readouterr().out)
+    args, cfg = report["openrlhf_args"], report["run_config"]
+    assert args["critic"]["model_name_or_path"] == args["actor"]["model_name_or_path"]
+    assert args["critic"]["adam"]["lr"] == 2e-5 and args["algo"]["advantage"]["lambd"] == 0.95
+    assert cfg["adora"]["enabled"] and cfg["sampling"]["enabled"]
+    flags = ["--algo.advantage.estimator", "reinforce", "--algo.advantage.gamma", "0.9", "--critic.adam.lr", "3e-6"]
+    assert main([*argv, *flags]) == 0
+    report = json.loads(capsys.readouterr().out)
+    args, cfg = report["openrlhf_args"], report["run_config"]
+    assert cfg["advantage"]["estimator"] == "reinforce" and cfg["advantage"]["gamma"] == 0.9
+    assert args["critic"]["model_name_or_path"] is None and cfg["critic"]["lr"] == 1e-5  # no critic: not read back

@@ -76,20 +76,16 @@ OPENRLHF: dict[str, Support] = {
         _sampling_off,
     ),
     "advantage.eps": USED,  # AdoraExperienceMaker: group advantages of this package
-    # flags.derived_flags refuses advantage.estimator gae / reinforce on this backend for now (issue 70, part 2)
-    **{
-        f"advantage.{name}": Refused(
-            "the token estimators (gae, reinforce) are not supported by the openrlhf backend yet; use --backend local"
-        )
-        for name in ("gamma", "lambd")
-    },
-    **{
-        f"critic.{name}": Refused(
-            "the critic of advantage.estimator gae is not supported by the openrlhf backend yet (OpenRLHF's own "
-            "--critic.* flags are not wired in); use --backend local"
-        )
-        for name in ("lr", "weight_decay", "max_grad_norm", "value_clip", "epochs", "warm_start")
-    },
+    # advantage.gamma / lambd and critic.lr / weight_decay / max_grad_norm / value_clip: MAPPED (field_flags), gae's
+    # critic is OpenRLHF's own (its critic actor group); the two settings below have no OpenRLHF counterpart
+    "critic.epochs": Refused(
+        "OpenRLHF's critic trains for as many epochs as the policy (--train.max_epochs, our train.ppo_epochs); leave "
+        "critic.epochs at 1 and set train.ppo_epochs"
+    ),
+    "critic.warm_start": Refused(
+        "OpenRLHF's critic starts from --critic.model_name_or_path (default: the policy's model, value head new); "
+        "pass another model there instead"
+    ),
     # AdoraExperienceMaker
     **{
         f"adora.{name}": USED

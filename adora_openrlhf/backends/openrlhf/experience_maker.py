@@ -11,8 +11,24 @@ token-level advantages. This subclass replaces only the group step with the pack
 
 and then hands ``A`` to the same OpenRLHF helpers (``compute_reward``, ``get_cumulative_returns``, and the
 batch whitening OpenRLHF applies to ``reinforce_baseline``). With ADORA off and no pool statistics the
-advantages are exactly OpenRLHF's own (tested). Estimators that are not group baselines of this package
-(``gae``, ``reinforce``, ``flash_reinforce``) are left entirely to OpenRLHF.
+advantages are exactly OpenRLHF's own (tested).
+
+The token estimators (``gae``: PPO with OpenRLHF's critic; ``reinforce``: REINFORCE++) have no group baseline; their
+steps are OpenRLHF's own, in its order (``compute_reward``, then ``get_advantages_and_returns`` with the critic's
+values or ``get_cumulative_returns``, then the batch whitening over every response token of the rollout), and
+ADORA's weight of each response (``pipeline.response_weights``: its group's class, from rewards and lengths as for
+the group estimators) lands where ALGORITHMS.md section 6 puts it (:meth:`AdoraExperienceMaker.token_step`):
+
+- ``gae``: ``A_t <- w_i * A_t`` right after GAE and **before** the whitening. OpenRLHF's own method does both inside
+  one call, so this class runs the same helpers itself with the weight in between; the whitening (one affine map of
+  the whole batch) keeps the weights' relative effect. The critic's targets (``returns = A_t + V_t``, computed by
+  GAE from the unweighted advantages) are never weighted;
+- ``reinforce``: ``A_t <- w_i * A_t`` **after** the whitening (the weight multiplies the normalised advantage); the
+  returns are the unweighted discounted returns.
+
+With ADORA off every weight is 1 and the tensors are exactly OpenRLHF's (tested). The sampler's pool statistics,
+when present, are only logged (the baseline is the critic or the batch). ``flash_reinforce`` is left entirely to
+OpenRLHF.
 
 Length penalties (DAPO overlong, stop-properly) are OpenRLHF's ``apply_length_penalties``. When the adaptive
 sampler ran, the samples generator has already applied them to every pooled response before the pool
@@ -56,7 +72,13 @@ from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from adora_openrlhf.algorithms.adora import TAS, TDS
 from adora_openrlhf.algorithms.advantages import ADVANTAGE_ESTIMATORS, PoolStats
-from adora_openrlhf.algorithms.pipeline import GroupBatch, RaggedAdvantageOutput, compute_ragged_step_advantages
+from adora_openrlhf.algorithms.pipeline import (
+    GroupBatch,
+    RaggedAdvantageOutput,
+    compute_ragged_step_advantages,
+    response_weights,
+)
+from adora_openrlhf.algorithms.token_advantages import TOKEN_ESTIMATORS
 from adora_openrlhf.config import AdvantageConfig, RunConfig
 
 logger = logging.getLogger(__name__)
@@ -151,14 +173,19 @@ def group_layout(flat: FlatRollout, n: int) -> list[int]:
     return sizes
 
 
-def group_advantages(flat: FlatRollout, sizes: list[int], cfg: RunConfig, estimator: str) -> RaggedAdvantageOutput:
-    """The core's advantages (flat [N], prompt order) for a flattened rollout whose groups have ``sizes``."""
-    batch = GroupBatch(
+def group_batch(flat: FlatRollout, cfg: RunConfig) -> GroupBatch:
+    """The rollout's rewards, lengths, correctness (raw reward > ``adora.correct_threshold``) and truncation, flat [N]."""
+    return GroupBatch(
         rewards=flat.rewards,
         lengths=flat.lengths.float(),
         correct=flat.raw_rewards > cfg.adora.correct_threshold,
         truncated=flat.truncated,
     )
+
+
+def group_advantages(flat: FlatRollout, sizes: list[int], cfg: RunConfig, estimator: str) -> RaggedAdvantageOutput:
+    """The core's advantages (flat [N], prompt order) for a flattened rollout whose groups have ``sizes``."""
+    batch = group_batch(flat, cfg)
     pool = None
     if flat.pool is not None:
         first = torch.tensor([0, *sizes[:-1]], dtype=torch.long).cumsum(0)
@@ -169,15 +196,26 @@ def group_advantages(flat: FlatRollout, sizes: list[int], cfg: RunConfig, estima
 
 def per_sample_info(out: RaggedAdvantageOutput, sizes: list[int]) -> dict[str, torch.Tensor]:
     """Per-sample logging tensors [N] in prompt order: group weight, class indicators, step metrics."""
+    return group_info(out.weights, out.group_class, out.zero_signal, out.metrics, sizes)
+
+
+def group_info(
+    weights: torch.Tensor,
+    group_class: torch.Tensor,
+    zero_signal: torch.Tensor,
+    metrics: dict[str, float],
+    sizes: list[int],
+) -> dict[str, torch.Tensor]:
+    """Per-sample logging tensors [N] in prompt order from per-group [G] weights, classes and zero-signal flags."""
     repeats = torch.tensor(sizes, dtype=torch.long)
     per_group = {
-        "adora/weight": out.weights.float(),
-        "adora/tas": (out.group_class == TAS).float(),
-        "adora/tds": (out.group_class == TDS).float(),
-        "adora/zero_signal": out.zero_signal.float(),
+        "adora/weight": weights.float(),
+        "adora/tas": (group_class == TAS).float(),
+        "adora/tds": (group_class == TDS).float(),
+        "adora/zero_signal": zero_signal.float(),
     }
     info = {key: value.repeat_interleave(repeats) for key, value in per_group.items()}
-    for key, value in out.metrics.items():
+    for key, value in metrics.items():
         info.setdefault(key, torch.full((sum(sizes),), float(value)))
     return info
 
@@ -202,11 +240,29 @@ class AdoraExperienceMaker(RemoteExperienceMaker):
         registered estimator OpenRLHF does not know, ``field_flags.STAND_IN_ESTIMATOR``: the run config names it)."""
         return self.args.algo.advantage.estimator in ADVANTAGE_ESTIMATORS
 
+    def uses_token_estimator(self) -> bool:
+        """Whether the configured OpenRLHF estimator is a token estimator with ADORA's weights (``gae``, ``reinforce``)."""
+        return self.args.algo.advantage.estimator in TOKEN_ESTIMATORS
+
     @torch.no_grad()
     def compute_advantages_and_returns(self, experiences: list[Experience]) -> list[Experience]:
-        if not self.uses_core():
+        if self.uses_token_estimator():
+            self.prepare_rewards(experiences)
+            self.token_step(experiences)
+        elif self.uses_core():
+            self.prepare_rewards(experiences)
+            self.group_step(experiences)
+        else:
             return super().compute_advantages_and_returns(experiences)
-        args = self.args
+        gap = engine_logprob_gap(experiences)
+        if gap is not None:
+            for experience in experiences:
+                experience.info[ENGINE_LOGPROB_GAP] = torch.full((len(experience.index),), gap)
+        return experiences
+
+    def prepare_rewards(self, experiences: list[Experience]) -> None:
+        """Rewards in float32 or wider, the raw reward kept (``adora/raw_reward``), OpenRLHF's length penalties applied
+        unless the samples generator already did (``adora/length_penalized``)."""
         for experience in experiences:
             experience.rewards = experience.rewards.to(torch.promote_types(experience.rewards.dtype, torch.float32))
             experience.info.setdefault(RAW_REWARD, experience.rewards.clone())
@@ -216,8 +272,12 @@ class AdoraExperienceMaker(RemoteExperienceMaker):
                 f"Experience.info[{LENGTH_PENALIZED!r}]: only some samples of the rollout carry the generator's length penalties"
             )
         if not any(penalized):
-            apply_length_penalties(experiences, args)  # DAPO overlong / stop-properly penalties, as OpenRLHF
+            apply_length_penalties(experiences, self.args)  # DAPO overlong / stop-properly penalties, as OpenRLHF
 
+    def group_step(self, experiences: list[Experience]) -> None:
+        """The core's group estimator and ADORA's weights, then OpenRLHF's token rewards, returns and (for
+        ``reinforce_baseline``) batch whitening."""
+        args = self.args
         flat = flatten_rollout(experiences)
         sizes = group_layout(flat, args.rollout.n_samples_per_prompt)
         # ours, also behind a stand-in flag
@@ -257,11 +317,55 @@ class AdoraExperienceMaker(RemoteExperienceMaker):
 
         if args.algo.advantage.estimator == "reinforce_baseline":
             whiten_advantages(experiences, std_norm=not args.algo.advantage.no_std_norm)
-        gap = engine_logprob_gap(experiences)
-        if gap is not None:
-            for experience in experiences:
-                experience.info[ENGINE_LOGPROB_GAP] = torch.full((len(experience.index),), gap)
-        return experiences
+
+    def token_step(self, experiences: list[Experience]) -> None:
+        """``gae`` / ``reinforce`` with ADORA's weight of each response (module docstring): OpenRLHF's own steps
+        (``compute_reward``, GAE on the critic's values or the discounted returns, batch whitening), the weight
+        applied after GAE and before the whitening (``gae``) or after the whitening (``reinforce``); the returns
+        (the critic's targets) unweighted."""
+        args, adv = self.args, self.args.algo.advantage
+        flat = flatten_rollout(experiences)
+        sizes = group_layout(flat, args.rollout.n_samples_per_prompt)
+        weights, result, metrics = response_weights(group_batch(flat, self.run_config), sizes, self.run_config.adora)
+        uniform = torch.stack([part.max() == part.min() for part in flat.rewards.split(sizes)])
+        info = group_info(result.weights, result.group_class, uniform, metrics, sizes)
+        group_std = group_reward_std(flat.rewards, sizes)
+        if group_std is not None:
+            info["group_reward_std"] = group_std
+        info_split = {key: value[flat.order].split(flat.split_sizes) for key, value in info.items()}
+        weight_split = weights[flat.order].split(flat.split_sizes)  # each sample's weight, micro-batch by micro-batch
+
+        gae = adv.estimator == "gae"
+        for i, (experience, weight) in enumerate(zip(experiences, weight_split, strict=True)):
+            for key, parts in info_split.items():
+                experience.info[key] = parts[i]
+            token_reward = compute_reward(
+                experience.rewards,
+                self.kl_ctl.value,
+                experience.kl,
+                action_mask=experience.action_mask,
+                reward_clip_range=args.reward.clip_range,
+            )
+            if gae:
+                if experience.values is None:
+                    raise ValueError(
+                        "Experience.values: advantage.estimator gae needs the critic's values (OpenRLHF creates its "
+                        "critic group for --algo.advantage.estimator gae)"
+                    )
+                advantages, experience.returns = self.get_advantages_and_returns(
+                    experience.values, token_reward, experience.action_mask, adv.gamma, adv.lambd
+                )
+                experience.advantages = advantages * weight.to(advantages.dtype).unsqueeze(-1)  # before whitening
+            else:
+                experience.returns = self.get_cumulative_returns(token_reward, experience.action_mask, adv.gamma)
+                experience.advantages = experience.returns.clone()
+            experience.info["return"] = token_reward.sum(dim=-1)
+            experience.kl = None
+
+        whiten_advantages(experiences, std_norm=not adv.no_std_norm)  # OpenRLHF's, over the whole rollout
+        if not gae:  # reinforce: the weight multiplies the normalised advantage
+            for experience, weight in zip(experiences, weight_split, strict=True):
+                experience.advantages = experience.advantages * weight.to(experience.advantages.dtype).unsqueeze(-1)
 
 
 def engine_logprob_gap(experiences: Sequence[Experience]) -> float | None:

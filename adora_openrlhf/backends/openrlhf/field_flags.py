@@ -69,14 +69,56 @@ def _estimator_flag(name: str) -> str:
 
 
 def _estimator_back(args: Any, cfg: RunConfig) -> dict[str, Any]:
-    """OpenRLHF's estimator when it is one of ours (a passed-through flag wins), except the stand-in of an estimator
-    OpenRLHF does not know, which keeps our name; nothing for one of OpenRLHF's own (``gae``, ``reinforce`` ...)."""
+    """OpenRLHF's estimator when it is one of ours, group or token (a passed-through flag wins), except the stand-in of
+    an estimator OpenRLHF does not know, which keeps our name; nothing for one of OpenRLHF's own (``flash_reinforce``)."""
     from adora_openrlhf.algorithms.advantages import ADVANTAGE_ESTIMATORS
+    from adora_openrlhf.algorithms.token_advantages import TOKEN_ESTIMATORS
 
     name = args.algo.advantage.estimator
     if name == STAND_IN_ESTIMATOR and cfg.advantage.estimator not in OPENRLHF_ESTIMATORS:
         return {}
-    return {"advantage.estimator": name} if name in ADVANTAGE_ESTIMATORS else {}
+    return {"advantage.estimator": name} if name in ADVANTAGE_ESTIMATORS or name in TOKEN_ESTIMATORS else {}
+
+
+def _token_flags(cfg: RunConfig) -> dict[str, Any]:
+    if not cfg.advantage.token_level:  # group estimators: OpenRLHF's gamma 1, lambd 1
+        return {}
+    flags = {"algo.advantage.gamma": cfg.advantage.gamma}
+    if cfg.advantage.estimator == "gae":
+        flags["algo.advantage.lambd"] = cfg.advantage.lambd
+    return flags
+
+
+def _token_back(args: Any, cfg: RunConfig) -> dict[str, Any]:
+    name = args.algo.advantage.estimator
+    if name not in ("gae", "reinforce"):
+        return {}
+    values = {"advantage.gamma": float(args.algo.advantage.gamma)}
+    if name == "gae":
+        values["advantage.lambd"] = float(args.algo.advantage.lambd)
+    return values
+
+
+# our CriticConfig field -> OpenRLHF's flag of its critic (created for --algo.advantage.estimator gae)
+CRITIC_FLAGS = {
+    "critic.lr": "critic.adam.lr",
+    "critic.weight_decay": "critic.adam.weight_decay",
+    "critic.max_grad_norm": "critic.max_norm",
+    "critic.value_clip": "critic.value_clip",
+}
+
+
+def _critic_flags(cfg: RunConfig) -> dict[str, Any]:
+    if cfg.advantage.estimator != "gae":
+        return {}
+    # a constant critic.lr, as the local backend's critic (OpenRLHF's default schedule warms up from lr 0)
+    return {**{flag: value_at(cfg, ours) for ours, flag in CRITIC_FLAGS.items()}, "critic.lr_scheduler": "constant"}
+
+
+def _critic_back(args: Any, cfg: RunConfig) -> dict[str, Any]:
+    if args.algo.advantage.estimator != "gae":
+        return {}
+    return {ours: float(value_at(args, flag)) for ours, flag in CRITIC_FLAGS.items()}
 
 
 def _eval_flags(cfg: RunConfig) -> dict[str, Any]:
@@ -164,6 +206,20 @@ FIELD_FLAGS: tuple[FieldFlags, ...] = (
         lambda cfg: {"algo.advantage.estimator": _estimator_flag(cfg.advantage.estimator)},
         _estimator_back,
         note=f"an estimator OpenRLHF does not know is passed as {STAND_IN_ESTIMATOR} and computed by our experience maker",
+    ),
+    FieldFlags(
+        ("advantage.gamma", "advantage.lambd"),
+        "--algo.advantage.gamma, --algo.advantage.lambd",
+        _token_flags,
+        _token_back,
+        note="gae and reinforce only (lambd: gae)",
+    ),
+    FieldFlags(
+        tuple(CRITIC_FLAGS),
+        ", ".join(f"--{flag}" for flag in CRITIC_FLAGS.values()) + " (and --critic.lr_scheduler constant)",
+        _critic_flags,
+        _critic_back,
+        note="gae only: OpenRLHF's critic at a constant learning rate, as the local backend's (value_clip None is refused)",
     ),
     one("train.lr", "actor.adam.lr"),
     one(

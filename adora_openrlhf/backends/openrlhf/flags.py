@@ -66,11 +66,10 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
     from adora_openrlhf.backends.support import check_backend_fields
 
     check_backend_fields(cfg)
-    if cfg.advantage.token_level:
+    if cfg.advantage.estimator == "gae" and cfg.critic.value_clip is None:
         raise ConfigError(
-            f"advantage.estimator: {cfg.advantage.estimator!r} is not supported by the openrlhf backend yet (ADORA's "
-            "weights on OpenRLHF's token advantages and the sampler with a critic are local-backend only for now); "
-            "use --backend local or a group estimator"
+            "critic.value_clip: OpenRLHF's critic always clips its value loss (--critic.value_clip takes a number); "
+            "give a value (OpenRLHF's default: 0.5) or use --backend local for the unclipped loss"
         )
     if not cfg.model.path:
         raise ConfigError(
@@ -164,6 +163,23 @@ def check_step_fills_a_batch(args: SimpleNamespace) -> None:
         )
 
 
+def check_critic_ranks(args: SimpleNamespace) -> None:
+    """OpenRLHF's critic (``--algo.advantage.estimator gae``) trains on ``critic.num_nodes x critic.num_gpus_per_node``
+    ranks (OpenRLHF's default: 8 per node, whatever the policy's), each taking ``train.micro_batch_size`` samples
+    per micro-step: a step's ``train.batch_size`` must fill them, or DeepSpeed stops the critic with "Gradient
+    accumulation steps: 0"."""
+    if not args.critic.model_name_or_path:
+        return
+    ranks = args.critic.num_nodes * args.critic.num_gpus_per_node
+    if args.train.batch_size < ranks * args.train.micro_batch_size:
+        raise ConfigError(
+            f"critic.num_gpus_per_node: OpenRLHF's critic runs on {ranks} ranks (critic.num_nodes {args.critic.num_nodes} "
+            f"x critic.num_gpus_per_node {args.critic.num_gpus_per_node}), more than a step's train.batch_size "
+            f"({args.train.batch_size}) fills with train.micro_batch_size {args.train.micro_batch_size} each; set "
+            f"--critic.num_gpus_per_node (the policy has {args.actor.num_nodes * args.actor.num_gpus_per_node})"
+        )
+
+
 def check_allocation_batches(cfg: RunConfig, args: SimpleNamespace) -> None:
     """A rollout allocator's step must fill whole training batches (``AllocationConfig.responses_per_step``: the
     knapsack's budget, rollout.batch_size x n_samples_per_prompt otherwise); OpenRLHF's actors take train.batch_size
@@ -196,6 +212,7 @@ def check_allocation_batches(cfg: RunConfig, args: SimpleNamespace) -> None:
 def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
     """RunConfig with the shared fields taken from OpenRLHF's final namespace; unsupported combinations raise."""
     from adora_openrlhf.algorithms.advantages import ADVANTAGE_ESTIMATORS
+    from adora_openrlhf.algorithms.token_advantages import TOKEN_ESTIMATORS
     from adora_openrlhf.backends.support import check_openrlhf_flags
 
     check_openrlhf_flags(args)  # OpenRLHF's own flags that meet our classes (async, off-policy corrections)
@@ -206,11 +223,12 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
             "docs/results.md#the-cluster-testbed)"
         )
     estimator = args.algo.advantage.estimator
-    ours = estimator in ADVANTAGE_ESTIMATORS
+    ours = estimator in ADVANTAGE_ESTIMATORS or estimator in TOKEN_ESTIMATORS
     if not ours and (cfg.adora.enabled or cfg.sampling.enabled):
+        names = sorted([*ADVANTAGE_ESTIMATORS.names(), *TOKEN_ESTIMATORS.names()])
         raise ConfigError(
-            f"algo.advantage.estimator: {estimator!r} is not a group estimator of this package; ADORA and adaptive "
-            f"sampling need one of {sorted(ADVANTAGE_ESTIMATORS)} (or turn --adora.enabled/--sampling.enabled off)"
+            f"algo.advantage.estimator: {estimator!r} is not an estimator of this package; ADORA and adaptive "
+            f"sampling need one of {names} (or turn --adora.enabled/--sampling.enabled off)"
         )
     generator_features = (
         (cfg.sampling.enabled, "sampling.enabled", "adaptive multi-round sampling", "the sampler"),
@@ -236,6 +254,7 @@ def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
             "--algo.dynamic_filtering_enable without the sampler"
         )
     check_step_fills_a_batch(args)
+    check_critic_ranks(args)
     if cfg.allocation.enabled:
         check_allocation_batches(cfg, args)
     buffer, max_new = args.reward.overlong_buffer_len, args.rollout.max_new_tokens or args.data.max_len
