@@ -19,6 +19,8 @@ import math
 import os
 from collections.abc import Mapping
 
+from adora_openrlhf.errors import ConfigError
+
 DEEPSPEED_TIMEOUT_ENV = "ADORA_DEEPSPEED_TIMEOUT_S"
 WEIGHT_SYNC_TIMEOUT_ENV = "ADORA_WEIGHT_SYNC_TIMEOUT_S"
 DEEPSPEED_TIMEOUT = datetime.timedelta(minutes=60)  # OpenRLHF 0.11.2: DeepspeedStrategy.setup_distributed's default
@@ -30,7 +32,8 @@ def timeout_from_env(
     name: str, default: datetime.timedelta, environ: Mapping[str, str] | None = None
 ) -> datetime.timedelta:
     """The time-out in seconds that variable ``name`` sets, ``default`` where it is unset or empty; a value that is not a
-    finite number of seconds > 0 raises ``ValueError`` naming the variable."""
+    finite number of seconds > 0 raises :class:`~adora_openrlhf.errors.ConfigError` (a ``ValueError``) naming the
+    variable."""
     raw = (os.environ if environ is None else environ).get(name, "").strip()
     if not raw:
         return default
@@ -39,7 +42,7 @@ def timeout_from_env(
     except ValueError:
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"{name}: expected a number of seconds > 0, got {raw!r}")
+        raise ConfigError(f"{name}: expected a number of seconds > 0, got {raw!r}")
     return datetime.timedelta(seconds=seconds)
 
 
