@@ -433,6 +433,33 @@ def test_kk_parser_reaches_the_ray_reward_workers(capsys, monkeypatch):
     assert report["ray_env_vars"][KK_PARSER_ENV] == "logic_rl"
 
 
+def test_the_process_groups_time_outs_reach_the_ray_workers(monkeypatch):
+    """``ADORA_DEEPSPEED_TIMEOUT_S`` and ``ADORA_WEIGHT_SYNC_TIMEOUT_S`` (seconds; docs/openrlhf_timeouts.md) go to the
+    Ray workers where set; unset, the groups keep OpenRLHF's 60 minutes and the gloo sync's 30; a bad value stops
+    the launch naming the variable."""
+    import datetime
+
+    from adora_openrlhf.backends.openrlhf import timeouts
+    from adora_openrlhf.backends.openrlhf.launcher import ray_env_vars
+
+    cfg = build_run_config("kk-qwen2.5-7b-adora")
+    for name in timeouts.TIMEOUT_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    assert not set(timeouts.TIMEOUT_ENVS) & set(ray_env_vars(cfg))
+    assert timeouts.deepspeed_timeout() == datetime.timedelta(minutes=60)
+    assert timeouts.weight_sync_timeout() == datetime.timedelta(minutes=30)
+    monkeypatch.setenv(timeouts.DEEPSPEED_TIMEOUT_ENV, "90")
+    monkeypatch.setenv(timeouts.WEIGHT_SYNC_TIMEOUT_ENV, " 7200 ")
+    env = ray_env_vars(cfg)
+    assert (env[timeouts.DEEPSPEED_TIMEOUT_ENV], env[timeouts.WEIGHT_SYNC_TIMEOUT_ENV]) == ("90", "7200")
+    assert timeouts.deepspeed_timeout(env) == datetime.timedelta(seconds=90)
+    assert timeouts.weight_sync_timeout(env) == datetime.timedelta(hours=2)
+    for bad in ("0", "-5", "inf", "ten"):
+        monkeypatch.setenv(timeouts.DEEPSPEED_TIMEOUT_ENV, bad)
+        with pytest.raises(ValueError, match=r"^ADORA_DEEPSPEED_TIMEOUT_S: expected a number of seconds > 0"):
+            ray_env_vars(cfg)
+
+
 @pytest.fixture
 def fake_gpu_stack(monkeypatch):
     """launch() past its GPU-stack import: an initialised Ray and a stand-in for OpenRLHF's train() that writes what

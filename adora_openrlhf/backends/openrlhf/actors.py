@@ -5,6 +5,8 @@ Each class here is a subclass of OpenRLHF's own and adds only what OpenRLHF 0.11
 - the gloo weight sync (:mod:`adora_openrlhf.backends.openrlhf.cpu.weight_sync`): :class:`AdoraActorPPOTrainer` runs OpenRLHF's
   ``_init_vllm_sync_group`` with a gloo group when ``--vllm.sync_backend gloo``, and OpenRLHF's own
   ``broadcast_to_vllm`` then broadcasts through it; with ``nccl`` it is OpenRLHF's method;
+- the DeepSpeed process group's time-out from ``ADORA_DEEPSPEED_TIMEOUT_S`` (:mod:`.timeouts`; unset: OpenRLHF's 60
+  minutes), :meth:`AdoraDeepspeedStrategy.setup_distributed`;
 - ``--ds.param_dtype fp32`` (:mod:`adora_openrlhf.backends.openrlhf.cpu.precision`), answered in every process that imports this module;
 - on a process without CUDA, the CPU answers of :mod:`adora_openrlhf.backends.openrlhf.cpu.device`: every method inherited from OpenRLHF is a
   copy of OpenRLHF's function with ``torch.cuda``, ``init_device_mesh`` and the barrier-and-sync helper read on
@@ -18,6 +20,7 @@ the names OpenRLHF's ``train(args)`` looks up for its actor classes and strategy
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import ray
@@ -33,8 +36,10 @@ from adora_openrlhf.backends.openrlhf.cpu import precision
 from adora_openrlhf.backends.openrlhf.cpu.device import cpu_names, needs_cpu_layer
 from adora_openrlhf.backends.openrlhf.cpu.weight_sync import gloo_process_group
 from adora_openrlhf.backends.openrlhf.cpu.zero3_gathers import sequential_zero3_gathers
+from adora_openrlhf.backends.openrlhf.timeouts import deepspeed_timeout
 
 CPU_NAMES: dict[str, Any] = cpu_names()  # empty where this process has CUDA
+logger = logging.getLogger(__name__)
 precision.install()  # --ds.param_dtype fp32 loads the models in float32, in every process that imports these classes
 
 
@@ -55,6 +60,13 @@ class AdoraDeepspeedStrategy(DeepspeedStrategy):
     time (:mod:`adora_openrlhf.backends.openrlhf.cpu.zero3_gathers`), and torch's AdamW as DeepSpeed's optimizer
     (:meth:`get_ds_train_config`)."""
 
+    def setup_distributed(self, timeout=None) -> None:
+        """OpenRLHF's set-up (``deepspeed.init_distributed`` and the device mesh), the process group's time-out
+        ``ADORA_DEEPSPEED_TIMEOUT_S`` seconds where set, else OpenRLHF's 60 minutes."""
+        timeout = deepspeed_timeout() if timeout is None else timeout
+        logger.info("DeepSpeed process group: time-out %g s", timeout.total_seconds())
+        _SETUP_DISTRIBUTED(self, timeout)
+
     def get_ds_train_config(self, optim_dict: dict | None = None, *, max_norm: float | None = None) -> dict:
         """OpenRLHF's DeepSpeed training config; in a process without CUDA its AdamW runs as torch's
         (DeepSpeed's ``torch_adam``, the same update) instead of DeepSpeed's fused CPU kernel, which DeepSpeed would
@@ -70,6 +82,10 @@ class AdoraDeepspeedStrategy(DeepspeedStrategy):
         CUDA, ZeRO-3 gathers one parameter at a time, as for the policy."""
         config = super().get_ds_eval_config(offload=offload)
         return sequential_zero3_gathers(config) if needs_cpu_layer() else config
+
+
+# OpenRLHF's setup_distributed, in a process without CUDA with the CPU names (as inherit_rebound copies the others)
+_SETUP_DISTRIBUTED = with_globals(DeepspeedStrategy.setup_distributed, CPU_NAMES)
 
 
 def _nccl_or_cuda_refused(backend: str) -> None:

@@ -90,6 +90,7 @@ def ray_env_vars(cfg: RunConfig) -> dict[str, str]:
     The launcher starts Ray with them, so OpenRLHF's ``train()`` finds Ray initialised and keeps them. The vLLM
     engines compute in the training dtype (``precision.ENGINE_DTYPE_ENV``; OpenRLHF's engines: always bfloat16)."""
     from adora_openrlhf.backends.openrlhf.cpu.precision import ENGINE_DTYPE_ENV
+    from adora_openrlhf.backends.openrlhf.timeouts import timeout_env_vars
     from adora_openrlhf.plugins import PLUGINS_ENV
     from adora_openrlhf.rewards.grading import GRADING_DEADLINE_ENV, GRADING_WORKERS_ENV
     from adora_openrlhf.rewards.kk import KK_PARSER_ENV
@@ -104,6 +105,7 @@ def ray_env_vars(cfg: RunConfig) -> dict[str, str]:
         # the reward file's per-call deadline (rewards/grading.py)
         GRADING_DEADLINE_ENV: repr(float(cfg.grading.deadline_s)),
         GRADING_WORKERS_ENV: str(cfg.grading.workers),
+        **timeout_env_vars(),  # the process groups' time-outs set in this environment (timeouts.py)
     }
 
 

@@ -8,10 +8,11 @@ disables NCCL silently and the trainer waits forever. This module is the gloo pa
 ``--vllm.sync_backend gloo`` (the launcher sets it on a machine without CUDA):
 
 - :class:`GlooBroadcastGroup`: a process group of its own (a TCP store at the trainer's address and port, gloo
-  on top) with the ``broadcast(tensor, src, stream)`` call OpenRLHF's trainer code makes on its NCCL
-  communicator. A CUDA tensor is sent through a CPU copy. :func:`gloo_process_group` has the signature of
-  OpenRLHF's ``stateless_init_process_group`` so the trainer side (``.actors.AdoraActorPPOTrainer``) runs
-  OpenRLHF's own ``_init_vllm_sync_group`` and ``broadcast_to_vllm`` with it.
+  on top; time-out: ``ADORA_WEIGHT_SYNC_TIMEOUT_S`` seconds, 30 minutes where unset, see ``..timeouts``) with the
+  ``broadcast(tensor, src, stream)`` call OpenRLHF's trainer code makes on its NCCL communicator. A CUDA tensor
+  is sent through a CPU copy. :func:`gloo_process_group` has the signature of OpenRLHF's
+  ``stateless_init_process_group`` so the trainer side (``.actors.AdoraActorPPOTrainer``) runs OpenRLHF's own
+  ``_init_vllm_sync_group`` and ``broadcast_to_vllm`` with it.
 - :class:`AdoraWorkerExtension`: the vLLM worker extension (a subclass of OpenRLHF's ``WorkerWrap``; vLLM
   imports it by name, also inside a spawned engine-core process). With gloo, ``init_process_group`` joins the
   group above and ``update_weight`` receives each tensor into CPU memory. A CPU engine keeps the tensors of
@@ -42,9 +43,10 @@ from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
 
 from adora_openrlhf.backends.openrlhf.compat.rebind import with_globals
 from adora_openrlhf.backends.openrlhf.cpu.precision import engine_dtype_from_env
+from adora_openrlhf.backends.openrlhf.timeouts import WEIGHT_SYNC_TIMEOUT, weight_sync_timeout
 
 WORKER_EXTENSION = f"{__name__}.AdoraWorkerExtension"  # vLLM imports the extension by this qualified name
-SYNC_TIMEOUT = datetime.timedelta(minutes=30)
+SYNC_TIMEOUT = WEIGHT_SYNC_TIMEOUT  # the default; ADORA_WEIGHT_SYNC_TIMEOUT_S sets another (timeouts.py)
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +55,8 @@ class GlooBroadcastGroup:
     """A gloo process group of its own between the trainer (rank 0) and the engine workers (ranks 1..).
 
     Independent of torch's default group (DeepSpeed's on the trainer, vLLM's inside an engine): the ranks meet
-    at a TCP store served by rank 0 at ``master_address:master_port``."""
+    at a TCP store served by rank 0 at ``master_address:master_port``. ``timeout`` bounds the meeting and each
+    broadcast's wait for the other ranks (default: ``ADORA_WEIGHT_SYNC_TIMEOUT_S``, else :data:`SYNC_TIMEOUT`)."""
 
     def __init__(
         self,
@@ -61,14 +64,16 @@ class GlooBroadcastGroup:
         master_port: int,
         rank: int,
         world_size: int,
-        timeout: datetime.timedelta = SYNC_TIMEOUT,
+        timeout: datetime.timedelta | None = None,
     ) -> None:
+        timeout = weight_sync_timeout() if timeout is None else timeout
         store = torch.distributed.TCPStore(
             master_address, int(master_port), world_size, is_master=rank == 0, timeout=timeout
         )
         self.group = torch.distributed.ProcessGroupGloo(store, rank, world_size, timeout)
         self.rank = rank
         self.world_size = world_size
+        self.timeout = timeout
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0, stream: Any = None) -> torch.Tensor:
         """Broadcast ``tensor`` from rank ``src`` into ``tensor`` on every rank (``stream`` is ignored: gloo is
@@ -87,7 +92,16 @@ def gloo_process_group(
 ) -> GlooBroadcastGroup:
     """OpenRLHF's ``stateless_init_process_group`` signature, answered with a :class:`GlooBroadcastGroup`
     (``device`` is unused: gloo works on CPU memory)."""
-    return GlooBroadcastGroup(master_address, master_port, rank, world_size)
+    group = GlooBroadcastGroup(master_address, master_port, rank, world_size)
+    logger.info(
+        "weight sync: gloo group of %d ranks at %s:%s, this process rank %d (time-out %g s)",
+        world_size,
+        master_address,
+        master_port,
+        rank,
+        group.timeout.total_seconds(),
+    )
+    return group
 
 
 def safetensors_weights(model_dir: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
@@ -127,11 +141,12 @@ class AdoraWorkerExtension(WorkerWrap):
         self._gloo_sync = True
         self._pending_weights: list[tuple[str, torch.Tensor]] = []
         logger.info(
-            "weight sync: joined the gloo group at %s:%s as rank %d of %d",
+            "weight sync: joined the gloo group at %s:%s as rank %d of %d (time-out %g s)",
             master_address,
             master_port,
             rank,
             world_size,
+            self._model_update_group.timeout.total_seconds(),
         )
         return None
 
