@@ -425,8 +425,10 @@ def write_summary(out: Path, results: Sequence[ModeResult], setup: Setup) -> str
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     modes = check_modes(args.modes)
+    check_numbers(args)
     out = Path(args.output_dir).resolve()
     check_output(out, args.overwrite)
+    check_engines_installed()
     with stdout_to_stderr():  # stdout holds the table alone (deepspeed's import prints a warning there)
         gpus = cuda_devices()
         out.mkdir(parents=True, exist_ok=True)
@@ -440,6 +442,31 @@ def _main(argv: Sequence[str] | None) -> int:
     if failed:
         print(f"error: smoke: {len(failed)} mode(s) failed: {failed}; logs in {out / 'logs'}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """ConfigError naming the flag for a count that is not a positive integer, before anything is written."""
+    for flag, value in (
+        ("--steps", args.steps),
+        ("--prompts_per_step", args.prompts_per_step),
+        ("--n_keep", args.n_keep),
+        ("--max_new_tokens", args.max_new_tokens),
+    ):
+        positive(value, flag, 1)
+    if args.timeout_s <= 0:
+        raise ConfigError(f"--timeout_s: must be positive, got {args.timeout_s}")
+
+
+def check_engines_installed() -> None:
+    """ConfigError, before anything is written, when openrlhf or vllm cannot be imported here: every launch would
+    fail the same way."""
+    import importlib.util
+
+    from adora_openrlhf.backends.openrlhf.compat.entry import INSTALL_HINT
+
+    missing = [name for name in ("openrlhf", "vllm") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"smoke: {' and '.join(missing)} not installed, so no mode can launch; {INSTALL_HINT}")
 
 
 def interrupt_on_sigterm(signum: int, frame: Any) -> None:

@@ -32,6 +32,19 @@ def test_bad_options_are_one_line(tmp_path, capsys, argv, message):
     assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1, err
 
 
+def test_missing_engines_are_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    assert main(["--output_dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(
+        "error: smoke: vllm not installed, so no mode can launch; on GPU nodes run bash scripts/install_gpu.sh"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_non_empty_output_dir_is_refused_and_kept(tmp_path, capsys):
     (tmp_path / "earlier.txt").write_text("kept")
     assert main(["--output_dir", str(tmp_path)]) == 2

@@ -429,5 +429,5 @@ def pick_engine(requested: str = "auto") -> str:
     if requested == "auto":
         return "vllm" if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available() else "hf"
     if requested == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ValueError("--engine vllm: vllm is not installed (GPU nodes: pip install -r requirements/cluster.txt)")
+        raise ValueError("--engine vllm: vllm is not installed (GPU nodes: bash scripts/install_gpu.sh)")
     return requested

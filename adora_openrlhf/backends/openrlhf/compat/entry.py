@@ -40,7 +40,10 @@ TRAINER_MODULE = "openrlhf.trainer.ppo_trainer"
 TRAINER_NAME = "PPOTrainer"
 ASYNC_TRAINER_MODULE = "openrlhf.trainer.ppo_trainer_async"  # train() imports it with --train.async_enable
 ASYNC_TRAINER_NAME = "PPOTrainerAsync"
-INSTALL_HINT = "pip install -r requirements/cluster.txt (GPU nodes) or see requirements/openrlhf-cpu-test.txt (CPU)"
+INSTALL_HINT = (
+    "on GPU nodes run bash scripts/install_gpu.sh; without a GPU, the real-engine venv of "
+    "scripts/install_vllm_test_env.sh (vLLM's CPU build, docs/openrlhf_cpu.md)"
+)
 # the openrlhf releases whose functions this backend overrides or re-executes (tests/test_openrlhf_audit.py)
 TESTED_VERSIONS = ("0.11.2",)
 TESTED_VERSIONS_TEXT = " / ".join(TESTED_VERSIONS)
