@@ -62,6 +62,11 @@ def _allocation_runs(data: dict[str, Any]) -> list[Run]:
     ]
 
 
+def _curve_runs(data: dict[str, Any]) -> list[Run]:
+    """Records that store their curve, [cumulative generated tokens, accuracy] at each evaluation, by method."""
+    return [Run(r["method"], str(r["seed"]), [(float(x), float(y)) for x, y in r["curve"]]) for r in data["records"]]
+
+
 def _sample_efficiency_runs(data: dict[str, Any]) -> list[Run]:
     from bench.budget import token_curve
 
@@ -102,6 +107,7 @@ READERS = {
     "geo_testbed": _sample_efficiency_runs,
     "cluster_testbed": _cluster_runs,
     "trl_testbed": _trl_runs,
+    "ppo_kk_testbed": _curve_runs,
 }
 
 BENCHMARKS = (
@@ -180,6 +186,7 @@ BENCHMARKS = (
             ),
         ),
     ),
+    Benchmark("ppo_kk_testbed", "kk-testbed: PPO with a critic", 0.80, "tokens", (("GRPO", "PPO", "PPO+ADORA"),)),
     Benchmark(
         "trl_testbed",
         "TRL testbed",

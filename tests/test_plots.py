@@ -61,3 +61,12 @@ def test_claims_table_matches_docs():
     for bench in plots.BENCHMARKS:  # and every benchmark's table, plots beside the records
         assert plots.summary_markdown(bench, plots.load_runs(bench)) in text, bench.name
         assert f"../bench/results/{bench.name}/accuracy.png" in text, bench.name
+
+
+def test_records_that_store_their_curve_by_method_are_read():
+    """ppo_kk_testbed's records name their method and store [cumulative tokens, accuracy] per evaluation."""
+    data = {"records": [{"method": "PPO", "seed": 2, "curve": [[0, 0.2], [150.0, 0.8]]}]}
+    (run,) = plots._curve_runs(data)
+    assert (run.method, run.seed, run.curve) == ("PPO", "2", [(0.0, 0.2), (150.0, 0.8)])
+    bench = next(b for b in plots.BENCHMARKS if b.name == "ppo_kk_testbed")
+    assert {r.method for r in plots.load_runs(bench)} == {"GRPO", "PPO", "PPO+ADORA"}
