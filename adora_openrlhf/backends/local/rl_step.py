@@ -73,7 +73,6 @@ class PolicyDiverged(FloatingPointError):
 
     def __init__(self, step: int, what: str, lr: float) -> None:
         super().__init__(f"the policy diverged at step {step} ({what}); lower train.lr (now {lr:g})")
-        self.what = what
         self.step = step
 
 
@@ -84,13 +83,19 @@ def check_finite_policy(model, update: dict[str, float], step: int, lr: float, b
     for key, what in (("train/loss", "the policy loss"), ("train/grad_norm", "the gradient norm")):
         if not math.isfinite(update[key]):
             raise PolicyDiverged(step, f"{what} is {update[key]}", lr)
+    problem = weights_problem(model, bound)
+    if problem is not None:
+        raise PolicyDiverged(step, f"{problem}, after the update", lr)
+
+
+def weights_problem(model, bound: float = math.inf) -> str | None:
+    """Why the trained weights are not fit to keep (not finite, or larger in magnitude than ``bound``), or None."""
     largest = largest_weight(model)
     if not math.isfinite(largest):
-        raise PolicyDiverged(step, "weights are not finite after the update", lr)
+        return "weights are not finite"
     if largest > bound:
-        raise PolicyDiverged(
-            step, f"the largest weight is {largest:.3g} after the update, above the bound {bound:.3g}", lr
-        )
+        return f"the largest weight is {largest:.3g}, above the bound {bound:.3g}"
+    return None
 
 
 @dataclass

@@ -50,10 +50,10 @@ from adora_openrlhf.backends.local.rl_step import (
     PolicyDiverged,
     StepModels,
     StepSampling,
-    largest_weight,
     rl_row_count,
     rl_step,
     weight_bound,
+    weights_problem,
 )
 from adora_openrlhf.backends.local.sft import supervised_warmup, warmup_styles
 from adora_openrlhf.backends.support import check_backend_fields
@@ -418,14 +418,9 @@ class _LocalRun:
     def check_weights(self, what: str) -> None:
         """FloatingPointError, before ``what`` is written, when a trained weight is not finite or exceeds the RL
         steps' bound (:func:`rl_step.weight_bound`, set when the RL phase starts); nothing is written then."""
-        largest = largest_weight(self.model)
-        if math.isfinite(largest) and largest <= self.weight_bound:
+        why = weights_problem(self.model, self.weight_bound)
+        if why is None:
             return
-        why = (
-            "weights are not finite"
-            if not math.isfinite(largest)
-            else f"the largest weight is {largest:.3g}, above {self.weight_bound:.3g}"
-        )
         raise FloatingPointError(
             f"the policy diverged ({why}), so {what} was not written; lower train.lr (now {self.cfg.train.lr:g})"
             f"{_resume_advice(self.out)}"
