@@ -160,6 +160,31 @@ def test_no_import_circle_and_config_imports_no_backend():
     assert sorted(m for m in graph["adora_openrlhf.config"] if ".backends" in m) == []
 
 
+ALGORITHM_CORE_IMPORTS = (
+    "adora_openrlhf.algorithms",
+    "adora_openrlhf.config_checks",
+    "adora_openrlhf.errors",
+    "adora_openrlhf.registry",
+)
+
+
+def test_the_algorithm_core_imports_nothing_above_it():
+    """``algorithms/`` (tensors in, tensors out, and the configs of its own parts) reads only its own modules and
+    the small leaf modules beside it; ``config`` takes the configs from there, never the other way round
+    (type-checking imports included)."""
+    core = {m: path for m, path in _modules().items() if _in_layer(m, ("adora_openrlhf.algorithms",))}
+    assert len(core) >= 10
+    found = {
+        m: sorted(
+            n
+            for n in _imported_names(m, path)
+            if n.startswith("adora_openrlhf") and not _in_layer(n, ALGORITHM_CORE_IMPORTS)
+        )
+        for m, path in core.items()
+    }
+    assert {m: names for m, names in found.items() if names} == {}
+
+
 def _script_imports(folder: pathlib.Path) -> dict[str, set[str]]:
     """Module names each .py file of a folder outside the package imports (function-level imports included)."""
     return {

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
-from adora_openrlhf.algorithms.adora import AdoraResult, adora_weights, apply_group_weights, length_shaped_rewards
-from adora_openrlhf.algorithms.advantages import GroupStats, PoolStats, compute_group_advantages
-
-if TYPE_CHECKING:  # the algorithm core does not import the config at run time (config imports the registries)
-    from adora_openrlhf.config import AdoraConfig, AdvantageConfig
+from adora_openrlhf.algorithms.adora import (
+    AdoraConfig,
+    AdoraResult,
+    adora_weights,
+    apply_group_weights,
+    length_shaped_rewards,
+)
+from adora_openrlhf.algorithms.advantages import AdvantageConfig, GroupStats, PoolStats, compute_group_advantages
 
 
 @dataclass(frozen=True)

@@ -87,11 +87,6 @@ def derived_flags(cfg: RunConfig, resume: bool = False) -> dict[str, Any]:
         raise ConfigError(
             f"model.dtype: not supported by the openrlhf backend (got {cfg.model.dtype!r}); set one of {sorted(PARAM_DTYPES)}"
         )
-    if cfg.report_to != ["tensorboard"]:
-        raise ConfigError(
-            "report_to: the openrlhf backend logs through OpenRLHF's own options "
-            "(--logger.tensorboard_dir DIR, --logger.wandb.key KEY); leave report_to at its default"
-        )
     return {
         "data.input_key": "prompt",
         "data.label_key": REWARD_LABEL_KEY,
