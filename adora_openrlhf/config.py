@@ -418,6 +418,13 @@ class RunConfig:
         """The training group size n (kept responses per prompt)."""
         return self.sampling.n_keep
 
+    @property
+    def positive_threshold(self) -> float:
+        """The sampler's positive label: reward > this; ``sampling.positive_threshold``, or when unset (None)
+        ``adora.correct_threshold``, so that ADORA's correct and the exit rule's positive agree by default."""
+        own = self.sampling.positive_threshold
+        return self.adora.correct_threshold if own is None else own
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -70,7 +70,7 @@ _KK_TINY = {
     "eval_samples": 2,  # held-out: one greedy + two sampled responses per puzzle
     "rollout": {"temperature": 1.0, "max_new_tokens": 64},
     "adora": {"correct_threshold": 1.0},  # Logic-RL reward: format +1, answer up to +2
-    "sampling": {"n_keep": 8, "positive_threshold": 1.0},
+    "sampling": {"n_keep": 8},
     # 2-person puzzles: the tiny model learns them within the time budget; add 3 with --data.kk.num_people [2,3]
     "data": {"task": "kk", "kk": {"num_people": [2]}, "num_train": 2000, "num_eval": 200, "prompt_template": "auto"},
     "model": {"tiny": {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4}},
@@ -93,7 +93,7 @@ _KK_TESTBED = {
     "eval_samples": 0,  # held-out: greedy only (--eval_samples 1 adds one sampled response per puzzle)
     "rollout": {"temperature": 1.0, "max_new_tokens": 400},  # the longest 3-person thorough trace is about 330 tokens
     "adora": {"correct_threshold": 1.0, "edge_policy": "llm"},  # the ADORA K&K (LLM) reference's edge cases
-    "sampling": {"n_keep": 8, "positive_threshold": 1.0},
+    "sampling": {"n_keep": 8},
     # 2- and 3-person puzzles over a pool of 3 names, alternating: 1200 for training and 200 held out (no quiz in common)
     "data": {
         "task": "kk",
@@ -170,7 +170,7 @@ _GEO_TINY = {
     "eval_samples": 1,
     "rollout": {"temperature": 1.0, "max_new_tokens": 32},
     "adora": {"rule": "difficulty", "mode": "attenuate", "lambda_att": 0.1, "tau": 0.5, "correct_threshold": 0.5},
-    "sampling": {"n_keep": 8, "positive_threshold": 0.5},
+    "sampling": {"n_keep": 8},
     "data": {
         "task": "geometry",
         "geo": {"tasks": ["colour", "larger"]},
@@ -270,7 +270,7 @@ _KK_7B = {
     # edge groups as the LLM reference (verl code); its 3900-of-4096 truncation cut is not carried over to the
     # 2048-token limit here: the engine's length flag marks truncated responses
     "adora": {"rule": "length", "mode": "attenuate", "lambda_att": 0.1, "correct_threshold": 1.0, "edge_policy": "llm"},
-    "sampling": {"n_keep": 16, "positive_threshold": 0.5},
+    "sampling": {"n_keep": 16},
     "model": {"path": "Qwen/Qwen2.5-7B-Instruct-1M", "dtype": "bfloat16"},
     # Logic-RL's own answer rule: the reward the ADORA K&K results were trained with
     "data": {
@@ -351,7 +351,6 @@ _DAPO = {
         "exit_rule": "balance",
         "samples_per_round": 8,
         "max_rounds": 4,
-        "positive_threshold": 0.5,
         "pool_scope": "step",
     },
     "model": {"path": "Qwen/Qwen3-1.7B", "dtype": "bfloat16"},
@@ -446,7 +445,7 @@ _GEO3K = {
         "correct_threshold": 0.5,
         "edge_policy": "vlm",
     },
-    "sampling": {"n_keep": 8, "positive_threshold": 0.5},
+    "sampling": {"n_keep": 8},
     "model": {"path": "Qwen/Qwen2.5-VL-7B-Instruct", "dtype": "bfloat16"},
     "data": {
         "task": "geometry",
@@ -510,7 +509,7 @@ _KK_TESTBED_OPENRLHF = {
     "eval_samples": 0,
     "rollout": {"temperature": 1.0, "max_new_tokens": 400},
     "adora": {"correct_threshold": 1.0, "edge_policy": "llm"},
-    "sampling": {"n_keep": 8, "positive_threshold": 1.0},
+    "sampling": {"n_keep": 8},
     # as the local backend; bf16 is ~12x slower on AVX2 CPUs
     "model": {
         "path": "runs/kk-testbed-warm-start",

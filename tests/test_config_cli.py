@@ -290,3 +290,28 @@ def test_renamed_options_are_refused_naming_the_new_name(tmp_path, capsys):
     assert config_differences(saved, cfg.to_dict()) == []
     fast = build_run_config("kk-testbed", {"model.numerics": "fast"}).to_dict()
     assert config_differences(saved, fast) == ["model.numerics"]
+
+
+def test_the_sampler_counts_positives_at_adoras_correctness_threshold_unless_told_otherwise():
+    """One correctness threshold per run: ``sampling.positive_threshold`` left unset (None) is
+    ``adora.correct_threshold`` (also after a recipe and a flag changed it); set, it stays the sampler's own."""
+    assert RunConfig.from_dict({}).positive_threshold == 0.5
+    assert RunConfig.from_dict({"adora": {"correct_threshold": 1.0}}).positive_threshold == 1.0
+    own = RunConfig.from_dict({"adora": {"correct_threshold": 1.0}, "sampling": {"positive_threshold": 0.7}})
+    assert (own.adora.correct_threshold, own.positive_threshold) == (1.0, 0.7)
+    flagged = build_run_config("kk-tiny", {"adora.correct_threshold": 2.0})
+    assert (flagged.sampling.positive_threshold, flagged.positive_threshold) == (None, 2.0)
+    assert RunConfig.from_dict(flagged.to_dict()).positive_threshold == 2.0  # a saved config reads the same
+    for name, recipe in RECIPES.items():  # no recipe repeats the threshold in the sampler's section
+        assert "positive_threshold" not in recipe.overrides.get("sampling", {}), name
+
+
+def test_a_run_saved_with_the_threshold_written_out_resumes_where_it_is_unset():
+    from adora_openrlhf.rundir.checks import config_differences
+
+    now = build_run_config("kk-tiny").to_dict()  # sampling.positive_threshold unset, adora.correct_threshold 1.0
+    saved = json.loads(json.dumps(now))
+    saved["sampling"]["positive_threshold"] = 1.0
+    assert config_differences(saved, now) == []
+    saved["sampling"]["positive_threshold"] = 0.5  # another threshold is a change
+    assert config_differences(saved, now) == ["sampling.positive_threshold"]

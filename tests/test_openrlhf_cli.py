@@ -292,7 +292,7 @@ def test_dry_run_prints_which_signal_each_threshold_reads(capsys):
     report = dry_run(capsys, "--recipe", "kk-qwen2.5-7b-adora", "--sampling.enabled", "true", "--vllm.num_engines", "4")
     assert report["signals"] == [
         "ADORA correct: raw reward (reward source 'rewards', before length penalties) > adora.correct_threshold=1.0",
-        "sampler positive: raw reward (reward source 'rewards', before length penalties) > sampling.positive_threshold=0.5",
+        "sampler positive: raw reward (reward source 'rewards', before length penalties) > sampling.positive_threshold=1.0 (unset: adora.correct_threshold)",
     ]
 
 

@@ -111,8 +111,13 @@ class AdaptiveSamplingConfig:
         default="balance",
         metadata={"help": 'when a prompt retires: one of algorithms.sampling.EXIT_RULES ("balance", "pos")'},
     )
-    positive_threshold: float = field(
-        default=0.5, metadata={"help": "a response is positive when reward > this (Reinforce-Ada: 0.7 for 0/1 rewards)"}
+    positive_threshold: float | None = field(
+        default=None,
+        metadata={
+            "help": "a response is positive when reward > this; None = adora.correct_threshold (the run's one "
+            "correctness threshold, RunConfig.positive_threshold); set it only where the exit rule should count "
+            "positives at another reward (Reinforce-Ada: 0.7 for 0/1 rewards)"
+        },
     )
     n_keep: int = field(default=4, metadata={"help": "responses kept per prompt for training (the group size n)"})
     samples_per_round: int = field(
@@ -139,7 +144,7 @@ class AdaptiveSamplingConfig:
     def __post_init__(self) -> None:
         check_field_types(self, "sampling")
         EXIT_RULES.check(self.exit_rule)
-        check_number(self.positive_threshold, "sampling.positive_threshold")
+        check_number(self.positive_threshold, "sampling.positive_threshold", also=(None,))
         check_number(self.n_keep, "sampling.n_keep", integer=True, ge=1)
         check_number(self.samples_per_round, "sampling.samples_per_round", integer=True, ge=1)
         check_number(self.max_rounds, "sampling.max_rounds", integer=True, ge=1)

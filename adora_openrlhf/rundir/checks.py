@@ -95,10 +95,21 @@ def _defaults() -> dict[str, Any]:
     return flatten(RunConfig().to_dict())
 
 
+def _effective(flat: dict[str, Any]) -> dict[str, Any]:
+    """An unset ``sampling.positive_threshold`` (None) read as what it means, ``adora.correct_threshold``
+    (``RunConfig.positive_threshold``): a run saved with the value written out resumes under a recipe that
+    leaves it unset."""
+    if flat.get("sampling.positive_threshold", 0) is None:
+        flat["sampling.positive_threshold"] = flat.get(
+            "adora.correct_threshold", _defaults()["adora.correct_threshold"]
+        )
+    return flat
+
+
 def config_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """Flattened option names whose values differ in a way that matters for resuming (module docstring). A saved
     config of an earlier release lacks the options added since, which count as set to their defaults."""
-    flat_saved, flat_now = flatten(saved), flatten(now)
+    flat_saved, flat_now = _effective(flatten(saved)), _effective(flatten(now))
     changed = []
     for key in sorted(set(flat_saved) | set(flat_now)):
         old, new = flat_saved.get(key, _defaults().get(key)), flat_now.get(key)

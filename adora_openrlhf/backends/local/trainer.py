@@ -387,7 +387,7 @@ class _LocalRun:
             self.train_ids,
             train_rows,
             train_rewards,
-            cfg.sampling.positive_threshold,
+            cfg.positive_threshold,
             self.generation,
             extras=self.train_extras,
             grader=StepGrader(cfg.grading),

@@ -275,7 +275,8 @@ def signal_description(cfg: RunConfig) -> list[str]:
     ]
     if cfg.sampling.enabled:
         lines.append(
-            f"sampler positive: raw reward (reward source 'rewards', before length penalties) > sampling.positive_threshold={cfg.sampling.positive_threshold}"
+            f"sampler positive: raw reward (reward source 'rewards', before length penalties) > sampling.positive_threshold={cfg.positive_threshold}"
+            + (" (unset: adora.correct_threshold)" if cfg.sampling.positive_threshold is None else "")
         )
     return lines
 

@@ -393,7 +393,7 @@ class AdoraSamplesGenerator(SamplesGenerator):
         round_index = requests[0].round if requests else 0
         position = {ref: i for i, ref in enumerate(refs)}
         outputs: list[list[Experience]] = [[] for _ in refs]
-        threshold = self.run_config.sampling.positive_threshold
+        threshold = self.run_config.positive_threshold
         pending = list(refs)
         with tqdm(total=len(refs), desc=f"Adaptive sampling round {round_index}", disable=not refs) as bar:
             while pending:
