@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from adora_openrlhf.backends.local.trainer import _build_model
+from adora_openrlhf.backends.local.loading import build_model
 from adora_openrlhf.config import ConfigError, ModelConfig, TinyModelConfig
 from adora_openrlhf.engine.model import apply_lora, build_tiny_model
 from adora_openrlhf.engine.model_source import check_model_source
@@ -76,13 +76,14 @@ def test_hub_name_loads_offline_from_hub_cache_via_hf_home(tok, tmp_path):
     torch.save(_logits(model), tmp_path / "expected.pt")
     script = f"""
 import torch
-from adora_openrlhf.backends.local.trainer import _build_model, _build_tokenizer, _check_runnable
+from adora_openrlhf.backends.local.loading import build_model, build_tokenizer
+from adora_openrlhf.backends.local.trainer import _check_runnable
 from adora_openrlhf.recipes import build_run_config
 cfg = build_run_config("kk-tiny", {{"model.path": "owner/tiny", "model.init_kwargs": {{"attn_implementation": "eager"}},
                                    "output_dir": {str(tmp_path / "run")!r}}})
 _check_runnable(cfg)
-tokenizer, processor = _build_tokenizer(cfg, [], None)
-model = _build_model(cfg, tokenizer, torch.device("cpu"))
+tokenizer, processor = build_tokenizer(cfg, [], None)
+model = build_model(cfg, tokenizer, torch.device("cpu"))
 assert processor is None and len(tokenizer) == {len(tok)}
 assert model.config._attn_implementation == "eager"
 with torch.no_grad():
@@ -236,14 +237,14 @@ def test_lora_checkpoint_resumes_and_merged_save_is_plain(tok, tmp_path, merge):
     from transformers import AutoModelForCausalLM
 
     cfg = build_run_config("kk-tiny", {**TINY_FLAGS, "model.lora_rank": 4, "model.merge_lora_on_save": merge})
-    policy = _build_model(cfg, tok, torch.device("cpu"))
+    policy = build_model(cfg, tok, torch.device("cpu"))
     with torch.no_grad():  # trained adapters (peft starts B at 0, which would hide a lost adapter)
         for name, p in policy.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.5)
     step = ckpt.save_checkpoint(tmp_path, policy, None, tok, _state(), merge_lora=cfg.model.merge_lora_on_save)
     expected = _logits(policy)
-    resumed = _build_model(cfg, tok, torch.device("cpu"), step)
+    resumed = build_model(cfg, tok, torch.device("cpu"), step)
     assert torch.allclose(_logits(resumed), expected, atol=1e-6)
     assert [n for n, p in resumed.named_parameters() if p.requires_grad] == [
         n for n, p in policy.named_parameters() if p.requires_grad

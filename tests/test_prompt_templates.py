@@ -56,16 +56,16 @@ def test_equals_the_compact_template(turns):
 
 
 def test_a_text_run_saves_it_and_a_vision_run_does_not():
-    from adora_openrlhf.backends.local.trainer import _build_tokenizer
+    from adora_openrlhf.backends.local.loading import build_tokenizer
     from adora_openrlhf.recipes import build_run_config
     from adora_openrlhf.rows import load_run_rows
 
     cfg = build_run_config("kk-tiny", {"data.num_train": 20, "data.num_eval": 5})
     rows, _ = load_run_rows(cfg.data, 0)
-    tok, processor = _build_tokenizer(cfg, rows, None)
+    tok, processor = build_tokenizer(cfg, rows, None)
     assert processor is None and tok.chat_template == COMPACT_CHAT_TEMPLATE
     assert render_prompt(rows[0].prompt, tok, "auto") == render_prompt(rows[0].prompt, None, "compact")
     geo = build_run_config("geo-tiny", {"data.num_train": 8, "data.num_eval": 4})
     geo_rows, _ = load_run_rows(geo.data, 0)
-    geo_tok, _ = _build_tokenizer(geo, geo_rows, None)
+    geo_tok, _ = build_tokenizer(geo, geo_rows, None)
     assert not geo_tok.chat_template  # the processor's own prompt handling stays as it was
