@@ -40,7 +40,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # adaGRPO: a prompt whose group has no correct answer (the judge) is retried with hotter sampling
     # parameters; the pos exit rule is that judge, escalation[0] the retry's parameter set.
     "adaGRPO": {**_ADA, "sampling.exit_rule": "pos", "sampling.escalation": [{"temperature": 1.3}]},
+    # PPO with a critic (GAE; docs/results.md "kk-testbed: PPO with a critic": critic.lr 1e-4, its default 1e-5 untried)
+    "PPO": {"advantage.estimator": "gae", "critic.lr": 1e-4},
+    "PPO+ADORA": {"advantage.estimator": "gae", "critic.lr": 1e-4, **_ADORA_ATT},
 }
+# The variants of the group estimators (GRPO's baseline): the sample-efficiency benchmark's default set
+GROUP_VARIANTS = [name for name, changes in VARIANTS.items() if "advantage.estimator" not in changes]
 
 # Overrides that make a run start RL from a saved warm start (no supervised phase of either kind).
 FROM_WARM_START: dict[str, Any] = {"warmup.steps": 0, "warmup.mix_steps": 0}

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -29,26 +28,23 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from bench.budget import estimate_error, plot_against_reference, with_tokens
+from bench.budget import plot_against_reference, with_tokens
 from bench.common import (
     FROM_WARM_START,
+    GROUP_VARIANTS,
     VARIANTS,
     RunSpec,
-    band,
     first_step_reaching,
-    fmt_mean_ci,
     load_run,
     markdown_table,
-    mean_ci,
     run_pool,
     run_training,
     trapezoid_auc,
     warm_start_dir,
     write_json,
 )
-from bench.paired_analysis import differences_by_step, eval_noise_bound, paired_records, paired_table, power_rows
+from bench.sample_efficiency_report import HEADER, REFERENCE, paired_report, plot, subset_rows, summarise
 
-REFERENCE = "GRPO"  # the variant every other is compared with, seed by seed
 # curves() series a record keeps besides acc_curve
 SERIES = (
     "acc_vs_responses",
@@ -168,159 +164,6 @@ def run_record(run: dict[str, Any], target: float, adora_on: bool) -> dict[str, 
     }
 
 
-def _ratio(value: float | None, reference: float | None) -> str:
-    usable = reference and value is not None and not math.isnan(value) and not math.isnan(reference)
-    return f" ({value / reference:.2f}x)" if usable else ""
-
-
-def summarise(records: Sequence[dict[str, Any]]) -> tuple[list[list[str]], dict[str, Any]]:
-    """Table rows (variants in first-seen order) and per-variant statistics: {metric: {mean, ci95, n}} with the
-    95% Student-t interval over seeds; steps/responses to target only over the runs that reached it."""
-    by_variant: dict[str, list[dict]] = {}
-    for rec in records:
-        by_variant.setdefault(rec["variant"], []).append(rec)
-    grpo = by_variant.get("GRPO", [])
-    ref_responses = mean_ci(r["responses"] for r in grpo)[0] if grpo else None
-    ref_tokens = mean_ci(r.get("tokens") for r in grpo)[0] if grpo else None
-    ref_wall = mean_ci(r["wall_s"] for r in grpo)[0] if grpo else None
-    keys = (
-        "majority_accuracy",
-        "acc_step0",
-        "acc_final",
-        "gain",
-        "auc",
-        "steps_to_target",
-        "responses_to_target",
-        "responses",
-        "tokens",
-        "zero_signal",
-        "length_mean",
-        "length_first_step",
-        "length_final_step",
-        "length_std_over_mean_step0",
-        "tas_fraction_first20",
-        "wall_s",
-    )
-    rows, stats = [], {}
-    for variant, group in by_variant.items():
-        group = [{**r, "gain": r["acc_final"] - r["acc_step0"]} for r in group]
-        values = {k: [r[k] for r in group if r.get(k) is not None] for k in keys}
-        stats[variant] = {
-            k: dict(zip(("mean", "ci95"), mean_ci(v) if v else (None, None), strict=True), n=len(v))
-            for k, v in values.items()
-        }
-        stats[variant]["reached_target"] = f"{len(values['steps_to_target'])}/{len(group)}"
-        responses, tokens, wall = (
-            stats[variant]["responses"]["mean"],
-            stats[variant]["tokens"]["mean"],
-            stats[variant]["wall_s"]["mean"],
-        )
-        rows.append(
-            [
-                variant,
-                str(len(group)),
-                fmt_mean_ci(values["acc_step0"]),
-                fmt_mean_ci(values["acc_final"]),
-                fmt_mean_ci(values["gain"]),
-                fmt_mean_ci(values["auc"]),
-                stats[variant]["reached_target"],
-                fmt_mean_ci(values["steps_to_target"], 1),
-                fmt_mean_ci(values["responses_to_target"], 0),
-                fmt_mean_ci(values["responses"], 0) + _ratio(responses, ref_responses),
-                fmt_mean_ci(values["tokens"], 0) + _ratio(tokens, ref_tokens),
-                fmt_mean_ci(values["zero_signal"]),
-                fmt_mean_ci(values["length_mean"], 1),
-                fmt_mean_ci(values["tas_fraction_first20"]),
-                fmt_mean_ci(values["wall_s"], 0) + _ratio(wall, ref_wall),
-            ]
-        )
-    return rows, stats
-
-
-def subset_rows(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the per-subset table: per variant and held-out subset (K&K: number of people), the mean
-    accuracy at step 0 and at the last step over seeds, ``step0 -> final``; empty without subsets."""
-    names = sorted({k for r in records for k in (r.get("acc_final_by_subset") or {})})
-    by_variant: dict[str, list[dict]] = {}
-    for rec in records:
-        by_variant.setdefault(rec["variant"], []).append(rec)
-    rows = []
-    for variant, group in by_variant.items():
-        cells = []
-        for name in names:
-            before = [r["acc_step0_by_subset"][name] for r in group if name in (r.get("acc_step0_by_subset") or {})]
-            after = [r["acc_final_by_subset"][name] for r in group if name in (r.get("acc_final_by_subset") or {})]
-            cells.append(f"{mean_ci(before)[0]:.3f} -> {mean_ci(after)[0]:.3f}" if before and after else "n/a")
-        rows.append([variant, *cells])
-    return (["variant", *[f"acc {name} (step 0 -> final)" for name in names]] if names else []), (rows if names else [])
-
-
-HEADER = [
-    "variant",
-    "seeds",
-    "acc step 0",
-    "acc final",
-    "gain",
-    "AUC",
-    "reached target",
-    "steps to target",
-    "responses to target",
-    "responses (vs GRPO)",
-    "tokens (vs GRPO)",
-    "zero-signal frac",
-    "resp. length",
-    "TAS frac (first 20)",
-    "wall s (vs GRPO)",
-]
-
-
-def plot(records: Sequence[dict[str, Any]], variants: Sequence[str], path: Path, title: str) -> None:
-    """Accuracy vs steps and vs generated responses, zero-signal fraction and mean length per step: the mean
-    over seeds with a 95% CI band, one colour per variant. A panel drawn from fewer runs than the table (merged
-    records written before records kept per-step series) names the seeds it shows."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    panels = [
-        ("acc_vs_step", "RL step", "held-out greedy accuracy"),
-        ("acc_vs_responses", "responses generated (mean over seeds)", "held-out greedy accuracy"),
-        ("zero_signal", "RL step", "zero-signal group fraction"),
-        ("length", "RL step", "mean response length (tokens)"),
-    ]
-    palette = plt.get_cmap("tab10").colors
-    per_run = [(r["variant"], r["seed"], {"acc_vs_step": r["acc_curve"], **r["series"]}) for r in records]
-    for ax, (key, xlabel, ylabel) in zip(axes.flat, panels, strict=True):
-        for i, variant in enumerate(variants):
-            series = [c[key] for v, _, c in per_run if v == variant and c[key]]
-            if not series:
-                continue
-            xs, ys, hs = band(series)
-            colour = palette[i % len(palette)]
-            ax.plot(xs, ys, label=variant, color=colour, marker="o" if key.startswith("acc") else None, markersize=3)
-            ax.fill_between(
-                xs,
-                [y - h for y, h in zip(ys, hs, strict=True)],
-                [y + h for y, h in zip(ys, hs, strict=True)],
-                color=colour,
-                alpha=0.15,
-                linewidth=0,
-            )
-        shown = sorted({seed for _, seed, c in per_run if c[key]})
-        if len(shown) < len({seed for _, seed, _ in per_run}):
-            ax.set_title(f"seeds {shown} (the others' records keep no per-step {key})", fontsize=9)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def retarget(record: dict[str, Any], target: float) -> dict[str, Any]:
     """``record`` with the target and the steps / responses needed to reach it recomputed from its curves."""
     return {
@@ -432,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[0, 1, 2, 3, 4],
         help="seeds to run (none with --report-only --merge: rebuild the report of the merged file's runs alone)",
     )
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=GROUP_VARIANTS, choices=list(VARIANTS))
     parser.add_argument("--steps", type=int, help="RL steps per run (default: the recipe's)")
     parser.add_argument("--eval-every", type=int, help="held-out evaluation every k RL steps (default: the recipe's)")
     parser.add_argument("--num-eval", type=int, help="held-out puzzles (default: the recipe's)")
@@ -590,80 +433,6 @@ def _run(args: argparse.Namespace) -> int:
         written.append(out / "tokens.png")
     print(f"\n{intro}\n\n{table}\n\nwrote {', '.join(map(str, written))} in {settings['total_wall_s']} s")
     return 0
-
-
-POWER_METRICS = ("acc_final", "auc", "tokens_to_ref_final")  # the metrics the power table plans for
-
-
-def paired_report(
-    records: Sequence[dict[str, Any]], kept_per_step: int, num_eval: int
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The paired records (``bench/paired_analysis.py``) against REFERENCE and the table.md sections built on
-    them: the paired table, the accuracy difference per evaluation step, where each run's token count comes
-    from and how far the kept-length estimate is off where both exist, and the seeds a test would need."""
-    paired = paired_records(records, REFERENCE, kept_per_step)
-    p_ref = mean_ci(r["acc_final"] for r in records if r["variant"] == REFERENCE)[0]
-    bound = eval_noise_bound(p_ref, num_eval)
-    power = power_rows(paired, POWER_METRICS)
-    measured = [r["sd_diff"] ** 2 for r in power if r["metric"] == "acc_final"]
-    check = estimate_error(records)
-    sources: dict[str, dict[str, int]] = {}
-    for r in records:
-        counts = sources.setdefault(r["variant"], {})
-        counts[str(r.get("tokens_source"))] = counts.get(str(r.get("tokens_source")), 0) + 1
-    step_header, step_rows = differences_by_step(records, REFERENCE)
-    power_table = markdown_table(
-        ["variant", "metric", "n", "mean diff", "sd of diff", "alpha", "seeds for 80% power"],
-        [
-            [
-                r["variant"],
-                r["metric"] + (" (log ratio)" if r["metric"].endswith("_to_ref_final") else ""),
-                str(r["n"]),
-                f"{r['mean_diff']:+.4f}",
-                f"{r['sd_diff']:.4f}",
-                f"{r['alpha']:.4f}",
-                str(r["seeds_needed"] if r["seeds_needed"] is not None else "none"),
-            ]
-            for r in power
-        ],
-    )
-    check_table = markdown_table(
-        ["variant", "token count of the runs", "runs with both", "estimate / logged, mean (min..max)"],
-        [
-            [
-                v,
-                ", ".join(f"{k}: {n}" for k, n in sorted(c.items())),
-                str(check[v]["runs"]) if v in check else "0",
-                f"{check[v]['mean_ratio']:.3f} ({check[v]['min_ratio']:.3f}..{check[v]['max_ratio']:.3f})"
-                if v in check
-                else "n/a",
-            ]
-            for v, c in sources.items()
-        ],
-    )
-    markdown = "\n\n".join(
-        [
-            f"Paired comparison with {REFERENCE} (per seed: variant - {REFERENCE}; same warm start, data order and held-out puzzles). "
-            "Mean difference with its 95% paired-t interval; cost metrics (responses / tokens to reach the reference's final accuracy "
-            "of the same seed, at the first evaluation reaching it) as the geometric-mean ratio variant / reference. p: two-sided paired t; "
-            "sign-flip: exact permutation over the 2^n sign vectors; Holm over the variants of each metric.",
-            paired_table(paired),
-            f"Held-out accuracy difference to {REFERENCE} by evaluation step (mean ± 95% CI half-width over seeds):",
-            markdown_table(step_header, step_rows),
-            "Generated tokens per run: `logged` (sampling/tokens_generated), `kept lengths` (every response kept: exact), `estimate` "
-            "(responses per evaluation interval x the kept responses' mean length; the runs that logged their count show how far off it is):",
-            check_table,
-            "Seeds a two-sided paired t test at 0.05 / (number of variants) would need for 80% power if the measured mean difference and "
-            "sd were the true ones:",
-            power_table,
-            f"The finite held-out set adds at most 2p(1-p)/N = {bound:.5f} (p = {p_ref:.3f}, N = {num_eval}) to the variance of a final-accuracy "
-            f"difference (independent errors; two policies scored on the same puzzles share many, which lowers it); the measured variances "
-            f"are {min(measured, default=float('nan')):.5f} to {max(measured, default=float('nan')):.5f}. The records keep aggregate accuracies "
-            "only, so the part of the spread a larger held-out set would remove cannot be told from the run-to-run part here.",
-        ]
-    )
-    payload = {"alpha": "0.05 / variants (two-sided)", "power": 0.8, "eval_var_bound_acc_final": bound, "rows": power}
-    return paired, {"markdown": markdown, "power": payload, "tokens_estimate_check": check}
 
 
 def _warm(item: tuple[str, int, dict, Path]) -> str:

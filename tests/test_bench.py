@@ -6,10 +6,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.common import FROM_WARM_START, VARIANTS, first_step_reaching, mean_ci, mean_sd, t_quantile, trapezoid_auc
+from bench.common import (
+    FROM_WARM_START,
+    GROUP_VARIANTS,
+    VARIANTS,
+    band,
+    first_step_reaching,
+    mean_ci,
+    mean_sd,
+    t_quantile,
+    trapezoid_auc,
+)
 from bench.sample_efficiency import (
     HEADER,
-    band,
     base_overrides,
     choose_target,
     curves,
@@ -276,7 +285,11 @@ def test_variants_change_only_the_method():
     for name, overrides in VARIANTS.items():
         cfg = build_run_config("kk-testbed", {**FROM_WARM_START, **overrides}).to_dict()
         changed = {k for k in cfg if cfg[k] != base[k]}
-        assert changed <= {"adora", "sampling", "dynamic_filtering"}, (name, changed)
+        method = {"adora", "sampling", "dynamic_filtering"} | (
+            {"advantage", "critic"} if name.startswith("PPO") else set()
+        )
+        assert changed <= method, (name, changed)
+        assert (name in GROUP_VARIANTS) == (cfg["advantage"]["estimator"] == base["advantage"]["estimator"]), name
         if cfg["adora"]["enabled"]:
             assert cfg["adora"]["edge_policy"] == "llm"
     assert build_run_config("kk-testbed", VARIANTS["GRPO+ADORA-amp"]).adora.mode == "amplify"
