@@ -7,23 +7,16 @@ maker are rebuilt as :class:`~.samples_generator.AdoraSamplesGenerator` and
 :class:`~.experience_maker.AdoraExperienceMaker` from the same objects. ``fit``, ``train_step``, PPO
 updates, checkpoints and evaluation are OpenRLHF's.
 
-Checkpoints: the samples generator's state (the sampler's step counter, which drives the escalation trigger
-and the per-step seeds, and the ``pool_scope="history"`` reward pool) is plain data, written as JSON
-(:data:`SAMPLER_STATE_FILE`) into each DeepSpeed checkpoint folder beside the run's config, and read back with
-``json`` on ``--resume`` (``--ckpt.load_enable``): nothing of ours in a checkpoint is unpickled. (DeepSpeed
-itself unpickles its own ``*.pt`` files of the folder with ``torch.load(weights_only=False)``; see
-docs/openrlhf_backend.md.) A checkpoint of an earlier version keeps the state in OpenRLHF's ``client_states``
-(:data:`SAMPLER_STATE_KEY`), which DeepSpeed has already loaded; it is used when the JSON file is absent. A
-checkpoint with neither resumes the step counter at its ``global_step`` with an empty history, and says so.
+Checkpoints hold the run's config and the sampler's state as JSON beside OpenRLHF's files
+(:mod:`.trainer_checkpoints`); a checkpoint with neither state resumes the step counter at its ``global_step``
+with an empty history, and says so.
 
 Run records, beside OpenRLHF's TensorBoard logs: ``metrics.jsonl`` in the run directory (one record per
 training step with every logged number, ``adora/*`` and ``sampling/*`` included, and one per evaluation,
 ``"eval": true``; on resume the records after the resumed step are dropped first) and :data:`MARKER_FILE`,
 written when the trainer is built, which the launcher checks after ``train(args)`` returns: a run in which
 OpenRLHF's stock trainer ran instead of this one (so without ADORA and the sampler) fails instead of passing
-silently. The held-out set is evaluated before the first step too (OpenRLHF evaluates only every
-``--eval.steps``), and after the last step when that step is not a multiple of ``--eval.steps``, as the local
-backend does.
+silently. The held-out evaluations beyond OpenRLHF's: :mod:`.trainer_eval`.
 
 The run's config arrives with OpenRLHF's own args namespace (``strategy.args.adora_run_config``, set by the
 launcher), and both classes are constructed in ``__init__``, i.e. in the actor's process: nothing depends
@@ -46,10 +39,8 @@ import torch
 from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 from openrlhf.trainer.ppo_trainer import PPOTrainer as _OpenRLHFRemotePPOTrainer
 
-from adora_openrlhf.algorithms.allocation import check_store_state
 from adora_openrlhf.backends.openrlhf.experience_maker import AdoraExperienceMaker
 from adora_openrlhf.backends.openrlhf.flags import (
-    CHECKPOINT_CONFIG,
     LAUNCH_ID_ATTR,
     MARKER_FILE,
     generate_kwargs_for,
@@ -57,11 +48,12 @@ from adora_openrlhf.backends.openrlhf.flags import (
     signal_description,
 )
 from adora_openrlhf.backends.openrlhf.samples_generator import POLICY_VERSION, AdoraSamplesGenerator
+from adora_openrlhf.backends.openrlhf.trainer_checkpoints import SAMPLER_STATE_FILE as SAMPLER_STATE_FILE
+from adora_openrlhf.backends.openrlhf.trainer_checkpoints import SAMPLER_STATE_KEY, CheckpointRecords
+from adora_openrlhf.backends.openrlhf.trainer_eval import HeldOutRecords, numeric_logs
 from adora_openrlhf.log_setup import ensure_logging
 
 OpenRLHFPPOTrainer = _OpenRLHFRemotePPOTrainer.__ray_actor_class__  # the class under OpenRLHF's @ray.remote
-SAMPLER_STATE_KEY = "adora_samples_generator"  # entry of OpenRLHF's checkpoint client_states (earlier versions)
-SAMPLER_STATE_FILE = "adora_sampler_state.json"  # the samples generator's state, in each DeepSpeed checkpoint folder
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +73,7 @@ class PolicyVersionBroadcast(BasePPOTrainer):
             ray.get([engine.set_policy_version.remote(self.policy_version) for engine in self.vllm_engines])
 
 
-class AdoraTrainerRecords:
+class AdoraTrainerRecords(CheckpointRecords, HeldOutRecords):
     """What our trainers add to OpenRLHF's, in the synchronous and the asynchronous loop alike: the run's records
     (``metrics.jsonl``, :data:`MARKER_FILE`, the config and the sampler's state in each checkpoint folder), the
     held-out evaluation before the first step, the resume of the sampler's state, and the rollouts' staleness.
@@ -165,49 +157,11 @@ class AdoraTrainerRecords:
         self.record_config_in_checkpoints()
         self.record_sampler_state(global_step)
 
-    def record_sampler_state(self, global_step: int) -> None:
-        """Write the samples generator's state as JSON into the checkpoint folders of ``global_step`` (OpenRLHF's
-        ``global_stepN`` and ``best_global_stepN``) that this step saved; written to a temporary name, then
-        renamed, so a crash never leaves half a file."""
-        state = self.sampler_state()
-        if state is None:
-            return
-        for tag in (f"global_step{global_step}", f"best_global_step{global_step}"):
-            folder = Path(self.args.ckpt.path) / "_actor" / tag
-            if not folder.is_dir() or (folder / SAMPLER_STATE_FILE).exists():
-                continue
-            tmp = folder / (SAMPLER_STATE_FILE + ".tmp")
-            tmp.write_text(json.dumps(state) + "\n", encoding="utf-8")
-            os.replace(tmp, folder / SAMPLER_STATE_FILE)
-
     def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
         """OpenRLHF's best-checkpoint save, with the run's config in the new checkpoint folder."""
         super().save_best_checkpoint(eval_metrics, global_step, client_states)
         self.record_config_in_checkpoints()
         self.record_sampler_state(global_step)
-
-    def record_config_in_checkpoints(self) -> None:
-        """Write the run's config (:data:`CHECKPOINT_CONFIG`) into every DeepSpeed checkpoint folder that lacks it,
-        so that ``--resume`` compares against what the checkpoint was trained with."""
-        actor_dir = Path(self.args.ckpt.path) / "_actor"
-        if not actor_dir.is_dir():
-            return
-        text = json.dumps(self.run_config.to_dict(), indent=2) + "\n"
-        for folder in actor_dir.iterdir():
-            if folder.is_dir() and not (folder / CHECKPOINT_CONFIG).exists():
-                (folder / CHECKPOINT_CONFIG).write_text(text, encoding="utf-8")
-
-    def evaluates(self) -> bool:
-        """Whether this run evaluates a held-out set (``--eval.dataset`` and ``--eval.steps``)."""
-        return self.eval_dataloader is not None and self.args.eval.steps != float("inf")
-
-    def record_eval(self, global_step: int, logs: dict) -> None:
-        """An evaluation's numbers appended to ``metrics.jsonl`` (``"eval": true``), once per step: OpenRLHF's
-        asynchronous generator evaluates the resumed step again, which the resumed run's records already hold."""
-        self.last_eval_step = global_step
-        if self.metrics_log is not None and global_step not in self.recorded_evals:
-            self.recorded_evals.add(global_step)
-            self.metrics_log.log(global_step, {"eval": True, **numeric_logs(logs)})
 
     def init_checkpoint_states(self) -> dict:
         """OpenRLHF's resume states (called once, at the start of ``fit``); restores the samples generator's state
@@ -235,49 +189,6 @@ class AdoraTrainerRecords:
             self.evaluate_held_out(0)
         return states
 
-    def saved_sampler_state(self, global_step: int) -> dict | None:
-        """The JSON sampler state of the checkpoint folder of ``global_step`` (None without one); a file that is not
-        the JSON this trainer writes is refused with one line naming it."""
-        actor = Path(self.args.ckpt.path) / "_actor"
-        latest = (actor / "latest").read_text(encoding="utf-8").strip() if (actor / "latest").is_file() else ""
-        found = [
-            actor / tag / SAMPLER_STATE_FILE
-            for tag in (latest, f"global_step{global_step}")
-            if tag and (actor / tag / SAMPLER_STATE_FILE).is_file()
-        ]
-        if global_step <= 0 or not found:
-            return None
-        path = found[0]  # the folder DeepSpeed loaded (``latest``), else the step's own
-        try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            why = f"{type(err).__name__}: {err}"
-            raise ValueError(
-                f"{path}: not the sampler state this trainer writes ({why}); delete the file to resume with an empty history"
-            ) from None
-        if not (
-            isinstance(state, dict)
-            and isinstance(state.get("sampling_step"), int)
-            and isinstance(state.get("sampler"), dict)
-        ):
-            raise ValueError(
-                f"{path}: expected {{'sampling_step': int, 'sampler': {{...}}}}; delete the file to resume with an empty history"
-            )
-        if "allocation" in state:
-            try:
-                check_store_state(state["allocation"])
-            except ValueError as err:
-                raise ValueError(f"{path}: field allocation: {err}; restore the file from your own copy") from None
-        return state
-
-    def eval_generate_kwargs(self) -> dict:
-        """OpenRLHF's evaluation settings, as its ``fit`` builds them."""
-        return {
-            **self.generate_kwargs,
-            "temperature": self.args.eval.temperature,
-            "n_samples_per_prompt": self.args.eval.n_samples_per_prompt,
-        }
-
     def fit(self, global_step: int = 0) -> None:
         """OpenRLHF's ``fit`` (its synchronous or asynchronous loop), then :meth:`evaluate_last_step`."""
         try:
@@ -287,19 +198,6 @@ class AdoraTrainerRecords:
                 self.metrics_log.close()
             raise
         self.evaluate_last_step()
-
-    def evaluate_last_step(self) -> None:
-        """After ``fit``: evaluate the last step when ``fit`` made no evaluation of it (OpenRLHF evaluates multiples
-        of ``--eval.steps`` only), then close ``metrics.jsonl``."""
-        try:
-            if self.evaluates() and self.last_step > 0 and self.last_eval_step != self.last_step:
-                self.wandb_logger = None  # finished by fit; TensorBoard's writer reopens its file
-                self.evaluate_held_out(self.last_step)
-                if self.tensorboard_logger:
-                    self.tensorboard_logger.close()
-        finally:
-            if self.metrics_log is not None:
-                self.metrics_log.close()
 
 
 class AdoraPPOTrainer(AdoraTrainerRecords, OpenRLHFPPOTrainer, PolicyVersionBroadcast):
@@ -368,15 +266,6 @@ def check_finite_step(status: dict, step: int) -> None:
                 f"the policy's {key} is {value} at step {step}: its log-probabilities or update are not finite; "
                 "lower --train.lr, or check that the model's weights load as saved (--model.path)"
             )
-
-
-def numeric_logs(logs: dict) -> dict[str, float]:
-    """The numbers of OpenRLHF's step or evaluation logs (its sample texts and flags are left out)."""
-    return {
-        key: float(value)
-        for key, value in logs.items()
-        if isinstance(value, (int, float)) and not isinstance(value, bool)
-    }
 
 
 RemoteAdoraPPOTrainer = ray.remote(AdoraPPOTrainer)
