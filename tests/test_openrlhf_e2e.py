@@ -296,24 +296,13 @@ def test_overwrite_replaces_the_run_with_an_asynchronous_zero3_run_in_fp32(setup
     assert json.loads((first_run / "run_config.json").read_text())["steps"] == 3
 
 
-def test_an_asynchronous_run_resumes_with_the_generators_state(setup, first_run):
-    """``--resume`` of the asynchronous run: the generator actor gets the state saved with step 3 (its step counter,
-    the sampler's history) before it generates step 4's batch; the engine gets step 3's weights."""
-    result = run(command(setup, first_run, "--resume", *ASYNC_FP32, steps=4, zero_stage=3))
-    assert result.returncode == 0, result.stderr[-6000:]
-    train, evals = records(first_run)
-    assert sorted(train) == [1, 2, 3, 4] and 4 in evals
-    assert gradient_follows_signal(train[4]) and train[4]["async/staleness_max"] == 0  # fresh weights
-    assert saved_sampling_step(first_run / "checkpoints" / "_actor" / "global_step4") == 4
-
-
 GAE = ("--advantage.estimator", "gae", "--critic.lr", "0.001", "--critic.num_gpus_per_node", "1")
 
 
 def test_ppo_with_openrlhfs_critic_resumes_in_the_asynchronous_loop(setup):
     """PPO with OpenRLHF's critic (``--advantage.estimator gae``: OpenRLHF creates its critic actor group from the
     policy's model with a value head), ADORA and the sampler on: two synchronous steps on one rank, then ``--resume``
-    for a third in OpenRLHF's asynchronous loop (the critic's values and our experience maker in the training actor,
+    for a third in OpenRLHF's asynchronous loop (its generator actor gets the sampler's state saved with step 2) (the critic's values and our experience maker in the training actor,
     the sampler in the generator actor). ADORA's weights land on OpenRLHF's GAE advantages (our experience maker's
     adora/* metrics), the critic trains beside the policy (OpenRLHF's critic_loss), is checkpointed with it and
     resumed, and the earlier records are kept."""
