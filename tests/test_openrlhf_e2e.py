@@ -302,7 +302,8 @@ GAE = ("--advantage.estimator", "gae", "--critic.lr", "0.001", "--critic.num_gpu
 def test_ppo_with_openrlhfs_critic_resumes_in_the_asynchronous_loop(setup):
     """PPO with OpenRLHF's critic (``--advantage.estimator gae``: OpenRLHF creates its critic actor group from the
     policy's model with a value head), ADORA and the sampler on: two synchronous steps on one rank, then ``--resume``
-    for a third in OpenRLHF's asynchronous loop (its generator actor gets the sampler's state saved with step 2) (the critic's values and our experience maker in the training actor,
+    for a third in OpenRLHF's asynchronous loop, whose generator actor gets the sampler's state saved with step 2
+    (the critic's values and our experience maker in the training actor,
     the sampler in the generator actor). ADORA's weights land on OpenRLHF's GAE advantages (our experience maker's
     adora/* metrics), the critic trains beside the policy (OpenRLHF's critic_loss), is checkpointed with it and
     resumed, and the earlier records are kept."""
