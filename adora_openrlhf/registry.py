@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from adora_openrlhf.config_checks import choice_message, choice_problem
+from adora_openrlhf.config_checks import choice_problem
 from adora_openrlhf.errors import ConfigError
 
 T = TypeVar("T")
@@ -73,10 +73,6 @@ class Registry(Generic[T]):
             return obj
 
         return wrap
-
-    def unknown_message(self, name: object) -> str:
-        """``<field>: unknown <kind> <name>; choose one of [...]``."""
-        return choice_message(self.field, self.kind, name, self.names())
 
     def get(self, name: str) -> T:
         """The object registered as ``name``; :class:`UnknownNameError` (field, choices) when there is none."""

@@ -307,10 +307,3 @@ def reward_fn_for(row: Row):
         return get_reward_fn(row.source)
     except KeyError as err:
         raise ConfigError(f"data: {err.args[0]}") from None
-
-
-def first_bad_prompt(lengths: Sequence[int], limit: int) -> int | None:
-    for i, n in enumerate(lengths):
-        if n > limit:
-            return i
-    return None

@@ -2,8 +2,8 @@
 on a machine without a GPU, where there is no hub to download a model from).
 
 - :func:`write_rows_jsonl`: rows in the package's one JSONL schema (``prompt``, ``label``, ``source``, ``meta``).
-- :func:`write_testbed_rows`: the first ``num_train`` training and ``num_eval`` held-out K&K puzzles that the local
-  backend's ``kk-testbed`` recipe generates for a seed, as ``train.jsonl`` and ``test.jsonl``.
+- :func:`testbed_rows`: the first ``num_train`` training and ``num_eval`` held-out K&K puzzles that the local
+  backend's ``kk-testbed`` recipe generates for a seed.
 - :func:`save_tiny_model`: a random-init tiny Qwen2 model of the kk-testbed's shape (heads of 32 dimensions, the
   smallest vLLM's CPU attention takes) with a byte-level BPE tokenizer trained on the rows' prompts and the compact
   chat template, saved with ``save_pretrained``: a checkpoint folder any ``--model`` accepts.
@@ -54,13 +54,6 @@ def testbed_rows(num_train: int, num_eval: int, seed: int = 0) -> tuple[list[Row
 
     cfg = build_run_config(TESTBED_RECIPE, {"seed": seed, "data.num_train": num_train, "data.num_eval": num_eval})
     return load_run_rows(cfg.data, seed)
-
-
-def write_testbed_rows(out: str | Path, num_train: int, num_eval: int, seed: int = 0) -> dict[str, Path]:
-    """``{"train": out/train.jsonl, "test": out/test.jsonl}`` with the rows of :func:`testbed_rows`."""
-    train, held = testbed_rows(num_train, num_eval, seed)
-    out = Path(out)
-    return {"train": write_rows_jsonl(train, out / "train.jsonl"), "test": write_rows_jsonl(held, out / "test.jsonl")}
 
 
 def save_tiny_model(path: str | Path, rows: Sequence[Row], seed: int = 0) -> Path:

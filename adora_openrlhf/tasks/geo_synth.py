@@ -76,12 +76,6 @@ class Shape:
         return (self.x - self.r, self.y - self.r, self.x + self.r, self.y + self.r)
 
 
-def shape_area(shape: Shape) -> float:
-    """Nominal area of a shape (circle pi r^2, square (2r)^2, triangle (2r)^2 / 2)."""
-    side = 2 * shape.r
-    return {"circle": 3.14159 * shape.r**2, "square": side * side, "triangle": side * side / 2}[shape.kind]
-
-
 def place_shapes(rng: random.Random, specs: Sequence[tuple[str, str, int]], size: int = IMAGE_SIZE) -> list[Shape]:
     """Shapes ``(kind, colour, r)`` at random positions whose boxes keep ``GAP`` pixels apart (retried until they fit)."""
     for _ in range(200):
