@@ -177,6 +177,7 @@ BENCHMARKS = (
                 "openrlhf GRPO",
                 "openrlhf GRPO+ADORA",
                 "openrlhf Ada-balance (IS token)",
+                "openrlhf PPO",
             ),
             (
                 "openrlhf GRPO",
