@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Union
 
-from adora_openrlhf.config import RENAMED_OPTIONS, ConfigError, RunConfig, renamed_option_error
+from adora_openrlhf.config import DATA_CONFIG_LISTENERS, RENAMED_OPTIONS, ConfigError, RunConfig, renamed_option_error
 from adora_openrlhf.dotted import dataclass_leaves, flatten, overlay
+from adora_openrlhf.plugins import import_plugins
 
 ALIASES = {
     "--model": "model.path",
@@ -79,9 +80,21 @@ def parse_value(dotted: str, hint: Any, text: str) -> Any:
     return text
 
 
-# every RunConfig field by dotted name
-LEAF_TYPES: dict[str, Any] = {name: hint for name, _, hint in dataclass_leaves(RunConfig)}
-LEAF_FIELDS: dict[str, dataclasses.Field] = {name: f for name, f, _ in dataclass_leaves(RunConfig)}
+# every RunConfig field by dotted name; updated in place when a plug-in task adds its options section
+LEAF_TYPES: dict[str, Any] = {}
+LEAF_FIELDS: dict[str, dataclasses.Field] = {}
+
+
+def _refresh_leaves() -> None:
+    leaves = list(dataclass_leaves(RunConfig))
+    LEAF_TYPES.clear()
+    LEAF_TYPES.update((name, hint) for name, _, hint in leaves)
+    LEAF_FIELDS.clear()
+    LEAF_FIELDS.update((name, f) for name, f, _ in leaves)
+
+
+_refresh_leaves()
+DATA_CONFIG_LISTENERS.append(_refresh_leaves)
 
 
 def field_help(dotted: str) -> str:
@@ -167,6 +180,8 @@ def load_config_file(path: str) -> dict[str, Any]:
         raise ConfigError(
             f"{path}: a config file holds a mapping of options (as printed by --print-config), got {type(values).__name__}"
         )
+    if "plugins" in values:  # first: a plug-in task's options section is then a key like any other
+        import_plugins(values["plugins"], f"{path}: plugins")
     return _file_overrides(values, path)
 
 

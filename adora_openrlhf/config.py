@@ -24,7 +24,7 @@ the section's own :func:`check_number` calls.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,14 @@ from adora_openrlhf.algorithms.dynamic_filtering import DynamicFilteringConfig
 from adora_openrlhf.algorithms.policy_loss import PolicyLossConfig
 from adora_openrlhf.algorithms.sampling import AdaptiveSamplingConfig, SamplingParams
 from adora_openrlhf.algorithms.token_advantages import token_estimator_problem
-from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, from_dict, require
+from adora_openrlhf.config_checks import (
+    check_choice,
+    check_field_types,
+    check_number,
+    clear_type_hints,
+    from_dict,
+    require,
+)
 from adora_openrlhf.dotted import value_at
 from adora_openrlhf.engine.model_config import DECODINGS as DECODINGS  # re-exported: the model section
 from adora_openrlhf.engine.model_config import KV_CACHES as KV_CACHES
@@ -48,9 +55,7 @@ from adora_openrlhf.errors import ConfigError  # defined beside the registries (
 from adora_openrlhf.plugins import import_plugins
 from adora_openrlhf.prompt_templates import PROMPT_TEMPLATES
 from adora_openrlhf.rewards.grading import GradingConfig
-from adora_openrlhf.tasks.geo_synth import GeoDataConfig
-from adora_openrlhf.tasks.kk import KKDataConfig
-from adora_openrlhf.tasks.registry import TASKS, is_vision_task
+from adora_openrlhf.tasks.registry import OPTIONS_LISTENERS, TASKS, is_vision_task
 
 # ---------------------------------------------------------------------------------------------------------
 # Data, optimisation, and the whole run
@@ -60,8 +65,10 @@ BACKENDS = ("local", "openrlhf")
 
 
 @dataclass
-class DataConfig:
-    """Training / evaluation prompts in the one JSONL schema (prompt, label, images, source, meta)."""
+class DataFields:
+    """Training / evaluation prompts in the one JSONL schema (prompt, label, images, source, meta): the fields of
+    every task. :data:`DataConfig` adds each registered task's own options section (``data.kk``, ``data.geo``, a
+    plug-in task's), from ``Task.options``."""
 
     task: str = field(
         default="kk",
@@ -75,10 +82,6 @@ class DataConfig:
     eval_path: str | None = field(
         default=None, metadata={"help": "held-out JSONL; None -> generated K&K puzzles disjoint from training"}
     )
-    kk: KKDataConfig = field(
-        default_factory=KKDataConfig,
-        metadata={"help": "task kk: the generated puzzles and the answer parser (tasks/kk.py)"},
-    )
     num_train: int = field(default=2000, metadata={"help": "generated training puzzles"})
     num_eval: int = field(default=100, metadata={"help": "generated held-out puzzles"})
     rl_prompts: int | None = field(
@@ -90,10 +93,6 @@ class DataConfig:
     )
     max_prompt_tokens: int = field(
         default=512, metadata={"help": "prompts longer than this are rejected with their row index"}
-    )
-    geo: GeoDataConfig = field(
-        default_factory=GeoDataConfig,
-        metadata={"help": "task geometry: the generated shape images (tasks/geo_synth.py)"},
     )
     prompt_template: str = field(
         default="auto",
@@ -117,6 +116,48 @@ class DataConfig:
                 f"data.{name}",
                 f"must be a file path or dataset name, got {value!r}",
             )
+
+
+def _task_sections() -> list[tuple[str, Any, Any]]:
+    """``(section, options class, field)`` of every registered task with options, in registration order."""
+    sections = []
+    for name, task in TASKS.items():
+        if task.options is None:
+            continue
+        key = task.section
+        require(
+            key not in {f.name for f in dataclasses.fields(DataFields)} and key not in {s[0] for s in sections},
+            f"data.{key}",
+            f"task {name!r}: its options section {key!r} is taken (by a field of data or another task); set options_key",
+        )
+        doc = (task.options.__doc__ or "").strip().splitlines()
+        help_text = f"task {name}: {doc[0] if doc else 'its options'} ({task.options.__module__})"
+        sections.append((key, task.options, field(default_factory=task.options, metadata={"help": help_text})))
+    return sections
+
+
+def _build_data_config() -> type:
+    """``DataConfig``: :class:`DataFields` plus one section per task with options (a dataclass made here)."""
+    cls = dataclasses.make_dataclass("DataConfig", _task_sections(), bases=(DataFields,))
+    cls.__module__ = __name__
+    cls.__doc__ = DataFields.__doc__
+    return cls
+
+
+DataConfig: Any = _build_data_config()  # rebuilt when a plug-in registers a task with options
+# called after each rebuild (cli_args refreshes its table of flags)
+DATA_CONFIG_LISTENERS: list[Callable[[], None]] = []
+
+
+def _task_with_options_registered(task: Any) -> None:
+    global DataConfig
+    DataConfig = _build_data_config()
+    clear_type_hints()  # RunConfig's ``data`` field now means the new class
+    for listener in list(DATA_CONFIG_LISTENERS):
+        listener()
+
+
+OPTIONS_LISTENERS.append(_task_with_options_registered)
 
 
 # Option names of the unreleased development line, renamed when the task sections came: old dotted name -> new one.
@@ -305,7 +346,7 @@ class RunConfig:
         default_factory=GradingConfig, metadata={"help": "grading a step's responses: workers and the step's deadline"}
     )
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "policy model"})
-    data: DataConfig = field(default_factory=DataConfig, metadata={"help": "training and held-out prompts"})
+    data: DataConfig = field(default_factory=lambda: DataConfig(), metadata={"help": "training and held-out prompts"})
     train: PolicyLossConfig = field(default_factory=PolicyLossConfig, metadata={"help": "policy loss and optimiser"})
     warmup: WarmupConfig = field(
         default_factory=WarmupConfig, metadata={"help": "local backend: supervised warm-up before RL"}

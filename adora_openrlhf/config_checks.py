@@ -143,6 +143,11 @@ def _type_hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+def clear_type_hints() -> None:
+    """Forget the resolved annotations (after ``config.DataConfig`` was rebuilt with a plug-in task's section)."""
+    _type_hints.cache_clear()
+
+
 def check_field_types(obj: Any, section: str) -> None:
     """ConfigError naming the first field of dataclass ``obj`` (``section.field``) whose value is not of its
     annotated type, with what it should be and what it is. Numbers are left to :func:`check_number`."""

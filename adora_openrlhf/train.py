@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.cli_args import add_config_flags, format_config, load_config_file, overrides_from_args
+from adora_openrlhf.cli_args import add_config_flags, format_config, load_config_file, overrides_from_args, parse_value
 from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, command_name, run_cli, stdout_to_stderr
 from adora_openrlhf.config import BACKENDS, ConfigError, RunConfig
+from adora_openrlhf.plugins import import_plugins
 from adora_openrlhf.recipes import RECIPES, build_run_config, get_recipe
 
 
@@ -128,7 +129,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
 
+def _import_named_plugins(argv: Sequence[str]) -> None:
+    """Import the ``--plugins`` of the command line before its flags are read: a plug-in task's options section
+    (``data.<section>.<field>``) is then a flag like any other. (A ``--config`` file's plugins are imported when
+    the file is read.)"""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--plugins", default=None)
+    known, _ = pre.parse_known_args(argv)
+    if known.plugins is not None:
+        import_plugins(parse_value("plugins", list[str], known.plugins))
+
+
 def _main(argv: Sequence[str], state: dict[str, str]) -> int:
+    try:
+        _import_named_plugins(argv)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     try:

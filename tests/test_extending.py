@@ -7,6 +7,7 @@ file, in a fresh process with the run's ``ADORA_PLUGINS``) scores the new source
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -27,8 +28,10 @@ PLUGIN = textwrap.dedent(
     """A toy task (is a number odd or even?: its reward, generator, row check, demonstration, probe and subsets) and
     a toy estimator, registered on import."""
     import random
+    from dataclasses import dataclass
 
     from adora_openrlhf.algorithms.advantages import register_estimator
+    from adora_openrlhf.config_checks import check_number
     from adora_openrlhf.rewards.base import RewardResult, register_reward
     from adora_openrlhf.tasks.behaviours import Probe
     from adora_openrlhf.tasks.registry import RowFieldError, Task, register_task
@@ -51,9 +54,19 @@ PLUGIN = textwrap.dedent(
         return RewardResult(reward=float(answer == label), correct=answer == label, extracted=answer)
 
 
+    @dataclass
+    class ParityOptions:
+        """the numbers it generates: below max_number."""
+
+        max_number: int = 10_000
+
+        def __post_init__(self):
+            check_number(self.max_number, "data.parity.max_number", integer=True, ge=100)
+
+
     def parity_rows(data, seed):
-        """data.num_train numbers to train on and data.num_eval others held out."""
-        numbers = random.Random(seed).sample(range(10_000), data.num_train + data.num_eval)
+        """data.num_train numbers below data.parity.max_number to train on and data.num_eval others held out."""
+        numbers = random.Random(seed).sample(range(data.parity.max_number), data.num_train + data.num_eval)
         rows = [
             {"prompt": f"Is {n} odd or even?", "label": "odd" if n % 2 else "even", "source": "toy_parity",
              "meta": {"digits": len(str(n))}}
@@ -91,6 +104,8 @@ PLUGIN = textwrap.dedent(
             demonstrations={"toy_parity": {"direct": parity_demonstration}},
             probes={"toy_parity": Probe(parity_probe, ("worded", "bare"))},
             subsets={"toy_parity": parity_subsets},
+            options=ParityOptions,
+            options_key="parity",
         )
     )
     '''
@@ -186,6 +201,34 @@ def test_a_plugin_task_generates_its_rows_is_trained_and_is_evaluated_from_the_r
     (line,) = json.loads((eval_dir / "report.json").read_text())["comparison"]
     assert f"eval/greedy_accuracy at step 2: {summary['eval_final']['eval/greedy_accuracy']:.3f}" in line
     assert "equal, as it must be" in line
+
+
+def test_a_plugin_tasks_options_are_flags_config_file_keys_and_saved_with_the_run(plugin, tmp_path, capsys):
+    """The task's own section, ``data.parity``: a flag once ``--plugins`` names the module, a key of a ``--config``
+    file that names it, checked by its own ``__post_init__``, saved in the run's config and read back from it, and
+    read by the task's generator."""
+    from adora_openrlhf import config
+    from adora_openrlhf.rows import load_run_rows
+    from adora_openrlhf.train import main as train_main
+
+    flags = ["--plugins", MODULE, "--data.task", "toy_parity", "--print-config"]
+    assert train_main([*flags, "--data.parity.max_number", "500"]) == 0
+    assert json.loads(capsys.readouterr().out)["data"]["parity"] == {"max_number": 500}
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text(f"plugins: [{MODULE}]\ndata:\n  task: toy_parity\n  parity:\n    max_number: 700\n")
+    assert train_main(["--config", str(config_file), "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["data"]["parity"] == {"max_number": 700}
+    with pytest.raises(SystemExit) as refused:
+        train_main([*flags, "--data.parity.max_number", "5"])
+    assert refused.value.code == 2
+    assert "error: data.parity.max_number: must be an integer >= 100, got 5" in capsys.readouterr().err
+    sections = {f.name: f.metadata["help"] for f in dataclasses.fields(config.DataConfig)}
+    assert sections["parity"].startswith("task toy_parity: the numbers it generates") and "kk" in sections
+    cfg = _tiny_parity(tmp_path, **{"data.parity.max_number": 300})
+    saved = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert saved == cfg and saved.data.parity.max_number == 300
+    train, held = load_run_rows(saved.data, seed=0)
+    assert all(int(row.prompt.split()[1]) < 300 for row in train + held)
 
 
 def test_a_plugin_tasks_row_check_refuses_a_row_naming_the_file_and_line(plugin, tmp_path):

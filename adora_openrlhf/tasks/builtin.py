@@ -72,6 +72,7 @@ BUILTIN_TASKS: tuple[Task, ...] = (
         probes={kk.SOURCE: kk_demonstrations.PROBE},
         subsets={kk.SOURCE: kk.subsets},
         meta_defaults=lambda data: {"kk_parser": data.kk.parser},  # the run's answer parser (rewards/kk.py)
+        options=kk.KKDataConfig,
     ),
     Task("math", tuple(MATH_SOURCES), row_check=row_checks.math_row_ok, subsets={"math500": math500_subsets}),
     Task(
@@ -84,5 +85,7 @@ BUILTIN_TASKS: tuple[Task, ...] = (
         randomised_styles=frozenset((geo_synth.SOURCE, style) for style in geo_synth.RANDOMISED_STYLES),
         probes={geo_synth.SOURCE: geo_synth.PROBE},
         subsets={"mathvista": mathvista_subsets, geo_synth.SOURCE: geo_synth.subsets},
+        options=geo_synth.GeoDataConfig,
+        options_key="geo",
     ),
 )

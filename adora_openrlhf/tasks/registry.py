@@ -18,12 +18,13 @@ registered on the first lookup; a plugin module registers its own with :func:`re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from adora_openrlhf.registry import Registry
 from adora_openrlhf.tasks.task import MODALITIES, Probe, RowFieldError, Task
 
-__all__ = ["MODALITIES", "TASKS", "Probe", "RowFieldError", "Task", "is_vision_task", "register_task", "row_problem",
+__all__ = ["MODALITIES", "OPTIONS_LISTENERS", "TASKS", "Probe", "RowFieldError", "Task", "is_vision_task", "register_task", "row_problem",
            "task_of_source"]  # fmt: skip
 
 
@@ -37,10 +38,18 @@ def _load_builtin() -> None:
 TASKS: Registry[Task] = Registry("task", "data.task", loader=_load_builtin)
 
 
+# called with each task registered that brings an options section (config.py rebuilds DataConfig with it)
+OPTIONS_LISTENERS: list[Callable[[Task], None]] = []
+
+
 def register_task(task: Task) -> Task:
     """Register ``task`` under its name (a name registered before raises ``ValueError``); its demonstrations,
-    probes and subset rules are looked up on it by source (``tasks/behaviours.py``)."""
+    probes and subset rules are looked up on it by source (``tasks/behaviours.py``); a task with ``options`` is
+    announced to :data:`OPTIONS_LISTENERS`, so that ``data.<section>`` becomes part of the config."""
     TASKS.add(task.name, task)
+    if task.options is not None:
+        for listener in list(OPTIONS_LISTENERS):
+            listener(task)
     return task
 
 

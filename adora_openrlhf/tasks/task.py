@@ -7,6 +7,7 @@ logic (``kk.py``, ``geo_synth.py``, ``row_checks.py``) build on it without an im
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -59,6 +60,10 @@ class Task:
     subsets: Mapping[str, SubsetRule] = field(default_factory=dict)
     # meta keys every row of the task's sources gets from the run's DataConfig unless it names them (K&K: kk_parser)
     meta_defaults: Callable[[Any], dict[str, Any]] | None = None
+    # the task's own options: a dataclass whose fields are ``data.<options_key>.<field>`` flags, config-file keys and
+    # saved-config entries (K&K: ``data.kk.num_people``); its first docstring line is the section's help
+    options: type | None = None
+    options_key: str = ""  # the section's name under ``data``; "" = the task's name
 
     def __post_init__(self) -> None:
         if not self.sources or not all(isinstance(s, str) and s for s in self.sources):
@@ -69,6 +74,15 @@ class Task:
             strangers = sorted(set(getattr(self, kind)) - set(self.sources))
             if strangers:
                 raise ValueError(f"task {self.name!r}: {kind} for sources {strangers} it does not read {self.sources}")
+        if self.options is not None and not (isinstance(self.options, type) and dataclasses.is_dataclass(self.options)):
+            raise ValueError(f"task {self.name!r}: options must be a dataclass type, got {self.options!r}")
+        if self.options is not None and not self.section.isidentifier():
+            raise ValueError(f"task {self.name!r}: options_key must be a Python identifier, got {self.section!r}")
         styles = {(source, style) for source, by_style in self.demonstrations.items() for style in by_style}
         if not set(self.randomised_styles) <= styles:
             raise ValueError(f"task {self.name!r}: randomised_styles must name (source, style) demonstrations")
+
+    @property
+    def section(self) -> str:
+        """The options section's name under ``data`` (``options_key``, or the task's name)."""
+        return self.options_key or self.name
