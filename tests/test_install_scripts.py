@@ -140,7 +140,9 @@ def test_ci_runs_the_install_check_beside_the_suite_and_folds_in_its_status():
     launch = next(line for line in ci.splitlines() if "scripts/check_installs.sh" in line and "#" not in line)
     assert launch.rstrip().endswith("&") and "> .ci-install-check.log 2>&1" in launch
     assert 'wait "${install_check}"' in ci and "(( status == 0 )) && status=${install_check_status}" in ci
-    assert ci.index("install_check=$!") < ci.index("install_test_env.sh && python -m pytest")  # started before the main suite
+    assert ci.index("install_check=$!") < ci.index(
+        "install_test_env.sh && python -m pytest"
+    )  # started before the main suite
 
 
 def test_install_check_runs_the_gpu_script_the_documented_trl_install_and_the_verl_script():
