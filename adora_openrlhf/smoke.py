@@ -179,9 +179,7 @@ def prepare_inputs(args: argparse.Namespace, out: Path, gpus: int) -> Setup:
     steps = positive(args.steps, "--steps", 3 if on_gpu else 2)
     prompts = positive(args.prompts_per_step, "--prompts_per_step", 8 if on_gpu else 4)
     n_keep = positive(args.n_keep, "--n_keep", 8 if on_gpu else 4)
-    max_new = positive(args.max_new_tokens, "--max_new_tokens", 512 if on_gpu else 16)
-    if args.timeout_s <= 0:
-        raise ConfigError(f"--timeout_s: must be positive, got {args.timeout_s}")
+    max_new = positive(args.max_new_tokens, "--max_new_tokens", 512 if on_gpu else 16)  # checked: check_numbers
     # the allocator draws 1.25 x prompts candidates per step; the resumed run takes one more step
     needed = int((steps + 1) * prompts * 1.25) + prompts
     train, _ = testbed_rows(needed, 1)

