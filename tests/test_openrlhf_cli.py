@@ -799,20 +799,26 @@ def test_a_submitted_job_asks_the_cluster_whether_its_gpus_are_real(monkeypatch)
 
 
 def test_local_paths_become_absolute_and_hub_names_stay(tmp_path, monkeypatch):
-    """Ray's actors do not run in the driver's working directory: the launcher makes the output folder and the local
-    model and data paths absolute, keeping hub names, without building the config again."""
-    from adora_openrlhf.backends.openrlhf.launcher import with_absolute_paths
+    """Ray's actors do not run in the driver's working directory: the launcher's flags name the output folder and the
+    local model and data paths absolutely, keeping hub names, and its one RunConfig (read back from OpenRLHF's
+    namespace) holds the same values."""
+    from adora_openrlhf.backends.openrlhf.launcher import prepare
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.jsonl").write_text("")
+    (tmp_path / "test.jsonl").write_text("")
     cfg = build_run_config(
         "dapo-math-adora",
-        {"data.train_path": "train.jsonl", "data.eval_path": "org/hub-dataset", "output_dir": "out"},
+        {"data.train_path": "train.jsonl", "data.eval_path": "test.jsonl", "output_dir": "out"},
     )
-    located = with_absolute_paths(cfg)
-    assert located.data.train_path == str(tmp_path / "train.jsonl") and located.output_dir == str(tmp_path / "out")
-    assert located.data.eval_path == "org/hub-dataset" and located.model.path == cfg.model.path  # a hub model name
-    assert located.adora == cfg.adora and located.sampling is cfg.sampling  # the other sections are the same objects
+    _, args, located = prepare(cfg)
+    assert located.data.train_path == args.data.prompt_dataset == str(tmp_path / "train.jsonl")
+    assert located.data.eval_path == args.eval.dataset == str(tmp_path / "test.jsonl")
+    assert located.output_dir == str(tmp_path / "out") and args.ckpt.path == str(tmp_path / "out" / "checkpoints")
+    assert located.model.path == args.actor.model_name_or_path == cfg.model.path  # a hub model name
+    hub = build_run_config("dapo-math-adora", {"data.train_path": "train.jsonl", "data.eval_path": "org/hub-dataset"})
+    assert prepare(hub)[2].data.eval_path == "org/hub-dataset"
+    assert located.adora == cfg.adora and located.sampling == cfg.sampling
 
 
 def test_asynchronous_training_without_the_is_correction_is_warned(caplog):

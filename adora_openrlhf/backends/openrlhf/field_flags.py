@@ -11,6 +11,11 @@ value}``), so that an OpenRLHF flag typed on the command line is what our classe
   backend (unless it lists the field as used or refused, e.g. ``data.task``, which also picks the reward);
 - the docs: :func:`markdown_table` is the table in docs/openrlhf_backend.md (a test keeps them equal).
 
+Paths are resolved here, once: a local model, dataset or output folder becomes an absolute path in its flag
+(:func:`local_path`; Ray's actors do not run in the driver's working directory; hub names stay as they are), and the
+read-back carries the resolved value into the run's config, so that ``flags.reconcile`` builds the launcher's
+RunConfig once, from one dict.
+
 An advantage estimator registered in this package but unknown to OpenRLHF's ``--algo.advantage.estimator``
 (whose choices are :data:`OPENRLHF_ESTIMATORS`) is passed as :data:`STAND_IN_ESTIMATOR`, a group estimator
 without a critic; ``AdoraExperienceMaker`` then computes the registered one (the run config keeps its name).
@@ -50,6 +55,11 @@ class FieldFlags:
         None  # (OpenRLHF's final namespace, our config) -> {our dotted field: value}
     )
     note: str = field(default="")
+
+
+def local_path(value: str | None) -> str | None:
+    """``value`` as an absolute path when it names a local file or folder; a hub name (or None) as it is."""
+    return str(Path(value).resolve()) if value and Path(value).exists() else value
 
 
 def one(
@@ -131,7 +141,16 @@ def _eval_flags(cfg: RunConfig) -> dict[str, Any]:
 def _eval_dataset_flags(cfg: RunConfig) -> dict[str, Any]:
     if not cfg.data.eval_path:
         return {}
-    return {"eval.dataset": cfg.data.eval_path, "eval.steps": cfg.eval_every if cfg.eval_every > 0 else -1}
+    return {"eval.dataset": local_path(cfg.data.eval_path), "eval.steps": cfg.eval_every if cfg.eval_every > 0 else -1}
+
+
+def _output_flags(cfg: RunConfig) -> dict[str, Any]:
+    out = Path(cfg.output_dir).resolve()
+    return {
+        "ckpt.output_dir": str(out / FINAL_MODEL_DIR),
+        "ckpt.path": str(out / "checkpoints"),
+        "logger.tensorboard_dir": str(out / "tensorboard"),
+    }
 
 
 def _kl_flags(cfg: RunConfig) -> dict[str, Any]:
@@ -156,8 +175,8 @@ def _lora_targets(modules: list[str]) -> list[str] | None:
 
 
 FIELD_FLAGS: tuple[FieldFlags, ...] = (
-    one("model.path", "actor.model_name_or_path"),
-    one("data.train_path", "data.prompt_dataset"),
+    one("model.path", "actor.model_name_or_path", local_path, back=str, note="a local folder: its absolute path"),
+    one("data.train_path", "data.prompt_dataset", local_path, back=str, note="a local file: its absolute path"),
     FieldFlags(
         ("steps", "prompts_per_step", "allocation.method", "allocation.candidates"),
         "--data.max_samples",
@@ -247,12 +266,9 @@ FIELD_FLAGS: tuple[FieldFlags, ...] = (
     FieldFlags(
         ("output_dir",),
         "--ckpt.output_dir, --ckpt.path, --logger.tensorboard_dir",
-        lambda cfg: {
-            "ckpt.output_dir": str(Path(cfg.output_dir) / FINAL_MODEL_DIR),
-            "ckpt.path": str(Path(cfg.output_dir) / "checkpoints"),
-            "logger.tensorboard_dir": str(Path(cfg.output_dir) / "tensorboard"),
-        },
-        note="output_dir/final_model, output_dir/checkpoints, output_dir/tensorboard",
+        _output_flags,
+        lambda args, cfg: {"output_dir": str(Path(cfg.output_dir).resolve())},
+        note="output_dir/final_model, output_dir/checkpoints, output_dir/tensorboard (output_dir made absolute)",
     ),
     one("save_every", "ckpt.save_steps", lambda every: every if every > 0 else -1),
     one(
@@ -299,7 +315,8 @@ FIELD_FLAGS: tuple[FieldFlags, ...] = (
         ("data.eval_path", "eval_every"),
         "--eval.dataset, --eval.steps",
         _eval_dataset_flags,
-        note="only with data.eval_path",
+        lambda args, cfg: {"data.eval_path": args.eval.dataset} if args.eval.dataset else {},
+        note="only with data.eval_path (a local file: its absolute path)",
     ),
     FieldFlags(
         ("dynamic_filtering.enabled", "dynamic_filtering.score_range"),

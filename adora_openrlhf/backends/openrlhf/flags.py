@@ -13,7 +13,8 @@ value of a repeated option):
 
 After OpenRLHF's parser has validated the result, :func:`reconcile` copies the fields both sides share (the
 table's read-backs: group size, estimator, rollout temperature/top_p/max_new_tokens, dtype, LoRA, evaluation
-samples, dynamic filtering, the learning-rate schedule) from the final namespace back into the RunConfig, so an
+samples, dynamic filtering, the learning-rate schedule, and the model, data and output paths, made absolute where they
+are local) from the final namespace back into the RunConfig, built once from that dict, so an
 OpenRLHF flag given explicitly is what both OpenRLHF and our classes use, and rejects
 combinations our classes do not support. :func:`attach_run_config` stores the RunConfig as JSON on the
 namespace (``args.adora_run_config``); the namespace travels inside OpenRLHF's strategy object to the Ray
@@ -205,7 +206,9 @@ def check_allocation_batches(cfg: RunConfig, args: SimpleNamespace) -> None:
 
 
 def reconcile(cfg: RunConfig, args: SimpleNamespace) -> RunConfig:
-    """RunConfig with the shared fields taken from OpenRLHF's final namespace; unsupported combinations raise."""
+    """The launcher's RunConfig, built once: ``cfg``'s values with the shared fields taken from OpenRLHF's final
+    namespace and the local paths resolved (both by the read-backs of ``field_flags.FIELD_FLAGS``), as one dict;
+    unsupported combinations raise."""
     from adora_openrlhf.algorithms.advantages import ADVANTAGE_ESTIMATORS
     from adora_openrlhf.algorithms.token_advantages import TOKEN_ESTIMATORS
     from adora_openrlhf.backends.support import check_openrlhf_flags

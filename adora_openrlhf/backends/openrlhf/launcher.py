@@ -18,7 +18,6 @@ final model in ``final_model/``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shlex
@@ -133,8 +132,6 @@ def launch(
     On a machine without a GPU the run is set up for the CPU (:mod:`adora_openrlhf.backends.openrlhf.cpu.launch`)."""
     from adora_openrlhf.backends.openrlhf.cpu.launch import CPU_DEFAULT_FLAGS, check_cpu_args
 
-    if not print_args:
-        cfg = with_absolute_paths(cfg)
     try:
         if not print_args:
             check_engines_installed()  # before the options: a GPU recipe on a machine without vLLM hears of vLLM first
@@ -308,20 +305,6 @@ def actor_death(lines: list[str]) -> str | None:
 
 
 _ACTOR_FIELDS = ("class_name", "actor_id", "pid", "name", "namespace", "ip")
-
-
-def with_absolute_paths(cfg: RunConfig) -> RunConfig:
-    """``output_dir`` and the local model and data paths made absolute: Ray's actors do not run in the driver's
-    working directory. Names that are not local paths (hub models and datasets) stay as they are. The config is not
-    built again: the three sections are copied with their paths changed (the launcher's one build of the config is
-    ``flags.reconcile``, from OpenRLHF's parsed arguments)."""
-
-    def located(value: str | None) -> str | None:
-        return str(Path(value).resolve()) if value and Path(value).exists() else value
-
-    data = dataclasses.replace(cfg.data, train_path=located(cfg.data.train_path), eval_path=located(cfg.data.eval_path))
-    model = dataclasses.replace(cfg.model, path=located(cfg.model.path))
-    return dataclasses.replace(cfg, output_dir=str(Path(cfg.output_dir).resolve()), model=model, data=data)
 
 
 def check_engines_installed() -> None:
