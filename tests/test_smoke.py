@@ -81,7 +81,9 @@ def test_every_modes_command_passes_openrlhfs_parser(gpus, capsys):
         command = resume_command(setup, MODES["ada"], run) if name == "resume" else mode_command(setup, mode, run, 3)
         assert command[1:3] == ["-m", "adora_openrlhf.train"] and train_main([*command[3:], "--print-args"]) == 0
         args = json.loads(capsys.readouterr().out)["openrlhf_args"]
-        assert args["train"]["colocate_all"] == (gpus == 1) and args["ds"]["param_dtype"] == ("bf16" if gpus else "fp32")
+        assert args["train"]["colocate_all"] == (gpus == 1) and args["ds"]["param_dtype"] == (
+            "bf16" if gpus else "fp32"
+        )
         assert args["train"]["batch_size"] == prompts * prompts and args["train"]["async_enable"] == (name == "async")
         assert args["actor"]["model_name_or_path"] == DEFAULT_MODEL
         assert all(flag in command for flag in mode.flags)
