@@ -833,21 +833,19 @@ def test_asynchronous_training_without_the_is_correction_is_warned(caplog):
 
 
 def test_the_local_cpu_ray_instance_gets_vllms_cpu_settings_and_the_users_values_win(monkeypatch):
-    """The engines of a CPU run: no OpenMP pinning, a 2 GiB KV cache, the engine core in the engine actor's process;
-    a value the user exported is kept, and the job's own variables are added."""
+    """The engines of a CPU run: no OpenMP pinning, a 2 GiB KV cache; a value the user exported is kept, and the
+    job's own variables are added."""
     from adora_openrlhf.backends.openrlhf.cpu.launch import cpu_ray_init_kwargs
 
-    for key in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING"):
+    for key in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE"):
         monkeypatch.delenv(key, raising=False)
     args = entry.parse_openrlhf_args(["--reward.remote_url", "r.py"])
     env = cpu_ray_init_kwargs(args, {"ADORA_X": "1"})["runtime_env"]["env_vars"]
     assert env == {
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
         "VLLM_CPU_KVCACHE_SPACE": "2",
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "ADORA_X": "1",
     }
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "8")
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
     env = cpu_ray_init_kwargs(args, {})["runtime_env"]["env_vars"]
-    assert env["VLLM_CPU_KVCACHE_SPACE"] == "8" and env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "8"

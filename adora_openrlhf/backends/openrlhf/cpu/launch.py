@@ -17,8 +17,7 @@ the engines over gloo (:mod:`adora_openrlhf.backends.openrlhf.cpu.weight_sync`).
 - :func:`check_cpu_args`: the options that need a GPU, refused with one line each.
 - :func:`cpu_ray_init_kwargs`: the local Ray instance: logical GPUs for every actor and engine, CPUs for their
   placement bundles, the ``flash_attn`` stand-in hook (:mod:`adora_openrlhf.backends.openrlhf.cpu.flash_attn_standin`) for every worker process, and
-  vLLM's CPU settings (:data:`VLLM_CPU_ENV`: no thread pinning, a 2 GiB KV cache per engine, the engine core in
-  the engine actor's process).
+  vLLM's CPU settings (:data:`VLLM_CPU_ENV`: no thread pinning, a 2 GiB KV cache per engine).
 """
 
 from __future__ import annotations
@@ -36,14 +35,11 @@ CPU_DEFAULT_FLAGS: dict[str, Any] = {
 STANDIN_HOOK = "adora_openrlhf.backends.openrlhf.cpu.flash_attn_standin.install_if_needed"
 # vLLM's CPU settings for the engines (the user's environment wins): no pinning of OpenMP threads (Ray's processes
 # share the cores), and a KV cache of 2 GiB per engine; without that vLLM sizes it from --vllm.gpu_memory_utilization
-# (OpenRLHF: 0.95) as a share of the machine's memory and refuses to start when less than that is free; and the
-# engine core inside the engine actor's process (vLLM V1 otherwise spawns a process for it and re-imports torch
-# and vLLM there: about 8 s more per engine start on this machine's 2 cores)
-VLLM_CPU_ENV = {
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "VLLM_CPU_KVCACHE_SPACE": "2",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-}
+# (OpenRLHF: 0.95) as a share of the machine's memory and refuses to start when less than that is free. (OpenRLHF's
+# engines are vLLM's AsyncLLMEngine, whose engine core always runs in a process of its own:
+# VLLM_ENABLE_V1_MULTIPROCESSING, which keeps the offline engine of `eval.run --engine vllm` in-process, does not
+# apply to them.)
+VLLM_CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_CPU_KVCACHE_SPACE": "2"}
 
 
 def is_cpu_machine(environ: dict[str, str] | None = None) -> bool:
