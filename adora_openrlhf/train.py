@@ -141,11 +141,7 @@ def _import_named_plugins(argv: Sequence[str]) -> None:
 
 
 def _main(argv: Sequence[str], state: dict[str, str]) -> int:
-    try:
-        _import_named_plugins(argv)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    _import_named_plugins(argv)  # a ConfigError: one line from run_cli (exit 2), the traceback with --debug
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     try:

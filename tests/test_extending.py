@@ -254,6 +254,18 @@ def test_an_unknown_plugin_is_a_clear_error():
         RunConfig.from_dict({"advantage": {"estimator": "toy_never_registered"}})
 
 
+def test_the_train_commands_plugins_are_one_line_and_their_traceback_is_behind_debug(capsys):
+    """``--plugins`` is imported before the flags are read (a plug-in task's options are flags): its error is one
+    line, exit 2, like any other option's, and ``--debug`` shows the traceback instead."""
+    from adora_openrlhf.train import main
+
+    assert main(["--plugins", "no_such_adora_plugin"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: plugins[0]: cannot import 'no_such_adora_plugin'") and len(err.splitlines()) == 1
+    with pytest.raises(ConfigError, match=r"^plugins\[0\]: cannot import"):
+        main(["--plugins", "no_such_adora_plugin", "--debug"])
+
+
 def test_the_openrlhf_backend_keeps_the_estimator_and_hands_the_plugins_to_every_worker(plugin):
     pytest.importorskip("openrlhf")
     from adora_openrlhf.backends.openrlhf import launcher
