@@ -45,6 +45,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from bench.budget import censored_log_ratio, cost_to_reach
 from bench.paired_stats import holm, paired_t, sign_flip_p, wins_ties_losses
 
 REFERENCE = "GRPO"
@@ -176,14 +177,6 @@ def truncated_references(records: Sequence[Mapping[str, Any]], recipe_train: Map
     return out
 
 
-def tokens_to_reach(curve: Sequence[Sequence[float]], target: float) -> tuple[float, bool]:
-    """(tokens at the first evaluation with accuracy >= target, True), or (the run's whole budget, False): censored."""
-    for tokens, acc in curve:
-        if acc >= target - 1e-9:
-            return tokens, True
-    return curve[-1][0], False
-
-
 def accuracy_at(curve: Sequence[Sequence[float]], budget: float) -> float:
     """Accuracy at ``budget`` tokens, linearly interpolated between evaluations; past the curve's end its last value."""
     for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False):
@@ -198,21 +191,6 @@ def plateau(curve: Sequence[Sequence[float]], evals: int = PLATEAU_EVALS) -> flo
     return sum(acc for _, acc in tail) / len(tail)
 
 
-def censored_log_ratio(d: float, variant_censored: bool, reference_censored: bool) -> float | None:
-    """The log ratio d = ln(cost(variant) / cost(GRPO)) where censoring leaves its sign known, else None.
-
-    Variant censored: the true d >= d, so its sign is known (a loss) only if d >= 0; GRPO censored: the true
-    d <= d, known (a win) only if d <= 0; both censored: unknown. The known value stays the bound (conservative
-    in size)."""
-    if variant_censored and reference_censored:
-        return None
-    if variant_censored:
-        return d if d >= 0 else None
-    if reference_censored:
-        return d if d <= 0 else None
-    return d
-
-
 def _metric_pairs(rec: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, tuple[float, bool, bool]]:
     """Per metric (d, variant censored, reference censored) of one seed; d as in the module docstring."""
     out: dict[str, tuple[float, bool, bool]] = {}
@@ -223,8 +201,8 @@ def _metric_pairs(rec: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, t
     }
     for name, target in targets.items():
         (mine, reached), (theirs, ref_reached) = (
-            tokens_to_reach(rec["curve"], target),
-            tokens_to_reach(ref["curve"], target),
+            cost_to_reach(rec["curve"], target),
+            cost_to_reach(ref["curve"], target),
         )
         if mine > 0 and theirs > 0:
             out[f"tokens_to_{name}"] = (math.log(mine / theirs), not reached, not ref_reached)
@@ -246,9 +224,9 @@ def reaches_goal(
     rec: Mapping[str, Any], ref: Mapping[str, Any], fraction: float = GOAL_FRACTION, target: float | None = None
 ) -> bool:
     """Whether ``rec`` reaches ``target`` (default ``ref``'s final accuracy) at an evaluation with at most
-    ``fraction`` x ``ref``'s total generated tokens: tokens_to_reach(curve, target) <= fraction * tokens_total(ref),
+    ``fraction`` x ``ref``'s total generated tokens: cost_to_reach(curve, target) <= fraction * tokens_total(ref),
     reached."""
-    tokens, reached = tokens_to_reach(rec["curve"], ref["acc_final"] if target is None else target)
+    tokens, reached = cost_to_reach(rec["curve"], ref["acc_final"] if target is None else target)
     return reached and tokens <= fraction * ref["tokens_total"] + 1e-9
 
 
@@ -337,7 +315,7 @@ def goal_records(
 
 def _goal_test(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], reading: str) -> dict[str, Any]:
     """The goal as a test over (run, reference run) pairs of seeds: per seed g_i = ln(T_i / R_i) - ln(GOAL_FRACTION),
-    T_i the run's tokens to the reference's final accuracy (:func:`tokens_to_reach`), R_i the reference's total
+    T_i the run's tokens to the reference's final accuracy (``budget.cost_to_reach``), R_i the reference's total
     tokens (``reading`` "total") or its tokens to its own final accuracy ("reach"). A run that never gets there has
     T_i at least its budget, so its g_i is a lower bound, kept where it is >= 0 (the goal missed either way) and else
     counted as g_i = 0 (``undetermined``). ``ratio`` = exp(mean g + ln GOAL_FRACTION), the geometric mean of
@@ -348,8 +326,8 @@ def _goal_test(pairs: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]], rea
     shift = math.log(GOAL_FRACTION)
     known = []
     for rec, ref in pairs:
-        tokens, reached = tokens_to_reach(rec["curve"], ref["acc_final"])
-        base = ref["tokens_total"] if reading == "total" else tokens_to_reach(ref["curve"], ref["acc_final"])[0]
+        tokens, reached = cost_to_reach(rec["curve"], ref["acc_final"])
+        base = ref["tokens_total"] if reading == "total" else cost_to_reach(ref["curve"], ref["acc_final"])[0]
         known.append(censored_log_ratio(math.log(max(tokens, 1.0) / max(base, 1.0)) - shift, not reached, False))
     diffs = [0.0 if d is None else d for d in known]
     test = paired_t(diffs)
@@ -367,7 +345,7 @@ def paired_metric_records(
 ) -> list[dict[str, Any]]:
     """One record per (metric, variant) over the seeds both ran: n, mean difference with its 95% paired-t interval
     (and the ratio exp(mean) for ``tokens_*``), wins/ties/losses, censored seeds, the seeds whose sign censoring
-    leaves open (``undetermined``: d = 0 in the mean and the tests, in no win/tie/loss; :func:`censored_log_ratio`),
+    leaves open (``undetermined``: d = 0 in the mean and the tests, in no win/tie/loss; ``budget.censored_log_ratio``),
     the sign-flip and t p-values, both Holm-adjusted over the variants of the metric run on at least ``min_seeds``
     seeds, and ``established`` (both adjusted p < 0.05); a variant on fewer seeds is a ``pilot``
     (:func:`_holm_over_confirmatory`)."""

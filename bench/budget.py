@@ -72,12 +72,29 @@ def token_curve(record: Mapping[str, Any], kept_per_step: int) -> tuple[list[lis
     return curve, "kept lengths" if every_response_kept else "estimate"
 
 
-def cost_to_reach(curve: Curve | None, threshold: float) -> float | None:
-    """Budget (x of ``curve`` [(responses or tokens, accuracy)]) at the first evaluation whose accuracy is at least
-    ``threshold`` (up to REACH_TOLERANCE); None when no evaluation reaches it or there is no curve."""
+def cost_to_reach(curve: Curve | None, threshold: float) -> tuple[float, bool] | None:
+    """(budget (x of ``curve`` [(responses or tokens, accuracy)]) at the first evaluation whose accuracy is at least
+    ``threshold`` (up to REACH_TOLERANCE), True), or (the curve's whole budget, False) when no evaluation reaches it:
+    a censored cost, at least that much; None without a curve."""
     if not curve:
         return None
-    return first_step_reaching([tuple(p) for p in curve], threshold - REACH_TOLERANCE)
+    reached = first_step_reaching([tuple(p) for p in curve], threshold - REACH_TOLERANCE)
+    return (float(reached), True) if reached is not None else (float(curve[-1][0]), False)
+
+
+def censored_log_ratio(d: float, variant_censored: bool, reference_censored: bool) -> float | None:
+    """The log ratio d = ln(cost(variant) / cost(reference)) where censoring leaves its sign known, else None.
+
+    Variant censored (it never reached the target: its cost is at least its whole budget): the true d >= d, so its
+    sign is known (a loss) only if d >= 0; reference censored: the true d <= d, known (a win) only if d <= 0; both
+    censored: unknown. The known value stays the bound (conservative in size)."""
+    if variant_censored and reference_censored:
+        return None
+    if variant_censored:
+        return d if d >= 0 else None
+    if reference_censored:
+        return d if d <= 0 else None
+    return d
 
 
 def estimate_error(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:

@@ -12,10 +12,12 @@ Metrics (:func:`paired_metrics`):
   step range; ``acc_final_<subset>``: final accuracy on one held-out subset (K&K: ``ppl_N``, N people);
   differences of accuracies, higher is better;
 - ``responses_to_ref_final``, ``tokens_to_ref_final``: responses / tokens generated up to the first evaluation at
-  which the run's accuracy reaches the reference's final accuracy of the same seed (``bench/budget.py``). The
-  reference reaches it by construction; a variant may not ("not reached", counted apart). Analysed as
-  d_s = ln(cost(variant) / cost(reference)), lower is better; ``ratio`` = exp(mean d) is the geometric-mean
-  ratio, with exp of the interval ends.
+  which the run's accuracy reaches the reference's final accuracy of the same seed (``bench/budget.py``). Analysed
+  as d_s = ln(cost(variant) / cost(reference)), lower is better; ``ratio`` = exp(mean d) is the geometric-mean
+  ratio, with exp of the interval ends. The reference reaches it by construction; a variant that never does is
+  counted at its whole budget (``not_reached``), not dropped: a censored cost, so d_s is a bound whose sign is
+  known only when it is a loss (d_s >= 0, kept at the bound); otherwise the seed is ``undetermined`` and counts as
+  d_s = 0 in the mean and the tests and in no win, tie or loss (``budget.censored_log_ratio``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.budget import cost_to_reach, token_curve
+from bench.budget import Curve, censored_log_ratio, cost_to_reach, token_curve
 from bench.common import markdown_table, mean_ci
 from bench.paired_stats import holm, paired_t, seeds_for_power, sign_flip_p, wins_ties_losses
 
@@ -34,67 +36,61 @@ Record = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class PairedMetric:
-    """How to read one metric off a run record, given the reference run of the same seed."""
+    """How to read one metric off a run record: a value (``difference`` scale), or for a cost (``log_ratio`` scale)
+    the run's accuracy curve against the budget, whose cost to the reference's final accuracy is compared."""
 
     description: str
     better: str  # "higher" or "lower"
     scale: str  # "difference": d = v - r; "log_ratio": d = ln(v / r)
-    value: Callable[[Record, Record, int], float | None]  # (run, reference run, kept responses per step) -> value
+    value: Callable[[Record], float | None] | None = None  # a run's value (difference scale)
+    curve: Callable[[Record, int], Curve | None] | None = None  # (run, kept responses per step) -> its budget curve
 
 
-def _acc_final(rec: Record, ref: Record, kept: int) -> float | None:
-    return rec.get("acc_final")
+def _subset(name: str) -> Callable[[Record], float | None]:
+    return lambda rec: (rec.get("acc_final_by_subset") or {}).get(name)
 
 
-def _auc(rec: Record, ref: Record, kept: int) -> float | None:
-    return rec.get("auc")
+def _responses_curve(rec: Record, kept: int) -> Curve | None:
+    return (rec.get("series") or {}).get("acc_vs_responses")
 
 
-def _subset(name: str) -> Callable[[Record, Record, int], float | None]:
-    def value(rec: Record, ref: Record, kept: int) -> float | None:
-        return (rec.get("acc_final_by_subset") or {}).get(name)
-
-    return value
-
-
-def _responses_to_ref_final(rec: Record, ref: Record, kept: int) -> float | None:
-    return cost_to_reach((rec.get("series") or {}).get("acc_vs_responses"), ref["acc_final"])
-
-
-def _tokens_to_ref_final(rec: Record, ref: Record, kept: int) -> float | None:
-    return cost_to_reach(token_curve(rec, kept)[0], ref["acc_final"])
+def _tokens_curve(rec: Record, kept: int) -> Curve | None:
+    return token_curve(rec, kept)[0]
 
 
 def paired_metrics(subsets: Sequence[str] = ()) -> dict[str, PairedMetric]:
     """The metrics compared, in table order; one ``acc_final_<subset>`` per held-out subset name."""
     metrics = {
-        "acc_final": PairedMetric("final held-out accuracy", "higher", "difference", _acc_final),
-        "auc": PairedMetric("area under accuracy vs step / steps", "higher", "difference", _auc),
+        "acc_final": PairedMetric("final held-out accuracy", "higher", "difference", lambda rec: rec.get("acc_final")),
+        "auc": PairedMetric("area under accuracy vs step / steps", "higher", "difference", lambda rec: rec.get("auc")),
     }
     for name in subsets:
         metrics[f"acc_final_{name}"] = PairedMetric(
             f"final held-out accuracy on {name}", "higher", "difference", _subset(name)
         )
     metrics["responses_to_ref_final"] = PairedMetric(
-        "responses to reach the reference's final accuracy", "lower", "log_ratio", _responses_to_ref_final
+        "responses to reach the reference's final accuracy", "lower", "log_ratio", curve=_responses_curve
     )
     metrics["tokens_to_ref_final"] = PairedMetric(
-        "generated tokens to reach the reference's final accuracy", "lower", "log_ratio", _tokens_to_ref_final
+        "generated tokens to reach the reference's final accuracy", "lower", "log_ratio", curve=_tokens_curve
     )
     return metrics
 
 
 def _pair(metric: PairedMetric, rec: Record, ref: Record, kept: int) -> tuple[float | None, str | None]:
-    """(d, None) for one seed, or (None, why): "not reached" when the variant's run has no value (a cost metric's
-    threshold never reached), "undefined" when the reference has none or a ratio has a zero cost."""
-    v, r = metric.value(rec, ref, kept), metric.value(ref, ref, kept)
-    if r is None:
+    """(d, None) for one seed; (d, "censored"): the variant never reached the reference's final accuracy and d is the
+    bound at its whole budget, a known loss; (0.0, "undetermined"): censoring leaves the sign open; (None,
+    "undefined"): a value or curve is missing, or a cost is 0 (reached at the start)."""
+    if metric.curve is None:
+        v, r = metric.value(rec), metric.value(ref)
+        return (None, "undefined") if v is None or r is None else (v - r, None)
+    mine, theirs = (cost_to_reach(metric.curve(run, kept), ref["acc_final"]) for run in (rec, ref))
+    if mine is None or theirs is None or mine[0] <= 0 or theirs[0] <= 0:
         return None, "undefined"
-    if v is None:
-        return None, "not reached"
-    if metric.scale == "log_ratio":
-        return (math.log(v / r), None) if v > 0 and r > 0 else (None, "undefined")
-    return v - r, None
+    d = censored_log_ratio(math.log(mine[0] / theirs[0]), not mine[1], not theirs[1])
+    if d is None:
+        return 0.0, "undetermined"
+    return d, None if mine[1] else "censored"
 
 
 def paired_records(
@@ -102,10 +98,12 @@ def paired_records(
 ) -> list[dict[str, Any]]:
     """One record per (variant, metric), variants in first-seen order, for every variant but ``reference``,
     over the seeds where both ran: {variant, metric, description, better, scale, n, mean_diff, ci_low, ci_high,
-    sd_diff, t, wins, ties, losses, not_reached, undefined, p_value, p_sign_flip, p_holm, p_sign_flip_holm,
-    per_seed} (+ ratio, ratio_ci_low, ratio_ci_high on the log-ratio scale). ``n`` counts the seeds with a
-    difference; ``not_reached`` the seeds where the variant's run has no value (cost metrics: it never reached the
-    threshold); ``undefined`` those where the reference has none or a cost is 0 (reached at step 0)."""
+    sd_diff, t, wins, ties, losses, not_reached, undetermined, undefined, p_value, p_sign_flip, p_holm,
+    p_sign_flip_holm, per_seed} (+ ratio, ratio_ci_low, ratio_ci_high on the log-ratio scale). ``n`` counts the seeds
+    in the tests; ``not_reached`` the seeds whose variant run never reached the threshold (cost metrics: counted at
+    its whole budget), ``undetermined`` those of them whose sign that leaves open (d = 0 in the tests, in no
+    win/tie/loss), ``undefined`` the seeds left out (a missing value, or a cost of 0); ``per_seed`` the d of each
+    seed in the tests."""
     runs = {(r["variant"], r["seed"]): r for r in records}
     variants = [v for v in dict.fromkeys(r["variant"] for r in records) if v != reference]
     subsets = sorted({k for r in records for k in (r.get("acc_final_by_subset") or {})})
@@ -115,10 +113,11 @@ def paired_records(
         for variant in variants:
             seeds = sorted(s for v, s in runs if v == variant and (reference, s) in runs)
             outcomes = {s: _pair(metric, runs[(variant, s)], runs[(reference, s)], kept_per_step) for s in seeds}
-            pairs = {s: d for s, (d, _) in outcomes.items()}
-            diffs = [d for d in pairs.values() if d is not None]
+            pairs = {s: d for s, (d, why) in outcomes.items() if why != "undefined"}
+            diffs = list(pairs.values())
             test = paired_t(diffs, level)
-            wins, ties, losses = wins_ties_losses(diffs, metric.better)
+            decided = [d for d, why in outcomes.values() if why in (None, "censored")]
+            wins, ties, losses = wins_ties_losses(decided, metric.better)
             rec: dict[str, Any] = {
                 "variant": variant,
                 "metric": name,
@@ -134,7 +133,8 @@ def paired_records(
                 "wins": wins,
                 "ties": ties,
                 "losses": losses,
-                "not_reached": sum(1 for _, why in outcomes.values() if why == "not reached"),
+                "not_reached": sum(1 for _, why in outcomes.values() if why in ("censored", "undetermined")),
+                "undetermined": sum(1 for _, why in outcomes.values() if why == "undetermined"),
                 "undefined": sum(1 for _, why in outcomes.values() if why == "undefined"),
                 "p_value": test.p_value,
                 "p_sign_flip": sign_flip_p(diffs) if diffs else None,
@@ -170,7 +170,7 @@ PAIRED_HEADER = [
     "n",
     "mean diff [95% CI]",
     "wins/ties/losses",
-    "not reached",
+    "not reached (at its budget; undetermined)",
     "p (t)",
     "p Holm",
     "p sign-flip",
@@ -187,7 +187,7 @@ def paired_table(paired: Sequence[Record]) -> str:
             str(r["n"]),
             _effect(r),
             f"{r['wins']}/{r['ties']}/{r['losses']}",
-            str(r["not_reached"]),
+            f"{r['not_reached']}" + (f" ({r['undetermined']} undetermined)" if r.get("undetermined") else ""),
             _num(r["p_value"], 4),
             _num(r["p_holm"], 4),
             _num(r["p_sign_flip"], 4),

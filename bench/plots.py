@@ -442,7 +442,8 @@ def _stored_rows(regime: str, folder: str, methods: Sequence[str], data: dict[st
         acc, cost = paired[(method, "acc_final")], paired[(method, "tokens_to_ref_final")]
         logs = [math.log(tokens[(method, s)] / tokens[("GRPO", s)]) for s in seeds]
         ratio = math.exp(statistics.fmean(logs))
-        missing = f", not reached on {cost['not_reached']}" if cost.get("not_reached") else ""
+        undetermined = f", {cost['undetermined']} undetermined" if cost.get("undetermined") else ""
+        missing = f", not reached on {cost['not_reached']}{undetermined}" if cost.get("not_reached") else ""
         cost_text = f"{cost['ratio']:.2f}x [{cost['ratio_ci_low']:.2f}, {cost['ratio_ci_high']:.2f}]{missing}"
         cost_text += f"; {_verdict(cost['p_sign_flip_holm'], cost['p_holm'], False)}"
         rows.append(

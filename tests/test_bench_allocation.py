@@ -8,23 +8,18 @@ import pytest
 
 from bench import allocation, allocation_analysis, allocation_report
 from bench.allocation import run_record, stored_records
-from bench.allocation_analysis import (
-    accuracy_at,
-    censored_log_ratio,
-    goal_records,
-    paired_metric_records,
-    plateau,
-    reaches_goal,
-    tokens_to_reach,
-)
+from bench.allocation_analysis import accuracy_at, goal_records, paired_metric_records, plateau, reaches_goal
+from bench.budget import censored_log_ratio, cost_to_reach
 
 CURVE = [[0.0, 0.2], [100.0, 0.6], [200.0, 0.8], [300.0, 0.85]]
 
 
-def test_tokens_to_reach_counts_a_run_that_never_gets_there_at_its_whole_budget():
-    assert tokens_to_reach(CURVE, 0.6) == (100.0, True)
-    assert tokens_to_reach(CURVE, 0.8) == (200.0, True)
-    assert tokens_to_reach(CURVE, 0.9) == (300.0, False)  # censored: at least 300
+def test_cost_to_reach_counts_a_run_that_never_gets_there_at_its_whole_budget():
+    assert cost_to_reach(CURVE, 0.6) == (100.0, True)
+    assert cost_to_reach(CURVE, 0.8) == (200.0, True)
+    assert cost_to_reach(CURVE, 0.9) == (300.0, False)  # censored: at least 300
+    assert cost_to_reach([[0, 0.2], [10, 0.1 + 0.2]], 0.3) == (10.0, True)  # 0.30000000000000004 vs 0.3: reached
+    assert cost_to_reach(None, 0.1) is None and cost_to_reach([], 0.1) is None
 
 
 def test_accuracy_at_interpolates_and_holds_the_last_value():
