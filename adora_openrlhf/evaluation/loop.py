@@ -164,35 +164,35 @@ def grade_batch(
     """The grades of ``(source, response, row)`` items, graded together under one ``grader`` deadline (the run's
     ``grading.deadline_s`` for every reward call, as in training): an item not graded in time scores its task's
     failure reward, counts as wrong and carries ``grader_late: true``."""
-    from adora_openrlhf.rewards.base import failure_reward
+    from adora_openrlhf.rewards.base import RewardResult, failure_reward
     from adora_openrlhf.rewards.grading import GradingJob
+
+    graded: dict[int, dict[str, Any]] = {}  # item -> its grade fields, written by the grading thread
+
+    def reward_fn(i: int, source: str, row: Mapping[str, Any]) -> Callable[..., RewardResult]:
+        def grade_item(response: str, label: str, meta: Mapping[str, Any]) -> RewardResult:
+            graded[i] = grade_fn(source, response, row)
+            return RewardResult(float(graded[i]["reward"]), bool(graded[i]["correct"]), graded[i].get("extracted"))
+
+        return grade_item
 
     grader.start_step()
     jobs = [
         GradingJob(
-            lambda response, label, meta, source=source, row=row: grade_fn(source, response, row),
+            reward_fn(i, source, row),
             response,
             "",
             {},
             failure_reward(source, row.get("meta") if isinstance(row, Mapping) else None),
         )
-        for source, response, row in items
+        for i, (source, response, row) in enumerate(items)
     ]
-    grades = []
-    for result in grader.grade(jobs):
-        if isinstance(result, dict):
-            grades.append({**result, "grader_late": False})
-        else:  # grading.late_result: the task's failure reward
-            grades.append(
-                {
-                    "correct": False,
-                    "reward": result.reward,
-                    "extracted": None,
-                    "grader_error": None,
-                    "grader_late": True,
-                }
-            )
-    return grades
+    return [
+        {"correct": False, "reward": result.reward, "extracted": None, "grader_error": None, "grader_late": True}
+        if result.info.get("grader_late")  # grading.late_result: the task's failure reward
+        else {**graded[i], "grader_late": False}
+        for i, result in enumerate(grader.grade(jobs))
+    ]
 
 
 def _sample_record(
