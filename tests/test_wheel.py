@@ -28,42 +28,17 @@ pytestmark = [
     ),
 ]
 
-# the smallest local run: kk-tiny with a one-layer model, no warm-up, two RL steps, a 4-row held-out set
-TRAIN_FLAGS = [
-    "--recipe",
-    "kk-tiny",
-    "--warmup.steps",
-    "0",
-    "--steps",
-    "2",
-    "--prompts_per_step",
-    "1",
-    "--sampling.n_keep",
-    "2",
-    "--data.num_train",
-    "8",
-    "--data.num_eval",
-    "4",
-    "--data.kk.num_people",
-    "[2]",
-    "--rollout.max_new_tokens",
-    "8",
-    "--eval_samples",
-    "0",
-    "--model.tiny.hidden_size",
-    "16",
-    "--model.tiny.intermediate_size",
-    "32",
-    "--model.tiny.num_hidden_layers",
-    "1",
-    "--model.tiny.num_attention_heads",
-    "2",
-    "--model.tiny.num_key_value_heads",
-    "1",
-    "--model.tiny.vocab_size",
-    "300",
-    "--report_to",
-    "none",
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+from tiny_runs import TINY_KK  # noqa: E402
+
+# the tests' smallest local run (kk-tiny, a one-layer model, no warm-up) for two RL steps, with the trainer's
+# held-out evaluation (4 rows, 8 new tokens) that adora-eval --run repeats
+_WHEEL_RUN = {**TINY_KK, "steps": 2, "data.num_eval": 4, "rollout.max_new_tokens": 8, "report_to": "none"}
+_WHEEL_RUN.pop("eval_every")  # the recipe's: the final evaluation is the one repeated
+TRAIN_FLAGS = ["--recipe", "kk-tiny"] + [
+    token
+    for key, value in _WHEEL_RUN.items()
+    for token in (f"--{key}", json.dumps(value) if isinstance(value, list) else str(value))
 ]
 
 
