@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -61,6 +62,18 @@ def test_claims_table_matches_docs():
     for bench in plots.BENCHMARKS:  # and every benchmark's table, plots beside the records
         assert plots.summary_markdown(bench, plots.load_runs(bench)) in text, bench.name
         assert f"../bench/results/{bench.name}/accuracy.png" in text, bench.name
+
+
+def test_each_benchmark_section_has_one_plot_and_at_most_five_lines_of_reading():
+    """docs/results.md is a summary: per benchmark its table, one plot and a short reading; provenance, pilots and
+    the other plots stay beside the records (bench/results/NAME/)."""
+    text = (plots.RESULTS.parent.parent / "docs" / "results.md").read_text()
+    sections = [s for s in re.split(r"^## ", text, flags=re.M)[1:] if "![" in s]
+    assert len(sections) == len(plots.BENCHMARKS)
+    for section in sections:
+        images = [line for line in section.splitlines() if line.startswith("![")]
+        reading = section.split(images[-1], 1)[1].strip().splitlines()
+        assert len(images) == 1 and len(reading) <= 5, section.splitlines()[0]
 
 
 def test_records_that_store_their_curve_by_method_are_read():
