@@ -43,19 +43,15 @@ class PairedMetric:
     better: str  # "higher" or "lower"
     scale: str  # "difference": d = v - r; "log_ratio": d = ln(v / r)
     value: Callable[[Record], float | None] | None = None  # a run's value (difference scale)
-    curve: Callable[[Record, int], Curve | None] | None = None  # (run, kept responses per step) -> its budget curve
+    curve: Callable[[Record], Curve | None] | None = None  # a run's accuracy against its budget (cost metrics)
 
 
 def _subset(name: str) -> Callable[[Record], float | None]:
     return lambda rec: (rec.get("acc_final_by_subset") or {}).get(name)
 
 
-def _responses_curve(rec: Record, kept: int) -> Curve | None:
+def _responses_curve(rec: Record) -> Curve | None:
     return (rec.get("series") or {}).get("acc_vs_responses")
-
-
-def _tokens_curve(rec: Record, kept: int) -> Curve | None:
-    return token_curve(rec, kept)[0]
 
 
 def paired_metrics(subsets: Sequence[str] = ()) -> dict[str, PairedMetric]:
@@ -72,19 +68,19 @@ def paired_metrics(subsets: Sequence[str] = ()) -> dict[str, PairedMetric]:
         "responses to reach the reference's final accuracy", "lower", "log_ratio", curve=_responses_curve
     )
     metrics["tokens_to_ref_final"] = PairedMetric(
-        "generated tokens to reach the reference's final accuracy", "lower", "log_ratio", curve=_tokens_curve
+        "generated tokens to reach the reference's final accuracy", "lower", "log_ratio", curve=token_curve
     )
     return metrics
 
 
-def _pair(metric: PairedMetric, rec: Record, ref: Record, kept: int) -> tuple[float | None, str | None]:
+def _pair(metric: PairedMetric, rec: Record, ref: Record) -> tuple[float | None, str | None]:
     """(d, None) for one seed; (d, "censored"): the variant never reached the reference's final accuracy and d is the
     bound at its whole budget, a known loss; (0.0, "undetermined"): censoring leaves the sign open; (None,
     "undefined"): a value or curve is missing, or a cost is 0 (reached at the start)."""
     if metric.curve is None:
         v, r = metric.value(rec), metric.value(ref)
         return (None, "undefined") if v is None or r is None else (v - r, None)
-    mine, theirs = (cost_to_reach(metric.curve(run, kept), ref["acc_final"]) for run in (rec, ref))
+    mine, theirs = (cost_to_reach(metric.curve(run), ref["acc_final"]) for run in (rec, ref))
     if mine is None or theirs is None or mine[0] <= 0 or theirs[0] <= 0:
         return None, "undefined"
     d = censored_log_ratio(math.log(mine[0] / theirs[0]), not mine[1], not theirs[1])
@@ -93,9 +89,7 @@ def _pair(metric: PairedMetric, rec: Record, ref: Record, kept: int) -> tuple[fl
     return d, None if mine[1] else "censored"
 
 
-def paired_records(
-    records: Sequence[Record], reference: str = "GRPO", kept_per_step: int = 1, level: float = 0.95
-) -> list[dict[str, Any]]:
+def paired_records(records: Sequence[Record], reference: str = "GRPO", level: float = 0.95) -> list[dict[str, Any]]:
     """One record per (variant, metric), variants in first-seen order, for every variant but ``reference``,
     over the seeds where both ran: {variant, metric, description, better, scale, n, mean_diff, ci_low, ci_high,
     sd_diff, t, wins, ties, losses, not_reached, undetermined, undefined, p_value, p_sign_flip, p_holm,
@@ -112,7 +106,7 @@ def paired_records(
         block = []
         for variant in variants:
             seeds = sorted(s for v, s in runs if v == variant and (reference, s) in runs)
-            outcomes = {s: _pair(metric, runs[(variant, s)], runs[(reference, s)], kept_per_step) for s in seeds}
+            outcomes = {s: _pair(metric, runs[(variant, s)], runs[(reference, s)]) for s in seeds}
             pairs = {s: d for s, (d, why) in outcomes.items() if why != "undefined"}
             diffs = list(pairs.values())
             test = paired_t(diffs, level)

@@ -32,7 +32,6 @@ from typing import Any
 from bench.paired_stats import paired_t, sign_flip_p
 
 RESULTS = Path(__file__).resolve().parent / "results"
-KEPT_PER_STEP = 128  # 16 prompts x 8 responses kept per RL step: the sample-efficiency recipes' batch
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,7 @@ def _sample_efficiency_runs(data: dict[str, Any]) -> list[Run]:
 
     runs = []
     for r in data["runs"]:
-        curve, _ = token_curve(r, KEPT_PER_STEP)
+        curve = token_curve(r)
         if curve:
             runs.append(Run(r["variant"], str(r["seed"]), [(float(x), float(y)) for x, y in curve]))
     return runs

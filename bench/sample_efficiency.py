@@ -174,23 +174,9 @@ def retarget(record: dict[str, Any], target: float) -> dict[str, Any]:
     }
 
 
-def responses_curve_from_totals(record: dict[str, Any]) -> list[list[float]] | None:
-    """Accuracy vs cumulative responses for a record written before records kept their series. The cumulative
-    count is known exactly at step 0 (0), at the last step (``responses``) and at ``steps_to_target``
-    (``responses_to_target``, the count at that evaluation); None unless those cover every evaluation."""
-    curve = record["acc_curve"]
-    known = {curve[0][0]: 0.0, curve[-1][0]: float(record["responses"])}
-    if record.get("steps_to_target") is not None:
-        known[record["steps_to_target"]] = float(record["responses_to_target"])
-    if any(step not in known for step, _ in curve):
-        return None
-    return [[known[step], acc] for step, acc in curve]
-
-
 def earlier_records(path: Path, settings: dict[str, Any], seeds_now: Sequence[int]) -> list[dict[str, Any]]:
     """``--merge``: the records of an earlier ``results.json`` for the seeds not run now. Its settings must
-    equal this invocation's on every key of MERGE_KEYS; a record without per-step series gets its
-    accuracy-vs-responses curve from :func:`responses_curve_from_totals` and empty per-step panels."""
+    equal this invocation's on every key of MERGE_KEYS."""
     if not path.is_file():
         raise ValueError(f"--merge: {path} is not a file; pass the results.json of an earlier run of this benchmark")
     earlier = json.loads(path.read_text())
@@ -200,19 +186,7 @@ def earlier_records(path: Path, settings: dict[str, Any], seeds_now: Sequence[in
             raise ValueError(
                 f"--merge: {path} was written with {key}={theirs!r} but this run has {mine!r}; merge only results of the same settings"
             )
-    records = []
-    for rec in earlier["runs"]:
-        if rec["seed"] in seeds_now:
-            continue
-        if "series" not in rec:
-            responses = responses_curve_from_totals(rec)
-            if responses is None:
-                raise ValueError(
-                    f"--merge: {path}: {rec['variant']} seed {rec['seed']} keeps no per-step response counts; rerun that seed instead"
-                )
-            rec = {**rec, "series": {"acc_vs_responses": responses, "zero_signal": [], "length": []}}
-        records.append(rec)
-    return records
+    return [rec for rec in earlier["runs"] if rec["seed"] not in seeds_now]
 
 
 def _parse_set(items: Sequence[str]) -> dict[str, Any]:
@@ -388,9 +362,8 @@ def _run(args: argparse.Namespace) -> int:
     if not step0:
         raise ValueError(f"{out / 'runs'}: the runs hold no held-out evaluation (eval/greedy_accuracy)")
     target = choose_target(step0, args.target_margin)
-    kept_per_step = cfg.prompts_per_step * cfg.sampling.n_keep
     records = [run_record(r, target, adora_on[r["variant"]]) for r in runs] + [retarget(r, target) for r in merged]
-    records = [with_tokens(r, kept_per_step) for r in records]
+    records = [with_tokens(r) for r in records]
     records.sort(key=lambda r: (r["seed"], list(variants).index(r["variant"])))
     rows, stats = summarise(records)
     table = markdown_table(HEADER, rows)
@@ -420,16 +393,16 @@ def _run(args: argparse.Namespace) -> int:
         table += "\n\nHeld-out accuracy per subset, mean over seeds:\n\n" + markdown_table(subset_header, subset_body)
     payload: dict[str, Any] = {"settings": settings, "summary": stats}
     if REFERENCE in variants and len(variants) > 1:
-        paired, sections = paired_report(records, kept_per_step, cfg.data.num_eval)
+        paired, sections = paired_report(records, cfg.data.num_eval)
         table += "\n\n" + sections["markdown"]
-        payload.update(paired=paired, power=sections["power"], tokens_estimate_check=sections["tokens_estimate_check"])
+        payload.update(paired=paired, power=sections["power"])
     (out / "table.md").write_text(f"settings: {json.dumps(settings, default=str)}\n\n{intro}\n\n{table}\n")
     write_json(out / "results.json", {**payload, "runs": records})
     plot(records, list(variants), out / "curves.png", f"{args.recipe}: mean over seeds {seeds} with 95% CI")
     written = [out / "table.md", out / "results.json", out / "curves.png"]
     if REFERENCE in variants and len(variants) > 1:
         title = f"{args.recipe}: accuracy vs generated tokens, mean over seeds {seeds} with 95% CI"
-        plot_against_reference(records, list(variants), REFERENCE, kept_per_step, out / "tokens.png", title)
+        plot_against_reference(records, list(variants), REFERENCE, out / "tokens.png", title)
         written.append(out / "tokens.png")
     print(f"\n{intro}\n\n{table}\n\nwrote {', '.join(map(str, written))} in {settings['total_wall_s']} s")
     return 0

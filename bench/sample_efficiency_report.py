@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.budget import estimate_error
 from bench.common import (
     band,
     fmt_mean_ci,
@@ -177,18 +176,15 @@ def plot(records: Sequence[dict[str, Any]], variants: Sequence[str], path: Path,
 POWER_METRICS = ("acc_final", "auc", "tokens_to_ref_final")  # the metrics the power table plans for
 
 
-def paired_report(
-    records: Sequence[dict[str, Any]], kept_per_step: int, num_eval: int
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def paired_report(records: Sequence[dict[str, Any]], num_eval: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The paired records (``bench/paired_analysis.py``) against REFERENCE and the table.md sections built on
     them: the paired table, the accuracy difference per evaluation step, where each run's token count comes
-    from and how far the kept-length estimate is off where both exist, and the seeds a test would need."""
-    paired = paired_records(records, REFERENCE, kept_per_step)
+    from, and the seeds a test would need."""
+    paired = paired_records(records, REFERENCE)
     p_ref = mean_ci(r["acc_final"] for r in records if r["variant"] == REFERENCE)[0]
     bound = eval_noise_bound(p_ref, num_eval)
     power = power_rows(paired, POWER_METRICS)
     measured = [r["sd_diff"] ** 2 for r in power if r["metric"] == "acc_final"]
-    check = estimate_error(records)
     sources: dict[str, dict[str, int]] = {}
     for r in records:
         counts = sources.setdefault(r["variant"], {})
@@ -209,19 +205,9 @@ def paired_report(
             for r in power
         ],
     )
-    check_table = markdown_table(
-        ["variant", "token count of the runs", "runs with both", "estimate / logged, mean (min..max)"],
-        [
-            [
-                v,
-                ", ".join(f"{k}: {n}" for k, n in sorted(c.items())),
-                str(check[v]["runs"]) if v in check else "0",
-                f"{check[v]['mean_ratio']:.3f} ({check[v]['min_ratio']:.3f}..{check[v]['max_ratio']:.3f})"
-                if v in check
-                else "n/a",
-            ]
-            for v, c in sources.items()
-        ],
+    sources_table = markdown_table(
+        ["variant", "token count of the runs"],
+        [[v, ", ".join(f"{k}: {n}" for k, n in sorted(c.items()))] for v, c in sources.items()],
     )
     markdown = "\n\n".join(
         [
@@ -232,9 +218,10 @@ def paired_report(
             paired_table(paired),
             f"Held-out accuracy difference to {REFERENCE} by evaluation step (mean ± 95% CI half-width over seeds):",
             markdown_table(step_header, step_rows),
-            "Generated tokens per run: `logged` (sampling/tokens_generated), `kept lengths` (every response kept: exact), `estimate` "
-            "(responses per evaluation interval x the kept responses' mean length; the runs that logged their count show how far off it is):",
-            check_table,
+            "Generated tokens per run: `logged` (sampling/tokens_generated); runs recorded before that count carry a curve computed once "
+            "from their kept responses' lengths, `kept lengths` (every response kept: exact) or `estimate` (responses x the kept mean length; "
+            "bench/budget.py):",
+            sources_table,
             "Seeds a two-sided paired t test at 0.05 / (number of variants) would need for 80% power if the measured mean difference and "
             "sd were the true ones:",
             power_table,
@@ -245,4 +232,4 @@ def paired_report(
         ]
     )
     payload = {"alpha": "0.05 / variants (two-sided)", "power": 0.8, "eval_var_bound_acc_final": bound, "rows": power}
-    return paired, {"markdown": markdown, "power": payload, "tokens_estimate_check": check}
+    return paired, {"markdown": markdown, "power": payload}

@@ -25,7 +25,6 @@ from bench.sample_efficiency import (
     earlier_records,
     main,
     plot,
-    responses_curve_from_totals,
     retarget,
     run_record,
     subset_rows,
@@ -211,23 +210,6 @@ def test_run_record_keeps_the_logged_token_curve():
     assert run_record(run, 0.3, False)["series"]["acc_vs_tokens"] == [[0.0, 0.1], [100.0, 0.2], [300.0, 0.4]]
 
 
-def test_responses_curve_from_totals_hand_case():
-    # evaluations at steps 0, 20, 40; the target was first reached at step 20 after 2560 responses, 5120 in all
-    old = {
-        "acc_curve": [[0, 0.2], [20, 0.4], [40, 0.6]],
-        "responses": 5120,
-        "steps_to_target": 20,
-        "responses_to_target": 2560,
-    }
-    assert responses_curve_from_totals(old) == [[0.0, 0.2], [2560.0, 0.4], [5120.0, 0.6]]
-    # step 20 unknown
-    assert responses_curve_from_totals({**old, "steps_to_target": None, "responses_to_target": None}) is None
-    assert responses_curve_from_totals({**old, "acc_curve": [[0, 0.2], [40, 0.6]], "steps_to_target": None}) == [
-        [0.0, 0.2],
-        [5120.0, 0.6],
-    ]
-
-
 def test_merge_pools_earlier_seeds_of_the_same_settings(tmp_path, capsys):
     import json
 
@@ -238,41 +220,14 @@ def test_merge_pools_earlier_seeds_of_the_same_settings(tmp_path, capsys):
         "variants": {"GRPO": {}},
         "target_margin": 0.05,
     }
-    old = {
-        "variant": "GRPO",
-        "acc_step0": 0.2,
-        "acc_final": 0.6,
-        "acc_curve": [[0, 0.2], [20, 0.4], [40, 0.6]],
-        "responses": 5120,
-    }
-    old.update(steps_to_target=20, responses_to_target=2560)
     new = run_record(fake_run("GRPO", 3, [0.1, 0.2, 0.4], 32), target=0.3, adora_on=False)
     path = tmp_path / "results.json"
-    path.write_text(
-        json.dumps(
-            {
-                "settings": settings,
-                "runs": [{**old, "seed": 0}, {**old, "seed": 1, "series": new["series"]}, {**new, "seed": 3}],
-            }
-        )
-    )
+    path.write_text(json.dumps({"settings": settings, "runs": [{**new, "seed": 0}, {**new, "seed": 3}]}))
     got = earlier_records(path, settings, seeds_now=[3])
-    assert [r["seed"] for r in got] == [0, 1]  # seed 3 is being run now: its old record is dropped
-    assert got[0]["series"] == {
-        "acc_vs_responses": [[0.0, 0.2], [2560.0, 0.4], [5120.0, 0.6]],
-        "zero_signal": [],
-        "length": [],
-    }
-    assert got[1]["series"] == new["series"]  # a record that kept its series is taken as it is
+    assert [r["seed"] for r in got] == [0]  # seed 3 is being run now: its old record is dropped
+    assert got[0]["series"] == new["series"]  # taken as it is
     with pytest.raises(ValueError, match="steps=40 but this run has 30"):
         earlier_records(path, {**settings, "steps": 30}, seeds_now=[3])
-    path.write_text(
-        json.dumps(
-            {"settings": settings, "runs": [{**old, "seed": 0, "steps_to_target": None, "responses_to_target": None}]}
-        )
-    )
-    with pytest.raises(ValueError, match="rerun that seed"):
-        earlier_records(path, settings, seeds_now=[3])
     assert main(["--recipe", "kk-tiny", "--report-only", "--merge", str(tmp_path / "missing.json")]) == 2
     assert "--merge" in capsys.readouterr().err
 
