@@ -456,8 +456,8 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 
 def check_engines_installed() -> None:
-    """ConfigError, before anything is written, when openrlhf or vllm cannot be imported here: every launch would
-    fail the same way."""
+    """ConfigError, before anything is written, when openrlhf, vllm or deepspeed cannot be imported here: every
+    launch would fail the same way."""
     from adora_openrlhf.backends.openrlhf.compat.entry import INSTALL_HINT, missing_engines
 
     if missing := missing_engines():
