@@ -19,7 +19,8 @@ start's weights (``warm_start``, :func:`warm_start_fingerprint`), runs pair only
 warm start, and a variant run on a new warm start brings a GRPO run on it. (The records made before fingerprints
 carry the fingerprint of the warm start whose GRPO run repeated theirs exactly, marked ``warm_start_inferred``.)
 
-Writes ``results.json`` (per-run records, ``paired`` records and ``goal`` records), ``table.md`` and ``curves.png``.
+Writes ``results.json`` (per-run records, ``paired`` records and ``goal`` records), ``table.md``, and ``accuracy.png`` and
+``target.png`` as ``python -m bench.plots`` draws them.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
+from bench import plots
 from bench.allocation_analysis import (
     MATCHED_REFERENCES,
     REFERENCE,
@@ -45,7 +47,7 @@ from bench.allocation_analysis import (
     paired_metric_records,
     truncated_references,
 )
-from bench.allocation_report import plot, report
+from bench.allocation_report import report
 from bench.common import (
     FROM_WARM_START,
     RunSpec,
@@ -241,7 +243,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                {"settings": settings, "records": records, "paired": paired, "goal": goal, "matched": matched})  # fmt: skip
     text = report(units, paired, goal, settings, matched, runs=records)
     (out / "table.md").write_text(text + "\n")
-    plot(units, out / "curves.png")
+    plots.draw_runs(
+        plots.benchmark_for(out, args.recipe, 0.80, list(settings["variants"])),
+        plots.allocation_runs({"records": records}),
+        out,
+    )
     print(text)
     return 0
 

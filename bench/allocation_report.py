@@ -1,13 +1,11 @@
 """The rollout allocation benchmark's report: ``table.md`` (the means per variant, the runs' cost in core-hours
-(:func:`benchmark_cost`), the goal, the paired records against GRPO and against each matched reference) and
-``curves.png`` (accuracy against tokens, each seed a thin line, the mean over seeds in bold), from the analysis of
-``bench/allocation_analysis.py``."""
+(:func:`benchmark_cost`), the goal, the paired records against GRPO and against each matched reference), from the
+analysis of ``bench/allocation_analysis.py``; its plots are ``bench/plots.py``'s."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from bench.allocation_analysis import (
@@ -214,39 +212,3 @@ def report(
         *_matched_sections(matched or {}),
     ]
     return "\n".join(lines)
-
-
-def plot(records: Sequence[Mapping[str, Any]], path: Path) -> None:
-    """Accuracy against generated tokens: each seed a thin line, the mean over seeds (at each evaluation) in bold,
-    labelled with its number of runs (a pilot's mean is over other seeds than a ten-seed variant's); past ten
-    variants the colours repeat with another line style."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    variants = list(dict.fromkeys(r["variant"] for r in records))
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    for i, v in enumerate(variants):
-        color, style = f"C{i % 10}", ("-", "--", ":")[i // 10 % 3]
-        mine = [r for r in records if r["variant"] == v]
-        for r in mine:
-            ax.plot(
-                [x for x, _ in r["curve"]],
-                [y for _, y in r["curve"]],
-                color=color,
-                linestyle=style,
-                linewidth=0.6,
-                alpha=0.35,
-            )
-        length = min(len(r["curve"]) for r in mine)
-        xs = [sum(r["curve"][k][0] for r in mine) / len(mine) for k in range(length)]
-        ys = [sum(r["curve"][k][1] for r in mine) / len(mine) for k in range(length)]
-        ax.plot(xs, ys, color=color, linestyle=style, linewidth=2.2, label=f"{v} ({len(mine)} runs)")
-    ax.set_xlabel("generated tokens")
-    ax.set_ylabel("held-out greedy accuracy")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -53,52 +53,6 @@ def censored_log_ratio(d: float, variant_censored: bool, reference_censored: boo
     return d
 
 
-def plot_against_reference(
-    records: Sequence[Mapping[str, Any]],
-    variants: Sequence[str],
-    reference: str,
-    path: Any,
-    title: str,
-) -> None:
-    """One panel per variant other than ``reference``: held-out accuracy against cumulative generated tokens, the
-    variant and the reference, each the mean over seeds at every evaluation (x: mean tokens) with a 95% CI band
-    of the accuracy (:func:`bench.common.band`). Runs without a token curve are left out of the panel."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
-
-    from bench.common import band
-
-    others = [v for v in variants if v != reference]
-    cols = min(4, max(1, len(others)))
-    rows = max(1, -(-len(others) // cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False, sharey=True)
-    curves = {v: [c for r in records if r["variant"] == v for c in [token_curve(r)] if c] for v in variants}
-    for ax, variant in zip(axes.flat, others, strict=False):
-        for name, colour in ((reference, "tab:gray"), (variant, "tab:blue")):
-            if not curves[name]:
-                continue
-            xs, ys, hs = band([[tuple(p) for p in c] for c in curves[name]])
-            ax.plot(xs, ys, marker="o", markersize=3, color=colour, label=f"{name} ({len(curves[name])} seeds)")
-            low, high = [y - h for y, h in zip(ys, hs, strict=True)], [y + h for y, h in zip(ys, hs, strict=True)]
-            ax.fill_between(xs, low, high, color=colour, alpha=0.2, linewidth=0)
-        ax.set_title(f"{variant} vs {reference}", fontsize=10)
-        ax.set_xlabel("generated tokens (mean over seeds)")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e3:.0f}k"))  # 700000 -> 700k: labels stay apart
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("held-out greedy accuracy")
-    for ax in list(axes.flat)[len(others) :]:
-        ax.set_visible(False)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def with_tokens(record: Mapping[str, Any]) -> dict[str, Any]:
     """``record`` with ``tokens`` (the generated tokens of the whole run, or None without a token curve) and
     ``tokens_source`` (``logged`` unless the record names its source; None without a curve)."""

@@ -2,7 +2,8 @@
 
 ``python -m bench.plots [--results bench/results] [--claims]``
 
-Per benchmark (:data:`BENCHMARKS`), beside its records in ``bench/results/NAME/``:
+Per benchmark (:data:`BENCHMARKS`), beside its records in ``bench/results/NAME/`` (and by the allocation and
+sample-efficiency benchmarks themselves at the end of a run, :func:`draw_runs`):
 
 - ``accuracy.png``: held-out greedy accuracy against cumulative generated tokens, each seed a faint line, the mean
   over seeds at each evaluation in bold, one colour per method. Where the records hold no token counts (the cluster
@@ -11,11 +12,10 @@ Per benchmark (:data:`BENCHMARKS`), beside its records in ``bench/results/NAME/`
   the seeds that reach it with its 95% t interval (on the logs), and how many seeds never reach it; a method that
   reaches it on no seed is drawn as "not reached".
 
-``--tables`` prints each benchmark's table (:func:`summary_markdown`) and ``--claims`` the claims table that opens
-``docs/results.md`` (:func:`claims_markdown`), every number read from the records: the paired per-seed statistics
-the benchmarks stored (exact sign-flip test and paired t, Holm-adjusted over the benchmark's variants;
-``bench/paired_stats.py``), and for the cluster and TRL testbeds, whose records store per-run results only, the same
-tests computed here per seed against the reference.
+``--tables`` prints each benchmark's table (:func:`summary_markdown`), ``--claims`` the claims table of
+``docs/results.md`` (:func:`claims_markdown`), every number read from the records: the stored paired per-seed
+statistics (exact sign-flip and paired t, Holm over the variants; ``bench/paired_stats.py``), or for the cluster and
+TRL testbeds, which store per-run results only, the same tests computed here per seed against the reference.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Benchmark:
     panels: tuple[tuple[str, ...], ...]
 
 
-def _allocation_runs(data: dict[str, Any]) -> list[Run]:
+def allocation_runs(data: dict[str, Any]) -> list[Run]:
     return [
         Run(r["variant"], f"{r['seed']}/{r.get('warm_start', '')}", [(float(x), float(y)) for x, y in r["curve"]])
         for r in data["records"]
@@ -66,7 +66,7 @@ def _curve_runs(data: dict[str, Any]) -> list[Run]:
     return [Run(r["method"], str(r["seed"]), [(float(x), float(y)) for x, y in r["curve"]]) for r in data["records"]]
 
 
-def _sample_efficiency_runs(data: dict[str, Any]) -> list[Run]:
+def sample_efficiency_runs(data: dict[str, Any]) -> list[Run]:
     from bench.budget import token_curve
 
     runs = []
@@ -100,10 +100,10 @@ def _trl_runs(data: dict[str, Any]) -> list[Run]:
 
 
 READERS = {
-    "allocation": _allocation_runs,
-    "allocation_kk_testbed": _allocation_runs,
-    "sample_efficiency": _sample_efficiency_runs,
-    "geo_testbed": _sample_efficiency_runs,
+    "allocation": allocation_runs,
+    "allocation_kk_testbed": allocation_runs,
+    "sample_efficiency": sample_efficiency_runs,
+    "geo_testbed": sample_efficiency_runs,
     "cluster_testbed": _cluster_runs,
     "trl_testbed": _trl_runs,
     "ppo_kk_testbed": _curve_runs,
@@ -330,11 +330,20 @@ def plot_target(bench: Benchmark, runs: Sequence[Run], path: Path) -> None:
 
 def draw(bench: Benchmark, results: Path = RESULTS) -> list[Path]:
     """Both plots of ``bench`` beside its records; the paths written."""
-    runs = load_runs(bench, results)
-    folder = results / bench.name
+    return draw_runs(bench, load_runs(bench, results), results / bench.name)
+
+
+def draw_runs(bench: Benchmark, runs: Sequence[Run], folder: Path) -> list[Path]:
+    """``accuracy.png`` and ``target.png`` of ``runs`` in ``folder`` (a benchmark's own run draws them this way)."""
     plot_accuracy(bench, runs, folder / "accuracy.png")
     plot_target(bench, runs, folder / "target.png")
     return [folder / "accuracy.png", folder / "target.png"]
+
+
+def benchmark_for(folder: Path, title: str, target: float, methods: Sequence[str]) -> Benchmark:
+    """The registered benchmark named like ``folder`` (its target and panels), else one panel of ``methods``."""
+    known = next((b for b in BENCHMARKS if b.name == folder.name), None)
+    return known or Benchmark(folder.name, title, target, "tokens", (tuple(methods),))
 
 
 def summary_markdown(bench: Benchmark, runs: Sequence[Run]) -> str:

@@ -14,7 +14,8 @@ end, the area under the accuracy-vs-step curve (trapezoid rule, divided by the s
 generated responses needed to reach a target that no run meets at step 0 (max step-0 accuracy +
 ``--target-margin``; runs that never reach it are counted, "k/n reached"), responses generated, zero-signal
 group fraction, mean response length and wall time (ratios to GRPO). Writes ``table.md``, ``results.json``
-(one record per variant and seed, plus settings) and ``curves.png`` to ``--out``.
+(one record per variant and seed, plus settings), ``curves.png`` (accuracy, zero-signal groups and lengths per step)
+and ``bench/plots.py``'s ``accuracy.png`` and ``target.png`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from bench.budget import plot_against_reference, with_tokens
+from bench import plots
+from bench.budget import with_tokens
 from bench.common import (
     FROM_WARM_START,
     GROUP_VARIANTS,
@@ -399,11 +401,9 @@ def _run(args: argparse.Namespace) -> int:
     (out / "table.md").write_text(f"settings: {json.dumps(settings, default=str)}\n\n{intro}\n\n{table}\n")
     write_json(out / "results.json", {**payload, "runs": records})
     plot(records, list(variants), out / "curves.png", f"{args.recipe}: mean over seeds {seeds} with 95% CI")
+    bench = plots.benchmark_for(out, args.recipe, target, list(variants))  # the docs' target where registered
     written = [out / "table.md", out / "results.json", out / "curves.png"]
-    if REFERENCE in variants and len(variants) > 1:
-        title = f"{args.recipe}: accuracy vs generated tokens, mean over seeds {seeds} with 95% CI"
-        plot_against_reference(records, list(variants), REFERENCE, out / "tokens.png", title)
-        written.append(out / "tokens.png")
+    written += plots.draw_runs(bench, plots.sample_efficiency_runs({"runs": records}), out)
     print(f"\n{intro}\n\n{table}\n\nwrote {', '.join(map(str, written))} in {settings['total_wall_s']} s")
     return 0
 

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from bench.budget import (
     cost_to_reach,
-    plot_against_reference,
     token_curve,
     with_tokens,
 )
@@ -335,16 +334,6 @@ def test_power_rows_and_eval_noise_bound():
         eval_noise_bound(0.5, 0)
 
 
-def test_plot_against_reference(tmp_path):
-    records = (
-        _seeds("GRPO", [0.6, 0.7], [3, 3])
-        + _seeds("Ada-pos", [0.65, 0.62], [1, 1], 8)
-        + _seeds("DAPO-filter", [0.6, 0.6], [2, 2])
-    )
-    plot_against_reference(records, ["GRPO", "Ada-pos", "DAPO-filter"], "GRPO", tmp_path / "tokens.png", "test")
-    assert (tmp_path / "tokens.png").stat().st_size > 1000
-
-
 def _fake_run_dir(path, accs, responses_per_step, tokens_per_step):
     path.mkdir(parents=True)
     (path / "summary.json").write_text(json.dumps({"wall_time_s": 10.0}))
@@ -402,7 +391,8 @@ def test_report_only_writes_the_paired_records(tmp_path):
     }
     assert {r["tokens_source"] for r in results["runs"]} == {"logged"} and "tokens_estimate_check" not in results
     assert results["power"]["rows"] and "Paired comparison with GRPO" in (out / "table.md").read_text()
-    assert (out / "tokens.png").stat().st_size > 1000 and (out / "curves.png").exists()
+    assert (out / "curves.png").exists()  # and bench/plots.py's two, drawn from these records
+    assert (out / "accuracy.png").stat().st_size > 1000 and (out / "target.png").stat().st_size > 1000
 
 
 def test_report_of_a_merged_file_alone_reproduces_its_paired_records(tmp_path, capsys):
@@ -421,7 +411,7 @@ def test_report_of_a_merged_file_alone_reproduces_its_paired_records(tmp_path, c
     assert main([*common, "--seeds", "--merge", str(out / "results.json"), "--out", str(again)]) == 0
     rebuilt = json.loads((again / "results.json").read_text())
     assert rebuilt["settings"]["merged_from"]["seeds"] == [0, 1, 2] and rebuilt["settings"]["seeds"] == [0, 1, 2]
-    assert rebuilt["paired"] == first["paired"] and (again / "tokens.png").exists()
+    assert rebuilt["paired"] == first["paired"] and (again / "accuracy.png").exists()
     capsys.readouterr()
     # no seed without --report-only --merge: nothing to do
     assert main([*common[:-1], "--seeds", "--out", str(again)]) == 2

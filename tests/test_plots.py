@@ -41,7 +41,7 @@ def test_tiny_record_draws_both_plots(tmp_path):
     assert [p.name for p in written] == ["accuracy.png", "target.png"]
     assert all(p.stat().st_size > 1000 for p in written)
 
-    runs = plots._allocation_runs({"records": records})
+    runs = plots.allocation_runs({"records": records})
     bars = {b.method: b for b in plots.target_bars(runs, ["GRPO", "Knapsack-0.5", "Skip"], 0.80)}
     assert (bars["GRPO"].reached, bars["GRPO"].seeds) == (2, 2)
     assert bars["GRPO"].mean == pytest.approx(math.sqrt(100.0 * 200.0))  # geometric mean of 100 and 200 tokens
