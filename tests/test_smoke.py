@@ -7,7 +7,7 @@ real-engine run of CI launches what is the smoke command's own: a mode, the resu
 modes that ran) and the summary of both (``--modes ada resume``). The other modes are the same launch with other
 flags, each run through OpenRLHF's whole loop by ``tests/test_openrlhf_e2e.py`` (ADORA, the knapsack, the
 asynchronous loop with the IS correction) and by the parser check below on a GPU node's layout and the CPU's. The
-command as a user runs it, all six modes, is marked ``slow`` as well (about 10 minutes):
+command as a user runs it, all six modes, is marked ``slow`` as well (4-5 minutes):
 ``ADORA_REQUIRE_VLLM=1 python -m pytest -q -m "vllm and slow" tests/test_smoke.py``."""
 
 from __future__ import annotations
