@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.budget import cost_to_reach, token_curve
 from bench.paired_stats import paired_t, sign_flip_p
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -67,8 +68,6 @@ def _curve_runs(data: dict[str, Any]) -> list[Run]:
 
 
 def sample_efficiency_runs(data: dict[str, Any]) -> list[Run]:
-    from bench.budget import token_curve
-
     runs = []
     for r in data["runs"]:
         curve = token_curve(r)
@@ -213,8 +212,9 @@ def mean_curve(curves: Sequence[Sequence[tuple[float, float]]]) -> list[tuple[fl
 
 
 def cost_to_target(curve: Sequence[tuple[float, float]], target: float) -> float | None:
-    """x at the first evaluation at or above ``target`` (accuracies are multiples of 1 / N: 1e-9 tolerance)."""
-    return next((x for x, acc in curve if acc >= target - 1e-9), None)
+    """x at the first evaluation at or above ``target`` (``budget.cost_to_reach``), None where no evaluation is."""
+    cost = cost_to_reach(curve, target)
+    return cost[0] if cost is not None and cost[1] else None
 
 
 @dataclass(frozen=True)
