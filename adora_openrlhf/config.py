@@ -121,18 +121,20 @@ class DataFields:
 def _task_sections() -> list[tuple[str, Any, Any]]:
     """``(section, options class, field)`` of every registered task with options, in registration order."""
     sections = []
+    taken = {f.name for f in dataclasses.fields(DataFields)}  # and, as the loop goes, the sections made so far
     for name, task in TASKS.items():
         if task.options is None:
             continue
         key = task.section
         require(
-            key not in {f.name for f in dataclasses.fields(DataFields)} and key not in {s[0] for s in sections},
+            key not in taken,
             f"data.{key}",
             f"task {name!r}: its options section {key!r} is taken (by a field of data or another task); set options_key",
         )
         doc = (task.options.__doc__ or "").strip().splitlines()
         help_text = f"task {name}: {doc[0] if doc else 'its options'} ({task.options.__module__})"
         sections.append((key, task.options, field(default_factory=task.options, metadata={"help": help_text})))
+        taken.add(key)
     return sections
 
 
