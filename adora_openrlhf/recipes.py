@@ -498,7 +498,7 @@ _cluster_recipe(
 
 # The RL phase of kk-testbed on the openrlhf backend: the same settings (40 steps of 16 prompts x 8 responses,
 # lr 1.5e-4, 400 new tokens, greedy held-out evaluation every 10 steps), started from a kk-testbed warm start
-# (--model) on the testbed's puzzles written as JSONL (`python -m bench.cluster_testbed --prepare-only`).
+# (--model) on the testbed's puzzles written as JSONL (`python -m adora_openrlhf.testbed_files`).
 # One vLLM engine and one DeepSpeed actor: one GPU, or a machine without one (the CPU run of the backend).
 # Adam's betas are torch's (0.9, 0.999), as in the local backend (OpenRLHF's default is (0.9, 0.95)).
 _KK_TESTBED_OPENRLHF = {

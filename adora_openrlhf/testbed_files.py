@@ -7,16 +7,20 @@ on a machine without a GPU, where there is no hub to download a model from).
 - :func:`save_tiny_model`: a random-init tiny Qwen2 model of the kk-testbed's shape (heads of 32 dimensions, the
   smallest vLLM's CPU attention takes) with a byte-level BPE tokenizer trained on the rows' prompts and the compact
   chat template, saved with ``save_pretrained``: a checkpoint folder any ``--model`` accepts.
+- :func:`warm_start_dir`: a recipe's supervised warm-up run once per seed and saved (the benchmarks' shared start).
+- ``python -m adora_openrlhf.testbed_files --seeds 0 --out DIR`` (:func:`prepare`): per seed the kk-testbed warm start
+  and its puzzles as ``train.jsonl`` / ``test.jsonl``, the inputs of the ``kk-testbed-openrlhf`` recipe.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli
 from adora_openrlhf.rows import Row
 
 TESTBED_RECIPE = "kk-testbed"
@@ -72,3 +76,59 @@ def save_tiny_model(path: str | Path, rows: Sequence[Row], seed: int = 0) -> Pat
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def warm_start_dir(recipe: str, seed: int, overrides: Mapping[str, Any], out: Path) -> str:
+    """Run the recipe's supervised warm-up once for ``seed`` and save the policy (HF format) in
+    ``out/warm_start_seed<seed>``. ``warm_start.json`` beside the model records the recipe and overrides it was built
+    with; a folder built with other settings is rebuilt, never silently reused."""
+    from adora_openrlhf.recipes import build_run_config
+    from adora_openrlhf.train import warm_start
+
+    target = out / f"warm_start_seed{seed}"
+    marker = target / "warm_start.json"
+    built_with = json.loads(json.dumps({"recipe": recipe, "seed": seed, "overrides": dict(overrides)}, default=str))
+    if not (target / "config.json").exists() or not marker.exists() or json.loads(marker.read_text()) != built_with:
+        cfg = build_run_config(recipe, {**overrides, "seed": seed, "output_dir": str(target)})
+        warm_start(cfg, target)
+        marker.write_text(json.dumps(built_with, indent=2) + "\n")
+    return str(target)
+
+
+def prepare(seed: int, out: Path) -> dict[str, str]:
+    """The kk-testbed warm start of ``seed`` and the recipe's puzzles of that seed as JSONL, under ``out``:
+    ``{"model", "train", "test"}`` paths (files already there are kept)."""
+    from adora_openrlhf.recipes import build_run_config
+    from adora_openrlhf.rows import load_run_rows
+
+    model = warm_start_dir(TESTBED_RECIPE, seed, {}, out)
+    data = out / f"data_seed{seed}"
+    if not (data / "test.jsonl").exists():
+        train, held = load_run_rows(build_run_config(TESTBED_RECIPE, {"seed": seed}).data, seed)
+        write_rows_jsonl(train, data / "train.jsonl")
+        write_rows_jsonl(held, data / "test.jsonl")
+    return {"model": model, "train": str(data / "train.jsonl"), "test": str(data / "test.jsonl")}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = OneLineParser(
+        prog="python -m adora_openrlhf.testbed_files",
+        description="Write the kk-testbed warm start and puzzles (JSONL) of each seed: the inputs of the "
+        "kk-testbed-openrlhf recipe. Prints their paths as JSON.",
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--out", type=Path, default=Path("runs/kk-testbed-inputs"), help="folder of the inputs")
+    add_debug_flag(parser)
+
+    def run() -> int:
+        args = parser.parse_args(argv)
+        if any(seed < 0 for seed in args.seeds):
+            raise ValueError(f"--seeds: must be >= 0, got {args.seeds}")
+        print(json.dumps({seed: prepare(seed, args.out) for seed in sorted(set(args.seeds))}, indent=2))
+        return 0
+
+    return run_cli(run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

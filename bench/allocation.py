@@ -5,7 +5,7 @@
 
 This module runs the benchmark; what it compares and how is ``bench/allocation_analysis.py``, the table and plot
 ``bench/allocation_report.py``. Per seed the recipe's supervised warm-up runs once (``bench/common.py``
-:func:`warm_start_dir`); every variant of the seed starts RL from it, with the same data order and the same held-out
+``testbed_files.warm_start_dir``); every variant of the seed starts RL from it, with the same data order and the same held-out
 puzzles, and changes only the method (:data:`VARIANTS`). Finished runs are read back, interrupted ones resumed
 (``run_training`` with ``reuse``), so the benchmark can be run in pieces; ``--report-only`` analyses the finished runs
 only. Each finished run becomes one record (:func:`run_record`).
@@ -35,6 +35,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
+from adora_openrlhf.testbed_files import warm_start_dir
 from bench import plots
 from bench.allocation_analysis import (
     MATCHED_REFERENCES,
@@ -55,7 +56,6 @@ from bench.common import (
     run_pool,
     run_training,
     setting_differences,
-    warm_start_dir,
     write_json,
 )
 

@@ -1,7 +1,7 @@
 """Shared pieces of the benchmarks: variants, warm starts, parallel runs, tables.
 
 Every variant of one seed starts from the same warmed-up policy: the supervised warm-up runs once per seed
-(:func:`warm_start_dir`), and each RL run loads that checkpoint with ``warmup.steps = 0``. Runs go to a
+(``adora_openrlhf.testbed_files.warm_start_dir``), and each RL run loads that checkpoint with ``warmup.steps = 0``. Runs go to a
 process pool (one torch thread per process: on a 2-core machine two tiny-model runs side by side finish
 sooner than one run on two threads).
 """
@@ -66,24 +66,6 @@ def _init_worker(threads: int) -> None:
 
     torch.set_num_threads(threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def warm_start_dir(recipe: str, seed: int, overrides: Mapping[str, Any], out: Path) -> str:
-    """Run the recipe's supervised warm-up once for ``seed`` and save the policy (HF format) under ``out``.
-
-    ``warm_start.json`` beside the model records the recipe and overrides it was built with; a folder built
-    with other settings is rebuilt, never silently reused."""
-    from adora_openrlhf.recipes import build_run_config
-    from adora_openrlhf.train import warm_start
-
-    target = out / f"warm_start_seed{seed}"
-    marker = target / "warm_start.json"
-    built_with = json.loads(json.dumps({"recipe": recipe, "seed": seed, "overrides": dict(overrides)}, default=str))
-    if not (target / "config.json").exists() or not marker.exists() or json.loads(marker.read_text()) != built_with:
-        cfg = build_run_config(recipe, {**overrides, "seed": seed, "output_dir": str(target)})
-        warm_start(cfg, target)
-        marker.write_text(json.dumps(built_with, indent=2) + "\n")
-    return str(target)
 
 
 def load_run(variant: str, seed: int, run_dir: Path) -> dict[str, Any]:

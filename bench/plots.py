@@ -405,8 +405,8 @@ COMMANDS = {
     "allocation_kk_testbed": "`python -m bench.allocation --recipe kk-testbed --seeds 0 1 2 3 4 --variants {v}`",
     "allocation": ALLOCATION_COMMAND,
     "geo_testbed": "`python -m bench.sample_efficiency --recipe geo-testbed --seeds 0 1 2 3 4`",
-    "cluster_testbed": "`python -m bench.cluster_testbed`",
-    "trl_testbed": "`python -m bench.trl_testbed`",
+    "cluster_testbed": "`python -m bench.cluster_testbed` (commit 2e752da)",
+    "trl_testbed": "`python -m bench.trl_testbed` (commit 2e752da)",
 }
 REFERENCES = {  # the computed rows' reference run per seed
     "openrlhf GRPO": "local GRPO",

@@ -29,6 +29,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
+from adora_openrlhf.testbed_files import warm_start_dir
 from bench import plots
 from bench.budget import with_tokens
 from bench.common import (
@@ -42,7 +43,6 @@ from bench.common import (
     run_pool,
     run_training,
     trapezoid_auc,
-    warm_start_dir,
     write_json,
 )
 from bench.sample_efficiency_report import HEADER, REFERENCE, paired_report, plot, subset_rows, summarise

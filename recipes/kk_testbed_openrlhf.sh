@@ -5,7 +5,7 @@
 #   python -m adora_openrlhf.train --backend openrlhf --recipe kk-testbed-openrlhf --model WARM_START \
 #       --data.train_path DATA/train.jsonl --data.eval_path DATA/test.jsonl
 # Warm start and data for seed K (the local backend's warm-up, the testbed's generated puzzles as JSONL):
-#   python -m bench.cluster_testbed --prepare-only --seeds K --out runs/cluster_testbed
+#   python -m adora_openrlhf.testbed_files --seeds K --out runs/cluster_testbed
 #
 # Data (under $DATA_DIR): kk-testbed/train.jsonl (train), kk-testbed/test.jsonl (held-out).
 # Environment and extra arguments: see recipes/_submit.sh (MODEL is the warm start). Dry run without a cluster:

@@ -120,7 +120,7 @@ def test_both_test_environments_install_scipy_for_the_benchmark_tests():
     assert len(vllm_pins) == 1 and wanted.contains(vllm_pins[0])
 
 
-def test_trl_has_one_version_in_the_test_env_the_extra_the_bench_and_the_drop_in():
+def test_trl_has_one_version_in_the_test_env_the_extra_and_the_drop_in():
     """CI's environment (scripts/install_test_env.sh) installs the TRL that AdoraGRPOTrainer hooks into, so
     tests/test_trl_integration.py runs in the default suite against that version."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
@@ -138,4 +138,3 @@ def test_trl_has_one_version_in_the_test_env_the_extra_the_bench_and_the_drop_in
     ]
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert extras["trl"] == [pin]
-    assert pin in (ROOT / "requirements" / "bench.txt").read_text().split()
