@@ -155,14 +155,6 @@ def _saved_run_differences(spec: RunSpec) -> tuple[bool, list[str] | None]:
     return saved == now, setting_differences(saved, now, defaults, Path(spec.output_dir))
 
 
-def saved_run_match(spec: RunSpec) -> tuple[bool, bool]:
-    """(same config, same settings) of the run ``spec`` asks for and the one its directory holds (``config.json``;
-    both False without one): the config exactly, and up to fields added since at their defaults and paths
-    spelled from another folder (:func:`same_run_settings`)."""
-    same_config, changed = _saved_run_differences(spec)
-    return same_config, same_config or changed == []
-
-
 def run_training(spec: RunSpec) -> dict[str, Any]:
     """One RL run; returns its summary and per-step metrics as :func:`load_run` reads them back.
 
@@ -273,56 +265,6 @@ def trapezoid_auc(curve: Sequence[tuple[float, float]]) -> float | None:
     # neighbouring points
     area = sum((x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False))
     return area / (curve[-1][0] - curve[0][0])
-
-
-def read_records(results_dir: Path) -> list[dict[str, Any]]:
-    """The records of ``results_dir/results.json`` (written by :func:`save_records`), or none."""
-    found = Path(results_dir) / "results.json"
-    return json.loads(found.read_text())["records"] if found.exists() else []
-
-
-def save_records(
-    results_dir: Path,
-    records: list[dict[str, Any]],
-    record: dict[str, Any],
-    keys: Sequence[str],
-    table: Callable[[list[dict[str, Any]]], str],
-) -> list[dict[str, Any]]:
-    """``records`` with ``record`` in place of the one that has the same values at ``keys`` (a key a record lacks
-    counts as None; appended otherwise),
-    written to ``results_dir`` as ``results.json`` and ``table.md`` (``table(records)``); returns the new list."""
-    records = [r for r in records if any(r.get(k) != record.get(k) for k in keys)] + [record]
-    write_records(results_dir, records, table)
-    return records
-
-
-def write_records(
-    results_dir: Path, records: list[dict[str, Any]], table: Callable[[list[dict[str, Any]]], str]
-) -> str:
-    """Write ``records`` to ``results_dir`` as ``results.json`` and their ``table(records)`` as ``table.md``;
-    returns the table."""
-    results_dir = Path(results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    write_json(results_dir / "results.json", {"records": records})
-    text = table(records)
-    (results_dir / "table.md").write_text(text + "\n")
-    return text
-
-
-def gain_cells(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Table cells of one variant's runs (records with ``seed``, ``acc_step0``, ``acc_final``), in seed order: the
-    seeds, the accuracy at step 0 and at the end per seed, the gain (final - step 0) per seed, and its mean ± the
-    half-width of the 95% interval (:func:`mean_ci`)."""
-    runs = sorted(runs, key=lambda r: r["seed"])
-    gains = [r["acc_final"] - r["acc_step0"] for r in runs]
-    mean, half = mean_ci(gains)
-    return [
-        " ".join(str(r["seed"]) for r in runs),
-        " ".join(f"{r['acc_step0']:.3f}" for r in runs),
-        " ".join(f"{r['acc_final']:.3f}" for r in runs),
-        " ".join(f"{gain:+.3f}" for gain in gains),
-        f"{mean:+.3f} ± {half:.3f}",
-    ]
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
