@@ -6,16 +6,15 @@ Per benchmark (:data:`BENCHMARKS`), beside its records in ``bench/results/NAME/`
 sample-efficiency benchmarks themselves at the end of a run, :func:`draw_runs`):
 
 - ``accuracy.png``: held-out greedy accuracy against cumulative generated tokens, each seed a faint line, the mean
-  over seeds at each evaluation in bold, one colour per method. Where the records hold no token counts (the cluster
-  and TRL testbeds) the x axis is the RL step, and the title says so;
-- ``target.png``: tokens (or steps) to the benchmark's stated target accuracy per method, the geometric mean over
+  over seeds at each evaluation in bold, one colour per method;
+- ``target.png``: tokens to the benchmark's stated target accuracy per method, the geometric mean over
   the seeds that reach it with its 95% t interval (on the logs), and how many seeds never reach it; a method that
   reaches it on no seed is drawn as "not reached".
 
 ``--tables`` prints each benchmark's table (:func:`summary_markdown`), ``--claims`` the claims table of
 ``docs/results.md`` (:func:`claims_markdown`), every number read from the records: the stored paired per-seed
-statistics (exact sign-flip and paired t, Holm over the variants; ``bench/paired_stats.py``), or for the cluster and
-TRL testbeds, which store per-run results only, the same tests computed here per seed against the reference.
+statistics (exact sign-flip and paired t, Holm over the variants; ``bench/paired_stats.py``); the removed cluster and
+TRL testbeds' rows are stored as computed (``claims.md`` beside their records).
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.budget import cost_to_reach, token_curve
-from bench.paired_stats import paired_t, sign_flip_p
+from bench.paired_stats import paired_t
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -51,7 +50,6 @@ class Benchmark:
     name: str
     title: str
     target: float
-    x: str  # "tokens" or "steps"
     panels: tuple[tuple[str, ...], ...]
 
 
@@ -76,35 +74,11 @@ def sample_efficiency_runs(data: dict[str, Any]) -> list[Run]:
     return runs
 
 
-def cluster_label(r: dict[str, Any]) -> str:
-    """``backend variant (mode)`` of a cluster-testbed record: async / IS-corrected runs named as such."""
-    tags = [t for t in (r.get("mode"), "IS token" if r.get("is_correction") == "token" else None) if t]
-    return f"{r['backend']} {r['variant']}" + (f" ({', '.join(tags)})" if tags else "")
-
-
-def _cluster_runs(data: dict[str, Any]) -> list[Run]:
-    return [
-        Run(cluster_label(r), str(r["seed"]), [(float(s), float(a)) for s, a in r["curve"]])
-        for r in data["records"]
-        if r.get("rl_seed") is None and not r.get("regime")
-    ]
-
-
-def _trl_runs(data: dict[str, Any]) -> list[Run]:
-    runs = []
-    for r in data["records"]:
-        curve = r.get("curve") or [(0, r["acc_step0"]), (40, r["acc_final"])]
-        runs.append(Run(f"{r['trainer']} {r['variant']}", str(r["seed"]), [(float(s), float(a)) for s, a in curve]))
-    return runs
-
-
 READERS = {
     "allocation": allocation_runs,
     "allocation_kk_testbed": allocation_runs,
     "sample_efficiency": sample_efficiency_runs,
     "geo_testbed": sample_efficiency_runs,
-    "cluster_testbed": _cluster_runs,
-    "trl_testbed": _trl_runs,
     "ppo_kk_testbed": _curve_runs,
 }
 
@@ -113,7 +87,6 @@ BENCHMARKS = (
         "sample_efficiency",
         "kk-testbed: the methods",
         0.80,
-        "tokens",
         (
             (
                 "GRPO",
@@ -131,14 +104,12 @@ BENCHMARKS = (
         "allocation_kk_testbed",
         "kk-testbed: the allocators",
         0.80,
-        "tokens",
         (("GRPO", "Knapsack-0.5", "Skip", "Difficulty"),),
     ),
     Benchmark(
         "allocation",
         "kk-revisit",
         0.80,
-        "tokens",
         (
             (
                 "GRPO",
@@ -162,37 +133,8 @@ BENCHMARKS = (
             ),
         ),
     ),
-    Benchmark("geo_testbed", "geo-testbed", 0.60, "tokens", (("GRPO", "GRPO+ADORA", "GRPO+ADORA-amp", "Ada-balance"),)),
-    Benchmark(
-        "cluster_testbed",
-        "cluster testbed (openrlhf backend)",
-        0.80,
-        "steps",
-        (
-            (
-                "local GRPO",
-                "local GRPO+ADORA",
-                "openrlhf GRPO",
-                "openrlhf GRPO+ADORA",
-                "openrlhf Ada-balance (IS token)",
-                "openrlhf PPO",
-            ),
-            (
-                "openrlhf GRPO",
-                "openrlhf GRPO (async)",
-                "openrlhf GRPO (async, IS token)",
-                "openrlhf Ada-balance (async, IS token)",
-            ),
-        ),
-    ),
-    Benchmark("ppo_kk_testbed", "kk-testbed: PPO with a critic", 0.80, "tokens", (("GRPO", "PPO", "PPO+ADORA"),)),
-    Benchmark(
-        "trl_testbed",
-        "TRL testbed",
-        0.80,
-        "steps",
-        (("local GRPO", "trl GRPO", "adora-trl GRPO+ADORA", "adora-trl Ada-balance"),),
-    ),
+    Benchmark("geo_testbed", "geo-testbed", 0.60, (("GRPO", "GRPO+ADORA", "GRPO+ADORA-amp", "Ada-balance"),)),
+    Benchmark("ppo_kk_testbed", "kk-testbed: PPO with a critic", 0.80, (("GRPO", "PPO", "PPO+ADORA"),)),
 )
 
 
@@ -246,8 +188,7 @@ def target_bars(runs: Sequence[Run], methods: Sequence[str], target: float) -> l
     return bars
 
 
-def _unit(bench: Benchmark) -> tuple[str, float]:
-    return ("generated tokens (millions)", 1e6) if bench.x == "tokens" else ("RL step", 1.0)
+TOKENS_LABEL, TOKENS_SCALE = "generated tokens (millions)", 1e6
 
 
 def plot_accuracy(bench: Benchmark, runs: Sequence[Run], path: Path) -> None:
@@ -257,7 +198,7 @@ def plot_accuracy(bench: Benchmark, runs: Sequence[Run], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    label, scale = _unit(bench)
+    label, scale = TOKENS_LABEL, TOKENS_SCALE
     methods = list(dict.fromkeys(m for panel in bench.panels for m in panel))
     colours = dict(zip(methods, plt.get_cmap("tab20" if len(methods) > 10 else "tab10").colors, strict=False))
     fig, axes = plt.subplots(1, len(bench.panels), figsize=(7.5 * len(bench.panels), 5), squeeze=False, sharey=True)
@@ -283,8 +224,7 @@ def plot_accuracy(bench: Benchmark, runs: Sequence[Run], path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
     axes[0][0].set_ylabel("held-out greedy accuracy")
-    note = "" if bench.x == "tokens" else " (the records hold no token counts: RL steps on x)"
-    fig.suptitle(f"{bench.title}: accuracy, each run faint, mean over seeds bold (runs per method){note}", fontsize=10)
+    fig.suptitle(f"{bench.title}: accuracy, each run faint, mean over seeds bold (runs per method)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -297,7 +237,7 @@ def plot_target(bench: Benchmark, runs: Sequence[Run], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    label, scale = _unit(bench)
+    label, scale = TOKENS_LABEL, TOKENS_SCALE
     methods = list(dict.fromkeys(m for panel in bench.panels for m in panel if any(r.method == m for r in runs)))
     bars = target_bars(runs, methods, bench.target)
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(bars) + 1.4))
@@ -316,10 +256,9 @@ def plot_target(bench: Benchmark, runs: Sequence[Run], path: Path) -> None:
         ax.text((bar.high or bar.mean) / scale + 0.02 * top, y, note, va="center", fontsize=7)
     ax.set_yticks(range(len(bars)), [b.method for b in reversed(bars)], fontsize=8)
     ax.set_xlim(0, top * 1.45)
-    what = "tokens" if bench.x == "tokens" else "RL steps (no token counts recorded)"
     ax.set_xlabel(f"{label} to held-out accuracy {bench.target:.2f}")
     ax.set_title(
-        f"{bench.title}: {what} to {bench.target:.2f}, geometric mean of the runs that reach it, 95% interval",
+        f"{bench.title}: tokens to {bench.target:.2f}, geometric mean of the runs that reach it, 95% interval",
         fontsize=9,
     )
     ax.grid(alpha=0.3, axis="x")
@@ -343,19 +282,17 @@ def draw_runs(bench: Benchmark, runs: Sequence[Run], folder: Path) -> list[Path]
 def benchmark_for(folder: Path, title: str, target: float, methods: Sequence[str]) -> Benchmark:
     """The registered benchmark named like ``folder`` (its target and panels), else one panel of ``methods``."""
     known = next((b for b in BENCHMARKS if b.name == folder.name), None)
-    return known or Benchmark(folder.name, title, target, "tokens", (tuple(methods),))
+    return known or Benchmark(folder.name, title, target, (tuple(methods),))
 
 
 def summary_markdown(bench: Benchmark, runs: Sequence[Run]) -> str:
     """A benchmark's table: per method, its runs, final accuracy (mean, range), budget spent (mean), and the runs
     that reach the target with the geometric mean of their cost (:func:`target_bars`)."""
-    label, scale = _unit(bench)
-    unit = "M tokens" if bench.x == "tokens" else "steps"
-    spent_header = "M tokens generated" if bench.x == "tokens" else "RL steps run"
+    scale = TOKENS_SCALE
     methods = list(dict.fromkeys(m for panel in bench.panels for m in panel if any(r.method == m for r in runs)))
     bars = {b.method: b for b in target_bars(runs, methods, bench.target)}
     lines = [
-        f"| method | runs | final accuracy: mean (range) | {spent_header} | reached {bench.target:.2f} | {unit} to {bench.target:.2f} |",
+        f"| method | runs | final accuracy: mean (range) | M tokens generated | reached {bench.target:.2f} | M tokens to {bench.target:.2f} |",
         "|---|---|---|---|---|---|",
     ]
     for method in methods:
@@ -363,11 +300,10 @@ def summary_markdown(bench: Benchmark, runs: Sequence[Run]) -> str:
         finals = [r.curve[-1][1] for r in mine]
         spent = statistics.fmean(r.curve[-1][0] for r in mine) / scale
         bar = bars[method]
-        cost = "not reached" if bar.mean is None else f"{bar.mean / scale:.{'3g' if bench.x == 'tokens' else '0f'}}"
-        spent_text = f"{spent:.3g}" if bench.x == "tokens" else f"{spent:.0f}"
+        cost = "not reached" if bar.mean is None else f"{bar.mean / scale:.3g}"
         lines.append(
             f"| {method} | {len(mine)} | {statistics.fmean(finals):.3f} ({min(finals):.3f}-{max(finals):.3f}) | "
-            f"{spent_text} | {bar.reached} of {bar.seeds} | {cost} |"
+            f"{spent:.3g} | {bar.reached} of {bar.seeds} | {cost} |"
         )
     return "\n".join(lines)
 
@@ -386,37 +322,15 @@ CLAIMS = (
         "allocation",
     ),
     ("geo-testbed", "geo_testbed", ("GRPO+ADORA", "GRPO+ADORA-amp", "Ada-balance"), "stored"),
-    (
-        "cluster testbed",
-        "cluster_testbed",
-        (
-            "openrlhf GRPO",
-            "openrlhf GRPO+ADORA",
-            "openrlhf Ada-balance (IS token)",
-            "openrlhf GRPO (async)",
-            "openrlhf GRPO (async, IS token)",
-        ),
-        "computed",
-    ),
-    ("TRL testbed", "trl_testbed", ("trl GRPO", "adora-trl GRPO+ADORA", "adora-trl Ada-balance"), "computed"),
+    # the removed cluster and TRL testbeds (last version: commit 2e752da): their rows as that commit computed them
+    ("cluster testbed", "cluster_testbed", (), "frozen"),
+    ("TRL testbed", "trl_testbed", (), "frozen"),
 )
 COMMANDS = {
     "sample_efficiency": "`python -m bench.sample_efficiency --seeds 0 1 2 3 4 5 6 7 8 9`",
     "allocation_kk_testbed": "`python -m bench.allocation --recipe kk-testbed --seeds 0 1 2 3 4 --variants {v}`",
     "allocation": ALLOCATION_COMMAND,
     "geo_testbed": "`python -m bench.sample_efficiency --recipe geo-testbed --seeds 0 1 2 3 4`",
-    "cluster_testbed": "`python -m bench.cluster_testbed` (commit 2e752da)",
-    "trl_testbed": "`python -m bench.trl_testbed` (commit 2e752da)",
-}
-REFERENCES = {  # the computed rows' reference run per seed
-    "openrlhf GRPO": "local GRPO",
-    "trl GRPO": "local GRPO",
-    "openrlhf GRPO+ADORA": "openrlhf GRPO",
-    "openrlhf Ada-balance (IS token)": "openrlhf GRPO",
-    "openrlhf GRPO (async)": "openrlhf GRPO",
-    "openrlhf GRPO (async, IS token)": "openrlhf GRPO",
-    "adora-trl GRPO+ADORA": "trl GRPO",
-    "adora-trl Ada-balance": "trl GRPO",
 }
 
 
@@ -498,52 +412,6 @@ def _allocation_rows(regime: str, folder: str, methods: Sequence[str], data: dic
     return rows
 
 
-def _computed_rows(regime: str, folder: str, methods: Sequence[str], data: dict[str, Any]) -> list[list[str]]:
-    """Cluster / TRL records (per run only): paired per seed against the reference, tests computed here, no tokens."""
-    bench = next(b for b in BENCHMARKS if b.name == folder)
-    runs = READERS[folder](data)
-    responses = _responses(folder, data)
-    rows = []
-    for method in methods:
-        reference = REFERENCES[method]
-        mine = {r.seed: r for r in runs if r.method == method}
-        theirs = {r.seed: r for r in runs if r.method == reference}
-        seeds = sorted(set(mine) & set(theirs))
-        diffs = [mine[s].curve[-1][1] - theirs[s].curve[-1][1] for s in seeds]
-        stat = paired_t(diffs)
-        ratio = statistics.fmean(responses[(method, s)] / responses[(reference, s)] for s in seeds)
-        reach = [cost_to_target(mine[s].curve, bench.target) for s in seeds]
-        reached = [c for c in reach if c is not None]
-        span = (
-            f"{min(reached):.0f}" + (f"-{max(reached):.0f}" if max(reached) > min(reached) else "") if reached else ""
-        )
-        steps = f"step {span} on {len(reached)} of {len(seeds)}" if reached else "never"
-        rows.append(
-            [
-                f"{method} vs {reference}",
-                regime,
-                str(len(seeds)),
-                f"not recorded (responses {ratio:.2f}x)",
-                _diff(stat.mean, stat.ci_low, stat.ci_high),
-                f"0.80: {steps} (steps; no token counts)",
-                _verdict(sign_flip_p(diffs), stat.p_value, False, holm=False),
-                COMMANDS[folder],
-                f"[{folder}](../bench/results/{folder}/table.md)",
-            ]
-        )
-    return rows
-
-
-def _responses(folder: str, data: dict[str, Any]) -> dict[tuple[str, str], float]:
-    if folder == "cluster_testbed":
-        return {
-            (cluster_label(r), str(r["seed"])): float(r["responses"])
-            for r in data["records"]
-            if r.get("rl_seed") is None and not r.get("regime")
-        }
-    return {(f"{r['trainer']} {r['variant']}", str(r["seed"])): float(r["responses"]) for r in data["records"]}
-
-
 CLAIMS_HEADER = (
     "method",
     "regime",
@@ -559,9 +427,13 @@ CLAIMS_HEADER = (
 
 def claims_rows(results: Path = RESULTS) -> list[list[str]]:
     """The claims table's rows, in :data:`CLAIMS` order."""
-    readers = {"stored": _stored_rows, "allocation": _allocation_rows, "computed": _computed_rows}
+    readers = {"stored": _stored_rows, "allocation": _allocation_rows}
     rows = []
     for regime, folder, methods, how in CLAIMS:
+        if how == "frozen":  # rows stored as markdown beside the records (claims.md)
+            text = (results / folder / "claims.md").read_text()
+            rows.extend(line.strip("| ").split(" | ") for line in text.splitlines() if line.startswith("|"))
+            continue
         data = json.loads((results / folder / "results.json").read_text())
         rows.extend(readers[how](regime, folder, methods, data))
     return rows
