@@ -6,7 +6,8 @@ The algorithms' sections live beside their algorithms (``AdoraConfig`` in ``algo
 ``TinyModelConfig`` and ``TinyVisionConfig`` in ``engine/model_config.py``); they are re-exported here. This module
 defines the data, warm-up and run sections and the checks that span sections. The validation helpers are in ``config_checks.py``.
 
-Each dataclass documents its fields where they are defined: ``field(metadata={"help": ...})`` is the reference,
+Each dataclass documents its fields where they are defined: ``option(default, "help")`` (``config_checks.option``,
+a field with ``metadata={"help": ...}``) is the reference,
 and the text of every dotted flag's ``--help`` (``cli_args.py``). Every
 config validates itself in ``__post_init__`` and raises :class:`ConfigError` naming the field and the fix,
 so a bad recipe or flag fails before any model is built.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from adora_openrlhf.algorithms.adora import AdoraConfig
@@ -42,6 +43,7 @@ from adora_openrlhf.config_checks import (
     check_number,
     clear_type_hints,
     from_dict,
+    option,
     require,
 )
 from adora_openrlhf.dotted import value_at
@@ -70,35 +72,22 @@ class DataFields:
     every task. :data:`DataConfig` adds each registered task's own options section (``data.kk``, ``data.geo``, a
     plug-in task's), from ``Task.options``."""
 
-    task: str = field(
-        default="kk",
-        metadata={
-            "help": '"kk" | "math" | "geometry" or a plugin\'s task (tasks/registry.py): its rows\' default source, generator and checks'
-        },
+    task: str = option(
+        "kk",
+        '"kk" | "math" | "geometry" or a plugin\'s task (tasks/registry.py): its rows\' default source, generator and checks',
     )
-    train_path: str | None = field(
-        default=None, metadata={"help": "JSONL file or HF dataset name; None -> generated K&K puzzles (task kk)"}
+    train_path: str | None = option(None, "JSONL file or HF dataset name; None -> generated K&K puzzles (task kk)")
+    eval_path: str | None = option(None, "held-out JSONL; None -> generated K&K puzzles disjoint from training")
+    num_train: int = option(2000, "generated training puzzles")
+    num_eval: int = option(100, "generated held-out puzzles")
+    rl_prompts: int | None = option(
+        None,
+        "RL steps draw their prompts from the first k training rows only (the warm-up uses every row), so each "
+        "is seen several times; None = every training row",
     )
-    eval_path: str | None = field(
-        default=None, metadata={"help": "held-out JSONL; None -> generated K&K puzzles disjoint from training"}
-    )
-    num_train: int = field(default=2000, metadata={"help": "generated training puzzles"})
-    num_eval: int = field(default=100, metadata={"help": "generated held-out puzzles"})
-    rl_prompts: int | None = field(
-        default=None,
-        metadata={
-            "help": "RL steps draw their prompts from the first k training rows only (the warm-up uses every row), so each "
-            "is seen several times; None = every training row"
-        },
-    )
-    max_prompt_tokens: int = field(
-        default=512, metadata={"help": "prompts longer than this are rejected with their row index"}
-    )
-    prompt_template: str = field(
-        default="auto",
-        metadata={
-            "help": 'local backend: "auto" (chat template if the tokenizer has one, else "compact") | "chat" | "compact"'
-        },
+    max_prompt_tokens: int = option(512, "prompts longer than this are rejected with their row index")
+    prompt_template: str = option(
+        "auto", 'local backend: "auto" (chat template if the tokenizer has one, else "compact") | "chat" | "compact"'
     )
 
     def __post_init__(self) -> None:
@@ -133,7 +122,7 @@ def _task_sections() -> list[tuple[str, Any, Any]]:
         )
         doc = (task.options.__doc__ or "").strip().splitlines()
         help_text = f"task {name}: {doc[0] if doc else 'its options'} ({task.options.__module__})"
-        sections.append((key, task.options, field(default_factory=task.options, metadata={"help": help_text})))
+        sections.append((key, task.options, option(factory=task.options, help=help_text)))
         taken.add(key)
     return sections
 
@@ -196,31 +185,18 @@ class WarmupConfig:
     task in ``backends/local/sft.py`` (K&K: ``direct``, ``thorough``, ``shortcut``, ``restate``). Each phase's learning rate
     rises linearly from 0 over the first ``lr_ramp`` fraction of its steps, then decays linearly to 0."""
 
-    steps: int = field(
-        default=0, metadata={"help": "phase 1: optimiser steps of supervised training before RL; 0 = none"}
+    steps: int = option(0, "phase 1: optimiser steps of supervised training before RL; 0 = none")
+    lr: float = option(1e-3, "phase 1 AdamW learning rate (linear decay to 0)")
+    batch_size: int = option(32, "demonstrations per warm-up step (both phases)")
+    style: str = option("direct", "phase 1 demonstration style (K&K: direct | thorough | shortcut | restate)")
+    style_shares: dict[str, float] = option(
+        factory=dict,
+        help='phase 1 as a mixture of styles instead of warmup.style alone, e.g. {"thorough": 0.85, "shortcut": 0.15}; {} = warmup.style only',
     )
-    lr: float = field(default=1e-3, metadata={"help": "phase 1 AdamW learning rate (linear decay to 0)"})
-    batch_size: int = field(default=32, metadata={"help": "demonstrations per warm-up step (both phases)"})
-    style: str = field(
-        default="direct", metadata={"help": "phase 1 demonstration style (K&K: direct | thorough | shortcut | restate)"}
-    )
-    style_shares: dict[str, float] = field(
-        default_factory=dict,
-        metadata={
-            "help": 'phase 1 as a mixture of styles instead of warmup.style alone, e.g. {"thorough": 0.85, "shortcut": 0.15}; {} = warmup.style only'
-        },
-    )
-    lr_ramp: float = field(
-        default=0.0,
-        metadata={"help": "fraction of each phase's steps over which the lr rises linearly from 0 (0 = none)"},
-    )
-    mix_steps: int = field(
-        default=0, metadata={"help": "phase 2: optimiser steps on a mixture of styles; 0 = no phase 2"}
-    )
-    mix_lr: float = field(default=1e-3, metadata={"help": "phase 2 AdamW learning rate (linear decay to 0)"})
-    mix: dict[str, float] = field(
-        default_factory=dict, metadata={"help": 'phase 2 style shares, e.g. {"thorough": 0.3, "shortcut": 0.7}'}
-    )
+    lr_ramp: float = option(0.0, "fraction of each phase's steps over which the lr rises linearly from 0 (0 = none)")
+    mix_steps: int = option(0, "phase 2: optimiser steps on a mixture of styles; 0 = no phase 2")
+    mix_lr: float = option(1e-3, "phase 2 AdamW learning rate (linear decay to 0)")
+    mix: dict[str, float] = option(factory=dict, help='phase 2 style shares, e.g. {"thorough": 0.3, "shortcut": 0.7}')
 
     def __post_init__(self) -> None:
         check_field_types(self, "warmup")
@@ -296,86 +272,57 @@ def parse_report_to(value: Any) -> list[str]:
 class RunConfig:
     """One training run: recipe name, backend and every component's config."""
 
-    recipe: str = field(
-        default="kk-tiny", metadata={"help": "named preset this config was built from (adora_openrlhf.recipes.RECIPES)"}
+    recipe: str = option("kk-tiny", "named preset this config was built from (adora_openrlhf.recipes.RECIPES)")
+    backend: str = option("local", '"local" (embedded, one process) | "openrlhf" (Ray + vLLM + DeepSpeed cluster)')
+    seed: int = option(0, "seed of data order, model init, sampling and evaluation; in [0, 2**32)")
+    steps: int = option(100, "RL steps (each: sample, score, advantages, policy update)")
+    prompts_per_step: int = option(8, "prompts per RL step (rollout batch)")
+    output_dir: str = option("runs/kk-tiny", "run directory: config, metrics, checkpoints, final model")
+    save_every: int = option(25, "checkpoint every k steps (0 = only at the end)")
+    eval_every: int = option(25, "held-out evaluation every k steps (0 = only at start and end)")
+    report_to: list[str] = option(
+        factory=lambda: ["tensorboard"],
+        help="local backend: experiment trackers besides metrics.jsonl (always written), a list or a comma "
+        "list of " + ", ".join(REPORT_TO_CHOICES) + "; 'none' = JSONL only. wandb needs `pip install "
+        "'adora_openrlhf[wandb]'`; WANDB_MODE=offline runs it with no network",
     )
-    backend: str = field(
-        default="local",
-        metadata={"help": '"local" (embedded, one process) | "openrlhf" (Ray + vLLM + DeepSpeed cluster)'},
+    rollout: SamplingParams = option(factory=SamplingParams, help="default (round-0) sampling parameters")
+    advantage: AdvantageConfig = option(
+        factory=AdvantageConfig, help="advantage estimator: a group baseline, gae or reinforce"
     )
-    seed: int = field(
-        default=0, metadata={"help": "seed of data order, model init, sampling and evaluation; in [0, 2**32)"}
+    critic: CriticConfig = option(
+        factory=CriticConfig, help="the value model of advantage.estimator gae (local backend)"
     )
-    steps: int = field(default=100, metadata={"help": "RL steps (each: sample, score, advantages, policy update)"})
-    prompts_per_step: int = field(default=8, metadata={"help": "prompts per RL step (rollout batch)"})
-    output_dir: str = field(
-        default="runs/kk-tiny", metadata={"help": "run directory: config, metrics, checkpoints, final model"}
+    adora: AdoraConfig = option(factory=AdoraConfig, help="ADORA advantage reweighting")
+    sampling: AdaptiveSamplingConfig = option(factory=AdaptiveSamplingConfig, help="n_keep = group size n")
+    allocation: AllocationConfig = option(
+        factory=AllocationConfig, help="rollout allocation: which prompts a step samples and how many responses each"
     )
-    save_every: int = field(default=25, metadata={"help": "checkpoint every k steps (0 = only at the end)"})
-    eval_every: int = field(
-        default=25, metadata={"help": "held-out evaluation every k steps (0 = only at start and end)"}
+    dynamic_filtering: DynamicFilteringConfig = option(
+        factory=DynamicFilteringConfig, help="DAPO dynamic filtering: drop all-correct/all-wrong groups and refill"
     )
-    report_to: list[str] = field(
-        default_factory=lambda: ["tensorboard"],
-        metadata={
-            "help": "local backend: experiment trackers besides metrics.jsonl (always written), a list or a comma "
-            "list of " + ", ".join(REPORT_TO_CHOICES) + "; 'none' = JSONL only. wandb needs `pip install "
-            "'adora_openrlhf[wandb]'`; WANDB_MODE=offline runs it with no network"
-        },
+    grading: GradingConfig = option(
+        factory=GradingConfig, help="grading a step's responses: workers and the step's deadline"
     )
-    rollout: SamplingParams = field(
-        default_factory=SamplingParams, metadata={"help": "default (round-0) sampling parameters"}
+    model: ModelConfig = option(factory=ModelConfig, help="policy model")
+    data: DataConfig = option(factory=lambda: DataConfig(), help="training and held-out prompts")
+    train: PolicyLossConfig = option(factory=PolicyLossConfig, help="policy loss and optimiser")
+    warmup: WarmupConfig = option(factory=WarmupConfig, help="local backend: supervised warm-up before RL")
+    eval_samples: int = option(
+        1,
+        "held-out evaluation: sampled responses per puzzle (rollout parameters) besides the greedy one; 0 = greedy only",
     )
-    advantage: AdvantageConfig = field(
-        default_factory=AdvantageConfig, metadata={"help": "advantage estimator: a group baseline, gae or reinforce"}
+    extra: dict[str, Any] = option(factory=dict, help="backend-specific options (e.g. OpenRLHF pass-through flags)")
+    plugins: list[str] = option(
+        factory=list,
+        help="modules to import before the run, on every process (both backends, every Ray worker): a user's own "
+        "estimators, ADORA rules, exit rules, rewards and templates, registered by their decorators (plugins.py); "
+        "a list or a comma list",
     )
-    critic: CriticConfig = field(
-        default_factory=CriticConfig, metadata={"help": "the value model of advantage.estimator gae (local backend)"}
-    )
-    adora: AdoraConfig = field(default_factory=AdoraConfig, metadata={"help": "ADORA advantage reweighting"})
-    sampling: AdaptiveSamplingConfig = field(
-        default_factory=AdaptiveSamplingConfig, metadata={"help": "n_keep = group size n"}
-    )
-    allocation: AllocationConfig = field(
-        default_factory=AllocationConfig,
-        metadata={"help": "rollout allocation: which prompts a step samples and how many responses each"},
-    )
-    dynamic_filtering: DynamicFilteringConfig = field(
-        default_factory=DynamicFilteringConfig,
-        metadata={"help": "DAPO dynamic filtering: drop all-correct/all-wrong groups and refill"},
-    )
-    grading: GradingConfig = field(
-        default_factory=GradingConfig, metadata={"help": "grading a step's responses: workers and the step's deadline"}
-    )
-    model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "policy model"})
-    data: DataConfig = field(default_factory=lambda: DataConfig(), metadata={"help": "training and held-out prompts"})
-    train: PolicyLossConfig = field(default_factory=PolicyLossConfig, metadata={"help": "policy loss and optimiser"})
-    warmup: WarmupConfig = field(
-        default_factory=WarmupConfig, metadata={"help": "local backend: supervised warm-up before RL"}
-    )
-    eval_samples: int = field(
-        default=1,
-        metadata={
-            "help": "held-out evaluation: sampled responses per puzzle (rollout parameters) besides the greedy one; 0 = greedy only"
-        },
-    )
-    extra: dict[str, Any] = field(
-        default_factory=dict, metadata={"help": "backend-specific options (e.g. OpenRLHF pass-through flags)"}
-    )
-    plugins: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "modules to import before the run, on every process (both backends, every Ray worker): a user's own "
-            "estimators, ADORA rules, exit rules, rewards and templates, registered by their decorators (plugins.py); "
-            "a list or a comma list"
-        },
-    )
-    max_missing_reward_fraction: float = field(
-        default=0.01,
-        metadata={
-            "help": "openrlhf backend: rollouts of a batch that OpenRLHF's executor returns without a reward are "
-            "scored 0 and counted (info 'reward_missing'); the run fails when their fraction exceeds this"
-        },
+    max_missing_reward_fraction: float = option(
+        0.01,
+        "openrlhf backend: rollouts of a batch that OpenRLHF's executor returns without a reward are "
+        "scored 0 and counted (info 'reward_missing'); the run fails when their fraction exceeds this",
     )
 
     def __post_init__(self) -> None:

@@ -1,5 +1,7 @@
-"""Validation helpers shared by every config dataclass (the run's sections live beside their algorithms).
+"""Declaration and validation helpers shared by every config dataclass (the run's sections live beside their
+algorithms).
 
+- :func:`option`: a config field with its help text (``--help``, HF argument parsers);
 - :func:`require`: a ``ConfigError`` naming the dotted field when a condition fails;
 - :func:`check_choice`: a value that must be one of a fixed set (:func:`choice_message` is the one wording, which
   :class:`~adora_openrlhf.registry.Registry` uses for registered names too);
@@ -15,10 +17,17 @@ import functools
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, Union
 
 from adora_openrlhf.errors import ConfigError
+
+
+def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable[[], Any] | None = None) -> Any:
+    """A config dataclass field with its help text: ``field(default=default, metadata={"help": help})``, or
+    ``field(default_factory=factory, ...)`` for a mutable default (``option(factory=list, help="...")``)."""
+    made = dataclasses.MISSING if factory is None else factory
+    return dataclasses.field(default=default, default_factory=made, metadata={"help": help})
 
 
 def require(condition: bool, field_path: str, message: str) -> None:

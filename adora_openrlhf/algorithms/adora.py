@@ -34,11 +34,11 @@ over the group's correct responses (as the reference: u = 0 when they all have o
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from adora_openrlhf.config_checks import check_choice, check_field_types, check_number
+from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, option
 from adora_openrlhf.registry import Registry
 
 # Config (section adora)
@@ -55,46 +55,30 @@ class AdoraConfig:
     ``lambda_att``; ``amplify`` multiplies TAS advantages by ``lambda_amp``. Neutral groups keep weight 1.
     """
 
-    enabled: bool = field(default=False, metadata={"help": "off = plain estimator output, untouched"})
-    rule: str = field(
-        default="length",
-        metadata={"help": 'group classification rule: one of algorithms.adora.GROUP_RULES ("length", "difficulty")'},
+    enabled: bool = option(False, "off = plain estimator output, untouched")
+    rule: str = option(
+        "length", 'group classification rule: one of algorithms.adora.GROUP_RULES ("length", "difficulty")'
     )
-    mode: str = field(
-        default="attenuate",
-        metadata={"help": '"attenuate" (TDS *= lambda_att; the reference code) or "amplify" (TAS *= lambda_amp)'},
+    mode: str = option(
+        "attenuate", '"attenuate" (TDS *= lambda_att; the reference code) or "amplify" (TAS *= lambda_amp)'
     )
-    lambda_att: float = field(default=0.1, metadata={"help": "attenuation factor for TDS groups, in (0, 1]"})
-    lambda_amp: float = field(
-        default=2.0, metadata={"help": "amplification factor for TAS groups, >= 1 (paper constant unverified; tune it)"}
+    lambda_att: float = option(0.1, "attenuation factor for TDS groups, in (0, 1]")
+    lambda_amp: float = option(2.0, "amplification factor for TAS groups, >= 1 (paper constant unverified; tune it)")
+    tau: float = option(0.5, "difficulty rule: TAS when 0 < group accuracy <= tau")
+    correct_threshold: float = option(0.5, "a response is correct when reward > this (1.0 for the Logic-RL K&K reward)")
+    drop_truncated_negatives: bool = option(True, "length rule: incorrect responses that hit the limit are not counted")
+    edge_policy: str = option(
+        "vlm",
+        "length rule edge groups, one of algorithms.adora.EDGE_POLICIES: 'vlm' (no correct -> weight 1, "
+        "correct but no counted incorrect -> TDS) or 'llm' (no correct -> TDS, correct but no counted incorrect -> TAS)",
     )
-    tau: float = field(default=0.5, metadata={"help": "difficulty rule: TAS when 0 < group accuracy <= tau"})
-    correct_threshold: float = field(
-        default=0.5, metadata={"help": "a response is correct when reward > this (1.0 for the Logic-RL K&K reward)"}
+    truncation_length: int | None = option(
+        None,
+        "length rule: a response of at least this many tokens counts as truncated (the LLM reference: 3900 of 4096); None = only the engine's flag",
     )
-    drop_truncated_negatives: bool = field(
-        default=True, metadata={"help": "length rule: incorrect responses that hit the limit are not counted"}
-    )
-    edge_policy: str = field(
-        default="vlm",
-        metadata={
-            "help": "length rule edge groups, one of algorithms.adora.EDGE_POLICIES: 'vlm' (no correct -> weight 1, "
-            "correct but no counted incorrect -> TDS) or 'llm' (no correct -> TDS, correct but no counted incorrect -> TAS)"
-        },
-    )
-    truncation_length: int | None = field(
-        default=None,
-        metadata={
-            "help": "length rule: a response of at least this many tokens counts as truncated (the LLM reference: 3900 of 4096); None = only the engine's flag"
-        },
-    )
-    length_shaping: bool = field(
-        default=False, metadata={"help": "reference LLM option: shift correct rewards by length before normalising"}
-    )
-    shaping_beta: float = field(default=0.5, metadata={"help": "length shaping magnitude: shift = +-beta * (2u - 1)"})
-    shaping_p: float = field(
-        default=0.5, metadata={"help": "length shaping: hard group if #correct < n*p, easy if #correct >= n*(1-p)"}
-    )
+    length_shaping: bool = option(False, "reference LLM option: shift correct rewards by length before normalising")
+    shaping_beta: float = option(0.5, "length shaping magnitude: shift = +-beta * (2u - 1)")
+    shaping_p: float = option(0.5, "length shaping: hard group if #correct < n*p, easy if #correct >= n*(1-p)")
 
     def __post_init__(self) -> None:
         check_field_types(self, "adora")

@@ -23,12 +23,12 @@ bit for bit.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from adora_openrlhf.algorithms.token_advantages import TOKEN_ESTIMATORS
-from adora_openrlhf.config_checks import check_field_types, check_number, choice_problem, require
+from adora_openrlhf.config_checks import check_field_types, check_number, choice_problem, option, require
 from adora_openrlhf.errors import ConfigError
 from adora_openrlhf.registry import Registry
 
@@ -39,30 +39,22 @@ from adora_openrlhf.registry import Registry
 class AdvantageConfig:
     """Group baseline / advantage estimator (see ``algorithms/advantages.py`` for the formulas)."""
 
-    estimator: str = field(
-        default="group_norm",
-        metadata={
-            "help": "a group estimator (algorithms.advantages.ADVANTAGE_ESTIMATORS: group_norm, dr_grpo, rloo, "
-            "reinforce_baseline) or a token estimator (algorithms.token_advantages.TOKEN_ESTIMATORS: gae = PPO with a "
-            "critic, reinforce = REINFORCE++)"
-        },
+    estimator: str = option(
+        "group_norm",
+        "a group estimator (algorithms.advantages.ADVANTAGE_ESTIMATORS: group_norm, dr_grpo, rloo, "
+        "reinforce_baseline) or a token estimator (algorithms.token_advantages.TOKEN_ESTIMATORS: gae = PPO with a "
+        "critic, reinforce = REINFORCE++)",
     )
-    eps: float = field(
-        default=1e-9, metadata={"help": "added to the group std by group_norm (OpenRLHF 0.11 uses 1e-9)"}
+    eps: float = option(1e-9, "added to the group std by group_norm (OpenRLHF 0.11 uses 1e-9)")
+    gamma: float = option(
+        1.0,
+        "gae and reinforce: discount of the per-token rewards, in [0, 1] (OpenRLHF's --algo.advantage.gamma, "
+        "default 1); group estimators use undiscounted rewards (1 only)",
     )
-    gamma: float = field(
-        default=1.0,
-        metadata={
-            "help": "gae and reinforce: discount of the per-token rewards, in [0, 1] (OpenRLHF's --algo.advantage.gamma, "
-            "default 1); group estimators use undiscounted rewards (1 only)"
-        },
-    )
-    lambd: float = field(
-        default=1.0,
-        metadata={
-            "help": "gae: GAE's lambda, in [0, 1] (OpenRLHF 0.11.2's --algo.advantage.lambd, default 1; 0.95 is the "
-            "PPO papers' usual value); other estimators: 1 only"
-        },
+    lambd: float = option(
+        1.0,
+        "gae: GAE's lambda, in [0, 1] (OpenRLHF 0.11.2's --algo.advantage.lambd, default 1; 0.95 is the "
+        "PPO papers' usual value); other estimators: 1 only",
     )
 
     def __post_init__(self) -> None:

@@ -48,10 +48,10 @@ import math
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from adora_openrlhf.config_checks import check_field_types, check_number, require
+from adora_openrlhf.config_checks import check_field_types, check_number, option, require
 from adora_openrlhf.registry import Registry
 
 if TYPE_CHECKING:
@@ -64,47 +64,30 @@ class AllocationConfig:
 
     ``method`` ``uniform`` is plain GRPO (the next ``prompts_per_step`` prompts, ``sampling.n_keep`` responses each)."""
 
-    method: str = field(
-        default="uniform",
-        metadata={"help": 'one of algorithms.allocation.ALLOCATORS: "uniform", "skip", "difficulty", "knapsack"'},
+    method: str = option(
+        "uniform", 'one of algorithms.allocation.ALLOCATORS: "uniform", "skip", "difficulty", "knapsack"'
     )
-    candidates: float = field(
-        default=1.0,
-        metadata={
-            "help": "prompts examined per step = round(candidates * prompts_per_step) of the data order (>= 1; difficulty needs > 1)"
-        },
+    candidates: float = option(
+        1.0,
+        "prompts examined per step = round(candidates * prompts_per_step) of the data order (>= 1; difficulty needs > 1)",
     )
-    budget: float = field(
-        default=1.0, metadata={"help": "knapsack: responses per step = round(budget * prompts_per_step * n_keep)"}
+    budget: float = option(1.0, "knapsack: responses per step = round(budget * prompts_per_step * n_keep)")
+    min_responses: int = option(
+        2, "knapsack: fewest responses a sampled prompt gets (>= 2: a group of one has no signal)"
     )
-    min_responses: int = field(
-        default=2,
-        metadata={"help": "knapsack: fewest responses a sampled prompt gets (>= 2: a group of one has no signal)"},
+    max_responses: int = option(16, "knapsack: most responses one prompt gets")
+    value: str = option(
+        "signal",
+        'knapsack: the value it maximises, one of algorithms.allocation.KNAPSACK_VALUES: "signal" (expected '
+        'groups with signal) or "information" (Knapsack RL: signal probability x p (1 - p)^2)',
     )
-    max_responses: int = field(default=16, metadata={"help": "knapsack: most responses one prompt gets"})
-    value: str = field(
-        default="signal",
-        metadata={
-            "help": 'knapsack: the value it maximises, one of algorithms.allocation.KNAPSACK_VALUES: "signal" (expected '
-            'groups with signal) or "information" (Knapsack RL: signal probability x p (1 - p)^2)'
-        },
+    skip_threshold: float = option(
+        0.7, "skip: a prompt is skipped when its predicted zero-variance probability >= this"
     )
-    skip_threshold: float = field(
-        default=0.7, metadata={"help": "skip: a prompt is skipped when its predicted zero-variance probability >= this"}
-    )
-    explore: float = field(
-        default=0.1,
-        metadata={"help": "probability that a candidate is scored as if unseen (its prediction checked again)"},
-    )
-    prior: list[float] = field(
-        default_factory=lambda: [0.5, 0.5], metadata={"help": "Beta prior [a0, b0] of a prompt's pass rate"}
-    )
-    decay: float = field(
-        default=0.5, metadata={"help": "weight of earlier evidence at each new observation of a prompt, in (0, 1]"}
-    )
-    max_prompts: int = field(
-        default=100_000, metadata={"help": "prompts the statistics store remembers (least recently seen forgotten)"}
-    )
+    explore: float = option(0.1, "probability that a candidate is scored as if unseen (its prediction checked again)")
+    prior: list[float] = option(factory=lambda: [0.5, 0.5], help="Beta prior [a0, b0] of a prompt's pass rate")
+    decay: float = option(0.5, "weight of earlier evidence at each new observation of a prompt, in (0, 1]")
+    max_prompts: int = option(100_000, "prompts the statistics store remembers (least recently seen forgotten)")
 
     def __post_init__(self) -> None:
         check_field_types(self, "allocation")

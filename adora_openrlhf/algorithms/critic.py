@@ -10,11 +10,11 @@ computed, and R_t the GAE return (``token_advantages.gae_advantages_and_returns`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from adora_openrlhf.config_checks import check_field_types, check_number
+from adora_openrlhf.config_checks import check_field_types, check_number, option
 
 # Config (section critic)
 
@@ -24,23 +24,19 @@ class CriticConfig:
     """The value model trained beside the policy when ``advantage.estimator`` is ``gae`` (local backend): the
     policy's architecture with a scalar value head, its own AdamW optimiser, trained on each step's GAE returns."""
 
-    lr: float = field(default=1e-5, metadata={"help": "critic AdamW learning rate (OpenRLHF's --critic.adam.lr: 9e-6)"})
-    weight_decay: float = field(default=0.0, metadata={"help": "critic AdamW weight decay"})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "critic gradient clipping (global norm)"})
-    value_clip: float | None = field(
-        default=0.5,
-        metadata={
-            "help": "values move at most this far from the step's old values inside the loss (OpenRLHF's "
-            "--critic.value_clip, default 0.5); None = unclipped squared error"
-        },
+    lr: float = option(1e-5, "critic AdamW learning rate (OpenRLHF's --critic.adam.lr: 9e-6)")
+    weight_decay: float = option(0.0, "critic AdamW weight decay")
+    max_grad_norm: float = option(1.0, "critic gradient clipping (global norm)")
+    value_clip: float | None = option(
+        0.5,
+        "values move at most this far from the step's old values inside the loss (OpenRLHF's "
+        "--critic.value_clip, default 0.5); None = unclipped squared error",
     )
-    epochs: int = field(default=1, metadata={"help": "critic passes over each step's responses"})
-    warm_start: bool = field(
-        default=True,
-        metadata={
-            "help": "initialise the critic's transformer from the policy after the warm-up (value head random, "
-            "std 1/(hidden+1) as OpenRLHF's); false = the policy's architecture at random init"
-        },
+    epochs: int = option(1, "critic passes over each step's responses")
+    warm_start: bool = option(
+        True,
+        "initialise the critic's transformer from the policy after the warm-up (value head random, "
+        "std 1/(hidden+1) as OpenRLHF's); false = the policy's architecture at random init",
     )
 
     def __post_init__(self) -> None:

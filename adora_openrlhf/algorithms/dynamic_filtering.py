@@ -20,13 +20,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from adora_openrlhf.algorithms.advantages import PoolStats
 from adora_openrlhf.algorithms.sampling import PromptGroup, SamplingResult, ScoredResponse, kept_group_metrics
-from adora_openrlhf.config_checks import check_field_types, check_number, require
+from adora_openrlhf.config_checks import check_field_types, check_number, option, require
 
 # Config (section dynamic_filtering)
 
@@ -40,25 +40,19 @@ class DynamicFilteringConfig:
     place, at most ``max_refills`` times per step. An alternative to adaptive sampling (``sampling.enabled``).
     """
 
-    enabled: bool = field(
-        default=False,
-        metadata={
-            "help": "drop groups whose mean correctness is outside score_range and refill them with new prompts (DAPO dynamic sampling)"
-        },
+    enabled: bool = option(
+        False,
+        "drop groups whose mean correctness is outside score_range and refill them with new prompts (DAPO dynamic sampling)",
     )
-    score_range: list[float] = field(
-        default_factory=lambda: [0.0, 1.0],
-        metadata={
-            "help": "[low, high]: a group is kept when low < mean correctness < high ([0, 1]: drop all-wrong and all-correct groups); "
-            "OpenRLHF's --algo.dynamic_filtering_range"
-        },
+    score_range: list[float] = option(
+        factory=lambda: [0.0, 1.0],
+        help="[low, high]: a group is kept when low < mean correctness < high ([0, 1]: drop all-wrong and all-correct groups); "
+        "OpenRLHF's --algo.dynamic_filtering_range",
     )
-    max_refills: int = field(
-        default=4,
-        metadata={
-            "help": "refill rounds per step at most, each sampling as many new prompts as were dropped; after them the step "
-            "trains on the groups it has (fewer than prompts_per_step, none = no update)"
-        },
+    max_refills: int = option(
+        4,
+        "refill rounds per step at most, each sampling as many new prompts as were dropped; after them the step "
+        "trains on the groups it has (fewer than prompts_per_step, none = no update)",
     )
 
     def __post_init__(self) -> None:

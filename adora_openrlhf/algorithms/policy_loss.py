@@ -25,12 +25,12 @@ Aggregation of a per-token quantity ``x`` (registry :data:`LOSS_AGGREGATIONS`):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from adora_openrlhf.algorithms.lr_schedules import LR_SCHEDULES
-from adora_openrlhf.config_checks import check_field_types, check_number
+from adora_openrlhf.config_checks import check_field_types, check_number, option
 from adora_openrlhf.registry import Registry
 
 # Config (section train)
@@ -40,35 +40,25 @@ from adora_openrlhf.registry import Registry
 class PolicyLossConfig:
     """Token-level PPO-clip objective with optional KL to a frozen reference."""
 
-    lr: float = field(default=1e-5, metadata={"help": "AdamW learning rate"})
-    lr_scheduler: str = field(
-        default="constant",
-        metadata={
-            "help": "learning-rate schedule over the run's optimiser steps: constant | constant_with_warmup | linear | cosine | "
-            "cosine_with_min_lr (OpenRLHF's names and formulas, algorithms/lr_schedules.py)"
-        },
+    lr: float = option(1e-5, "AdamW learning rate")
+    lr_scheduler: str = option(
+        "constant",
+        "learning-rate schedule over the run's optimiser steps: constant | constant_with_warmup | linear | cosine | "
+        "cosine_with_min_lr (OpenRLHF's names and formulas, algorithms/lr_schedules.py)",
     )
-    lr_warmup_ratio: float = field(
-        default=0.0,
-        metadata={"help": "warm-up share of the optimiser steps (ceil(ratio * steps)); ignored by constant"},
+    lr_warmup_ratio: float = option(
+        0.0, "warm-up share of the optimiser steps (ceil(ratio * steps)); ignored by constant"
     )
-    min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine_with_min_lr: the floor, as a fraction of lr"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
-    clip_eps_low: float = field(
-        default=0.2, metadata={"help": "ratio clipped to [1 - clip_eps_low, 1 + clip_eps_high]"}
-    )
-    clip_eps_high: float = field(default=0.2, metadata={"help": "DAPO's clip-higher uses e.g. 0.28"})
-    kl_coef: float = field(
-        default=0.0, metadata={"help": "> 0 adds kl_coef * KL(policy || reference) (k3 estimator) per token"}
-    )
-    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
-    ppo_epochs: int = field(default=1, metadata={"help": "passes over each rollout batch"})
-    micro_batch_size: int = field(default=8, metadata={"help": "responses per forward/backward"})
-    loss_agg: str = field(
-        default="token_mean",
-        metadata={
-            "help": '"token_mean" (DAPO) | "seq_mean_token_mean" (GRPO paper) | "seq_mean_token_sum_norm" (Dr. GRPO)'
-        },
+    min_lr_ratio: float = option(0.1, "cosine_with_min_lr: the floor, as a fraction of lr")
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    clip_eps_low: float = option(0.2, "ratio clipped to [1 - clip_eps_low, 1 + clip_eps_high]")
+    clip_eps_high: float = option(0.2, "DAPO's clip-higher uses e.g. 0.28")
+    kl_coef: float = option(0.0, "> 0 adds kl_coef * KL(policy || reference) (k3 estimator) per token")
+    max_grad_norm: float = option(1.0, "gradient clipping")
+    ppo_epochs: int = option(1, "passes over each rollout batch")
+    micro_batch_size: int = option(8, "responses per forward/backward")
+    loss_agg: str = option(
+        "token_mean", '"token_mean" (DAPO) | "seq_mean_token_mean" (GRPO paper) | "seq_mean_token_sum_norm" (Dr. GRPO)'
     )
 
     def __post_init__(self) -> None:

@@ -35,13 +35,13 @@ import dataclasses
 import math
 import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from adora_openrlhf.algorithms.advantages import PoolStats
-from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, require
+from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, option, require
 from adora_openrlhf.registry import Registry
 
 # Config: the rollout's sampling parameters and the sampler's settings (sections rollout and sampling)
@@ -68,18 +68,12 @@ def check_sampling_values(values: Mapping[str, Any], section: str) -> None:
 class SamplingParams:
     """Decoding parameters for one generation request (the subset shared by vLLM and transformers)."""
 
-    temperature: float = field(
-        default=1.0, metadata={"help": "softmax temperature; > 0 (greedy decoding is not used for RL rollouts)"}
-    )
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass in (0, 1]"})
-    top_k: int = field(default=-1, metadata={"help": "keep the k most likely tokens; -1 disables (vLLM convention)"})
-    min_p: float = field(default=0.0, metadata={"help": "drop tokens below min_p * p(max token); 0 disables"})
-    repetition_penalty: float = field(
-        default=1.0, metadata={"help": ">1 penalises tokens already generated; 1 disables"}
-    )
-    max_new_tokens: int = field(
-        default=512, metadata={"help": 'generation limit per response; a response that hits it is "truncated"'}
-    )
+    temperature: float = option(1.0, "softmax temperature; > 0 (greedy decoding is not used for RL rollouts)")
+    top_p: float = option(1.0, "nucleus sampling mass in (0, 1]")
+    top_k: int = option(-1, "keep the k most likely tokens; -1 disables (vLLM convention)")
+    min_p: float = option(0.0, "drop tokens below min_p * p(max token); 0 disables")
+    repetition_penalty: float = option(1.0, ">1 penalises tokens already generated; 1 disables")
+    max_new_tokens: int = option(512, 'generation limit per response; a response that hits it is "truncated"')
 
     def __post_init__(self) -> None:
         check_field_types(self, "rollout")
@@ -104,42 +98,28 @@ class AdaptiveSamplingConfig:
     all, which is plain GRPO sampling.
     """
 
-    enabled: bool = field(
-        default=False, metadata={"help": "False = one round of n_keep responses per prompt (plain GRPO)"}
+    enabled: bool = option(False, "False = one round of n_keep responses per prompt (plain GRPO)")
+    exit_rule: str = option(
+        "balance", 'when a prompt retires: one of algorithms.sampling.EXIT_RULES ("balance", "pos")'
     )
-    exit_rule: str = field(
-        default="balance",
-        metadata={"help": 'when a prompt retires: one of algorithms.sampling.EXIT_RULES ("balance", "pos")'},
+    positive_threshold: float | None = option(
+        None,
+        "a response is positive when reward > this; None = adora.correct_threshold (the run's one "
+        "correctness threshold, RunConfig.positive_threshold); set it only where the exit rule should count "
+        "positives at another reward (Reinforce-Ada: 0.7 for 0/1 rewards)",
     )
-    positive_threshold: float | None = field(
-        default=None,
-        metadata={
-            "help": "a response is positive when reward > this; None = adora.correct_threshold (the run's one "
-            "correctness threshold, RunConfig.positive_threshold); set it only where the exit rule should count "
-            "positives at another reward (Reinforce-Ada: 0.7 for 0/1 rewards)"
-        },
+    n_keep: int = option(4, "responses kept per prompt for training (the group size n)")
+    samples_per_round: int = option(8, "responses generated per round for each still-active prompt")
+    max_rounds: int = option(4, "rounds per training step at most")
+    max_responses_per_prompt: int | None = option(
+        None, "hard cap on the pool per prompt per step; None = max_rounds*samples_per_round"
     )
-    n_keep: int = field(default=4, metadata={"help": "responses kept per prompt for training (the group size n)"})
-    samples_per_round: int = field(
-        default=8, metadata={"help": "responses generated per round for each still-active prompt"}
+    pool_scope: str = option("step", 'baseline pool: "step" (this step\'s responses) or "history" (every step so far)')
+    drop_unfinished: bool = option(False, "drop prompts that never retired instead of keeping what they have")
+    escalation: list[dict[str, Any]] = option(
+        factory=list, help="round r>=1 uses escalation[min(r-1, len-1)] over the defaults"
     )
-    max_rounds: int = field(default=4, metadata={"help": "rounds per training step at most"})
-    max_responses_per_prompt: int | None = field(
-        default=None, metadata={"help": "hard cap on the pool per prompt per step; None = max_rounds*samples_per_round"}
-    )
-    pool_scope: str = field(
-        default="step",
-        metadata={"help": 'baseline pool: "step" (this step\'s responses) or "history" (every step so far)'},
-    )
-    drop_unfinished: bool = field(
-        default=False, metadata={"help": "drop prompts that never retired instead of keeping what they have"}
-    )
-    escalation: list[dict[str, Any]] = field(
-        default_factory=list, metadata={"help": "round r>=1 uses escalation[min(r-1, len-1)] over the defaults"}
-    )
-    trigger_after_step: int = field(
-        default=0, metadata={"help": "escalation is used only from this training step on (adaGRPO's K)"}
-    )
+    trigger_after_step: int = option(0, "escalation is used only from this training step on (adaGRPO's K)")
 
     def __post_init__(self) -> None:
         check_field_types(self, "sampling")

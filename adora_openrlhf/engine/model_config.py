@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, require
+from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, option, require
 from adora_openrlhf.errors import ConfigError
 
 KV_CACHES = ("growing", "dynamic")  # engine/kv_cache.py: model.generate's key/value cache
@@ -23,20 +23,15 @@ NUMERICS = ("exact", "fast")  # engine/decoding.py's NUMERICS: how compact decod
 class TinyModelConfig:
     """Random-init Qwen2-style causal LM built on the spot when no ``model.path`` is given (local backend)."""
 
-    vocab_size: int = field(
-        default=512, metadata={"help": "size of the byte-level BPE tokenizer trained on the task corpus"}
+    vocab_size: int = option(512, "size of the byte-level BPE tokenizer trained on the task corpus")
+    hidden_size: int = option(128, "tiny LM width")
+    intermediate_size: int = option(384, "tiny LM MLP width")
+    num_hidden_layers: int = option(4, "tiny LM transformer blocks")
+    num_attention_heads: int = option(4, "tiny LM attention heads; must divide hidden_size")
+    num_key_value_heads: int = option(
+        2, "tiny LM key/value heads (grouped-query attention); must divide num_attention_heads"
     )
-    hidden_size: int = field(default=128, metadata={"help": "tiny LM width"})
-    intermediate_size: int = field(default=384, metadata={"help": "tiny LM MLP width"})
-    num_hidden_layers: int = field(default=4, metadata={"help": "tiny LM transformer blocks"})
-    num_attention_heads: int = field(default=4, metadata={"help": "tiny LM attention heads; must divide hidden_size"})
-    num_key_value_heads: int = field(
-        default=2,
-        metadata={"help": "tiny LM key/value heads (grouped-query attention); must divide num_attention_heads"},
-    )
-    max_position_embeddings: int = field(
-        default=1024, metadata={"help": "tiny LM context length in tokens (prompt + response)"}
-    )
+    max_position_embeddings: int = option(1024, "tiny LM context length in tokens (prompt + response)")
 
     def __post_init__(self) -> None:
         check_field_types(self, "model.tiny")
@@ -66,25 +61,18 @@ class TinyModelConfig:
 class TinyVisionConfig:
     """Vision tower of the tiny random-init Qwen2.5-VL built for ``data.task geometry`` (local backend)."""
 
-    image_size: int = field(
-        default=64,
-        metadata={
-            "help": "images are resized to image_size x image_size pixels; must be a multiple of patch_size * spatial_merge_size"
-        },
+    image_size: int = option(
+        64,
+        "images are resized to image_size x image_size pixels; must be a multiple of patch_size * spatial_merge_size",
     )
-    patch_size: int = field(
-        default=8,
-        metadata={
-            "help": "ViT patch side in pixels; (image_size / patch_size)^2 / spatial_merge_size^2 image tokens per image"
-        },
+    patch_size: int = option(
+        8, "ViT patch side in pixels; (image_size / patch_size)^2 / spatial_merge_size^2 image tokens per image"
     )
-    spatial_merge_size: int = field(
-        default=2, metadata={"help": "patches merged per side into one language-model token"}
-    )
-    depth: int = field(default=2, metadata={"help": "vision transformer blocks (the last one uses full attention)"})
-    hidden_size: int = field(default=64, metadata={"help": "vision transformer width"})
-    intermediate_size: int = field(default=128, metadata={"help": "vision MLP width"})
-    num_heads: int = field(default=2, metadata={"help": "vision attention heads; must divide hidden_size"})
+    spatial_merge_size: int = option(2, "patches merged per side into one language-model token")
+    depth: int = option(2, "vision transformer blocks (the last one uses full attention)")
+    hidden_size: int = option(64, "vision transformer width")
+    intermediate_size: int = option(128, "vision MLP width")
+    num_heads: int = option(2, "vision attention heads; must divide hidden_size")
 
     def __post_init__(self) -> None:
         check_field_types(self, "model.tiny_vision")
@@ -114,76 +102,53 @@ class TinyVisionConfig:
 class ModelConfig:
     """Policy model: a local Hugging Face checkpoint or the tiny model."""
 
-    path: str | None = field(
-        default=None,
-        metadata={
-            "help": "Hugging Face model: a local directory or a hub name owner/name (loaded with from_pretrained; "
-            "HF_HUB_OFFLINE=1 reads only the local hub cache); None -> tiny model"
-        },
+    path: str | None = option(
+        None,
+        "Hugging Face model: a local directory or a hub name owner/name (loaded with from_pretrained; "
+        "HF_HUB_OFFLINE=1 reads only the local hub cache); None -> tiny model",
     )
-    tiny: TinyModelConfig = field(
-        default_factory=TinyModelConfig, metadata={"help": "the tiny random-init language model (no model.path)"}
+    tiny: TinyModelConfig = option(factory=TinyModelConfig, help="the tiny random-init language model (no model.path)")
+    tiny_vision: TinyVisionConfig = option(
+        factory=TinyVisionConfig, help="vision tower of the tiny Qwen2.5-VL (data.task geometry, no model.path)"
     )
-    tiny_vision: TinyVisionConfig = field(
-        default_factory=TinyVisionConfig,
-        metadata={"help": "vision tower of the tiny Qwen2.5-VL (data.task geometry, no model.path)"},
+    lora_rank: int = option(0, "> 0 trains LoRA adapters (peft) instead of all weights")
+    lora_alpha: int = option(16, "LoRA scaling numerator: adapters are scaled by lora_alpha / lora_rank")
+    lora_target_modules: list[str] = option(
+        factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        help='module names that get LoRA adapters, or ["all-linear"] (every linear layer but the output head, as in peft)',
     )
-    lora_rank: int = field(default=0, metadata={"help": "> 0 trains LoRA adapters (peft) instead of all weights"})
-    lora_alpha: int = field(
-        default=16, metadata={"help": "LoRA scaling numerator: adapters are scaled by lora_alpha / lora_rank"}
+    dtype: str = option("float32", '"float32" | "bfloat16" | "float16"')
+    generation_batch_size: int = option(64, "local backend: sequences per model.generate call (memory bound)")
+    freeze_visual_encoder: bool = option(
+        False,
+        "vision-language models: keep the vision encoder and its projector into the language model fixed and train the "
+        "language model only (OpenRLHF's --actor.freeze_visual_encoder; every parameter outside language_model.* and lm_head.*)",
     )
-    lora_target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-        metadata={
-            "help": 'module names that get LoRA adapters, or ["all-linear"] (every linear layer but the output head, as in peft)'
-        },
+    kv_cache: str = option(
+        "growing",
+        'local backend: the KV cache of model.generate, "growing" (a preallocated buffer that doubles when full; '
+        'same tokens as "dynamic", faster decoding) or "dynamic" (transformers\' DynamicCache, which concatenates every token)',
     )
-    dtype: str = field(default="float32", metadata={"help": '"float32" | "bfloat16" | "float16"'})
-    generation_batch_size: int = field(
-        default=64, metadata={"help": "local backend: sequences per model.generate call (memory bound)"}
+    decoding: str = option(
+        "compact",
+        'local backend: "compact" (finished sequences leave the batch, so a batch costs about the sum of its response '
+        'lengths; text prompts of full-attention models, others use model.generate) or "generate" (transformers\' model.generate, '
+        "which runs every sequence until the longest ends); greedy tokens are the same",
     )
-    freeze_visual_encoder: bool = field(
-        default=False,
-        metadata={
-            "help": "vision-language models: keep the vision encoder and its projector into the language model fixed and train the "
-            "language model only (OpenRLHF's --actor.freeze_visual_encoder; every parameter outside language_model.* and lm_head.*)"
-        },
+    numerics: str = option(
+        "exact",
+        'local backend, compact decoding: "exact" (bitwise model.generate\'s logits; a run repeats itself token for '
+        'token on one machine) or "fast" (grouped-query attention, top-p from top-k candidates, identical prompts '
+        "prefilled once: the same sampling rules with logits within float rounding, faster rollouts and held-out "
+        "evaluation; timings in docs/results.md); used for rollouts and held-out evaluation alike",
     )
-    kv_cache: str = field(
-        default="growing",
-        metadata={
-            "help": 'local backend: the KV cache of model.generate, "growing" (a preallocated buffer that doubles when full; '
-            'same tokens as "dynamic", faster decoding) or "dynamic" (transformers\' DynamicCache, which concatenates every token)'
-        },
+    init_kwargs: dict[str, Any] = option(
+        factory=dict,
+        help='extra from_pretrained arguments for model.path as a JSON object, e.g. {"trust_remote_code": true, "attn_implementation": "sdpa"}',
     )
-    decoding: str = field(
-        default="compact",
-        metadata={
-            "help": 'local backend: "compact" (finished sequences leave the batch, so a batch costs about the sum of its response '
-            'lengths; text prompts of full-attention models, others use model.generate) or "generate" (transformers\' model.generate, '
-            "which runs every sequence until the longest ends); greedy tokens are the same"
-        },
-    )
-    numerics: str = field(
-        default="exact",
-        metadata={
-            "help": 'local backend, compact decoding: "exact" (bitwise model.generate\'s logits; a run repeats itself token for '
-            'token on one machine) or "fast" (grouped-query attention, top-p from top-k candidates, identical prompts '
-            "prefilled once: the same sampling rules with logits within float rounding, faster rollouts and held-out "
-            "evaluation; timings in docs/results.md); used for rollouts and held-out evaluation alike"
-        },
-    )
-    init_kwargs: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={
-            "help": 'extra from_pretrained arguments for model.path as a JSON object, e.g. {"trust_remote_code": true, "attn_implementation": "sdpa"}'
-        },
-    )
-    merge_lora_on_save: bool = field(
-        default=False,
-        metadata={
-            "help": "with LoRA: checkpoints and final_model hold the merged model (a plain checkpoint) instead of the adapters; resume still works"
-        },
+    merge_lora_on_save: bool = option(
+        False,
+        "with LoRA: checkpoints and final_model hold the merged model (a plain checkpoint) instead of the adapters; resume still works",
     )
 
     def __post_init__(self) -> None:

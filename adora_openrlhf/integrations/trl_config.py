@@ -17,8 +17,8 @@ What TRL already has is taken from TRL: the group size ``n`` is ``num_generation
 
 import dataclasses
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from trl import GRPOConfig
@@ -31,6 +31,7 @@ from adora_openrlhf.config import (
     DynamicFilteringConfig,
     SamplingParams,
 )
+from adora_openrlhf.config_checks import option
 from adora_openrlhf.errors import ConfigError
 
 # TRL's scale_rewards -> the core's estimator with the same formula ("batch" scaling has no core estimator)
@@ -38,14 +39,18 @@ ESTIMATOR_FOR_SCALE_REWARDS = {"group": "group_norm", "none": "dr_grpo"}
 _PREFIXES = ("adora", "sampling", "dynamic_filtering", "advantage", "allocation")
 
 
-def _core_help(cls: type, name: str, note: str = "") -> dict[str, str]:
-    """The help text of core field ``cls.name`` (one source for both configs), with an optional note."""
-    text = next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
-    return {"help": f"{text}{note}"}
+_FROM_CORE: Any = object()
 
 
-def _default(cls: type, name: str) -> Any:
-    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+def _core_option(
+    cls: type, name: str, default: Any = _FROM_CORE, *, factory: Callable[[], Any] | None = None, note: str = ""
+) -> Any:
+    """Core field ``cls.name`` as a field of this config: its help text (one source for both configs, with an
+    optional note) and, unless ``default`` or ``factory`` is given, its default."""
+    core = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if default is _FROM_CORE:
+        default = core.default if factory is None else dataclasses.MISSING
+    return option(default, f"{core.metadata['help']}{note}", factory=factory)
 
 
 def _own_name(err: ConfigError, sources: Mapping[str, str] | None = None) -> ConfigError:
@@ -66,135 +71,77 @@ class AdoraGRPOConfig(GRPOConfig):
     is TRL's GRPO with the core's advantages, which equal TRL's except that a group whose rewards are all equal
     gets advantage 0 exactly)."""
 
-    correct_threshold: float = field(
-        default=0.5,
-        metadata={
-            "help": "a completion is correct when its reward (the weighted sum of the reward functions) > this: ADORA's rules, the "
-            "filter's score and, unless sampling_positive_threshold is set, the sampler's positive label use it (1.0 for the "
-            "Logic-RL K&K reward, 0.5 for 0/1 rewards)"
-        },
+    correct_threshold: float = option(
+        0.5,
+        "a completion is correct when its reward (the weighted sum of the reward functions) > this: ADORA's rules, the "
+        "filter's score and, unless sampling_positive_threshold is set, the sampler's positive label use it (1.0 for the "
+        "Logic-RL K&K reward, 0.5 for 0/1 rewards)",
     )
-    advantage_estimator: str | None = field(
-        default=None,
-        metadata={
-            "help": "group baseline, one of algorithms.advantages.ADVANTAGE_ESTIMATORS; None = from scale_rewards (group_norm or dr_grpo)"
-        },
+    advantage_estimator: str | None = option(
+        None,
+        "group baseline, one of algorithms.advantages.ADVANTAGE_ESTIMATORS; None = from scale_rewards (group_norm or dr_grpo)",
     )
-    advantage_eps: float = field(default=1e-4, metadata={"help": "added to the group std by group_norm (TRL's 1e-4)"})
+    advantage_eps: float = option(1e-4, "added to the group std by group_norm (TRL's 1e-4)")
 
-    adora_enabled: bool = field(default=False, metadata=_core_help(AdoraConfig, "enabled"))
-    adora_rule: str = field(default=_default(AdoraConfig, "rule"), metadata=_core_help(AdoraConfig, "rule"))
-    adora_mode: str = field(default=_default(AdoraConfig, "mode"), metadata=_core_help(AdoraConfig, "mode"))
-    adora_lambda_att: float = field(
-        default=_default(AdoraConfig, "lambda_att"), metadata=_core_help(AdoraConfig, "lambda_att")
+    adora_enabled: bool = _core_option(AdoraConfig, "enabled", False)
+    adora_rule: str = _core_option(AdoraConfig, "rule")
+    adora_mode: str = _core_option(AdoraConfig, "mode")
+    adora_lambda_att: float = _core_option(AdoraConfig, "lambda_att")
+    adora_lambda_amp: float = _core_option(AdoraConfig, "lambda_amp")
+    adora_tau: float = _core_option(AdoraConfig, "tau")
+    adora_edge_policy: str = _core_option(AdoraConfig, "edge_policy")
+    adora_drop_truncated_negatives: bool = _core_option(
+        AdoraConfig, "drop_truncated_negatives", note=" (truncated: the completion ended without an eos token)"
     )
-    adora_lambda_amp: float = field(
-        default=_default(AdoraConfig, "lambda_amp"), metadata=_core_help(AdoraConfig, "lambda_amp")
-    )
-    adora_tau: float = field(default=_default(AdoraConfig, "tau"), metadata=_core_help(AdoraConfig, "tau"))
-    adora_edge_policy: str = field(
-        default=_default(AdoraConfig, "edge_policy"), metadata=_core_help(AdoraConfig, "edge_policy")
-    )
-    adora_drop_truncated_negatives: bool = field(
-        default=_default(AdoraConfig, "drop_truncated_negatives"),
-        metadata=_core_help(
-            AdoraConfig, "drop_truncated_negatives", " (truncated: the completion ended without an eos token)"
-        ),
-    )
-    adora_truncation_length: int | None = field(default=None, metadata=_core_help(AdoraConfig, "truncation_length"))
-    adora_length_shaping: bool = field(default=False, metadata=_core_help(AdoraConfig, "length_shaping"))
-    adora_shaping_beta: float = field(
-        default=_default(AdoraConfig, "shaping_beta"), metadata=_core_help(AdoraConfig, "shaping_beta")
-    )
-    adora_shaping_p: float = field(
-        default=_default(AdoraConfig, "shaping_p"), metadata=_core_help(AdoraConfig, "shaping_p")
-    )
+    adora_truncation_length: int | None = _core_option(AdoraConfig, "truncation_length", None)
+    adora_length_shaping: bool = _core_option(AdoraConfig, "length_shaping", False)
+    adora_shaping_beta: float = _core_option(AdoraConfig, "shaping_beta")
+    adora_shaping_p: float = _core_option(AdoraConfig, "shaping_p")
 
-    sampling_enabled: bool = field(
-        default=False,
-        metadata={
-            "help": "adaptive multi-round sampling: rounds of sampling_samples_per_round completions per active prompt, kept num_generations"
-        },
+    sampling_enabled: bool = option(
+        False,
+        "adaptive multi-round sampling: rounds of sampling_samples_per_round completions per active prompt, kept num_generations",
     )
-    sampling_exit_rule: str = field(
-        default=_default(AdaptiveSamplingConfig, "exit_rule"), metadata=_core_help(AdaptiveSamplingConfig, "exit_rule")
+    sampling_exit_rule: str = _core_option(AdaptiveSamplingConfig, "exit_rule")
+    sampling_positive_threshold: float | None = option(
+        None, "a completion is positive for the exit rule when its reward > this; None = correct_threshold"
     )
-    sampling_positive_threshold: float | None = field(
-        default=None,
-        metadata={
-            "help": "a completion is positive for the exit rule when its reward > this; None = correct_threshold"
-        },
+    sampling_samples_per_round: int = _core_option(AdaptiveSamplingConfig, "samples_per_round")
+    sampling_max_rounds: int = _core_option(AdaptiveSamplingConfig, "max_rounds")
+    sampling_max_responses_per_prompt: int | None = _core_option(
+        AdaptiveSamplingConfig, "max_responses_per_prompt", None
     )
-    sampling_samples_per_round: int = field(
-        default=_default(AdaptiveSamplingConfig, "samples_per_round"),
-        metadata=_core_help(AdaptiveSamplingConfig, "samples_per_round"),
+    sampling_pool_scope: str = _core_option(AdaptiveSamplingConfig, "pool_scope")
+    sampling_drop_unfinished: bool = _core_option(AdaptiveSamplingConfig, "drop_unfinished", False)
+    sampling_escalation: list[dict[str, float]] | str | None = option(
+        None,
+        "sampling parameters of the later rounds, a list (or its JSON text) such as [{'temperature': 1.2}]: round r >= 1 uses "
+        "entry min(r-1, len-1) over the defaults; keys temperature, top_p, top_k, min_p, repetition_penalty",
     )
-    sampling_max_rounds: int = field(
-        default=_default(AdaptiveSamplingConfig, "max_rounds"),
-        metadata=_core_help(AdaptiveSamplingConfig, "max_rounds"),
-    )
-    sampling_max_responses_per_prompt: int | None = field(
-        default=None, metadata=_core_help(AdaptiveSamplingConfig, "max_responses_per_prompt")
-    )
-    sampling_pool_scope: str = field(
-        default=_default(AdaptiveSamplingConfig, "pool_scope"),
-        metadata=_core_help(AdaptiveSamplingConfig, "pool_scope"),
-    )
-    sampling_drop_unfinished: bool = field(
-        default=False, metadata=_core_help(AdaptiveSamplingConfig, "drop_unfinished")
-    )
-    sampling_escalation: list[dict[str, float]] | str | None = field(
-        default=None,
-        metadata={
-            "help": "sampling parameters of the later rounds, a list (or its JSON text) such as [{'temperature': 1.2}]: round r >= 1 uses "
-            "entry min(r-1, len-1) over the defaults; keys temperature, top_p, top_k, min_p, repetition_penalty"
-        },
-    )
-    sampling_trigger_after_step: int = field(
-        default=0, metadata=_core_help(AdaptiveSamplingConfig, "trigger_after_step")
-    )
+    sampling_trigger_after_step: int = _core_option(AdaptiveSamplingConfig, "trigger_after_step", 0)
 
-    dynamic_filtering_enabled: bool = field(
-        default=False,
-        metadata={
-            "help": "DAPO dynamic sampling: drop groups whose share of correct completions is outside dynamic_filtering_score_range and "
-            "sample as many new prompts of train_dataset in their place (an alternative to sampling_enabled)"
-        },
+    dynamic_filtering_enabled: bool = option(
+        False,
+        "DAPO dynamic sampling: drop groups whose share of correct completions is outside dynamic_filtering_score_range and "
+        "sample as many new prompts of train_dataset in their place (an alternative to sampling_enabled)",
     )
-    dynamic_filtering_score_range: list[float] = field(
-        default_factory=lambda: [0.0, 1.0], metadata=_core_help(DynamicFilteringConfig, "score_range")
+    dynamic_filtering_score_range: list[float] = _core_option(
+        DynamicFilteringConfig, "score_range", factory=lambda: [0.0, 1.0]
     )
-    dynamic_filtering_max_refills: int = field(
-        default=_default(DynamicFilteringConfig, "max_refills"),
-        metadata=_core_help(DynamicFilteringConfig, "max_refills"),
-    )
+    dynamic_filtering_max_refills: int = _core_option(DynamicFilteringConfig, "max_refills")
 
-    allocation_method: str = field(
-        default="uniform",
-        metadata={
-            "help": 'rollout allocation (algorithms/allocation.py): "uniform" (TRL\'s prompts), "skip" (leave out the prompts '
-            'predicted to give an all-equal group) or "difficulty" (the prompts most likely to give a mixed group, of '
-            "allocation_candidates x the batch's prompts; the extra candidates come from train_dataset)"
-        },
+    allocation_method: str = option(
+        "uniform",
+        'rollout allocation (algorithms/allocation.py): "uniform" (TRL\'s prompts), "skip" (leave out the prompts '
+        'predicted to give an all-equal group) or "difficulty" (the prompts most likely to give a mixed group, of '
+        "allocation_candidates x the batch's prompts; the extra candidates come from train_dataset)",
     )
-    allocation_candidates: float = field(
-        default=_default(AllocationConfig, "candidates"), metadata=_core_help(AllocationConfig, "candidates")
-    )
-    allocation_skip_threshold: float = field(
-        default=_default(AllocationConfig, "skip_threshold"), metadata=_core_help(AllocationConfig, "skip_threshold")
-    )
-    allocation_explore: float = field(
-        default=_default(AllocationConfig, "explore"), metadata=_core_help(AllocationConfig, "explore")
-    )
-    allocation_prior: list[float] = field(
-        default_factory=lambda: [0.5, 0.5], metadata=_core_help(AllocationConfig, "prior")
-    )
-    allocation_decay: float = field(
-        default=_default(AllocationConfig, "decay"), metadata=_core_help(AllocationConfig, "decay")
-    )
-    allocation_max_prompts: int = field(
-        default=_default(AllocationConfig, "max_prompts"), metadata=_core_help(AllocationConfig, "max_prompts")
-    )
+    allocation_candidates: float = _core_option(AllocationConfig, "candidates")
+    allocation_skip_threshold: float = _core_option(AllocationConfig, "skip_threshold")
+    allocation_explore: float = _core_option(AllocationConfig, "explore")
+    allocation_prior: list[float] = _core_option(AllocationConfig, "prior", factory=lambda: [0.5, 0.5])
+    allocation_decay: float = _core_option(AllocationConfig, "decay")
+    allocation_max_prompts: int = _core_option(AllocationConfig, "max_prompts")
 
     def __post_init__(self):
         super().__post_init__()

@@ -24,10 +24,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from adora_openrlhf.config_checks import check_field_types, check_number
+from adora_openrlhf.config_checks import check_field_types, check_number, option
 from adora_openrlhf.rewards.base import RewardResult
 
 
@@ -35,17 +35,12 @@ from adora_openrlhf.rewards.base import RewardResult
 class GradingConfig:
     """How a step's responses are graded (section ``grading``; both backends)."""
 
-    deadline_s: float = field(
-        default=60.0,
-        metadata={
-            "help": "the longest a step waits on its grader, in seconds, over all its rounds; responses not graded by "
-            "then score the task's failure reward and are counted in reward/grader_late"
-        },
+    deadline_s: float = option(
+        60.0,
+        "the longest a step waits on its grader, in seconds, over all its rounds; responses not graded by "
+        "then score the task's failure reward and are counted in reward/grader_late",
     )
-    workers: int = field(
-        default=8,
-        metadata={"help": "responses graded at the same time (threads; the math grader runs in subprocesses)"},
-    )
+    workers: int = option(8, "responses graded at the same time (threads; the math grader runs in subprocesses)")
 
     def __post_init__(self) -> None:
         check_field_types(self, "grading")

@@ -42,10 +42,10 @@ import logging
 import random
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, require
+from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, option, require
 from adora_openrlhf.tasks.task import Probe
 
 logger = logging.getLogger(__name__)
@@ -299,13 +299,12 @@ def _signature(row: dict[str, Any]) -> str:
 class GeoDataConfig:
     """``data.geo``: the shape images task ``geometry`` generates when no ``data.train_path`` is given."""
 
-    tasks: list[str] = field(
-        default_factory=lambda: ["count", "most", "larger"],
-        metadata={"help": "question kinds of the generated images"},
+    tasks: list[str] = option(
+        factory=lambda: ["count", "most", "larger"], help="question kinds of the generated images"
     )
-    levels: list[int] = field(
-        default_factory=lambda: [1, 2, 3, 4],
-        metadata={"help": "difficulty levels 1..4 of the generated images (more shapes, distractors, closer sizes)"},
+    levels: list[int] = option(
+        factory=lambda: [1, 2, 3, 4],
+        help="difficulty levels 1..4 of the generated images (more shapes, distractors, closer sizes)",
     )
 
     def __post_init__(self) -> None:

@@ -24,10 +24,10 @@ import itertools
 import logging
 import random
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, require
+from adora_openrlhf.config_checks import check_choice, check_field_types, check_number, option, require
 from adora_openrlhf.rewards.kk import KK_PARSERS
 
 logger = logging.getLogger(__name__)
@@ -208,28 +208,22 @@ class KKDataConfig:
     """``data.kk``: the puzzles task ``kk`` generates when no ``data.train_path`` is given, and the answer parser
     that grades every K&K row of the run."""
 
-    num_people: list[int] = field(
-        default_factory=lambda: [2, 3],
-        metadata={"help": "people per generated puzzle, cycled: [2, 2, 3] = two 2-person puzzles per 3-person one"},
+    num_people: list[int] = option(
+        factory=lambda: [2, 3],
+        help="people per generated puzzle, cycled: [2, 2, 3] = two 2-person puzzles per 3-person one",
     )
-    name_pool: int = field(
-        default=26,
-        metadata={
-            "help": "generated puzzles draw their names from the first k of 26 names (a small pool eases copying for a tiny model)"
-        },
+    name_pool: int = option(
+        26,
+        "generated puzzles draw their names from the first k of 26 names (a small pool eases copying for a tiny model)",
     )
-    name_order: str = field(
-        default="random",
-        metadata={
-            "help": "generated puzzles list their names in random order or in pool order ('pool': Alice before Bob before Carol)"
-        },
+    name_order: str = option(
+        "random",
+        "generated puzzles list their names in random order or in pool order ('pool': Alice before Bob before Carol)",
     )
-    parser: str = field(
-        default="lenient",
-        metadata={
-            "help": "answer parser: 'lenient' (phrasing variants such as 'Name: knight') or 'logic_rl' "
-            "(Logic-RL's role-count rule and 'Name is a knight' statements exactly); a row's meta.kk_parser wins"
-        },
+    parser: str = option(
+        "lenient",
+        "answer parser: 'lenient' (phrasing variants such as 'Name: knight') or 'logic_rl' "
+        "(Logic-RL's role-count rule and 'Name is a knight' statements exactly); a row's meta.kk_parser wins",
     )
 
     def __post_init__(self) -> None:
