@@ -1,4 +1,5 @@
-"""Reading row files with ``file:line: what is wrong`` errors, for every loader (trainer, ``eval.run``, ``data_prep``).
+"""Reading row files with ``file:line: what is wrong`` errors, for every loader (trainer, ``eval.run``, ``data_prep``),
+and writing them (:func:`write_jsonl`).
 
 Rows are numbered by their 1-based line in the file (``.jsonl``/``.json`` lines; blank lines count but hold
 no row) or, for a ``.json`` array or a ``.parquet`` table, by their 1-based position. Each row comes back as
@@ -19,7 +20,8 @@ no row) or, for a ``.json`` array or a ``.parquet`` table, by their 1-based posi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,3 +277,29 @@ def load_rows(
         loaded.folder = (path if path.is_dir() else path.parent).resolve()
         resolve_image_paths(loaded.rows, loaded.folder)
     return loaded
+
+
+def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
+    """Write rows as JSON lines (UTF-8); returns the count.
+
+    Each row also gets a ``reward_label`` column (JSON of source, label and meta) so that OpenRLHF's
+    reward hook can dispatch by task when launched with ``--data.label_key reward_label``.
+    """
+    from adora_openrlhf.rewards.openrlhf_reward import REWARD_LABEL_KEY, with_reward_label
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            for row in rows:
+                if REWARD_LABEL_KEY not in row and "source" in row and "label" in row:
+                    row = with_reward_label(row)
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+                count += 1
+        os.replace(tmp, path)  # a full disk or Ctrl-C never leaves a half-written output file
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return count

@@ -15,39 +15,30 @@ on a machine without a GPU, where there is no hub to download a model from).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from adora_openrlhf.cli_errors import OneLineParser, add_debug_flag, run_cli
+from adora_openrlhf.datafiles import write_jsonl
 from adora_openrlhf.rows import Row
 
 TESTBED_RECIPE = "kk-testbed"
 
 
 def row_record(row: Row) -> dict[str, Any]:
-    """One row as a JSONL record of the package's schema, with the ``reward_label`` column that OpenRLHF's reward
-    hook reads (``--data.label_key reward_label``)."""
-    from adora_openrlhf.rewards.openrlhf_reward import with_reward_label
-
+    """One row as a JSONL record of the package's schema."""
     record: dict[str, Any] = {"prompt": row.prompt, "label": row.label, "source": row.source, "meta": row.meta}
     if row.images:
         record["images"] = [str(image) for image in row.images]
-    return with_reward_label(record)
+    return record
 
 
 def write_rows_jsonl(rows: Iterable[Row], path: str | Path) -> Path:
-    """Write ``rows`` as JSONL (one :func:`row_record` per line) to ``path`` (its folder made; written to a temporary
-    name, then renamed, so that an interrupted write never leaves half a file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as out:
-        for row in rows:
-            out.write(json.dumps(row_record(row), ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
-    return path
+    """Write ``rows`` to ``path`` as JSONL (:func:`row_record` per line, with the ``reward_label`` column that
+    OpenRLHF's reward hook reads; ``datafiles.write_jsonl``)."""
+    write_jsonl((row_record(row) for row in rows), path)
+    return Path(path)
 
 
 def testbed_rows(num_train: int, num_eval: int, seed: int = 0) -> tuple[list[Row], list[Row]]:

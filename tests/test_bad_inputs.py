@@ -837,7 +837,7 @@ def test_converter_on_a_full_disk_leaves_no_partial_file(tmp_path, capsys):
 def test_converter_whose_writes_fail_with_enospc_leaves_no_partial_file(tmp_path, capsys, monkeypatch):
     """The same as on /dev/full, where there is no such device: the output file's writes fail with ENOSPC after
     some rows reached the temporary file."""
-    from adora_openrlhf.data_prep import common
+    from adora_openrlhf import datafiles
 
     real_open = open
 
@@ -861,7 +861,7 @@ def test_converter_whose_writes_fail_with_enospc_leaves_no_partial_file(tmp_path
         handle = real_open(path, mode, **kwargs)
         return FillingFile(handle) if "w" in mode and str(path).endswith("train.jsonl.tmp") else handle
 
-    monkeypatch.setattr(common, "open", filling_open, raising=False)
+    monkeypatch.setattr(datafiles, "open", filling_open, raising=False)
     out = tmp_path / "out"
     assert call(kk.main, ["--out", str(out), "--num-train", "300", "--num-eval", "2", "--people", "2"]) == 1
     err = capsys.readouterr().err.splitlines()[-1]

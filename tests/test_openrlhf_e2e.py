@@ -59,7 +59,7 @@ def gradient_follows_signal(record: dict) -> bool:
 
 
 def write_rows(path: Path, golds: list[str]) -> Path:
-    from adora_openrlhf.data_prep.common import write_jsonl
+    from adora_openrlhf.datafiles import write_jsonl
 
     rows = [
         {

@@ -78,7 +78,7 @@ def recipe_command(
     script = REPO / "recipes" / recipe
     files = dict(re.findall(r'^(TRAIN_FILE|EVAL_FILE)="([^"]+)"', script.read_text(), re.M))
     # write_jsonl writes the reward_label column the reward hook dispatches on
-    from adora_openrlhf.data_prep.common import write_jsonl
+    from adora_openrlhf.datafiles import write_jsonl
 
     for key, count in (("TRAIN_FILE", train_rows), ("EVAL_FILE", 4)):
         rows = [

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import adora_openrlhf.rewards.openrlhf_reward as hook
-from adora_openrlhf.data_prep.common import write_jsonl
+from adora_openrlhf.datafiles import write_jsonl
 from adora_openrlhf.tasks import kk
 
 HOOK_FILE = Path(hook.__file__)

@@ -74,7 +74,7 @@ PLUGIN = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def slow_setup(tmp_path_factory):
-    from adora_openrlhf.data_prep.common import write_jsonl
+    from adora_openrlhf.datafiles import write_jsonl
 
     root = tmp_path_factory.mktemp("openrlhf_timeouts")
     (root / "plugins").mkdir()

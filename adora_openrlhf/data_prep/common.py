@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from adora_openrlhf.datafiles import write_jsonl
 
 logger = logging.getLogger(__name__)
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -160,32 +161,6 @@ def convert_rows(
         rows.append(row)
     report.written = len(rows)
     return rows, report
-
-
-def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
-    """Write rows as JSON lines (UTF-8); returns the count.
-
-    Each row also gets a ``reward_label`` column (JSON of source, label and meta) so that OpenRLHF's
-    reward hook can dispatch by task when launched with ``--data.label_key reward_label``.
-    """
-    from adora_openrlhf.rewards.openrlhf_reward import REWARD_LABEL_KEY, with_reward_label
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            for row in rows:
-                if REWARD_LABEL_KEY not in row and "source" in row and "label" in row:
-                    row = with_reward_label(row)
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-                count += 1
-        os.replace(tmp, path)  # a full disk or Ctrl-C never leaves a half-written output file
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return count
 
 
 def write_converted(rows: Sequence[dict[str, Any]], report: ConversionReport, name: str, out: Path) -> int:

@@ -18,7 +18,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.data_prep.common import RowError, write_jsonl
+from adora_openrlhf.data_prep.common import RowError
+from adora_openrlhf.datafiles import write_jsonl
 from adora_openrlhf.tasks.kk import (
     MAX_PEOPLE,
     MIN_PEOPLE,
