@@ -8,7 +8,6 @@ sooner than one run on two threads).
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -200,31 +199,14 @@ def mean_sd(values: Iterable[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-@functools.cache
 def t_quantile(p: float, df: int) -> float:
-    """Quantile ``t`` of Student's t distribution with ``df`` degrees of freedom: P(T <= t) = p, for 0.5 <= p < 1.
+    """Quantile ``t`` of Student's t distribution with ``df`` degrees of freedom: P(T <= t) = p (scipy's, as the
+    paired tests of ``bench/paired_stats.py``), for 0.5 <= p < 1."""
+    from scipy import stats
 
-    With x = sqrt(df) tan(theta) the density f(x) = Gamma((df+1)/2) / (sqrt(df pi) Gamma(df/2)) (1 + x^2/df)^(-(df+1)/2)
-    becomes c(theta) = Gamma((df+1)/2) / (sqrt(pi) Gamma(df/2)) cos(theta)^(df-1), so
-    P(0 <= T <= t) = integral_0^atan(t/sqrt(df)) c(theta) dtheta (exact, by the recurrence of integral cos^k); theta is
-    found by bisection (e.g. t(0.975, 1) = 12.7062, t(0.975, 2) = 4.3027, t(0.975, 4) = 2.7764)."""
     if not 0.5 <= p < 1 or df < 1:
         raise ValueError(f"t_quantile: need 0.5 <= p < 1 and df >= 1, got p={p}, df={df}")
-    scale = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
-
-    def mass(theta: float) -> float:  # P(0 <= T <= sqrt(df) tan(theta)) = scale * J_{df-1}(theta)
-        # J_k = integral_0^theta cos^k: J_0 = theta, J_1 = sin(theta), J_k = cos^(k-1) sin / k + (k-1)/k J_{k-2}
-        c, s_ = math.cos(theta), math.sin(theta)
-        j = theta if (df - 1) % 2 == 0 else s_
-        for k in range(2 if (df - 1) % 2 == 0 else 3, df, 2):
-            j = c ** (k - 1) * s_ / k + (k - 1) / k * j
-        return scale * j
-
-    lo, hi = 0.0, math.pi / 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if mass(mid) < p - 0.5 else (lo, mid)
-    return math.sqrt(df) * math.tan((lo + hi) / 2)
+    return float(stats.t.ppf(p, df))
 
 
 def mean_ci(values: Iterable[float | None], level: float = 0.95) -> tuple[float, float]:
