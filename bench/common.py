@@ -192,13 +192,6 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> li
         return list(pool.map(fn, items))
 
 
-def mean_sd(values: Iterable[float]) -> tuple[float, float]:
-    values = [v for v in values if v is not None]
-    if not values:
-        return float("nan"), float("nan")
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
-
 def t_quantile(p: float, df: int) -> float:
     """Quantile ``t`` of Student's t distribution with ``df`` degrees of freedom: P(T <= t) = p (scipy's, as the
     paired tests of ``bench/paired_stats.py``), for 0.5 <= p < 1."""

@@ -7,15 +7,9 @@ dynamic filtering and adaGRPO escalation on one local recipe (default ``kk-testb
 version's analysis.
 
 Every variant uses the recipe's hyper-parameters (chosen for GRPO) and changes only the method
-(``bench/common.py`` VARIANTS). Per seed the supervised warm-up runs once; every variant of that seed starts
-RL from the saved policy, with the same data order. Per variant, over seeds, the mean and a 95% confidence
-interval (mean ± t_{0.975, n-1} s / sqrt(n), Student t) of: held-out greedy accuracy at step 0 and at the
-end, the area under the accuracy-vs-step curve (trapezoid rule, divided by the step range), the steps and
-generated responses needed to reach a target that no run meets at step 0 (max step-0 accuracy +
-``--target-margin``; runs that never reach it are counted, "k/n reached"), responses generated, zero-signal
-group fraction, mean response length and wall time (ratios to GRPO). Writes ``table.md``, ``results.json``
-(one record per variant and seed, plus settings), ``curves.png`` (accuracy, zero-signal groups and lengths per step)
-and ``bench/plots.py``'s ``accuracy.png`` and ``target.png`` to ``--out``.
+(``bench/common.py`` VARIANTS); every variant of a seed starts RL from that seed's warm start, with the same data
+order. The table's columns, the records and the paired analysis are described in bench/README.md ("Sample
+efficiency"); the paired tests are ``bench/paired_analysis.py``'s.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Benchmark bookkeeping on hand-made metrics (the benchmarks themselves are run by hand, not in CI)."""
 
 import math
+import statistics
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +14,6 @@ from bench.common import (
     band,
     first_step_reaching,
     mean_ci,
-    mean_sd,
     t_quantile,
     trapezoid_auc,
 )
@@ -97,7 +97,7 @@ def test_auc_is_a_mean_height(ys, gaps):
 def test_ci_contains_the_mean_and_shrinks_with_more_confidence_in_t(values):
     m, h = mean_ci(values)
     assert h >= 0 and min(values) - 1e-9 <= m <= max(values) + 1e-9
-    assert h == pytest.approx(t_quantile(0.975, len(values) - 1) * mean_sd(values)[1] / math.sqrt(len(values)))
+    assert h == pytest.approx(t_quantile(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values)))
 
 
 def test_target_is_above_every_step0_accuracy():
@@ -280,7 +280,6 @@ def test_bad_input_is_one_error_line(capsys):
 def test_helpers():
     assert first_step_reaching([(0, 0.1), (5, 0.3), (9, 0.5)], 0.3) == 5
     assert first_step_reaching([(0, 0.1)], 0.3) is None
-    assert mean_sd([1.0, 3.0]) == (2.0, pytest.approx(2**0.5))
 
 
 def test_finished_runs_with_the_same_config_are_reused(tmp_path, monkeypatch):
