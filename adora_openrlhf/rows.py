@@ -78,7 +78,7 @@ def _digest_or_name(ref: Any) -> str:
 
 def row_identity(prompt: Any, image_digests: Sequence[str]) -> str:
     """What makes two rows the same problem: the prompt and the content of its images (``repr(prompt)`` alone
-    for a text row, so text rows keep the identity earlier versions saved in checkpoints)."""
+    for a text row)."""
     return repr(prompt) if not image_digests else f"{prompt!r} images:{','.join(image_digests)}"
 
 

@@ -506,7 +506,7 @@ def test_train_bad_model_and_checkpoint(tmp_path, capsys):
     assert call(train_cli.main, ["--output-dir", str(tmp_path / "run"), "--resume", *FAST]) == 2
     assert_one_line(
         capsys.readouterr().err,
-        f"--resume: checkpoint '{broken}' is broken: trainer_state/state.pt is missing; no earlier checkpoint is complete",
+        f"--resume: checkpoint '{broken}' is broken: trainer_state/manifest.json is missing; no earlier checkpoint is complete",
     )
     assert snapshot(tmp_path) == before
 

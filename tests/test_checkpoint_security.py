@@ -1,9 +1,8 @@
 """Nothing in a checkpoint runs code on --resume: crafted pickles in every file a resume unpickles, with and without a
-manifest rewritten to match them, are refused with one line naming the file; a deleted manifest is refused when
-run.json says the checkpoint had one; the trainer state itself is plain data."""
+manifest rewritten to match them, are refused with one line naming the file; a checkpoint whose manifest was deleted
+is refused; the trainer state itself is plain data."""
 
 import io
-import json
 import pickle
 import sys
 from pathlib import Path
@@ -84,18 +83,20 @@ def test_load_trainer_state_refuses_objects_directly(finished_run, tmp_path):
     assert not marker.exists()
 
 
-def test_deleted_manifest_is_refused_when_run_json_says_there_was_one(finished_run, tmp_path):
+def test_a_deleted_manifest_is_refused(finished_run, tmp_path):
     out = _copy_run(finished_run, tmp_path)
     step = out / "checkpoints" / "step_000002"
-    record = json.loads((step / ckpt.STATE_DIR / ckpt.RUN_FILE).read_text())
-    assert record["manifest"] is True
     (step / ckpt.STATE_DIR / ckpt.MANIFEST_FILE).unlink()
     weights = step / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-3] ^= 0x01  # bit rot in the weights, which only the manifest would show
     weights.write_bytes(bytes(data))
-    assert "manifest.json is missing" in ckpt.checkpoint_problem(step)
-    with pytest.raises(ConfigError, match="manifest.json is missing"):
+    assert ckpt.checkpoint_problem(step) == "trainer_state/manifest.json is missing"
+    with pytest.raises(
+        ConfigError,
+        match=r"^--resume: checkpoint '.*step_000002' is broken: trainer_state/manifest.json is missing; resume from "
+        "step_000001 with --resume-from step_000001",
+    ):
         train(tiny_kk_config(out, steps=3, save_every=1), resume=True)
 
 
@@ -157,15 +158,18 @@ def test_eval_run_refuses_swapped_weights_as_resume_does(finished_run, tmp_path,
     assert f"--model: {model}: model.safetensors does not match the checksum saved with it" in err
 
 
-def test_a_checkpoint_without_manifest_and_run_json_is_refused_when_the_run_wrote_them(finished_run, tmp_path):
-    """Deleting both files that say a checkpoint had a manifest does not make it pass as one of an earlier release:
-    the run's other checkpoints have theirs."""
+def test_checkpoints_without_manifest_and_run_json_are_refused(finished_run, tmp_path):
+    """Deleting both files from every checkpoint of the run does not make them pass: each is broken."""
     out = _copy_run(finished_run, tmp_path)
-    step = out / "checkpoints" / "step_000002"
-    for name in (ckpt.MANIFEST_FILE, ckpt.RUN_FILE):
-        (step / ckpt.STATE_DIR / name).unlink()
-    assert "manifest.json is missing, although the run's other checkpoints have one" in ckpt.checkpoint_problem(step)
-    with pytest.raises(ConfigError, match="the run's other checkpoints have one"):
+    for step in (out / "checkpoints").glob("step_*"):
+        for name in (ckpt.MANIFEST_FILE, ckpt.RUN_FILE):
+            (step / ckpt.STATE_DIR / name).unlink()
+        assert ckpt.checkpoint_problem(step) == "trainer_state/manifest.json is missing"
+        assert ckpt.model_files_problem(step) == "trainer_state/manifest.json is missing"  # eval.run --model too
+    with pytest.raises(
+        ConfigError,
+        match=r"step_000002' is broken: trainer_state/manifest.json is missing; no earlier checkpoint is complete",
+    ):
         train(tiny_kk_config(out, steps=3, save_every=1), resume=True)
 
 

@@ -275,21 +275,9 @@ def test_renamed_options_are_refused_naming_the_new_name(tmp_path, capsys):
         with pytest.raises(ConfigError, match=rf"^{old}: unknown option, renamed {new}"):
             RunConfig.from_dict(saved)
         assert old in config_differences(saved, cfg.to_dict())  # --resume names it
-    from adora_openrlhf.rundir.checks import _compare_config
-
     saved = cfg.to_dict()
-    saved["data"]["kk_num_people"] = saved["data"]["kk"].pop("num_people")
-    with pytest.raises(
-        ConfigError, match=r"data.kk_num_people: \[2, 3\], saved under a name renamed data.kk.num_people;"
-    ) as caught:
-        _compare_config(saved, cfg, "the saved run")
-    assert "None" not in str(caught.value)
-    saved = cfg.to_dict()
-    # an option added since the run was saved: absent from its config, no difference at its default
-    del saved["model"]["numerics"]
-    assert config_differences(saved, cfg.to_dict()) == []
-    fast = build_run_config("kk-testbed", {"model.numerics": "fast"}).to_dict()
-    assert config_differences(saved, fast) == ["model.numerics"]
+    del saved["model"]["numerics"]  # a saved config holds every option: one it lacks is a difference
+    assert config_differences(saved, cfg.to_dict()) == ["model.numerics"]
 
 
 def test_the_sampler_counts_positives_at_adoras_correctness_threshold_unless_told_otherwise():

@@ -2,6 +2,7 @@
 run greedily on them repeats the trainer's own held-out numbers for the same checkpoint (accuracy, mean reward
 and mean response length, which only agree when every response is the same)."""
 
+import hashlib
 import json
 
 import pytest
@@ -243,6 +244,25 @@ def test_a_directory_without_a_saved_heldout_set_is_refused(tmp_path, capsys):
     assert main(["--bench", "kk"]) == 2 and "--model: required" in capsys.readouterr().err
 
 
+SETTINGS = {  # the fields of heldout.json that --run reads, as the trainer writes them
+    "prompt_template": "auto",
+    "rollout": {"max_new_tokens": 8, "repetition_penalty": 1.0},
+    "generation_batch_size": 4,
+    "numerics": "exact",
+    "rows_sha256": hashlib.sha256(b"").hexdigest(),
+    "plugins": [],
+}
+SETTINGS_READ = [
+    "prompt_template",
+    "rollout.max_new_tokens",
+    "rollout.repetition_penalty",
+    "generation_batch_size",
+    "numerics",
+    "rows_sha256",
+    "plugins",
+]
+
+
 @pytest.mark.parametrize(
     "field, value",
     [
@@ -253,16 +273,14 @@ def test_a_directory_without_a_saved_heldout_set_is_refused(tmp_path, capsys):
         ("generation_batch_size", "128"),
         ("prompt_template", 3),
         ("numerics", "quick"),
+        ("rows_sha256", None),
+        ("plugins", "mine"),
     ],
 )
 def test_a_heldout_json_field_of_the_wrong_type_is_named_with_the_file(tmp_path, field, value, capsys):
     run = tmp_path / "run"
     run.mkdir()
-    settings = {
-        "prompt_template": "auto",
-        "rollout": {"max_new_tokens": 8, "repetition_penalty": 1.0},
-        "generation_batch_size": 4,
-    }
+    settings = json.loads(json.dumps(SETTINGS))
     section, _, key = field.rpartition(".")
     (settings[section] if section else settings)[key] = value
     (run / "heldout.json").write_text(json.dumps(settings))
@@ -270,6 +288,24 @@ def test_a_heldout_json_field_of_the_wrong_type_is_named_with_the_file(tmp_path,
     assert main(["--run", str(run)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{run / 'heldout.json'}: field {field} must be" in err and repr(value) in err
+
+
+@pytest.mark.parametrize("field", [*SETTINGS_READ])
+def test_a_heldout_json_without_a_field_the_trainer_writes_is_refused_naming_it(tmp_path, field, capsys):
+    from adora_openrlhf.evaluation.runs import open_run, rows_changed
+
+    run = tmp_path / "run"
+    run.mkdir()
+    settings = json.loads(json.dumps(SETTINGS))
+    (run / "heldout.json").write_text(json.dumps(settings))
+    (run / "heldout.jsonl").write_text("")
+    assert rows_changed(open_run(run)) is None  # every field present: the run opens
+    section, _, key = field.rpartition(".")
+    del (settings[section] if section else settings)[key]
+    (run / "heldout.json").write_text(json.dumps(settings))
+    assert main(["--run", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{run / 'heldout.json'}: field {field} is missing; train the run again" in err
 
 
 def test_rows_edited_after_training_are_not_set_against_the_trainers_number(tiny_run, tmp_path, capsys):

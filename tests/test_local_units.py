@@ -337,7 +337,8 @@ def test_checkpoint_round_trip_and_partial_save_ignored(tok, tmp_path):
     m(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
     opt.step()
     state = ckpt.TrainerState(step=5, data_position=40, sampler={"history": {}}, rng=ckpt.capture_rng())
-    ckpt.save_checkpoint(tmp_path, m, opt, tok, state)
+    record = {"config": {}, "data": {"train": {"rows": 0, "sha256": ""}, "eval": {"rows": 0, "sha256": ""}}}
+    ckpt.save_checkpoint(tmp_path, m, opt, tok, state, record)
     (ckpt.checkpoint_dir(tmp_path) / "step_000009.tmp").mkdir()
     assert ckpt.latest_checkpoint(tmp_path).name == "step_000005"
     expected = torch.rand(3)

@@ -179,6 +179,9 @@ def _state(step=3):
     return ckpt.TrainerState(step=step, data_position=12, sampler={"history": {}}, rng=ckpt.capture_rng())
 
 
+RUN_RECORD = {"config": {}, "data": {"train": {"rows": 0, "sha256": ""}, "eval": {"rows": 0, "sha256": ""}}}
+
+
 def test_step_dir_is_a_hugging_face_model_directory(tok, tmp_path):
     """A step directory loads with AutoModelForCausalLM/AutoTokenizer.from_pretrained and with eval.run; the
     trainer state sits beside it and restores the optimizer."""
@@ -190,10 +193,12 @@ def test_step_dir_is_a_hugging_face_model_directory(tok, tmp_path):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(input_ids=INPUT).logits.sum().backward()
     opt.step()
-    step = ckpt.save_checkpoint(tmp_path, model, opt, tok, _state())
+    step = ckpt.save_checkpoint(tmp_path, model, opt, tok, _state(), RUN_RECORD)
     names = {p.name for p in step.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "trainer_state"} <= names and "model.pt" not in names
-    assert {p.name for p in (step / "trainer_state").iterdir()} == {"optimizer.pt", "state.pt", "manifest.json"}
+    saved = {"optimizer.pt", "state.pt", "run.json", "manifest.json"}
+    assert {p.name for p in (step / "trainer_state").iterdir()} == saved
+    assert ckpt.read_run_record(step) == RUN_RECORD
     loaded = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32)
     assert torch.allclose(_logits(loaded), _logits(model), atol=1e-6)
     assert AutoTokenizer.from_pretrained(str(step)).encode("Alice is a knight") == tok.encode("Alice is a knight")
@@ -242,7 +247,9 @@ def test_lora_checkpoint_resumes_and_merged_save_is_plain(tok, tmp_path, merge):
         for name, p in policy.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.5)
-    step = ckpt.save_checkpoint(tmp_path, policy, None, tok, _state(), merge_lora=cfg.model.merge_lora_on_save)
+    step = ckpt.save_checkpoint(
+        tmp_path, policy, None, tok, _state(), RUN_RECORD, merge_lora=cfg.model.merge_lora_on_save
+    )
     expected = _logits(policy)
     resumed = build_model(cfg, tok, torch.device("cpu"), step)
     assert torch.allclose(_logits(resumed), expected, atol=1e-6)
@@ -273,10 +280,19 @@ def test_all_linear_lora_targets_every_linear_but_the_head(tok):
     assert not any("lm_head" in name and "lora" in name for name, _ in wrapped.named_parameters())
 
 
-def test_resume_from_an_earlier_layout_checkpoint_is_one_error(tmp_path):
-    step = tmp_path / "run" / "checkpoints" / "step_000002"
+def test_a_step_directory_in_another_layout_is_a_broken_checkpoint(tmp_path):
+    """A step directory without ``trainer_state/`` (a single ``model.pt``, say) is no checkpoint this version wrote:
+    ``--resume`` refuses it as broken, naming the missing manifest, in one line."""
+    from adora_openrlhf.rundir.checks import check_previous_run
+
+    out = tmp_path / "run"
+    step = out / "checkpoints" / "step_000002"
     step.mkdir(parents=True)
     (step / "model.pt").write_bytes(b"old")
-    with pytest.raises(ConfigError, match=r"^--resume: checkpoint '.*step_000002' has the earlier layout \(model.pt\)"):
-        ckpt.check_layout(step)
-    ckpt.check_layout(tmp_path)  # anything else passes
+    assert ckpt.checkpoint_problem(step) == "trainer_state/manifest.json is missing"
+    with pytest.raises(
+        ConfigError,
+        match=r"^--resume: checkpoint '.*step_000002' is broken: trainer_state/manifest.json is missing; no earlier "
+        "checkpoint is complete: start a new run with --overwrite",
+    ):
+        check_previous_run(out, build_run_config("kk-tiny", {"output_dir": str(out)}), resume=True, overwrite=False)

@@ -406,7 +406,7 @@ def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_clus
 
     saved_file = tmp_path / "_actor" / "global_step7" / trainer_mod.SAMPLER_STATE_FILE
     assert json.loads(saved_file.read_text()) == first.samples_generator.state_dict()
-    assert trainer_mod.SAMPLER_STATE_KEY not in first.actor_model_group.saved  # not in DeepSpeed's pickle
+    assert not any(key.startswith("adora") for key in first.actor_model_group.saved)  # not in DeepSpeed's pickle
     resumed = trainer()
     resumed.actor_model_group = first.actor_model_group
     states = resumed.init_checkpoint_states()
@@ -432,12 +432,18 @@ def test_sampler_state_is_saved_and_restored_with_openrlhfs_checkpoints(ray_clus
         trainer().saved_sampler_state(7)
     assert not (tmp_path / "ran").exists()
 
-    saved_file.unlink()  # a checkpoint of an earlier version: the state in DeepSpeed's client states (already loaded)
-    first.actor_model_group.saved[trainer_mod.SAMPLER_STATE_KEY] = {"sampling_step": 5, "sampler": {"history": {}}}
-    older = trainer()
-    older.actor_model_group = first.actor_model_group
-    older.init_checkpoint_states()
-    assert older.samples_generator.sampling_step == 5
+    saved_file.write_text(json.dumps(first.samples_generator.state_dict()))
+    allocating = trainer()
+    allocating.run_config = allocation_config(**{"allocation.method": "difficulty", "allocation.candidates": 2.0})
+    with pytest.raises(ValueError, match=f"^{saved_file}: field allocation is missing"):
+        allocating.saved_sampler_state(7)  # a run that allocates rollouts saves the allocator's store with its state
+
+    saved_file.unlink()  # a save interrupted before the state was written: the step counter, an empty history
+    interrupted = trainer()
+    interrupted.actor_model_group = first.actor_model_group
+    interrupted.init_checkpoint_states()
+    assert interrupted.samples_generator.sampling_step == 7
+    assert interrupted.samples_generator.sampler.state_dict() == {"history": {}}
 
 
 def test_missing_reward_is_a_clear_error():

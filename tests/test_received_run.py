@@ -16,13 +16,20 @@ from adora_openrlhf.evaluation.runs import open_run
 from adora_openrlhf.plugins import import_plugins
 
 ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = {  # heldout.json as the trainer writes it (rundir/heldout.py), but for the plug-ins
+    "prompt_template": "auto",
+    "rollout": {"max_new_tokens": 8, "repetition_penalty": 1.0},
+    "generation_batch_size": 4,
+    "numerics": "exact",
+    "rows_sha256": "0" * 64,
+}
 
 
 def received_run(folder: Path, module: str) -> Path:
     """A run directory whose heldout.json names ``module`` as a plug-in and that ships ``module.py``, which, if
     ever imported, writes ``ran.txt`` beside itself."""
     folder.mkdir(parents=True)
-    (folder / "heldout.json").write_text(json.dumps({"rollout": {"max_new_tokens": 8}, "plugins": [module]}))
+    (folder / "heldout.json").write_text(json.dumps({**SETTINGS, "plugins": [module]}))
     (folder / "heldout.jsonl").write_text(json.dumps({"prompt": "p", "label": "1", "source": "math"}) + "\n")
     (folder / f"{module}.py").write_text(
         "from pathlib import Path\n(Path(__file__).parent / 'ran.txt').write_text('ran')\n"
@@ -79,7 +86,7 @@ def test_the_users_plugins_are_compared_with_the_runs(tmp_path, monkeypatch, cap
     target = open_run(run, ["adora_good_plugin", "adora_other_plugin"])
     assert target.run_dir == run and sys.modules["adora_good_plugin"].LOADED
     assert "['adora_other_plugin']: not among the run's plug-ins ['adora_good_plugin']" in caplog.text
-    (run / "heldout.json").write_text(json.dumps({"rollout": {"max_new_tokens": 8}, "plugins": "adora_good_plugin"}))
+    (run / "heldout.json").write_text(json.dumps({**SETTINGS, "plugins": "adora_good_plugin"}))
     with pytest.raises(ValueError, match=r"field plugins must be a list of module names, got 'adora_good_plugin'"):
         open_run(run, ["adora_good_plugin"])
 

@@ -99,27 +99,24 @@ def test_resume_may_change_steps_and_reporting_without_config_json(run):
     assert summary["resumed_from_step"] == 2 and json.loads((run / "config.json").read_text())["steps"] == 3
 
 
-def test_a_checkpoint_of_an_earlier_version_without_any_config_is_refused(run):
-    for path in (run / "checkpoints").glob("*/trainer_state"):
-        (path / "run.json").unlink()
-        (path / "manifest.json").unlink()
-    (run / "config.json").unlink()
-    _refused(
-        run,
-        "records no config, and .*config.json' is missing, so the options cannot be compared with the run's; restore the run's config.json",
-    )
-
-
-def test_an_earlier_versions_checkpoint_falls_back_to_config_json(run):
-    (run / "checkpoints" / "step_000002" / "trainer_state" / "run.json").unlink()  # listed in the manifest: broken
+def test_a_checkpoint_without_its_run_json_or_manifest_is_broken(run):
+    """Every checkpoint has both files: one without either is refused as broken, naming the file, whatever the
+    run's config.json says."""
+    step = run / "checkpoints" / "step_000002"
+    (step / "trainer_state" / "run.json").unlink()  # listed in the manifest
     _refused(
         run,
         "step_000002' is broken: trainer_state/run.json is missing; resume from step_000001 with --resume-from step_000001",
     )
+    ckpt.write_manifest(step)  # a manifest that no longer lists it: still no config to compare
+    _refused(run, "step_000002' is broken: trainer_state/run.json is missing; resume from step_000001")
     for path in (run / "checkpoints").glob("*/trainer_state"):
-        (path / "run.json").unlink(missing_ok=True)
         (path / "manifest.json").unlink()
-    _refused(run, "differs from the saved run in train.lr", cfg={"train.lr": 0.5})
+    _refused(
+        run,
+        "step_000002' is broken: trainer_state/manifest.json is missing; no earlier checkpoint is complete: start a "
+        "new run with --overwrite",
+    )
 
 
 @pytest.mark.parametrize("edit", ["meta", "prompt", "drop_row", "swap_rows"])
@@ -236,27 +233,28 @@ def test_the_offered_checkpoint_is_the_newest_complete_one(run):
     _refused(run, "no earlier checkpoint is complete: start a new run with --overwrite")
 
 
-def test_checkpoints_of_an_earlier_version_name_damaged_files_when_loaded(run):
-    for path in (run / "checkpoints").glob("*/trainer_state"):
-        (path / "manifest.json").unlink()  # no checksums: the loaders find the damage
-        record = json.loads((path / "run.json").read_text())
-        del record["manifest"]  # written before manifests existed
-        (path / "run.json").write_text(json.dumps(record))
+def test_damaged_files_under_a_manifest_rewritten_to_match_are_named_when_loaded(run):
+    """Whoever damages a checkpoint can rewrite its manifest to match: the loaders still name the damage."""
     step = run / "checkpoints" / "step_000002"
+
+    def damaged(name: str, content: bytes) -> None:
+        (step / name).write_bytes(content)
+        ckpt.write_manifest(step)
+
     full = (step / "model.safetensors").read_bytes()
-    (step / "model.safetensors").write_bytes(full[:1000])
+    damaged("model.safetensors", full[:1000])
     _refused(
         run,
         r"step_000002' is broken: model.safetensors is truncated .*; resume from step_000001 with --resume-from step_000001",
     )
-    (step / "model.safetensors").write_bytes(full)
-    (step / "trainer_state" / "state.pt").write_bytes(b"\x80\x04garbage")
+    damaged("model.safetensors", full)
+    damaged("trainer_state/state.pt", b"\x80\x04garbage")
     _refused(run, r"step_000002' is broken: trainer_state/state.pt cannot be read \(UnpicklingError")
-    shutil.copy(run / "checkpoints" / "step_000001" / "trainer_state" / "state.pt", step / "trainer_state" / "state.pt")
+    damaged("trainer_state/state.pt", (run / "checkpoints" / "step_000001" / "trainer_state" / "state.pt").read_bytes())
     _refused(run, r"step_000002' is broken: trainer_state/state.pt is the state of step 1, not of step 2")
-    shutil.copy(run / "checkpoints" / "step_000001" / "trainer_state" / "state.pt", step / "trainer_state" / "state.pt")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (step / name).unlink()
+    ckpt.write_manifest(step)
     _refused(run, r"step_000002' is broken: there are no tokenizer files in it")
 
 

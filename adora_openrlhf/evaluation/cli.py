@@ -32,13 +32,12 @@ def resolve_decoding(
     numerics: str, workers: str, engine: str, temperature: float, run_numerics: str | None = None
 ) -> tuple[str | None, int | None]:
     """``(numerics, workers)`` of the transformers engine for the checked ``--numerics`` and ``--workers``.
-    ``run_numerics``: with ``--run``, the ``model.numerics`` the run's trainer evaluated with (``exact`` for runs
-    saved before it was recorded); None without ``--run``. Numerics ``auto`` is ``run_numerics`` when ``--run``
-    decodes greedily, with one decoding process unless ``--workers`` says otherwise (the trainer's own arithmetic
-    and batches, so its held-out accuracy is repeated exactly), else ``fast``; workers ``auto`` is otherwise None
-    (``evaluation/workers.py`` picks). Several workers need ``fast`` (``exact`` keeps the trainer's batches in one
-    process). The vLLM engine has its own kernels and processes: ``(None, None)``, and an explicit value of
-    either flag is refused."""
+    ``run_numerics``: with ``--run``, the ``model.numerics`` the run's trainer evaluated with; None without
+    ``--run``. Numerics ``auto`` is ``run_numerics`` when ``--run`` decodes greedily, with one decoding process
+    unless ``--workers`` says otherwise (the trainer's own arithmetic and batches, so its held-out accuracy is
+    repeated exactly), else ``fast``; workers ``auto`` is otherwise None (``evaluation/workers.py`` picks). Several
+    workers need ``fast`` (``exact`` keeps the trainer's batches in one process). The vLLM engine has its own
+    kernels and processes: ``(None, None)``, and an explicit value of either flag is refused."""
     if engine != "hf":
         for flag, value in (("--numerics", numerics), ("--workers", workers)):
             if value != "auto":

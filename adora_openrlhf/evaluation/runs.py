@@ -31,6 +31,16 @@ from adora_openrlhf.rundir.heldout import HELDOUT_ROWS, HELDOUT_SETTINGS
 
 logger = logging.getLogger(__name__)
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+# the fields of heldout.json that --run reads (rundir/heldout.py writes them all): dotted name, type, what it must be
+_SETTINGS = (
+    ("prompt_template", str, "a string"),
+    ("rollout.max_new_tokens", int, "a positive integer"),
+    ("rollout.repetition_penalty", (int, float), "a number"),
+    ("generation_batch_size", int, "a positive integer"),
+    ("numerics", str, "a string"),
+    ("rows_sha256", str, "a string"),
+    ("plugins", list, "a list of module names"),
+)
 
 
 @dataclass(frozen=True)
@@ -43,7 +53,7 @@ class RunTarget:
 
     @property
     def prompt_template(self) -> str:
-        return str(self.settings.get("prompt_template", "auto"))
+        return str(self.settings["prompt_template"])
 
     @property
     def max_new_tokens(self) -> int:
@@ -51,16 +61,16 @@ class RunTarget:
 
     @property
     def repetition_penalty(self) -> float:
-        return float(self.settings["rollout"].get("repetition_penalty", 1.0))
+        return float(self.settings["rollout"]["repetition_penalty"])
 
     @property
     def batch_size(self) -> int:
-        return int(self.settings.get("generation_batch_size", 128))
+        return int(self.settings["generation_batch_size"])
 
     @property
     def numerics(self) -> str:
-        """The trainer's ``model.numerics`` (``exact`` for runs saved before it was recorded)."""
-        return str(self.settings.get("numerics", "exact"))
+        """The trainer's ``model.numerics``."""
+        return str(self.settings["numerics"])
 
 
 def _read_json(path: Path, option: str) -> dict[str, Any]:
@@ -87,15 +97,12 @@ def open_run(path: str | Path, plugins: Sequence[str] = ()) -> RunTarget:
     if not settings_file.is_file() or not rows_file.is_file():
         what = "a local training run" if (run_dir / "config.json").is_file() else "a training run's directory"
         raise ValueError(
-            f"--run: {path} has no {HELDOUT_SETTINGS} / {HELDOUT_ROWS} ({what} saves them when it starts, since this version); "
+            f"--run: {path} has no {HELDOUT_SETTINGS} / {HELDOUT_ROWS} ({what} saves them when it starts); "
             "train the run again, or pass --model and --bench-file"
         )
     settings = _read_json(settings_file, "--run")
-    rollout = settings.get("rollout")
-    if not isinstance(rollout, dict) or "max_new_tokens" not in rollout:
-        raise ValueError(f"--run: {settings_file} has no rollout.max_new_tokens; train the run again")
     _check_settings(settings, settings_file)
-    _import_user_plugins(run_dir, settings_file, settings.get("plugins", []), plugins)
+    _import_user_plugins(run_dir, settings_file, settings["plugins"], plugins)
     return RunTarget(run_dir, rows_file, settings)
 
 
@@ -126,21 +133,21 @@ def _import_user_plugins(run_dir: Path, settings_file: Path, saved: Any, given: 
 
 
 def _check_settings(settings: dict[str, Any], settings_file: Path) -> None:
-    """ValueError naming ``heldout.json`` and the field when a setting ``RunTarget`` reads has the wrong type (or,
-    for ``numerics``, is not one of ``engine/model_config.NUMERICS``)."""
-    checks = (
-        ("prompt_template", settings.get("prompt_template", "auto"), str),
-        ("rollout.max_new_tokens", settings["rollout"]["max_new_tokens"], int),
-        ("rollout.repetition_penalty", settings["rollout"].get("repetition_penalty", 1.0), (int, float)),
-        ("generation_batch_size", settings.get("generation_batch_size", 128), int),
-    )
-    for name, value, kind in checks:
+    """ValueError naming ``heldout.json`` and the field when a setting ``RunTarget`` reads (:data:`_SETTINGS`) is
+    missing or has the wrong type (or, for ``numerics``, is not one of ``engine/model_config.NUMERICS``)."""
+    for name, kind, wanted in _SETTINGS:
+        section, _, key = name.rpartition(".")
+        holder = settings.get(section) if section else settings
+        if not isinstance(holder, dict) or key not in holder:
+            raise ValueError(
+                f"--run: {settings_file}: field {name} is missing; train the run again or restore the file"
+            )
+        value = holder[key]
         if isinstance(value, bool) or not isinstance(value, kind) or (kind is int and value < 1):
-            wanted = "a string" if kind is str else "a positive integer" if kind is int else "a number"
             raise ValueError(
                 f"--run: {settings_file}: field {name} must be {wanted}, got {value!r}; train the run again or restore the file"
             )
-    numerics = settings.get("numerics", "exact")
+    numerics = settings["numerics"]
     if numerics not in NUMERICS:
         raise ValueError(
             f"--run: {settings_file}: field numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}; "
@@ -222,10 +229,8 @@ def default_out(target: RunTarget, model: Path, settings: dict[str, Any]) -> Pat
 
 def rows_changed(target: RunTarget) -> str | None:
     """Why the held-out rows file differs from the one the run saved (its SHA-256 in ``heldout.json``), or None
-    (the same file, or a run saved before the digest was recorded)."""
-    saved = target.settings.get("rows_sha256")
-    if not isinstance(saved, str):
-        return None
+    (the same file)."""
+    saved = target.settings["rows_sha256"]
     digest = hashlib.sha256(target.rows_file.read_bytes()).hexdigest()
     if digest == saved:
         return None

@@ -13,9 +13,8 @@ Layout of ``output_dir/checkpoints/step_000020/``:
   merged LoRA save, ``adapter/`` (the adapters, which a resumed run keeps training);
 - ``trainer_state/manifest.json``: the size and SHA-256 of every other file of the directory, written last.
   :func:`checkpoint_problem` compares the files with it, so a truncated, replaced or edited file (weights that
-  are still finite numbers included) is found before a run resumes from it. ``run.json`` records that the
-  checkpoint was written with a manifest, so a checkpoint whose manifest was deleted is refused, not taken for
-  one of a version before manifests.
+  are still finite numbers included) is found before a run resumes from it. Every checkpoint has both
+  ``run.json`` and ``manifest.json``: one without either is broken.
 
 Nothing in a checkpoint is unpickled: ``state.pt`` and ``optimizer.pt`` hold only tensors, numbers, strings,
 lists, tuples and dicts and are read with ``torch.load(weights_only=True)``, whose unpickler builds no other
@@ -59,11 +58,6 @@ RUN_FILE = (
     "run.json"  # under STATE_DIR: {"config": RunConfig.to_dict(), "data": {"train": fingerprint, "eval": fingerprint}}
 )
 MANIFEST_FILE = "manifest.json"  # under STATE_DIR: {"files": {relative path: {"bytes": n, "sha256": hex}}}
-# what a checkpoint without a manifest must hold
-REQUIRED_FILES = (
-    f"{STATE_DIR}/state.pt",
-    f"{STATE_DIR}/optimizer.pt",
-)
 
 
 @dataclass
@@ -231,9 +225,9 @@ def save_checkpoint(
     optimizer,
     tokenizer,
     state: TrainerState,
+    run_record: dict[str, Any],
     keep_last: int = 3,
     merge_lora: bool = False,
-    run_record: dict[str, Any] | None = None,
     extra: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write the checkpoint of ``state.step`` atomically (layout in the module docstring); prune old ones (step 0
@@ -259,9 +253,7 @@ def save_checkpoint(
             "allocation": state.allocation,
         }
         _torch_save(saved, trainer_state / "state.pt")
-        if run_record is not None:
-            record = {**run_record, "manifest": True}  # this checkpoint has a manifest: one without it is damaged
-            (trainer_state / RUN_FILE).write_text(json.dumps(record, indent=2, default=str) + "\n")
+        (trainer_state / RUN_FILE).write_text(json.dumps(run_record, indent=2, default=str) + "\n")
         if extra is not None:
             extra(tmp)
         write_manifest(tmp)
@@ -279,21 +271,12 @@ def save_checkpoint(
 
 
 def checkpoint_problem(path: str | Path) -> str | None:
-    """What is wrong with the files of checkpoint ``path`` (None when nothing is): a file its manifest lists that is
-    missing, of another size, or of another SHA-256. A checkpoint written before manifests existed is only
-    checked for :data:`REQUIRED_FILES`."""
+    """What is wrong with the files of checkpoint ``path`` (None when nothing is): no manifest, or a file its
+    manifest lists (``run.json`` among them) that is missing, of another size, or of another SHA-256."""
     path = Path(path)
     manifest_path = path / STATE_DIR / MANIFEST_FILE
-    if not manifest_path.is_file() and _written_with_manifest(path):
-        return f"{STATE_DIR}/{MANIFEST_FILE} is missing, although {STATE_DIR}/{RUN_FILE} says the checkpoint was written with one"
-    if not manifest_path.is_file() and _run_writes_manifests(path):
-        return (
-            f"{STATE_DIR}/{MANIFEST_FILE} is missing, although the run's other checkpoints have one (the release that "
-            "wrote it writes one with every checkpoint)"
-        )
     if not manifest_path.is_file():
-        missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
-        return f"{missing[0]} is missing" if missing else None
+        return f"{STATE_DIR}/{MANIFEST_FILE} is missing"
     return _manifest_problem(path, manifest_path)
 
 
@@ -325,33 +308,13 @@ def write_model_manifest(directory: Path) -> None:
 def model_files_problem(directory: str | Path) -> str | None:
     """What is wrong with the files of a model directory the trainer wrote: a checkpoint (``step_N``, checked as
     ``--resume`` checks it, :func:`checkpoint_problem`) or ``final_model/`` (its ``manifest.json``); None for a
-    directory with neither (a model from elsewhere, or written before manifests)."""
+    directory with neither (a model from elsewhere)."""
     directory = Path(directory)
     if (directory / STATE_DIR).is_dir():
         return checkpoint_problem(directory)
     if (directory / MANIFEST_FILE).is_file():
         return _manifest_problem(directory, directory / MANIFEST_FILE)
     return None
-
-
-def _written_with_manifest(path: Path) -> bool:
-    """True when ``run.json`` of checkpoint ``path`` says a manifest was written with it (an unreadable run.json counts
-    as such: this version writes both)."""
-    file = path / STATE_DIR / RUN_FILE
-    if not file.is_file():
-        return False
-    try:
-        record = json.loads(file.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return True
-    return not isinstance(record, dict) or record.get("manifest", False) is not False
-
-
-def _run_writes_manifests(path: Path) -> bool:
-    """True when another checkpoint beside ``path`` (same run) holds a manifest or a ``run.json`` that says it was
-    written with one: the run's release writes one with every checkpoint, so one without it lost its files."""
-    siblings = [p for p in path.parent.glob("step_*") if p.is_dir() and p.name != path.name]
-    return any((p / STATE_DIR / MANIFEST_FILE).is_file() or _written_with_manifest(p) for p in siblings)
 
 
 def complete_checkpoint_before(output_dir: str | Path, step: int) -> Path | None:
@@ -377,31 +340,23 @@ def broken_checkpoint_error(path: str | Path, problem: str, option: str = "--res
     return ConfigError(f"{option}: checkpoint {str(path)!r} is broken: {problem}; {fix}")
 
 
-def read_run_record(path: str | Path) -> dict[str, Any] | None:
-    """The ``run.json`` of checkpoint ``path`` (None for a checkpoint written before it existed)."""
+def read_run_record(path: str | Path) -> dict[str, Any]:
+    """The ``run.json`` of checkpoint ``path``; a missing or unreadable one is :func:`broken_checkpoint_error`."""
     file = Path(path) / STATE_DIR / RUN_FILE
     if not file.is_file():
-        return None
+        raise broken_checkpoint_error(path, f"{STATE_DIR}/{RUN_FILE} is missing")
     try:
         record = json.loads(file.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError):
         raise broken_checkpoint_error(path, f"{STATE_DIR}/{RUN_FILE} is not valid JSON") from None
     if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
         raise broken_checkpoint_error(path, f"{STATE_DIR}/{RUN_FILE} holds no config")
-    return record
-
-
-def check_layout(path: str | Path) -> None:
-    """ConfigError naming ``--resume`` when ``path`` is a checkpoint of the earlier layout (``model.pt``, no model
-    files), which this version does not load."""
-    from adora_openrlhf.config import ConfigError
-
-    path = Path(path)
-    if (path / "model.pt").exists() and not (path / STATE_DIR).exists():
-        raise ConfigError(
-            f"--resume: checkpoint {str(path)!r} has the earlier layout (model.pt); this version resumes from "
-            "step directories in the Hugging Face layout: start a new run (--overwrite) or resume with the version that wrote it"
+    data = record.get("data")
+    if not isinstance(data, dict) or not all(isinstance(data.get(split), dict) for split in ("train", "eval")):
+        raise broken_checkpoint_error(
+            path, f"{STATE_DIR}/{RUN_FILE} holds no data fingerprints (data.train, data.eval)"
         )
+    return record
 
 
 def load_lora_adapters(path: str | Path, model) -> None:
@@ -437,7 +392,7 @@ def load_trainer_state(path: str | Path, optimizer=None) -> TrainerState:
             data_position=int(raw["data_position"]),
             sampler=raw["sampler"],
             rng=raw["rng"],
-            allocation=raw.get("allocation", {}),
+            allocation=raw["allocation"],
         )
     except (TypeError, KeyError, ValueError) as err:
         raise broken_checkpoint_error(
@@ -479,7 +434,7 @@ def _load_pickle(path: Path, name: str) -> Any:
             raise broken_checkpoint_error(
                 path,
                 f"{name} holds objects other than tensors, numbers, strings and containers, which are not loaded (a file "
-                "written by an earlier version, or crafted to run code)",
+                "this package did not write, perhaps crafted to run code)",
             ) from None
         reason = text.split("WeightsUnpickler error:", 1)[-1].split("Check the documentation", 1)[0]
         raise broken_checkpoint_error(

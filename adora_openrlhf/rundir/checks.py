@@ -7,9 +7,8 @@ trainer state) happens before anything is written; only then is the directory cr
 - :func:`check_previous_run`: without ``--resume`` a directory holding checkpoints is refused unless
   ``--overwrite``; with ``--resume`` the checkpoint (the latest, or the one ``--resume-from`` names) must be
   complete (its files match their checksums, :func:`checkpoint.checkpoint_problem`; a broken one is refused
-  naming the file and the newest complete checkpoint before it), its saved config (``trainer_state/run.json``,
-  or the run's ``config.json`` for checkpoints of earlier versions) must match, and ``steps`` must not be
-  below its step.
+  naming the file and the newest complete checkpoint before it), its saved config (``trainer_state/run.json``)
+  must match, and ``steps`` must not be below its step.
 - :func:`check_resume_data`: the training and held-out rows are those the checkpoint was trained on (their
   content fingerprints, ``data.rows_fingerprint``), so a data file edited in place is noticed.
 - :class:`RunDirLock`: an exclusive ``flock`` on ``output_dir/.lock`` held for the whole run, so a second
@@ -21,15 +20,13 @@ trainer state) happens before anything is written; only then is the directory cr
   (kept, never deleted).
 - :func:`config_differences`: what ``--resume`` compares. ``output_dir`` is not compared (a moved or
   differently spelled directory is the same run); path options (model, data files) are equal when they
-  name the same file or directory, or files with the same bytes; an option added since the run was saved (absent
-  from its config) is no difference at its default value, the behaviour the earlier release had.
+  name the same file or directory, or files with the same bytes; an unset ``sampling.positive_threshold`` equals
+  the value it stands for.
 """
 
 from __future__ import annotations
 
 import filecmp
-import functools
-import json
 import logging
 import os
 import re
@@ -38,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from adora_openrlhf.config import RENAMED_OPTIONS, ConfigError, RunConfig
+from adora_openrlhf.config import ConfigError, RunConfig
 from adora_openrlhf.dotted import flatten
 from adora_openrlhf.rundir import checkpoints as ckpt
 from adora_openrlhf.rundir.heldout import HELDOUT_IMAGES, HELDOUT_ROWS, HELDOUT_SETTINGS
@@ -89,30 +86,21 @@ def same_location(a: str | None, b: str | None) -> bool:
     return False
 
 
-@functools.cache
-def _defaults() -> dict[str, Any]:
-    """Every option of ``RunConfig`` at its default, flattened."""
-    return flatten(RunConfig().to_dict())
-
-
 def _effective(flat: dict[str, Any]) -> dict[str, Any]:
     """An unset ``sampling.positive_threshold`` (None) read as what it means, ``adora.correct_threshold``
     (``RunConfig.positive_threshold``): a run saved with the value written out resumes under a recipe that
     leaves it unset."""
     if flat.get("sampling.positive_threshold", 0) is None:
-        flat["sampling.positive_threshold"] = flat.get(
-            "adora.correct_threshold", _defaults()["adora.correct_threshold"]
-        )
+        flat["sampling.positive_threshold"] = flat.get("adora.correct_threshold")
     return flat
 
 
 def config_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """Flattened option names whose values differ in a way that matters for resuming (module docstring). A saved
-    config of an earlier release lacks the options added since, which count as set to their defaults."""
+    """Flattened option names whose values differ in a way that matters for resuming (module docstring)."""
     flat_saved, flat_now = _effective(flatten(saved)), _effective(flatten(now))
     changed = []
     for key in sorted(set(flat_saved) | set(flat_now)):
-        old, new = flat_saved.get(key, _defaults().get(key)), flat_now.get(key)
+        old, new = flat_saved.get(key), flat_now.get(key)
         if key in RESUMABLE_CHANGES or old == new:
             continue
         if key in PATH_OPTIONS and same_location(old, new):
@@ -128,13 +116,7 @@ def _compare_config(saved: dict[str, Any], cfg: RunConfig, where: str, allowed: 
     changed = [key for key in config_differences(saved, now) if key not in allowed]
     if changed:
         flat_saved, flat_now = flatten(saved), flatten(now)
-        renamed = {new for old, new in RENAMED_OPTIONS.items() if old in flat_saved}  # shown under the old name
-        details = ", ".join(
-            f"{k}: {flat_saved.get(k)!r}, saved under a name renamed {RENAMED_OPTIONS[k]}"
-            if k in RENAMED_OPTIONS
-            else f"{k}: {flat_saved.get(k)!r} -> {flat_now.get(k)!r}"
-            for k in [k for k in changed if k not in renamed][:8]
-        )
+        details = ", ".join(f"{k}: {flat_saved.get(k)!r} -> {flat_now.get(k)!r}" for k in changed[:8])
         on_request = [key for key in changed if key in CHANGES_ON_REQUEST]
         ask = (
             f"; to change {', '.join(on_request)} on purpose add --resume-changes {','.join(on_request)}"
@@ -158,17 +140,6 @@ def check_resume_changes(names: Sequence[str], resume: bool) -> None:
         raise ConfigError(
             "--resume-changes: lets a resumed run change an option; give it with --resume or --resume-from"
         )
-
-
-def check_resume_config(saved_path: Path, cfg: RunConfig, allowed: Sequence[str] = ()) -> None:
-    """ConfigError naming every option of ``cfg`` that differs from the config saved in ``saved_path`` (JSON)."""
-    try:
-        saved = json.loads(saved_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ConfigError(
-            f"--resume: {saved_path} is not valid JSON; restore it from a backup or start a new run"
-        ) from None
-    _compare_config(saved, cfg, "the saved run", allowed)
 
 
 def select_checkpoint(out: Path, resume_from: str | None = None) -> tuple[int, Path]:
@@ -217,22 +188,12 @@ def check_previous_run(
     found = ckpt.list_checkpoints(out)
     if resume:
         step, path = select_checkpoint(out, resume_from)
-        ckpt.check_layout(path)
         if verify_files:
             problem = ckpt.checkpoint_problem(path)
             if problem is not None:
                 raise ckpt.broken_checkpoint_error(path, problem)
         record = ckpt.read_run_record(path)
-        if record is not None:
-            _compare_config(record["config"], cfg, f"the config saved in checkpoint {path.name}", changes)
-        elif (out / "config.json").exists():
-            check_resume_config(out / "config.json", cfg, changes)
-        else:
-            raise ConfigError(
-                f"--resume: checkpoint {str(path)!r} was written by an earlier version and records no config, and "
-                f"{str(out / 'config.json')!r} is missing, so the options cannot be compared with the run's; restore the "
-                "run's config.json, or start a new run (--overwrite or another --output-dir)"
-            )
+        _compare_config(record["config"], cfg, f"the config saved in checkpoint {path.name}", changes)
         if cfg.steps < step:
             raise ConfigError(
                 f"steps: {cfg.steps} is below step {step} of checkpoint {str(path)!r}, where --resume continues; give "
@@ -265,14 +226,13 @@ def _data_source(cfg: RunConfig, split: str) -> str:
 
 def check_resume_data(checkpoint: Path, cfg: RunConfig, train_rows, eval_rows) -> None:
     """ConfigError when the training or held-out rows differ from those ``checkpoint`` recorded (content
-    fingerprints); a checkpoint of an earlier version records none and is not checked."""
+    fingerprints)."""
     from adora_openrlhf.rows import rows_fingerprint
 
-    record = ckpt.read_run_record(checkpoint) or {}
-    saved_data = record.get("data") or {}
+    record = ckpt.read_run_record(checkpoint)
     for split, rows in (("train", train_rows), ("eval", eval_rows)):
-        saved, now = saved_data.get(split), rows_fingerprint(rows)
-        if saved and saved != now:
+        saved, now = record["data"][split], rows_fingerprint(rows)
+        if saved != now:
             what = "training" if split == "train" else "held-out"
             raise ConfigError(
                 f"--resume: the {what} rows differ from those checkpoint {checkpoint.name} was trained on ({saved.get('rows')} rows, "

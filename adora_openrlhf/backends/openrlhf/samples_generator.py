@@ -230,9 +230,7 @@ class AdoraSamplesGenerator(SamplesGenerator):
             return
         self.sampler.load_state_dict(state["sampler"])
         if self.allocator is not None:
-            if "allocation" not in state:
-                logger.warning("resume: the checkpoint has no allocation store; the allocator starts from its prior")
-            self.allocator.load_state_dict(state.get("allocation", {}))
+            self.allocator.load_state_dict(state["allocation"])
 
     def generate_samples(self, **generate_kwargs):
         """One training batch of rollouts (:meth:`generate_batch`) as a :class:`StepRollout`: each sample tagged with

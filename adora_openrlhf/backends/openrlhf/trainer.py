@@ -8,8 +8,8 @@ maker are rebuilt as :class:`~.samples_generator.AdoraSamplesGenerator` and
 updates, checkpoints and evaluation are OpenRLHF's.
 
 Checkpoints hold the run's config and the sampler's state as JSON beside OpenRLHF's files
-(:mod:`.trainer_checkpoints`); a checkpoint with neither state resumes the step counter at its ``global_step``
-with an empty history, and says so.
+(:mod:`.trainer_checkpoints`); a checkpoint without the sampler's state file resumes the step counter at its
+``global_step`` with an empty history, and says so.
 
 Run records, beside OpenRLHF's TensorBoard logs: ``metrics.jsonl`` in the run directory (one record per
 training step with every logged number, ``adora/*`` and ``sampling/*`` included, and one per evaluation,
@@ -49,7 +49,7 @@ from adora_openrlhf.backends.openrlhf.flags import (
 )
 from adora_openrlhf.backends.openrlhf.samples_generator import POLICY_VERSION, AdoraSamplesGenerator
 from adora_openrlhf.backends.openrlhf.trainer_checkpoints import SAMPLER_STATE_FILE as SAMPLER_STATE_FILE
-from adora_openrlhf.backends.openrlhf.trainer_checkpoints import SAMPLER_STATE_KEY, CheckpointRecords
+from adora_openrlhf.backends.openrlhf.trainer_checkpoints import CheckpointRecords
 from adora_openrlhf.backends.openrlhf.trainer_eval import HeldOutRecords, numeric_logs
 from adora_openrlhf.log_setup import ensure_logging
 
@@ -171,7 +171,7 @@ class AdoraTrainerRecords(CheckpointRecords, HeldOutRecords):
 
         states = super().init_checkpoint_states()
         step = int(states.get("global_step", 0))
-        saved = self.saved_sampler_state(step) or states.get(SAMPLER_STATE_KEY)
+        saved = self.saved_sampler_state(step)
         if saved is not None:
             self.restore_sampler_state(saved)
         elif step > 0:

@@ -4,9 +4,7 @@
 The samples generator's state (the sampler's step counter, which drives the escalation trigger and the per-step
 seeds, the ``pool_scope="history"`` reward pool, the allocator's per-prompt store) is plain data, written as JSON
 (:data:`SAMPLER_STATE_FILE`) into each checkpoint folder beside the run's config (:data:`~.flags.CHECKPOINT_CONFIG`),
-and read back with ``json`` on ``--resume``: nothing of ours in a checkpoint is unpickled. A checkpoint of an
-earlier version keeps the state in OpenRLHF's ``client_states`` (:data:`SAMPLER_STATE_KEY`), which DeepSpeed has
-already loaded; it is used when the JSON file is absent.
+and read back with ``json`` on ``--resume``: nothing of ours in a checkpoint is unpickled.
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ from pathlib import Path
 from adora_openrlhf.algorithms.allocation import check_store_state
 from adora_openrlhf.backends.openrlhf.flags import CHECKPOINT_CONFIG
 
-SAMPLER_STATE_KEY = "adora_samples_generator"  # entry of OpenRLHF's checkpoint client_states (earlier versions)
 SAMPLER_STATE_FILE = "adora_sampler_state.json"  # the samples generator's state, in each DeepSpeed checkpoint folder
 
 
@@ -55,7 +52,8 @@ class CheckpointRecords:
 
     def saved_sampler_state(self, global_step: int) -> dict | None:
         """The JSON sampler state of the checkpoint folder of ``global_step`` (None without one); a file that is not
-        the JSON this trainer writes is refused with one line naming it."""
+        the JSON this trainer writes (with ``allocation`` when the run allocates rollouts) is refused with one line
+        naming it."""
         actor = Path(self.args.ckpt.path) / "_actor"
         latest = (actor / "latest").read_text(encoding="utf-8").strip() if (actor / "latest").is_file() else ""
         found = [
@@ -80,6 +78,11 @@ class CheckpointRecords:
         ):
             raise ValueError(
                 f"{path}: expected {{'sampling_step': int, 'sampler': {{...}}}}; delete the file to resume with an empty history"
+            )
+        if self.run_config.allocation.enabled and "allocation" not in state:
+            raise ValueError(
+                f"{path}: field allocation is missing (the allocator's store, saved with every checkpoint of a run with "
+                "allocation.enabled); restore the file from your own copy"
             )
         if "allocation" in state:
             try:
