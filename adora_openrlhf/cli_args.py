@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Union
 
-from adora_openrlhf.config import DATA_CONFIG_LISTENERS, RENAMED_OPTIONS, ConfigError, RunConfig, renamed_option_error
+from adora_openrlhf.config import DATA_CONFIG_LISTENERS, ConfigError, RunConfig
 from adora_openrlhf.dotted import dataclass_leaves, flatten, overlay
 from adora_openrlhf.plugins import import_plugins
 
@@ -123,8 +123,6 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             continue
         flags = [f"--{dotted}"] + [alias for alias, target in ALIASES.items() if target == dotted]
         group.add_argument(*flags, dest=f"cfg:{dotted}", default=None, metavar="VALUE", help=_flag_help(dotted))
-    for old in RENAMED_OPTIONS:  # refused naming the new flag (overrides_from_args), not as an unknown flag
-        group.add_argument(f"--{old}", dest=f"renamed:{old}", default=None, help=argparse.SUPPRESS)
 
 
 def _is_section(dotted: str) -> bool:
@@ -135,8 +133,6 @@ def _file_overrides(values: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Dotted overrides of a nested config file's ``values``: each key a RunConfig field, each section a mapping."""
     out: dict[str, Any] = {}
     for dotted, value in flatten(values, is_leaf=lambda name: not _is_section(name)).items():
-        if dotted in RENAMED_OPTIONS:
-            raise renamed_option_error(dotted, f"{where}: ")
         if dotted in LEAF_TYPES:
             # YAML 1.1 reads 1e-5 as a string
             if _strip_optional(LEAF_TYPES[dotted]) is float and isinstance(value, str):
@@ -187,11 +183,7 @@ def load_config_file(path: str) -> dict[str, Any]:
 
 def apply_overrides(values: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` with dotted ``overrides`` on top (:func:`adora_openrlhf.dotted.overlay`): a mapping given for a
-    section is merged into it key by key, one given for a mapping-valued field (``warmup.mix``) replaces it whole.
-    An option given under a name of ``config.RENAMED_OPTIONS`` is refused, naming the new one."""
-    for key in overrides:
-        if key in RENAMED_OPTIONS:
-            raise renamed_option_error(key)
+    section is merged into it key by key, one given for a mapping-valued field (``warmup.mix``) replaces it whole."""
     return overlay(values, overrides, is_field=LEAF_TYPES.__contains__)
 
 
@@ -202,8 +194,6 @@ def overrides_from_args(namespace: argparse.Namespace) -> dict[str, Any]:
         if text is None or ":" not in key:
             continue
         kind, dotted = key.split(":", 1)
-        if kind == "renamed":  # a name of config.RENAMED_OPTIONS
-            raise ConfigError(f"--{dotted}: unknown flag, renamed --{RENAMED_OPTIONS[dotted]}; use the new name")
         if kind == "cfg":
             out[dotted] = parse_value(dotted, LEAF_TYPES[dotted], text)
     return out

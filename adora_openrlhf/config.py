@@ -46,7 +46,6 @@ from adora_openrlhf.config_checks import (
     option,
     require,
 )
-from adora_openrlhf.dotted import value_at
 from adora_openrlhf.engine.model_config import DECODINGS as DECODINGS  # re-exported: the model section
 from adora_openrlhf.engine.model_config import KV_CACHES as KV_CACHES
 from adora_openrlhf.engine.model_config import NUMERICS as NUMERICS
@@ -149,32 +148,6 @@ def _task_with_options_registered(task: Any) -> None:
 
 
 OPTIONS_LISTENERS.append(_task_with_options_registered)
-
-
-# Option names of the unreleased development line, renamed when the task sections came: old dotted name -> new one.
-# No release reads the old names; they are refused wherever a config is read, naming the new one.
-RENAMED_OPTIONS: dict[str, str] = {
-    "data.kk_num_people": "data.kk.num_people",
-    "data.kk_name_pool": "data.kk.name_pool",
-    "data.kk_name_order": "data.kk.name_order",
-    "data.kk_parser": "data.kk.parser",
-    "data.geo_tasks": "data.geo.tasks",
-    "data.geo_levels": "data.geo.levels",
-}
-
-
-def renamed_option_error(old: str, where: str = "") -> ConfigError:
-    """The refusal of option ``old`` of :data:`RENAMED_OPTIONS`, naming its new name (``where``: e.g. ``FILE: ``)."""
-    return ConfigError(f"{where}{old}: unknown option, renamed {RENAMED_OPTIONS[old]}; use the new name")
-
-
-def refuse_renamed_options(values: Mapping[str, Any], where: str = "") -> None:
-    """ConfigError for the first option of nested config ``values`` given under a name of :data:`RENAMED_OPTIONS`."""
-    for old in RENAMED_OPTIONS:
-        parent, _, leaf = old.rpartition(".")
-        node = value_at(values, parent)
-        if isinstance(node, Mapping) and leaf in node:
-            raise renamed_option_error(old, where)
 
 
 @dataclass
@@ -423,5 +396,4 @@ class RunConfig:
         """The config of ``values`` (nested mappings, unknown keys an error); the ``plugins`` it names are imported
         first, so that the names they register are valid choices of the other fields."""
         import_plugins(values.get("plugins", []))
-        refuse_renamed_options(values)
         return from_dict(RunConfig, values)
