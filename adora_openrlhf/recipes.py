@@ -62,7 +62,6 @@ def _local_recipe(
 
 
 _KK_TINY = {
-    # Measured on 2 CPU cores: under 4 minutes end to end (docs/local_backend.md has the numbers).
     "steps": 100,
     "prompts_per_step": 16,
     "save_every": 50,
@@ -116,8 +115,7 @@ _KK_TESTBED = {
         "mix_lr": 3e-4,  # at 1e-3 phase 2 also unlearned much of the checking (3-person accuracy 0.80 -> 0.53)
         "mix": {"thorough": 0.25, "restate": 0.75},
     },
-    # micro-batches of 4 sequences of similar length pad little: 1.5-1.7x less CPU per warm-up step and per
-    # policy update than 16 (the gradient is the same, only summed in more pieces)
+    # micro-batches of 4 sequences of similar length pad little (the gradient is the same, summed in more pieces)
     "train": {"lr": 1.5e-4, "micro_batch_size": 4},
 }
 
@@ -158,10 +156,8 @@ _local_recipe(
 # The vision-language path on CPU: a tiny random-init Qwen2.5-VL (vision tower + language model, processor
 # saved with the run) on generated PIL images (tasks/geo_synth.py), graded by the Geometry3K reward
 # (0.9 * correct + 0.1 * format, so correct_threshold 0.5), with ADORA's difficulty rule as in geo3k.
-# The vision encoder stays frozen (model.freeze_visual_encoder): trained at the warm-up's learning rate its
-# projector's outputs grew ~75x in norm and swamped the text tokens, so the policy ignored the image
-# (docs/local_backend.md, "What kept the warm-up from reading the images"). Questions: colour and larger,
-# levels 1-4 (the count / most kinds stayed at the majority baseline within a few CPU minutes).
+# The vision encoder stays frozen (model.freeze_visual_encoder; docs/local_backend.md, "What kept the warm-up from
+# reading the images"). Questions: colour and larger, levels 1-4.
 _GEO_TINY = {
     "steps": 40,
     "prompts_per_step": 8,
@@ -205,9 +201,7 @@ _local_recipe(
 # of the warm-up teaches the reading (the think names every shape's colour and kind, then the answer), with a
 # few "default" shortcuts (think "guess.", then always the first choice); phase 2 mixes the two at a low
 # learning rate, after which greedy decoding mostly takes the shortcut. RL has a behaviour to select: reading is
-# longer and right far more often than the default answer (1 in 4). A uniformly random guess as the shortcut was
-# measured and left: its greedy answer follows the image (the reading leaks into it), so step 0 was already
-# above 0.5 and RL had little to gain.
+# longer and right far more often than the default answer (1 in 4).
 _GEO_TESTBED = merge(
     dict(_GEO_TINY),
     {

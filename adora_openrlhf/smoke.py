@@ -153,14 +153,6 @@ def check_output(out: Path, overwrite: bool) -> None:
         )
 
 
-def positive(value: int | None, flag: str, default: int) -> int:
-    """``value`` (or ``default`` when None); ConfigError naming ``flag`` unless it is a positive integer."""
-    value = default if value is None else value
-    if value < 1:
-        raise ConfigError(f"{flag}: must be a positive integer, got {value}")
-    return value
-
-
 def cuda_devices() -> int:
     """GPUs this command uses: the CUDA devices torch sees (0: the CPU path). The launcher decides the same way, so
     there is no option to pick the CPU path on a GPU machine (hiding CUDA from the launches makes Ray refuse the
@@ -176,10 +168,9 @@ def prepare_inputs(args: argparse.Namespace, out: Path, gpus: int) -> Setup:
     from adora_openrlhf.testbed_files import save_tiny_model, testbed_rows, write_rows_jsonl
 
     on_gpu = gpus > 0
-    steps = positive(args.steps, "--steps", 3 if on_gpu else 2)
-    prompts = positive(args.prompts_per_step, "--prompts_per_step", 8 if on_gpu else 4)
-    n_keep = positive(args.n_keep, "--n_keep", 8 if on_gpu else 4)
-    max_new = positive(args.max_new_tokens, "--max_new_tokens", 512 if on_gpu else 16)  # checked: check_numbers
+    given = (args.steps, args.prompts_per_step, args.n_keep, args.max_new_tokens)  # checked: check_numbers
+    defaults = (3, 8, 8, 512) if on_gpu else (2, 4, 4, 16)
+    steps, prompts, n_keep, max_new = (d if v is None else v for v, d in zip(given, defaults, strict=True))
     # the allocator draws 1.25 x prompts candidates per step; the resumed run takes one more step
     needed = int((steps + 1) * prompts * 1.25) + prompts
     train, _ = testbed_rows(needed, 1)
@@ -450,7 +441,8 @@ def check_numbers(args: argparse.Namespace) -> None:
         ("--n_keep", args.n_keep),
         ("--max_new_tokens", args.max_new_tokens),
     ):
-        positive(value, flag, 1)
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag}: must be a positive integer, got {value}")
     if args.timeout_s <= 0:
         raise ConfigError(f"--timeout_s: must be positive, got {args.timeout_s}")
 

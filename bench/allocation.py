@@ -10,14 +10,9 @@ puzzles, and changes only the method (:data:`VARIANTS`). Finished runs are read 
 (``run_training`` with ``reuse``), so the benchmark can be run in pieces; ``--report-only`` analyses the finished runs
 only. Each finished run becomes one record (:func:`run_record`).
 
-Records accumulate: ``results.json`` keeps every finished run's record, and a later invocation (another machine, a
-fresh checkout without the run folders) reads them back (:func:`stored_records`) instead of running them again, as
-long as the recipe and the variant's settings are the ones stored; ``--variants`` and ``--seeds`` choose what to
-run, and the report covers every record of the recipe. The local backend is deterministic on one machine (one torch
-thread), but a warm start made on another machine can differ: each record carries the fingerprint of its warm
-start's weights (``warm_start``, :func:`warm_start_fingerprint`), runs pair only with a GRPO run of the same seed and
-warm start, and a variant run on a new warm start brings a GRPO run on it. (The records made before fingerprints
-carry the fingerprint of the warm start whose GRPO run repeated theirs exactly, marked ``warm_start_inferred``.)
+Records accumulate (bench/README.md, "Rollout allocation"): stored records are read back (:func:`stored_records`)
+instead of run again; each carries its warm start's fingerprint (:func:`warm_start_fingerprint`), and runs pair only
+with a GRPO run of the same seed and warm start (records made before fingerprints: ``warm_start_inferred``).
 
 Writes ``results.json`` (per-run records, ``paired`` records and ``goal`` records), ``table.md``, and ``accuracy.png`` and
 ``target.png`` as ``python -m bench.plots`` draws them.
