@@ -41,13 +41,16 @@ def write_rows_jsonl(rows: Iterable[Row], path: str | Path) -> Path:
     return Path(path)
 
 
-def testbed_rows(num_train: int, num_eval: int, seed: int = 0) -> tuple[list[Row], list[Row]]:
+def testbed_rows(
+    num_train: int | None = None, num_eval: int | None = None, seed: int = 0
+) -> tuple[list[Row], list[Row]]:
     """(training rows, held-out rows): the kk-testbed recipe's puzzles of ``seed``, ``num_train`` and ``num_eval``
-    of them (no held-out prompt among the training prompts)."""
+    of them (None: the recipe's; no held-out prompt among the training prompts)."""
     from adora_openrlhf.recipes import build_run_config
     from adora_openrlhf.rows import load_run_rows
 
-    cfg = build_run_config(TESTBED_RECIPE, {"seed": seed, "data.num_train": num_train, "data.num_eval": num_eval})
+    sizes = {"data.num_train": num_train, "data.num_eval": num_eval}
+    cfg = build_run_config(TESTBED_RECIPE, {"seed": seed, **{k: v for k, v in sizes.items() if v is not None}})
     return load_run_rows(cfg.data, seed)
 
 
@@ -89,13 +92,10 @@ def warm_start_dir(recipe: str, seed: int, overrides: Mapping[str, Any], out: Pa
 def prepare(seed: int, out: Path) -> dict[str, str]:
     """The kk-testbed warm start of ``seed`` and the recipe's puzzles of that seed as JSONL, under ``out``:
     ``{"model", "train", "test"}`` paths (files already there are kept)."""
-    from adora_openrlhf.recipes import build_run_config
-    from adora_openrlhf.rows import load_run_rows
-
     model = warm_start_dir(TESTBED_RECIPE, seed, {}, out)
     data = out / f"data_seed{seed}"
     if not (data / "test.jsonl").exists():
-        train, held = load_run_rows(build_run_config(TESTBED_RECIPE, {"seed": seed}).data, seed)
+        train, held = testbed_rows(seed=seed)
         write_rows_jsonl(train, data / "train.jsonl")
         write_rows_jsonl(held, data / "test.jsonl")
     return {"model": model, "train": str(data / "train.jsonl"), "test": str(data / "test.jsonl")}

@@ -117,13 +117,6 @@ def setting_differences(
     return changed
 
 
-def same_run_settings(
-    saved: Mapping[str, Any], now: Mapping[str, Any], defaults: Mapping[str, Any], run_dir: Path | None = None
-) -> bool:
-    """Whether a finished run's saved config describes the run ``now`` asks for: no :func:`setting_differences`."""
-    return not setting_differences(saved, now, defaults, run_dir)
-
-
 def _saved_and_now(spec: RunSpec) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """The config saved in ``spec``'s run folder and the one ``spec`` asks for, both as the trainer writes them
     (``format_config``), or None without a readable saved one."""
@@ -158,7 +151,7 @@ def run_training(spec: RunSpec) -> dict[str, Any]:
     """One RL run; returns its summary and per-step metrics as :func:`load_run` reads them back.
 
     With ``spec.reuse`` a run directory that already holds this config is not recomputed: a finished run
-    (summary.json) whose config is this one up to fields added since at their defaults (:func:`same_run_settings`)
+    (summary.json) whose config is this one up to fields added since at their defaults (no :func:`setting_differences`)
     is read back, an interrupted one with exactly this config resumes from its last checkpoint, one with these
     settings otherwise is recomputed; a folder holding a finished run or checkpoints of other settings stops the
     benchmark with the differing fields named, never replaced. Without ``reuse`` (a benchmark's ``--fresh``) the

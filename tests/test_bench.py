@@ -314,41 +314,41 @@ def test_finished_runs_with_the_same_config_are_reused(tmp_path, monkeypatch):
 
 
 def test_a_finished_run_made_before_a_field_existed_is_the_same_run_while_the_field_holds_its_default():
-    from bench.common import same_run_settings
+    from bench.common import setting_differences
 
     defaults = {"steps": 40, "grading": {"deadline_s": 60.0, "workers": 8}, "extra": {}}
     now = {"steps": 80, "grading": {"deadline_s": 60.0, "workers": 8}, "extra": {}}
-    assert same_run_settings({"steps": 80, "extra": {}}, now, defaults)  # grading added since, at its defaults
-    assert not same_run_settings({"steps": 40, "extra": {}}, now, defaults)  # a saved field differs
+    assert not setting_differences({"steps": 80, "extra": {}}, now, defaults)  # grading added since, at its defaults
+    assert setting_differences({"steps": 40, "extra": {}}, now, defaults)  # a saved field differs
     changed = {**now, "grading": {"deadline_s": 5.0, "workers": 8}}
-    assert not same_run_settings({"steps": 80, "extra": {}}, changed, defaults)  # the added field is not its default
-    assert not same_run_settings({**now, "removed": 1}, now, defaults)  # a field removed since
-    assert same_run_settings(now, now, defaults)
+    assert setting_differences({"steps": 80, "extra": {}}, changed, defaults)  # the added field is not its default
+    assert setting_differences({**now, "removed": 1}, now, defaults)  # a field removed since
+    assert not setting_differences(now, now, defaults)
 
 
 def test_a_run_config_names_its_paths_by_location(tmp_path, monkeypatch):
-    from bench.common import same_run_settings
+    from bench.common import setting_differences
 
     monkeypatch.chdir(tmp_path)
     relative = {"output_dir": "bench/runs/GRPO_seed0", "model": {"path": "bench/warm"}}
     absolute = {"output_dir": str(tmp_path / "bench/runs/GRPO_seed0"), "model": {"path": str(tmp_path / "bench/warm")}}
-    assert same_run_settings(relative, absolute, relative)
-    assert not same_run_settings(relative, {**absolute, "output_dir": str(tmp_path / "elsewhere")}, relative)
+    assert not setting_differences(relative, absolute, relative)
+    assert setting_differences(relative, {**absolute, "output_dir": str(tmp_path / "elsewhere")}, relative)
 
 
 def test_a_run_made_from_another_folder_is_read_from_that_folder(tmp_path, monkeypatch):
     """A config saved with relative paths by a run started in ``tmp_path`` describes the same run when the
     benchmark is later run from elsewhere with absolute paths: the saved output_dir names the folder the config
     sits in, which tells the folder the run was started from."""
-    from bench.common import same_run_settings, setting_differences
+    from bench.common import setting_differences
 
     run_dir = tmp_path / "bench/runs/GRPO_seed0"
     run_dir.mkdir(parents=True)
     saved = {"output_dir": "bench/runs/GRPO_seed0", "model": {"path": "bench/warm"}, "steps": 80}
     now = {"output_dir": str(run_dir), "model": {"path": str(tmp_path / "bench/warm")}, "steps": 80}
     monkeypatch.chdir(tmp_path / "bench")  # another folder than the one the run was started from
-    assert same_run_settings(saved, now, saved, run_dir)
-    assert not same_run_settings(saved, now, saved)  # without the run's folder: read from the current one
+    assert not setting_differences(saved, now, saved, run_dir)
+    assert setting_differences(saved, now, saved)  # without the run's folder: read from the current one
     moved = {**now, "model": {"path": str(tmp_path / "other_warm")}, "steps": 40}
     assert setting_differences(saved, moved, saved, run_dir) == [
         f"model.path: {str(tmp_path / 'bench/warm')!r} -> {str(tmp_path / 'other_warm')!r}",
